@@ -1,0 +1,109 @@
+/**
+ * Configuration: one schema per variable, parsed once in a process's main() and passed
+ * down. A wrong value stops startup with the variable, the value and what is allowed.
+ * No other module reads process.env.
+ */
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { z } from "zod";
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
+  z
+    .string()
+    .regex(/^-?\d+$/, `an integer from ${min} to ${max}`)
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
+const bool = () =>
+  z.enum(["true", "false", "1", "0"], { message: "true|false" }).transform((v) => v === "true" || v === "1");
+const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
+  z.enum(values, { message: `one of ${values.join("|")} (case-sensitive)` });
+const url = () => z.string().url("a URL such as http://127.0.0.1:3000");
+const path = () => z.string().min(1, "a non-empty path");
+
+/** Every SPACE_* variable: [schema, default (as the string a user would type), what it is]. */
+const vars = {
+  SPACE_DATA_DIR: [path(), join(homedir(), ".space"), "data directory of `space up` (database, blobs, node state)"],
+  SPACE_DATABASE_URL: [z.string().regex(/^$|^(postgres(ql)?:\/\/|pglite:)/, "postgres://… or pglite:<dir>"), "", "Postgres URL; empty = PGlite in the data directory"],
+  SPACE_BLOB_URL: [z.string().regex(/^$|^(s3:\/\/[^/]+|file:\/\/\/|\/)/, "s3://bucket/prefix, file:///dir or /dir"), "", "blob store; empty = <data dir>/blobs"],
+  SPACE_S3_ENDPOINT: [z.string(), "", "S3 endpoint URL (for S3-compatible servers)"],
+  SPACE_S3_REGION: [z.string().min(1), "us-east-1", "S3 region"],
+  SPACE_S3_ACCESS_KEY_ID: [z.string(), "", "S3 access key id (empty = the AWS default chain)"],
+  SPACE_S3_SECRET_ACCESS_KEY: [z.string(), "", "S3 secret access key"],
+  SPACE_S3_FORCE_PATH_STYLE: [bool(), "true", "path-style S3 addressing (MinIO, s3rver)"],
+  SPACE_LOG_LEVEL: [oneOf(["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const), "info", "log level"],
+  SPACE_SUBSTRATE: [oneOf(["direct", "kubernetes"] as const), "direct", "how sandboxes are placed"],
+  SPACE_ENVIRONMENT_PLACEMENT_GATE: [oneOf(["off", "shadow", "on"] as const), "off", "execution-environment placement gate"],
+  SPACE_API_HOST: [z.string().min(1), "127.0.0.1", "API listen address"],
+  SPACE_API_PORT: [int(0, 65535), "3000", "API listen port (ECW, Native, Admin, metrics)"],
+  SPACE_GATEWAY_PORT: [int(0, 65535), "3001", "sandbox gateway port (envd and public ports)"],
+  SPACE_PUBLIC_API_URL: [z.string(), "", "URL users reach the API at; empty = http://<host>:<port>"],
+  SPACE_PUBLIC_GATEWAY_URL: [z.string(), "", "URL users reach the gateway at; empty = http://<host>:<gateway port>"],
+  SPACE_SANDBOX_DOMAIN: [z.string(), "", "wildcard domain for <port>-<id>.<domain> public port URLs; empty = none"],
+  SPACE_ADMIN_TOKEN: [z.string(), "", "admin token; empty = generated once and kept in the data directory"],
+  SPACE_INTERNAL_TOKEN: [z.string(), "", "token between control plane and nodes; empty = generated once and kept"],
+  SPACE_CONTROLLER_TICK_MS: [int(1, 60_000), "25", "dispatcher claim tick"],
+  SPACE_CONTROLLER_CLAIM_LIMIT: [int(1, 1000), "16", "operations claimed per tick"],
+  SPACE_CONTROLLER_CLAIM_STALE_MS: [int(1000, 86_400_000), "60000", "re-claim an operation whose claimer went silent this long"],
+  SPACE_CONTROLLER_METRICS_PORT: [int(0, 65535), "0", "controller metrics port for `space controller` (0 = none)"],
+  SPACE_NODE_DIR: [path(), "", "node state directory; empty = <data dir>/node"],
+  SPACE_NODE_NAME: [z.string(), "", "node name; empty = host name"],
+  SPACE_NODE_HOST: [z.string().min(1), "127.0.0.1", "node-api listen address"],
+  SPACE_NODE_PORT: [int(0, 65535), "3002", "node-api listen port"],
+  SPACE_NODE_ADVERTISE_URL: [z.string(), "", "URL the control plane reaches this node at; empty = http://<host>:<port>"],
+  SPACE_NODE_GROUP: [z.string(), "default", "node group"],
+  SPACE_NODE_CONTROL_URL: [z.string(), "", "control-plane URL a standalone `space node` registers with"],
+  SPACE_RUNTIME: [oneOf(["runc", "crun", "process"] as const), "runc", "sandbox runtime; `process` isolates nothing"],
+  SPACE_NODE_BTRFS_PATH: [z.string(), "", "existing btrfs mount for the node cache; empty = a loop image under the node dir"],
+  SPACE_NODE_BTRFS_IMAGE_GIB: [int(1, 100_000), "64", "size of the node cache loop image (sparse)"],
+  SPACE_NODE_DISK_RESERVE_MIB: [int(0, 10_000_000), "8192", "disk kept free by admission"],
+  SPACE_NODE_SLOT_CIDR: [z.string().regex(/^\d+\.\d+\.\d+\.\d+\/\d+$/, "a CIDR such as 10.200.0.0/16"), "10.200.0.0/16", "sandbox address range"],
+  SPACE_NODE_MAX_SLOTS: [int(1, 60_000), "300", "max network slots (advertised capacity)"],
+  SPACE_NODE_NETWORK_POOL_TARGET: [int(0, 10_000), "0", "warm network slots to keep"],
+  SPACE_NODE_NETWORK_POOL_RETAIN_READY: [int(0, 10_000), "0", "released slots kept ready for reuse"],
+  SPACE_NODE_NETWORK_POOL_MIN_READY: [int(0, 10_000), "0", "slots below which the pool reports unhealthy"],
+  SPACE_NODE_HEARTBEAT_MS: [int(100, 600_000), "5000", "node-ctl heartbeat interval"],
+  SPACE_DEFAULT_VCPU: [int(1, 256), "2", "vCPUs of a sandbox that asks for none"],
+  SPACE_DEFAULT_MEMORY_MIB: [int(64, 1_048_576), "1024", "memory of a sandbox that asks for none"],
+  SPACE_DEFAULT_DISK_MIB: [int(64, 10_000_000), "2048", "disk of a sandbox that asks for none"],
+  SPACE_DEBIAN_MIRROR: [z.string(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
+  SPACE_ENCRYPTION_KEY: [z.string().regex(/^$|^[0-9a-f]{64}$/, "64 hex characters (a 256-bit key) or empty"), "", "cluster key wrapping snapshot data keys; empty = no encryption"],
+} as const satisfies Record<string, readonly [z.ZodType<unknown, string>, string, string]>;
+
+type Vars = typeof vars;
+export type Config = { [K in keyof Vars]: z.output<Vars[K][0]> };
+export type VarName = keyof Vars;
+
+/** Parses every SPACE_* variable; unknown SPACE_* variables are refused too (a typo loses nothing silently). */
+export function loadConfig(env: Record<string, string | undefined>, overrides: Partial<Record<VarName, string>> = {}): Config {
+  const problems: string[] = [];
+  for (const key of Object.keys(env)) {
+    if (key.startsWith("SPACE_") && !(key in vars)) problems.push(`${key} is not a SPACE variable (known: see \`space config\`)`);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [name, [schema, dflt]] of Object.entries(vars)) {
+    const raw = overrides[name as VarName] ?? env[name] ?? dflt;
+    const r = (schema as z.ZodType).safeParse(raw);
+    if (r.success) out[name] = r.data;
+    else problems.push(`${name}=${JSON.stringify(raw)} is invalid: expected ${r.error.issues[0]?.message ?? "a valid value"}`);
+  }
+  if (problems.length) throw new ConfigError(problems.join("\n"));
+  const c = out as Config;
+  return {
+    ...c,
+    SPACE_NODE_DIR: c.SPACE_NODE_DIR || join(c.SPACE_DATA_DIR, "node"),
+  };
+}
+
+/** `space config`: every variable, its default and what it is. */
+export function describeConfig(): string {
+  return Object.entries(vars)
+    .map(([name, [, dflt, what]]) => `${name}=${dflt}\n    ${what}`)
+    .join("\n");
+}

@@ -1,0 +1,143 @@
+/**
+ * One error taxonomy for the whole system. Domain code throws `SpaceError` with a
+ * code from this closed union (Connect's codes); the edges map it once to HTTP,
+ * Connect and public-operation failure codes with the tables below.
+ */
+export const errorCodes = [
+  /** The request itself is wrong (a field, a size, a path). Not retryable. */
+  "invalid_argument",
+  /** The named thing does not exist, or the caller may not know it exists. */
+  "not_found",
+  /** The thing to create already exists. */
+  "already_exists",
+  /** The state does not allow this now (e.g. pausing a paused sandbox). */
+  "failed_precondition",
+  /** A concurrent change won (generation or idempotency conflict). */
+  "aborted",
+  /** A quota or capacity is exhausted (disk, slots, memory). */
+  "resource_exhausted",
+  /** No credentials, or wrong ones. */
+  "unauthenticated",
+  /** Credentials are fine but lack the scope. */
+  "permission_denied",
+  /** Not built (yet); the message says what instead. */
+  "unimplemented",
+  /** A dependency is down or busy; retry later. */
+  "unavailable",
+  /** The deadline passed before the work finished. */
+  "deadline_exceeded",
+  /** The caller went away. */
+  "canceled",
+  /** A bug or an unclassified failure. */
+  "internal",
+] as const;
+export type ErrorCode = (typeof errorCodes)[number];
+
+export class SpaceError extends Error {
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  /** Extra, safe-to-show fields (e.g. `{ field: "vcpu" }`). */
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    opts: { cause?: unknown; retryable?: boolean; details?: Record<string, unknown> } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = "SpaceError";
+    this.code = code;
+    this.retryable = opts.retryable ?? (code === "unavailable" || code === "aborted");
+    this.details = opts.details;
+  }
+
+  static from(e: unknown): SpaceError {
+    if (e instanceof SpaceError) return e;
+    if (isSpaceErrorLike(e)) return new SpaceError(e.code, e.message);
+    if (e instanceof Error && e.name === "AbortError") return new SpaceError("canceled", e.message, { cause: e });
+    const message = e instanceof Error ? e.message : String(e);
+    return new SpaceError("internal", message, { cause: e });
+  }
+}
+
+function isSpaceErrorLike(e: unknown): e is { code: ErrorCode; message: string } {
+  return (
+    typeof e === "object" &&
+    e !== null &&
+    typeof (e as { code?: unknown }).code === "string" &&
+    (errorCodes as readonly string[]).includes((e as { code: string }).code) &&
+    typeof (e as { message?: unknown }).message === "string"
+  );
+}
+
+export const invalid = (message: string, details?: Record<string, unknown>) =>
+  new SpaceError("invalid_argument", message, { details });
+export const notFound = (message: string) => new SpaceError("not_found", message);
+export const conflict = (message: string) => new SpaceError("failed_precondition", message);
+export const unavailable = (message: string, cause?: unknown) => new SpaceError("unavailable", message, { cause });
+export const unimplemented = (message: string) => new SpaceError("unimplemented", message);
+export const internal = (message: string, cause?: unknown) => new SpaceError("internal", message, { cause });
+
+/** code → HTTP status, the one table every HTTP edge uses. */
+export const httpStatus: Record<ErrorCode, number> = {
+  invalid_argument: 400,
+  not_found: 404,
+  already_exists: 409,
+  failed_precondition: 409,
+  aborted: 409,
+  resource_exhausted: 507,
+  unauthenticated: 401,
+  permission_denied: 403,
+  unimplemented: 501,
+  unavailable: 503,
+  deadline_exceeded: 504,
+  canceled: 499,
+  internal: 500,
+};
+
+/** Public-operation failure codes (behaviours.md A). */
+export type OperationFailureCode =
+  | "invalid_request"
+  | "not_found"
+  | "conflict"
+  | "unavailable"
+  | "deadline_exceeded"
+  | "internal";
+
+export function toOperationFailure(code: ErrorCode): OperationFailureCode {
+  switch (code) {
+    case "invalid_argument":
+    case "unauthenticated":
+    case "permission_denied":
+      return "invalid_request";
+    case "not_found":
+      return "not_found";
+    case "already_exists":
+    case "failed_precondition":
+    case "aborted":
+      return "conflict";
+    case "resource_exhausted":
+    case "unavailable":
+    case "canceled":
+      return "unavailable";
+    case "deadline_exceeded":
+      return "deadline_exceeded";
+    case "unimplemented":
+    case "internal":
+      return "internal";
+    default:
+      return assertNever(code);
+  }
+}
+
+/** Back from a failure code to the taxonomy (for clients reading operations). */
+export function fromHttpStatus(status: number): ErrorCode {
+  for (const [code, s] of Object.entries(httpStatus)) if (s === status) return code as ErrorCode;
+  if (status === 429) return "resource_exhausted";
+  if (status >= 500) return "unavailable";
+  return "internal";
+}
+
+export function assertNever(x: never): never {
+  throw new Error(`unexpected value ${JSON.stringify(x)}`);
+}

@@ -1,0 +1,108 @@
+/**
+ * The wire between the control plane and a node agent (node-api). One schema per body;
+ * both sides import these. Every call carries `Authorization: Bearer <internal token>`.
+ * Errors are `{ code: ErrorCode, message }` with the status from core/errors httpStatus.
+ *
+ *   GET    /health                              → NodeHealth
+ *   GET    /v1/inventory                        → NodeInventory
+ *   POST   /v1/sandboxes                        SandboxSpec → SandboxStatus (after envd is healthy)
+ *   GET    /v1/sandboxes                        → { sandboxes: SandboxStatus[] }
+ *   GET    /v1/sandboxes/:id                    → SandboxStatus
+ *   POST   /v1/sandboxes/:id/pause|resume|stop|start → SandboxStatus
+ *   POST   /v1/sandboxes/:id/init               SandboxInit → SandboxStatus (env, token, user re-applied to envd)
+ *   DELETE /v1/sandboxes/:id                    → 204 (absent = ok)
+ *   GET    /v1/sandboxes/:id/metrics            → SandboxMetrics
+ *   ANY    /v1/sandboxes/:id/proxy/:port/<path> → raw HTTP proxied to the sandbox's <port> (envd is 49983)
+ */
+import { z } from "zod";
+
+export const ENVD_PORT = 49983;
+
+export const SandboxSpec = z
+  .object({
+    sandboxId: z.string().regex(/^[a-z0-9]{20}$/),
+    executionId: z.string().min(1),
+    template: z.string().min(1).default("base"),
+    vcpu: z.number().int().positive(),
+    memoryMib: z.number().int().min(64),
+    diskMib: z.number().int().min(64),
+    envVars: z.record(z.string(), z.string()).default({}),
+    /** envd's X-Access-Token when the sandbox is secure. */
+    accessToken: z.string().optional(),
+    /** Egress: false = deny all outbound (refined by the network-policy issue). */
+    allowInternetAccess: z.boolean().default(true),
+  })
+  .strict();
+export type SandboxSpec = z.infer<typeof SandboxSpec>;
+
+export const SandboxInit = z
+  .object({
+    envVars: z.record(z.string(), z.string()).optional(),
+    accessToken: z.string().optional(),
+  })
+  .strict();
+export type SandboxInit = z.infer<typeof SandboxInit>;
+
+export const NodeSandboxState = z.enum(["running", "paused", "stopped"]);
+export type NodeSandboxState = z.infer<typeof NodeSandboxState>;
+
+export const SandboxStatus = z.object({
+  sandboxId: z.string(),
+  executionId: z.string(),
+  template: z.string(),
+  state: NodeSandboxState,
+  /** The sandbox's address in the node's slot range. */
+  address: z.string(),
+  vcpu: z.number(),
+  memoryMib: z.number(),
+  diskMib: z.number(),
+  startedAt: z.string(),
+  /** Milliseconds from request to envd healthy, with its parts (for benchmarks). */
+  timings: z.record(z.string(), z.number()).optional(),
+});
+export type SandboxStatus = z.infer<typeof SandboxStatus>;
+
+export const SandboxMetrics = z.object({
+  timestamp: z.string(),
+  cpuCount: z.number(),
+  cpuUsedPct: z.number(),
+  memUsed: z.number(),
+  memTotal: z.number(),
+  memCache: z.number(),
+  diskUsed: z.number(),
+  diskTotal: z.number(),
+});
+export type SandboxMetrics = z.infer<typeof SandboxMetrics>;
+
+export const TemplateInventoryEntry = z.object({
+  templateId: z.string(),
+  rootfsSizeMib: z.number(),
+  environment: z.string(),
+});
+
+export const NodeInventory = z.object({
+  nodeId: z.string(),
+  name: z.string(),
+  runtime: z.string(),
+  capacity: z.object({
+    networkSlots: z.number(),
+    vcpu: z.number(),
+    memoryMib: z.number(),
+    diskMib: z.number(),
+  }),
+  used: z.object({
+    networkSlots: z.number(),
+    vcpu: z.number(),
+    memoryMib: z.number(),
+    diskMib: z.number(),
+    sandboxes: z.number(),
+  }),
+  usableEnvironments: z.array(z.string()),
+  templates: z.array(TemplateInventoryEntry),
+});
+export type NodeInventory = z.infer<typeof NodeInventory>;
+
+export const NodeHealth = z.object({ nodeId: z.string(), status: z.enum(["ok", "degraded"]), detail: z.string().optional() });
+export type NodeHealth = z.infer<typeof NodeHealth>;
+
+export const NodeError = z.object({ code: z.string(), message: z.string() });
