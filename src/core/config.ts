@@ -19,7 +19,13 @@ const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
     .string()
     .regex(/^-?\d+$/, `an integer from ${min} to ${max}`)
     .transform(Number)
-    .pipe(z.number().int().min(min).max(max));
+    .pipe(
+      z
+        .number()
+        .int()
+        .min(min, `an integer from ${min} to ${max}`)
+        .max(max, `an integer from ${min} to ${max}`),
+    );
 const bool = () =>
   z.enum(["true", "false", "1", "0"], { message: "true|false" }).transform((v) => v === "true" || v === "1");
 const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
@@ -52,7 +58,7 @@ const vars = {
   SPACE_CONTROLLER_CLAIM_LIMIT: [int(1, 1000), "16", "operations claimed per tick"],
   SPACE_CONTROLLER_CLAIM_STALE_MS: [int(1000, 86_400_000), "60000", "re-claim an operation whose claimer went silent this long"],
   SPACE_CONTROLLER_METRICS_PORT: [int(0, 65535), "0", "controller metrics port for `space controller` (0 = none)"],
-  SPACE_NODE_DIR: [path(), "", "node state directory; empty = <data dir>/node"],
+  SPACE_NODE_DIR: [z.string(), "", "node state directory; empty = <data dir>/node"],
   SPACE_NODE_NAME: [z.string(), "", "node name; empty = host name"],
   SPACE_NODE_HOST: [z.string().min(1), "127.0.0.1", "node-api listen address"],
   SPACE_NODE_PORT: [int(0, 65535), "3002", "node-api listen port"],

@@ -1,0 +1,21 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { errorCodes, httpStatus, toOperationFailure, SpaceError } from "./errors.ts";
+
+test("every code maps to an HTTP status and an operation failure", () => {
+  for (const code of errorCodes) {
+    assert.ok(httpStatus[code] >= 400, code);
+    assert.ok(toOperationFailure(code).length > 0, code);
+  }
+  assert.equal(httpStatus.invalid_argument, 400);
+  assert.equal(httpStatus.not_found, 404);
+  assert.equal(toOperationFailure("invalid_argument"), "invalid_request");
+  assert.equal(toOperationFailure("failed_precondition"), "conflict");
+});
+
+test("SpaceError.from keeps SpaceErrors and wraps the rest as internal", () => {
+  const e = new SpaceError("not_found", "sandbox x not found");
+  assert.equal(SpaceError.from(e), e);
+  assert.equal(SpaceError.from(new Error("boom")).code, "internal");
+  assert.equal(SpaceError.from({ code: "invalid_argument", message: "bad" }).code, "invalid_argument");
+});
