@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Machine setup for SPACE nodes (idempotent; run as root). Installs the system tools the
+# node agent uses, turns on IPv4 forwarding, builds CRIU 4.1.1 once per machine, mounts
+# the hugetlb v1 controller crun needs on hybrid cgroups, and builds the `base` template
+# tarball once per machine (debootstrap, ~1 min the first time; cached under .tools/).
+#   SPACE_SETUP_SKIP_TEMPLATE=1   skip the base template
+#   SPACE_SETUP_SKIP_CRIU=1       skip the CRIU build
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+started=$(date +%s)
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup.sh: not root; skipping machine setup (only SPACE_RUNTIME=process works without root)" >&2
+  exit 0
+fi
+
+# 1. Debian packages (installed only when missing, so a set-up machine pays nothing).
+PKGS=(runc crun btrfs-progs nftables iproute2 debootstrap postgresql xz-utils ca-certificates
+      build-essential pkg-config libbsd-dev libcap-dev libnet1-dev libnl-3-dev libprotobuf-c-dev
+      libprotobuf-dev protobuf-c-compiler protobuf-compiler python3-protobuf uuid-dev
+      libnftables-dev libgnutls28-dev libaio-dev)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# 2. Kernel knobs: NAT egress for sandboxes needs forwarding (defaults to 0 here).
+sysctl -qw net.ipv4.ip_forward=1
+modprobe btrfs 2>/dev/null || true
+modprobe loop 2>/dev/null || true
+
+# 3. crun refuses "cgroups in hybrid mode" until hugetlb is mounted as v1 at exactly this path.
+if [ "${SPACE_RUNTIME:-runc}" = crun ] && [ -d /sys/fs/cgroup/memory ] && ! mountpoint -q /sys/fs/cgroup/hugetlb; then
+  mkdir -p /sys/fs/cgroup/hugetlb
+  mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb
+fi
+
+# 4. CRIU 4.1.1 (memory checkpoints), cached at .tools/criu/criu.
+if [ "${SPACE_SETUP_SKIP_CRIU:-0}" != 1 ]; then
+  bash "$REPO/scripts/setup/criu.sh" "$REPO"
+fi
+
+# 5. The base template tarball (debootstrap of bookworm), cached at .tools/templates/.
+if [ "${SPACE_SETUP_SKIP_TEMPLATE:-0}" != 1 ]; then
+  (cd "$REPO" && node --import tsx scripts/setup/build-base-template.ts)
+fi
+
+echo "setup: done in $(( $(date +%s) - started )) s"
