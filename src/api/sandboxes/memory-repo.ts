@@ -1,0 +1,103 @@
+/**
+ * In-memory SandboxRepo / TemplateResolver / ApiKeyAuth: a test double with the same
+ * semantics as the store-backed implementation (queries.ts).
+ */
+import { createHash } from "node:crypto";
+import type { SandboxId, TenantId } from "../../core/ids.ts";
+import { decodeCursor, encodeCursor, isAfter } from "./cursor.ts";
+import {
+  isLive,
+  type ApiKeyAuth,
+  type ListPage,
+  type ListQuery,
+  type ResolvedTemplate,
+  type SandboxPatch,
+  type SandboxRecord,
+  type SandboxRepo,
+  type SandboxState,
+  type TemplateResolver,
+} from "./model.ts";
+
+export class MemorySandboxRepo implements SandboxRepo {
+  readonly rows = new Map<string, SandboxRecord>();
+
+  async insert(rec: SandboxRecord) {
+    this.rows.set(rec.id, structuredClone(rec));
+  }
+  async get(tenantId: TenantId, id: SandboxId) {
+    const r = this.rows.get(id);
+    return r && r.tenantId === tenantId ? structuredClone(r) : null;
+  }
+  async getById(id: SandboxId) {
+    const r = this.rows.get(id);
+    return r ? structuredClone(r) : null;
+  }
+  async list(tenantId: TenantId, q: ListQuery): Promise<ListPage> {
+    const cursor = q.cursor ? decodeCursor(q.cursor) : null;
+    const dir = q.order === "asc" ? 1 : -1;
+    const all = [...this.rows.values()]
+      .filter((r) => r.tenantId === tenantId && q.states.includes(r.state))
+      .filter((r) => Object.entries(q.metadata).every(([k, v]) => r.metadata[k] === v))
+      .filter((r) => !q.templateId || r.templateId === q.templateId || r.alias === q.templateId)
+      .filter((r) => !q.startedAfter || r.startedAt > q.startedAfter)
+      .filter((r) => !cursor || isAfter({ createdAtMs: r.createdAt.getTime(), id: r.id }, cursor, q.order))
+      .sort((a, b) => dir * (a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : 1)));
+    const items = all.slice(0, q.limit);
+    const last = items[items.length - 1];
+    return {
+      items: items.map((r) => structuredClone(r)),
+      cursor: all.length > q.limit && last ? encodeCursor({ createdAtMs: last.createdAt.getTime(), id: last.id }) : null,
+    };
+  }
+  async transition(id: SandboxId, from: readonly SandboxState[], to: SandboxState, patch: SandboxPatch = {}) {
+    const r = this.rows.get(id);
+    if (!r || !from.includes(r.state)) return null;
+    Object.assign(r, patch, { state: to });
+    return structuredClone(r);
+  }
+  async update(id: SandboxId, patch: SandboxPatch) {
+    const r = this.rows.get(id);
+    if (!r || !isLive(r.state)) return null;
+    Object.assign(r, patch);
+    return structuredClone(r);
+  }
+  async listExpired(now: Date, limit: number) {
+    return [...this.rows.values()]
+      .filter((r) => (r.state === "running" || r.state === "paused") && r.endAt <= now)
+      .sort((a, b) => a.endAt.getTime() - b.endAt.getTime())
+      .slice(0, limit)
+      .map((r) => structuredClone(r));
+  }
+  async nextEndAt() {
+    let min: Date | null = null;
+    for (const r of this.rows.values()) {
+      if ((r.state === "running" || r.state === "paused") && (!min || r.endAt < min)) min = r.endAt;
+    }
+    return min;
+  }
+  async listRunningSecure() {
+    return [...this.rows.values()].filter((r) => r.state === "running" && r.envdAccessToken).map((r) => structuredClone(r));
+  }
+}
+
+export class MemoryTemplates implements TemplateResolver {
+  constructor(readonly templates: Array<ResolvedTemplate & { tenantId?: TenantId }> = [{ templateId: "base", alias: "base", rootfsSizeMib: null }]) {}
+  async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
+    const t = this.templates.find(
+      (t) => (!t.tenantId || t.tenantId === tenantId) && (t.templateId === idOrAlias || t.alias === idOrAlias),
+    );
+    return t ? { templateId: t.templateId, alias: t.alias === idOrAlias ? t.alias : null, rootfsSizeMib: t.rootfsSizeMib } : null;
+  }
+}
+
+export class MemoryApiKeys implements ApiKeyAuth {
+  readonly #byHash = new Map<string, TenantId>();
+  add(rawKey: string, tenantId: TenantId) {
+    this.#byHash.set(sha256(rawKey), tenantId);
+  }
+  async tenantForApiKey(rawKey: string) {
+    return this.#byHash.get(sha256(rawKey)) ?? null;
+  }
+}
+
+const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");

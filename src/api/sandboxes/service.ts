@@ -1,0 +1,361 @@
+/**
+ * THE sandbox service: one implementation of create/get/list/kill/pause/connect/
+ * timeouts/metrics/network shared by every API surface (ECW now, Native later). Domain
+ * code only: it throws SpaceError and never mentions HTTP.
+ */
+import { EventEmitter } from "node:events";
+import { randomBytes } from "node:crypto";
+import type { Logger } from "../../core/log.ts";
+import { SpaceError, invalid, notFound, unimplemented } from "../../core/errors.ts";
+import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../../core/ids.ts";
+import type { SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
+import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
+import {
+  isLive,
+  type ListPage,
+  type ListQuery,
+  type NetworkPolicy,
+  type OnTimeout,
+  type SandboxRecord,
+  type SandboxRepo,
+  type TemplateResolver,
+} from "./model.ts";
+
+export interface ResourceRequest {
+  vcpu?: number;
+  memoryMib?: number;
+  diskMib?: number;
+}
+
+export interface CreateInput {
+  /** Template id or alias. */
+  template: string;
+  metadata: Record<string, string>;
+  envVars: Record<string, string>;
+  timeoutSec: number;
+  secure: boolean;
+  allowInternetAccess: boolean;
+  network: NetworkPolicy | null;
+  onTimeout: OnTimeout;
+  autoResume: boolean;
+  resources: ResourceRequest;
+}
+
+export interface SandboxDefaults {
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+}
+
+export interface SandboxServiceDeps {
+  repo: SandboxRepo;
+  templates: TemplateResolver;
+  substrate: Substrate;
+  defaults: SandboxDefaults;
+  log: Logger;
+  /** For tests. */
+  now?: () => Date;
+}
+
+export type ConnectResult = { sandbox: SandboxRecord; resumed: boolean };
+
+/** Upper bound of any sandbox lifetime from now (E2B: 24 h for Pro). */
+export const MAX_TIMEOUT_SEC = 24 * 60 * 60;
+
+/**
+ * Events other components react to: `ended(id)` when a sandbox stops serving traffic
+ * (killed, failed, paused, suspended) so the gateway cuts its streams and forgets
+ * its route.
+ */
+export interface SandboxEventMap {
+  ended: [id: SandboxId];
+}
+
+export class SandboxService {
+  readonly events = new EventEmitter<SandboxEventMap>();
+  readonly #repo: SandboxRepo;
+  readonly #templates: TemplateResolver;
+  readonly #substrate: Substrate;
+  readonly #defaults: SandboxDefaults;
+  readonly #log: Logger;
+  readonly #now: () => Date;
+
+  constructor(deps: SandboxServiceDeps) {
+    this.#repo = deps.repo;
+    this.#templates = deps.templates;
+    this.#substrate = deps.substrate;
+    this.#defaults = deps.defaults;
+    this.#log = deps.log;
+    this.#now = deps.now ?? (() => new Date());
+    this.events.setMaxListeners(0);
+  }
+
+  get repo(): SandboxRepo {
+    return this.#repo;
+  }
+  get substrate(): Substrate {
+    return this.#substrate;
+  }
+
+  async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+    const template = await this.#templates.resolve(tenantId, input.template);
+    if (!template) throw notFound(`template '${input.template}' not found`);
+    const vcpu = input.resources.vcpu ?? this.#defaults.vcpu;
+    const memoryMib = input.resources.memoryMib ?? this.#defaults.memoryMib;
+    const diskMib = input.resources.diskMib ?? this.#defaults.diskMib;
+    validateResources({ vcpu, memoryMib, diskMib }, template.rootfsSizeMib, template.templateId);
+    validateTimeout(input.timeoutSec);
+
+    const now = this.#now();
+    const id = newSandboxId();
+    const secure = input.secure;
+    const rec: SandboxRecord = {
+      id,
+      tenantId,
+      templateId: template.templateId,
+      alias: template.alias,
+      state: "creating",
+      nodeId: null,
+      executionId: newExecutionId(),
+      address: null,
+      vcpu,
+      memoryMib,
+      diskMib,
+      metadata: input.metadata,
+      envdAccessToken: secure ? token() : null,
+      trafficAccessToken: secure || input.network?.allowPublicTraffic === false ? token() : null,
+      allowInternetAccess: input.allowInternetAccess,
+      network: input.network,
+      onTimeout: input.onTimeout,
+      autoResume: input.autoResume,
+      createdAt: now,
+      startedAt: now,
+      endAt: new Date(now.getTime() + input.timeoutSec * 1000),
+      reason: null,
+    };
+    await this.#repo.insert(rec);
+
+    let ref: SandboxRef | null = null;
+    try {
+      ref = await this.#substrate.place(
+        { sandboxId: id, templateId: rec.templateId, vcpu, memoryMib, diskMib },
+        signal,
+      );
+      await this.#repo.update(id, { nodeId: ref.nodeId });
+      const spec: SandboxSpec = {
+        sandboxId: id,
+        executionId: rec.executionId!,
+        template: rec.templateId,
+        vcpu,
+        memoryMib,
+        diskMib,
+        envVars: input.envVars,
+        ...(rec.envdAccessToken ? { accessToken: rec.envdAccessToken } : {}),
+        allowInternetAccess: effectiveInternetAccess(rec),
+      };
+      const status = await this.#substrate.start(ref, spec, signal);
+      // The timeout counts from when the sandbox is usable, like E2B's.
+      const startedAt = this.#now();
+      const running = await this.#repo.transition(id, ["creating"], "running", {
+        nodeId: ref.nodeId,
+        address: status.address,
+        startedAt,
+        endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
+      });
+      if (!running) {
+        // Killed while it was being created: the kill found nothing on the node yet.
+        await this.#substrate.kill(ref, AbortSignal.timeout(30_000)).catch((e: unknown) =>
+          this.#log.warn({ err: e, sandboxId: id }, "kill after a create lost to a kill failed"),
+        );
+        throw notFound(`sandbox ${id} was killed while it was being created`);
+      }
+      return running;
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#log.warn({ sandboxId: id, code: err.code, err: e }, "sandbox create failed");
+      if (ref) {
+        await this.#substrate.kill(ref, AbortSignal.timeout(30_000)).catch((k: unknown) =>
+          this.#log.error({ err: k, sandboxId: id }, "cleanup after a failed create could not kill; the node reaper will"),
+        );
+      }
+      await this.#repo.transition(id, ["creating"], "failed", { reason: `${err.code}: ${err.message}` });
+      this.events.emit("ended", id);
+      throw err;
+    }
+  }
+
+  /** A live sandbox of this tenant; killed, failed and others' are not found. */
+  async get(tenantId: TenantId, id: string): Promise<SandboxRecord> {
+    const rec = await this.#repo.get(tenantId, id as SandboxId);
+    if (!rec || !isLive(rec.state)) throw notFound(`sandbox ${id} not found`);
+    return rec;
+  }
+
+  list(tenantId: TenantId, q: ListQuery): Promise<ListPage> {
+    return this.#repo.list(tenantId, q);
+  }
+
+  /** Ends the sandbox. Not found when it is not live (so a second kill is 404). */
+  async kill(tenantId: TenantId, id: string, reason = "killed by request"): Promise<void> {
+    const rec = await this.get(tenantId, id);
+    await this.#killRecord(rec, reason);
+  }
+
+  async #killRecord(rec: SandboxRecord, reason: string): Promise<void> {
+    // Stop routing first so no new stream starts while the node tears it down.
+    this.events.emit("ended", rec.id);
+    if (rec.nodeId) {
+      try {
+        await this.#substrate.kill({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(60_000));
+      } catch (e: unknown) {
+        const err = SpaceError.from(e);
+        if (err.code !== "unavailable" && err.code !== "deadline_exceeded") throw err;
+        // The node is unreachable: record the kill; its reaper ends orphans on return.
+        this.#log.warn({ sandboxId: rec.id, nodeId: rec.nodeId, err: e }, "node unreachable during kill; marked killed");
+        reason = `${reason} (node unreachable at kill time)`;
+      }
+    }
+    const done = await this.#repo.transition(rec.id, ["creating", "running", "paused", "suspended"], "killed", { reason });
+    if (!done) {
+      const now = await this.#repo.getById(rec.id);
+      if (now && isLive(now.state)) throw new SpaceError("aborted", `sandbox ${rec.id} changed state during kill; retry`);
+    }
+  }
+
+  /** E2B `timeout`: the end time becomes now + timeout (may shorten). */
+  async setTimeout(tenantId: TenantId, id: string, timeoutSec: number): Promise<SandboxRecord> {
+    validateTimeout(timeoutSec);
+    const rec = await this.get(tenantId, id);
+    const updated = await this.#repo.update(rec.id, { endAt: new Date(this.#now().getTime() + timeoutSec * 1000) });
+    if (!updated) throw notFound(`sandbox ${id} not found`);
+    return updated;
+  }
+
+  /** E2B `refreshes`: keep alive for at least `durationSec` more; never shortens. */
+  async refresh(tenantId: TenantId, id: string, durationSec: number): Promise<SandboxRecord> {
+    validateTimeout(durationSec);
+    const rec = await this.get(tenantId, id);
+    return this.#extend(rec, durationSec);
+  }
+
+  async #extend(rec: SandboxRecord, sec: number): Promise<SandboxRecord> {
+    const target = new Date(this.#now().getTime() + sec * 1000);
+    if (target <= rec.endAt) return rec;
+    return (await this.#repo.update(rec.id, { endAt: target })) ?? rec;
+  }
+
+  /**
+   * E2B pause = suspend (memory checkpoint + disk snapshot, node freed). Until suspend
+   * lands this refuses clearly; it never falls back to a resident freeze, whose
+   * semantics (memory held on the node, no cross-node restore) differ.
+   */
+  async suspend(tenantId: TenantId, id: string): Promise<never> {
+    const rec = await this.get(tenantId, id);
+    if (rec.state === "paused" || rec.state === "suspended") {
+      throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
+    }
+    throw unimplemented(
+      `suspend is not available yet: sandbox ${id} keeps running (memory checkpoint and restore land with the snapshot issue)`,
+    );
+  }
+
+  /**
+   * E2B connect/resume: running → extend the end time only (resumed=false);
+   * resident-paused → resume on its node (resumed=true); suspended → restore (not yet).
+   */
+  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
+    if (timeoutSec !== undefined) validateTimeout(timeoutSec);
+    const rec = await this.get(tenantId, id);
+    switch (rec.state) {
+      case "running":
+      case "creating":
+        return { sandbox: timeoutSec === undefined ? rec : await this.#extend(rec, timeoutSec), resumed: false };
+      case "paused": {
+        if (!rec.nodeId) throw new SpaceError("internal", `paused sandbox ${id} has no node`);
+        await this.#substrate.resume({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(120_000));
+        const resumed = await this.#repo.transition(rec.id, ["paused"], "running");
+        if (!resumed) throw new SpaceError("aborted", `sandbox ${id} changed state during resume; retry`);
+        return { sandbox: await this.#extend(resumed, timeoutSec ?? 300), resumed: true };
+      }
+      case "suspended":
+        throw unimplemented(`restore is not available yet: sandbox ${id} is suspended and cannot be resumed by this build`);
+      case "killed":
+      case "failed":
+        throw notFound(`sandbox ${id} not found`);
+    }
+  }
+
+  /** Samples from the node; only the current one (no history kept yet). */
+  async metrics(tenantId: TenantId, id: string, range: { start?: Date; end?: Date }): Promise<SandboxMetrics[]> {
+    const rec = await this.get(tenantId, id);
+    if (rec.state !== "running" || !rec.nodeId) return [];
+    const now = this.#now();
+    if (range.end && range.end.getTime() < now.getTime() - 5_000) return [];
+    if (range.start && range.start.getTime() > now.getTime() + 5_000) return [];
+    return [await this.#substrate.metrics({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(10_000))];
+  }
+
+  /**
+   * Replaces the egress policy. Stored now; enforced by the node once it exposes policy
+   * updates (network-policy issue).
+   */
+  async updateNetwork(tenantId: TenantId, id: string, network: NetworkPolicy, allowInternetAccess: boolean | undefined): Promise<SandboxRecord> {
+    const rec = await this.get(tenantId, id);
+    const merged: NetworkPolicy = { ...network };
+    // Public-traffic settings are create-time properties; an egress update keeps them.
+    if (rec.network?.allowPublicTraffic !== undefined) merged.allowPublicTraffic = rec.network.allowPublicTraffic;
+    if (rec.network?.maskRequestHost !== undefined) merged.maskRequestHost = rec.network.maskRequestHost;
+    const updated = await this.#repo.update(rec.id, {
+      network: merged,
+      ...(allowInternetAccess === undefined ? {} : { allowInternetAccess }),
+    });
+    if (!updated) throw notFound(`sandbox ${id} not found`);
+    return updated;
+  }
+
+  /**
+   * Called by the timeout enforcer for a sandbox past its end time. `kill` kills;
+   * `pause` would suspend — until suspend exists the sandbox is killed and the reason
+   * says so (keeping it running forever would leak the node).
+   */
+  async expire(rec: SandboxRecord): Promise<void> {
+    const fresh = await this.#repo.getById(rec.id);
+    if (!fresh || !isLive(fresh.state) || fresh.endAt.getTime() > this.#now().getTime()) return;
+    if (fresh.state === "creating") return; // create owns it; its end time starts at running
+    const reason =
+      fresh.onTimeout === "pause"
+        ? "timeout: onTimeout=pause requested but suspend is not available yet; killed"
+        : "timeout";
+    await this.#killRecord(fresh, reason);
+  }
+}
+
+export function validateResources(r: { vcpu: number; memoryMib: number; diskMib: number }, rootfsSizeMib: number | null, templateId: string): void {
+  for (const [name, v] of [["vcpu", r.vcpu], ["memory_mib", r.memoryMib], ["disk_mib", r.diskMib]] as const) {
+    if (!Number.isInteger(v) || v <= 0) throw invalid(`${name}=${v} must be a positive integer`, { field: name });
+  }
+  if (r.memoryMib < 64) throw invalid(`memory_mib=${r.memoryMib} is below the minimum of 64 MiB`, { field: "memory_mib" });
+  if (rootfsSizeMib !== null && r.diskMib < rootfsSizeMib) {
+    throw invalid(
+      `disk_mib=${r.diskMib} is smaller than the rootfs size ${rootfsSizeMib} MiB of template ${templateId}`,
+      { field: "disk_mib", rootfsSizeMib },
+    );
+  }
+}
+
+export function validateTimeout(sec: number): void {
+  if (!Number.isFinite(sec) || sec < 0 || sec > MAX_TIMEOUT_SEC) {
+    throw invalid(`timeout=${sec} must be between 0 and ${MAX_TIMEOUT_SEC} seconds`, { field: "timeout" });
+  }
+}
+
+/** allow_internet_access=false, or denyOut containing 0.0.0.0/0 with no allowOut, means no egress. */
+export function effectiveInternetAccess(rec: Pick<SandboxRecord, "allowInternetAccess" | "network">): boolean {
+  if (!rec.allowInternetAccess) return false;
+  const deny = rec.network?.denyOut ?? [];
+  const allow = rec.network?.allowOut ?? [];
+  if (deny.includes("0.0.0.0/0") && allow.length === 0) return false;
+  return true;
+}
+
+const token = () => randomBytes(24).toString("base64url");

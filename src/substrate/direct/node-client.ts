@@ -1,0 +1,136 @@
+/**
+ * Typed HTTP client for one node's node-api (src/node/api/contract.ts). Every call
+ * carries the internal token; node errors `{code,message}` come back as SpaceError with
+ * the same code, so a node's `invalid_argument` stays a 400 at the public edge.
+ */
+import { z } from "zod";
+import {
+  NodeError,
+  NodeHealth,
+  NodeInventory,
+  SandboxMetrics,
+  SandboxStatus,
+  type SandboxInit,
+  type SandboxSpec,
+} from "../../node/api/contract.ts";
+import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
+
+export interface NodeClientOptions {
+  /** e.g. http://127.0.0.1:3002 */
+  baseUrl: string;
+  internalToken: string;
+  /** Per-call deadline unless the call says otherwise. */
+  timeoutMs?: number;
+}
+
+export class NodeClient {
+  readonly baseUrl: string;
+  readonly #token: string;
+  readonly #timeoutMs: number;
+
+  constructor(opts: NodeClientOptions) {
+    this.baseUrl = opts.baseUrl.replace(/\/+$/, "");
+    this.#token = opts.internalToken;
+    this.#timeoutMs = opts.timeoutMs ?? 30_000;
+  }
+
+  /** Headers that authenticate the control plane to the node (also used by the gateway). */
+  authHeaders(): Record<string, string> {
+    return { authorization: `Bearer ${this.#token}` };
+  }
+
+  health(signal: AbortSignal) {
+    return this.#call("GET", "/health", undefined, NodeHealth, signal);
+  }
+  inventory(signal: AbortSignal) {
+    return this.#call("GET", "/v1/inventory", undefined, NodeInventory, signal);
+  }
+  /** Resolves after envd is healthy; creation may take long (template pull), so 5 min. */
+  createSandbox(spec: SandboxSpec, signal: AbortSignal) {
+    return this.#call("POST", "/v1/sandboxes", spec, SandboxStatus, signal, 300_000);
+  }
+  getSandbox(id: string, signal: AbortSignal) {
+    return this.#call("GET", `/v1/sandboxes/${enc(id)}`, undefined, SandboxStatus, signal);
+  }
+  listSandboxes(signal: AbortSignal) {
+    return this.#call("GET", "/v1/sandboxes", undefined, z.object({ sandboxes: z.array(SandboxStatus) }), signal);
+  }
+  lifecycle(id: string, verb: "pause" | "resume" | "stop" | "start", signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/${verb}`, {}, SandboxStatus, signal, 120_000);
+  }
+  init(id: string, body: SandboxInit, signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/init`, body, SandboxStatus, signal);
+  }
+  /** Idempotent: 404 from the node counts as done. */
+  async killSandbox(id: string, signal: AbortSignal): Promise<void> {
+    try {
+      await this.#call("DELETE", `/v1/sandboxes/${enc(id)}`, undefined, null, signal, 60_000);
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return;
+      throw e;
+    }
+  }
+  metrics(id: string, signal: AbortSignal) {
+    return this.#call("GET", `/v1/sandboxes/${enc(id)}/metrics`, undefined, SandboxMetrics, signal);
+  }
+  proxyUrl(id: string, port: number): URL {
+    return new URL(`${this.baseUrl}/v1/sandboxes/${enc(id)}/proxy/${port}`);
+  }
+
+  async #call<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    schema: z.ZodType<T> | null,
+    signal: AbortSignal,
+    timeoutMs = this.#timeoutMs,
+  ): Promise<T> {
+    const url = this.baseUrl + path;
+    let res: Response;
+    try {
+      res = await fetch(url, {
+        method,
+        headers: {
+          ...this.authHeaders(),
+          ...(body === undefined ? {} : { "content-type": "application/json" }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
+      });
+    } catch (e) {
+      if (signal.aborted) throw new SpaceError("canceled", `node call ${method} ${path} canceled`, { cause: e });
+      if (e instanceof Error && e.name === "TimeoutError") {
+        throw new SpaceError("deadline_exceeded", `node ${this.baseUrl} did not answer ${method} ${path} within ${timeoutMs} ms`, { cause: e });
+      }
+      throw unavailable(`node ${this.baseUrl} unreachable for ${method} ${path}: ${(e as Error).message}`, e);
+    }
+    const text = await res.text();
+    if (!res.ok) throw toNodeError(res.status, text, `${method} ${path}`);
+    if (schema === null) return undefined as T;
+    let json: unknown;
+    try {
+      json = text ? JSON.parse(text) : undefined;
+    } catch (e) {
+      throw new SpaceError("internal", `node answered ${method} ${path} with non-JSON: ${text.slice(0, 200)}`, { cause: e });
+    }
+    const r = schema.safeParse(json);
+    if (!r.success) throw new SpaceError("internal", `node answered ${method} ${path} with an unexpected body: ${r.error.message.slice(0, 300)}`);
+    return r.data;
+  }
+}
+
+/** A node's error body keeps its code; otherwise the HTTP status decides. */
+export function toNodeError(status: number, text: string, what: string): SpaceError {
+  try {
+    const r = NodeError.safeParse(JSON.parse(text));
+    if (r.success) {
+      const code = (errorCodes as readonly string[]).includes(r.data.code) ? (r.data.code as ErrorCode) : fromHttpStatus(status);
+      return new SpaceError(code, r.data.message);
+    }
+  } catch {
+    /* not JSON */
+  }
+  return new SpaceError(fromHttpStatus(status), `node ${what} failed with HTTP ${status}: ${text.slice(0, 300)}`);
+}
+
+const enc = encodeURIComponent;

@@ -1,0 +1,50 @@
+/**
+ * The one seam the API and the controller use to place, run and observe sandboxes.
+ * `direct/` places on registered nodes itself and calls node-api; a Kubernetes
+ * implementation maps `place` to creating a Pod (kube-scheduler decides the node) and
+ * `start` to waiting (by watch) for the pod's IP and readiness.
+ *
+ * Every verb takes an AbortSignal; `kill` is idempotent (absent = ok).
+ */
+import type { SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+
+export type { SandboxMetrics, SandboxSpec, SandboxStatus };
+
+/** Where a sandbox lives once placed. Opaque beyond `nodeId` to callers. */
+export interface SandboxRef {
+  sandboxId: string;
+  nodeId: string;
+}
+
+export interface PlacementRequest {
+  sandboxId: string;
+  templateId: string;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+}
+
+/** How the gateway reaches a port of a sandbox: a base URL and headers to add. */
+export interface ProxyTarget {
+  /** e.g. http://10.0.0.5:3002/v1/sandboxes/<id>/proxy/49983 (no trailing slash). */
+  baseUrl: URL;
+  headers: Record<string, string>;
+}
+
+export interface Substrate {
+  /** Chooses where the sandbox runs (no side effect on the node yet for direct). */
+  place(req: PlacementRequest, signal: AbortSignal): Promise<SandboxRef>;
+  /** Starts it there; resolves once envd answers. Errors keep their SpaceError code. */
+  start(ref: SandboxRef, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus>;
+  /** Freezes in memory (resident pause). */
+  pause(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus>;
+  resume(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus>;
+  stop(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus>;
+  /** Ends it and frees its node resources. Absent = ok. */
+  kill(ref: SandboxRef, signal: AbortSignal): Promise<void>;
+  /** What the node sees now; null when the node does not know the sandbox. */
+  observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null>;
+  metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics>;
+  /** Where the gateway forwards traffic for `port` of this sandbox. */
+  proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget>;
+}
