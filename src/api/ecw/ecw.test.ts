@@ -1,0 +1,213 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import Fastify from "fastify";
+import { pino } from "pino";
+import { registerEcwRoutes } from "./routes.ts";
+import { SandboxService } from "../sandboxes/service.ts";
+import { MemoryApiKeys, MemorySandboxRepo, MemoryTemplates } from "../sandboxes/memory-repo.ts";
+import { FakeSubstrate } from "../../substrate/fake-substrate.ts";
+import { SpaceError } from "../../core/errors.ts";
+import type { TenantId } from "../../core/ids.ts";
+import { decodeMetadataFilter } from "./list-filters.ts";
+
+async function setup() {
+  const log = pino({ level: "silent" });
+  const repo = new MemorySandboxRepo();
+  const substrate = new FakeSubstrate();
+  const templates = new MemoryTemplates([
+    { templateId: "base", alias: "base", rootfsSizeMib: 451 },
+    { templateId: "tpl123", alias: "py", rootfsSizeMib: null },
+  ]);
+  const keys = new MemoryApiKeys();
+  keys.add("key-a", "tn_a" as TenantId);
+  keys.add("key-b", "tn_b" as TenantId);
+  const sandboxes = new SandboxService({ repo, templates, substrate, defaults: { vcpu: 2, memoryMib: 1024, diskMib: 2048 }, log });
+  const app = Fastify();
+  await registerEcwRoutes(app, { sandboxes, apiKeys: keys, sandboxDomain: null, log });
+  const call = (method: string, url: string, body?: unknown, key = "key-a") =>
+    app.inject({ method: method as "GET", url, headers: { "x-api-key": key, ...(body !== undefined ? { "content-type": "application/json" } : {}) }, ...(body !== undefined ? { payload: JSON.stringify(body) } : {}) });
+  return { app, repo, substrate, sandboxes, call };
+}
+
+test("create v2 returns a Sandbox with tokens; get returns SandboxDetail", async () => {
+  const { call } = await setup();
+  const r = await call("POST", "/v2/sandboxes", { templateID: "base", metadata: { k: "v w" }, timeout: 120 });
+  assert.equal(r.statusCode, 201, r.body);
+  const sb = r.json();
+  assert.match(sb.sandboxID, /^[a-z0-9]{20}$/);
+  assert.equal(sb.templateID, "base");
+  assert.equal(sb.envdVersion, "0.6.13");
+  assert.ok(sb.envdAccessToken);
+  assert.equal(typeof sb.clientID, "string");
+  const d = (await call("GET", `/sandboxes/${sb.sandboxID}`)).json();
+  assert.equal(d.state, "running");
+  assert.deepEqual(d.metadata, { k: "v w" });
+  assert.equal(d.cpuCount, 2);
+  assert.equal(d.memoryMB, 1024);
+  const ms = new Date(d.endAt).getTime() - new Date(d.startedAt).getTime();
+  assert.ok(Math.abs(ms - 120_000) < 2000, `timeout ${ms}`);
+  assert.deepEqual(d.lifecycle, { onTimeout: "kill", autoResume: false });
+});
+
+test("v1 create defaults: timeout 15 s, insecure unless asked", async () => {
+  const { call } = await setup();
+  const sb = (await call("POST", "/sandboxes", { templateID: "py" })).json();
+  assert.equal(sb.envdAccessToken, undefined);
+  assert.equal(sb.alias, "py");
+  assert.equal(sb.templateID, "tpl123");
+  const d = (await call("GET", `/sandboxes/${sb.sandboxID}`)).json();
+  const ms = new Date(d.endAt).getTime() - new Date(d.startedAt).getTime();
+  assert.ok(Math.abs(ms - 15_000) < 2000);
+});
+
+test("auth: missing or wrong key is 401 with the SDK's body", async () => {
+  const { app } = await setup();
+  for (const headers of [{}, { "x-api-key": "nope" }]) {
+    const r = await app.inject({ method: "GET", url: "/v2/sandboxes", headers });
+    assert.equal(r.statusCode, 401);
+    assert.deepEqual(r.json(), { code: 401, message: "Invalid API key" });
+  }
+});
+
+test("tenant isolation: another tenant's sandbox is 404 everywhere", async () => {
+  const { call } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  for (const [m, u, b] of [
+    ["GET", `/sandboxes/${sb.sandboxID}`],
+    ["DELETE", `/sandboxes/${sb.sandboxID}`],
+    ["POST", `/sandboxes/${sb.sandboxID}/timeout`, { timeout: 5 }],
+    ["POST", `/v2/sandboxes/${sb.sandboxID}/connect`, {}],
+  ] as const) {
+    const r = await call(m, u, b, "key-b");
+    assert.equal(r.statusCode, 404, `${m} ${u}`);
+    assert.equal(r.json().code, 404);
+  }
+  assert.equal((await call("GET", "/v2/sandboxes", undefined, "key-b")).json().length, 0);
+});
+
+test("disk below the template rootfs is 400 naming both sizes, before the node is called", async () => {
+  const { call, substrate } = await setup();
+  const r = await call("POST", "/v2/sandboxes", { metadata: { "space.resources": JSON.stringify({ disk_mib: 300 }) } });
+  assert.equal(r.statusCode, 400);
+  assert.match(r.json().message, /disk_mib=300.*451 MiB/);
+  assert.equal(substrate.calls.length, 0);
+  for (const bad of [{ vcpu: 0 }, { memory_mib: -1 }, { vcpu: 1.5 }]) {
+    const r2 = await call("POST", "/v2/sandboxes", { metadata: { "space.resources": JSON.stringify(bad) } });
+    assert.equal(r2.statusCode, 400, JSON.stringify(bad));
+  }
+});
+
+test("a node's invalid_argument becomes 400 with its message; the row ends failed and the node is cleaned", async () => {
+  const { call, substrate, repo } = await setup();
+  substrate.failNextStart = new SpaceError("invalid_argument", "rootfs_size_mb=300 is smaller than cloned rootfs size 451 MiB");
+  const r = await call("POST", "/v2/sandboxes", { templateID: "py" });
+  assert.equal(r.statusCode, 400);
+  assert.deepEqual(r.json(), { code: 400, message: "rootfs_size_mb=300 is smaller than cloned rootfs size 451 MiB" });
+  const rows = [...repo.rows.values()];
+  assert.equal(rows.length, 1);
+  assert.equal(rows[0]!.state, "failed");
+  assert.ok(substrate.calls.some((c) => c.startsWith("kill ")));
+});
+
+test("kill: 204, then 404 with JSON code", async () => {
+  const { call, substrate } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  assert.equal((await call("DELETE", `/sandboxes/${sb.sandboxID}`)).statusCode, 204);
+  assert.equal(substrate.running.size, 0);
+  const r = await call("DELETE", `/sandboxes/${sb.sandboxID}`);
+  assert.equal(r.statusCode, 404);
+  assert.equal(r.json().code, 404);
+  const c = await call("POST", `/v2/sandboxes/${sb.sandboxID}/connect`, { timeout: 10 });
+  assert.equal(c.statusCode, 404);
+  const u = await call("DELETE", `/sandboxes/aaaaaaaaaaaaaaaaaaaa`);
+  assert.deepEqual(u.statusCode, 404);
+});
+
+test("pause answers a clear 501, never a fake success; fork/snapshots too", async () => {
+  const { call } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  const r = await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {});
+  assert.equal(r.statusCode, 501);
+  assert.match(r.json().message, /^suspend is not available yet: /);
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/fork`, {})).statusCode, 501);
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/snapshots`, {})).statusCode, 501);
+  assert.equal((await call("POST", `/sandboxes/aaaaaaaaaaaaaaaaaaaa/fork`, {})).statusCode, 404);
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "running");
+});
+
+test("connect: 200 when running, timeout only extended", async () => {
+  const { call } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", { timeout: 600 })).json();
+  const before = (await call("GET", `/sandboxes/${sb.sandboxID}`)).json().endAt;
+  const r = await call("POST", `/v2/sandboxes/${sb.sandboxID}/connect`, { timeout: 10 });
+  assert.equal(r.statusCode, 200);
+  assert.equal(r.json().sandboxID, sb.sandboxID);
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().endAt, before);
+  await call("POST", `/sandboxes/${sb.sandboxID}/connect`, { timeout: 3600 });
+  assert.ok((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().endAt > before);
+  // setTimeout may shorten
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/timeout`, { timeout: 5 })).statusCode, 204);
+  const d = (await call("GET", `/sandboxes/${sb.sandboxID}`)).json();
+  assert.ok(new Date(d.endAt).getTime() - Date.now() < 6000);
+  // refresh never shortens
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/refreshes`, { duration: 1 })).statusCode, 204);
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().endAt, d.endAt);
+});
+
+test("list: pagination never skips or repeats while sandboxes come and go; filters", async () => {
+  const { call } = await setup();
+  const ids: string[] = [];
+  for (let i = 0; i < 7; i++) ids.push((await call("POST", "/v2/sandboxes", { metadata: { "a b": i % 2 ? "c&d" : "x", n: String(i) } })).json().sandboxID);
+  const seen: string[] = [];
+  let token: string | undefined;
+  let page = 0;
+  do {
+    const r = await call("GET", `/v2/sandboxes?limit=2${token ? `&nextToken=${encodeURIComponent(token)}` : ""}`);
+    assert.equal(r.statusCode, 200);
+    seen.push(...r.json().map((s: { sandboxID: string }) => s.sandboxID));
+    token = r.headers["x-next-token"] as string | undefined;
+    if (page === 0) {
+      // churn: a new one (newer than the cursor: not in this desc walk) and a kill of a seen one
+      await call("POST", "/v2/sandboxes", {});
+      await call("DELETE", `/sandboxes/${seen[0]}`);
+    }
+    page++;
+  } while (token);
+  assert.equal(new Set(seen).size, seen.length, "no repeats");
+  assert.deepEqual([...seen].sort(), [...ids].sort());
+  // triple-encoded metadata filter, as the SDK sends it
+  const inner = new URLSearchParams({ [encodeURIComponent("a b")]: encodeURIComponent("c&d") }).toString();
+  const r = await call("GET", `/v2/sandboxes?metadata=${encodeURIComponent(inner)}`);
+  assert.deepEqual(r.json().map((s: { sandboxID: string }) => s.sandboxID).sort(), [ids[1], ids[3], ids[5]].sort());
+  assert.equal((await call("GET", "/v2/sandboxes?state=paused")).json().length, 0);
+  assert.equal((await call("GET", "/v2/sandboxes?state=bogus")).statusCode, 400);
+  assert.equal((await call("GET", "/v2/sandboxes?limit=0")).statusCode, 400);
+  assert.equal((await call("GET", "/v2/sandboxes?limit=101")).statusCode, 400);
+});
+
+test("metadata filter decoding", () => {
+  assert.deepEqual(decodeMetadataFilter("a%2520b=c%2526d"), { "a b": "c&d" });
+  assert.deepEqual(decodeMetadataFilter("k=v&x=y"), { k: "v", x: "y" });
+});
+
+test("metrics and logs have the SDK's shapes", async () => {
+  const { call } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  const m = (await call("GET", `/sandboxes/${sb.sandboxID}/metrics`)).json();
+  assert.equal(m.length, 1);
+  assert.equal(typeof m[0].timestampUnix, "number");
+  assert.equal(m[0].cpuCount, 2);
+  const past = Math.floor(Date.now() / 1000) - 3600;
+  assert.deepEqual((await call("GET", `/sandboxes/${sb.sandboxID}/metrics?start=${past - 60}&end=${past}`)).json(), []);
+  assert.deepEqual((await call("GET", `/v2/sandboxes/${sb.sandboxID}/logs`)).json(), { logs: [] });
+  const net = await call("PUT", `/sandboxes/${sb.sandboxID}/network`, { denyOut: ["0.0.0.0/0"], allowOut: ["1.1.1.1"] });
+  assert.equal(net.statusCode, 204);
+  assert.deepEqual((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().network.denyOut, ["0.0.0.0/0"]);
+});
+
+test("empty JSON body with a JSON content type is accepted", async () => {
+  const { app, call } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  const r = await app.inject({ method: "POST", url: `/sandboxes/${sb.sandboxID}/connect`, headers: { "x-api-key": "key-a", "content-type": "application/json" }, payload: "" });
+  assert.equal(r.statusCode, 200);
+});

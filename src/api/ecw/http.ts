@@ -1,0 +1,77 @@
+/**
+ * ECW edge helpers: body/query validation with zod, the error body the SDK reads
+ * (`{"code":<status>,"message"}`), and API-key authentication to a tenant.
+ */
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { z } from "zod";
+import { SpaceError, httpStatus, invalid } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import type { TenantId } from "../../core/ids.ts";
+import type { ApiKeyAuth } from "../sandboxes/model.ts";
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** Set by the ECW auth hook. */
+    ecwTenant?: TenantId;
+  }
+}
+
+/** Parses `value` or throws invalid_argument naming the field and the offending value. */
+export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
+  const r = schema.safeParse(value ?? {});
+  if (r.success) return r.data;
+  const issue = r.error.issues[0];
+  const path = issue?.path.length ? issue.path.join(".") : where;
+  let got = "";
+  if (issue?.path.length && value && typeof value === "object") {
+    let v: unknown = value;
+    for (const k of issue.path) v = v && typeof v === "object" ? (v as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
+    if (v !== undefined) got = ` (got ${JSON.stringify(v)?.slice(0, 100)})`;
+  }
+  throw invalid(`invalid ${where}: ${path}: ${issue?.message ?? "invalid"}${got}`, { field: path });
+}
+
+export function tenantOf(req: FastifyRequest): TenantId {
+  if (!req.ecwTenant) throw new SpaceError("unauthenticated", "Invalid API key");
+  return req.ecwTenant;
+}
+
+export function sendEcwError(reply: FastifyReply, status: number, message: string) {
+  return reply.code(status).type("application/json").send({ code: status, message });
+}
+
+/** Installs, in an encapsulated scope: tolerant JSON parsing, auth, the ECW error body. */
+export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Logger): void {
+  // The SDK sends chunked JSON, sometimes empty bodies with a JSON content type.
+  scope.removeContentTypeParser("application/json");
+  scope.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
+    const text = typeof body === "string" ? body : body.toString("utf8");
+    if (text.trim() === "") return done(null, {});
+    try {
+      done(null, JSON.parse(text));
+    } catch (e) {
+      done(invalid(`request body is not valid JSON: ${(e as Error).message}`) as unknown as Error, undefined);
+    }
+  });
+
+  scope.addHook("onRequest", async (req, reply) => {
+    const raw = req.headers["x-api-key"];
+    const key = Array.isArray(raw) ? raw[0] : raw;
+    const tenant = key ? await auth.tenantForApiKey(key) : null;
+    if (!tenant) return sendEcwError(reply, 401, "Invalid API key");
+    req.ecwTenant = tenant;
+  });
+
+  scope.setErrorHandler((error: FastifyError | SpaceError | Error, req, reply) => {
+    if (error instanceof SpaceError) {
+      const status = httpStatus[error.code];
+      if (status >= 500) log.error({ err: error, url: req.url }, "ECW request failed");
+      else req.log.debug({ code: error.code, msg: error.message }, "ECW request refused");
+      return sendEcwError(reply, status, error.message);
+    }
+    const status = (error as FastifyError).statusCode;
+    if (typeof status === "number" && status >= 400 && status < 500) return sendEcwError(reply, status, error.message);
+    log.error({ err: error, url: req.url }, "ECW request failed unexpectedly");
+    return sendEcwError(reply, 500, "internal error; see the server log");
+  });
+}

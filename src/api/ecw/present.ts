@@ -1,0 +1,86 @@
+/** SandboxRecord → the ECW JSON shapes the SDK reads (e2b-wire.md §2). */
+import type { SandboxMetrics } from "../../node/api/contract.ts";
+import type { SandboxRecord, SandboxState } from "../sandboxes/model.ts";
+import { assertNever } from "../../core/errors.ts";
+
+/** Any value >= 0.6.4 unlocks every SDK feature; < 0.1.0 makes the SDK kill the sandbox. */
+export const ENVD_VERSION = "0.6.13";
+/** `clientID` is required by the SDK and meaningless here. */
+const CLIENT_ID = "space";
+
+export interface PresentOptions {
+  /** SPACE_SANDBOX_DOMAIN, or null (the SDK then relies on sandboxUrl). */
+  domain: string | null;
+}
+
+/** ECW knows `running` and `paused`; a suspended sandbox is E2B-paused. */
+export function toEcwState(s: SandboxState): "running" | "paused" {
+  switch (s) {
+    case "creating":
+    case "running":
+    case "killed":
+    case "failed":
+      return "running";
+    case "paused":
+    case "suspended":
+      return "paused";
+    default:
+      return assertNever(s);
+  }
+}
+
+export function toSandbox(r: SandboxRecord, o: PresentOptions) {
+  return {
+    sandboxID: r.id,
+    templateID: r.templateId,
+    clientID: CLIENT_ID,
+    envdVersion: ENVD_VERSION,
+    ...(r.envdAccessToken ? { envdAccessToken: r.envdAccessToken } : {}),
+    trafficAccessToken: r.trafficAccessToken,
+    domain: o.domain,
+    ...(r.alias ? { alias: r.alias } : {}),
+  };
+}
+
+export function toListedSandbox(r: SandboxRecord) {
+  return {
+    sandboxID: r.id,
+    templateID: r.templateId,
+    ...(r.alias ? { alias: r.alias } : {}),
+    clientID: CLIENT_ID,
+    cpuCount: r.vcpu,
+    memoryMB: r.memoryMib,
+    diskSizeMB: r.diskMib,
+    startedAt: r.startedAt.toISOString(),
+    endAt: r.endAt.toISOString(),
+    state: toEcwState(r.state),
+    envdVersion: ENVD_VERSION,
+    metadata: r.metadata,
+    volumeMounts: [] as unknown[],
+  };
+}
+
+export function toSandboxDetail(r: SandboxRecord, o: PresentOptions) {
+  return {
+    ...toListedSandbox(r),
+    allowInternetAccess: r.allowInternetAccess,
+    domain: o.domain,
+    ...(r.network ? { network: r.network } : {}),
+    lifecycle: { onTimeout: r.onTimeout, autoResume: r.autoResume },
+  };
+}
+
+export function toSandboxMetric(m: SandboxMetrics) {
+  const t = new Date(m.timestamp);
+  return {
+    timestamp: t.toISOString(),
+    timestampUnix: Math.floor(t.getTime() / 1000),
+    cpuCount: m.cpuCount,
+    cpuUsedPct: m.cpuUsedPct,
+    memUsed: m.memUsed,
+    memTotal: m.memTotal,
+    memCache: m.memCache,
+    diskUsed: m.diskUsed,
+    diskTotal: m.diskTotal,
+  };
+}

@@ -1,0 +1,33 @@
+/**
+ * The E2B-compatible control-plane REST surface ("ECW", e2b-wire.md §2), registered in
+ * its own Fastify scope (its own error body, JSON parser and X-API-KEY auth).
+ */
+import type { FastifyInstance } from "fastify";
+import type { Logger } from "../../core/log.ts";
+import type { ApiKeyAuth } from "../sandboxes/model.ts";
+import type { SandboxService } from "../sandboxes/service.ts";
+import { installEcwEdge } from "./http.ts";
+import { registerSandboxCreate } from "./sandbox-create.ts";
+import { registerSandboxLifecycle } from "./sandbox-lifecycle.ts";
+import { registerSandboxNetwork } from "./sandbox-network.ts";
+import { registerSandboxRead } from "./sandbox-read.ts";
+import { registerSandboxSnapshots } from "./sandbox-snapshots.ts";
+
+export interface EcwDeps {
+  sandboxes: SandboxService;
+  apiKeys: ApiKeyAuth;
+  /** SPACE_SANDBOX_DOMAIN ("" → null): returned as `domain`, used by getHost(). */
+  sandboxDomain: string | null;
+  log: Logger;
+}
+
+export async function registerEcwRoutes(app: FastifyInstance, deps: EcwDeps): Promise<void> {
+  await app.register(async (scope) => {
+    installEcwEdge(scope, deps.apiKeys, deps.log);
+    registerSandboxCreate(scope, deps);
+    registerSandboxRead(scope, deps);
+    registerSandboxLifecycle(scope, deps);
+    registerSandboxNetwork(scope, deps);
+    registerSandboxSnapshots(scope, deps);
+  });
+}

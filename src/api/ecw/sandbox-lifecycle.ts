@@ -1,0 +1,45 @@
+/** kill, timeout, refreshes, pause (= suspend), connect/resume (v1, v2, legacy /resume). */
+import type { FastifyInstance } from "fastify";
+import { parse, tenantOf } from "./http.ts";
+import { toSandbox } from "./present.ts";
+import { ConnectBody, IdParams, PauseBody, RefreshBody, TimeoutBody } from "./schemas.ts";
+import type { EcwDeps } from "./routes.ts";
+
+export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
+  const { sandboxes } = deps;
+
+  app.delete("/sandboxes/:sandboxID", async (req, reply) => {
+    const { sandboxID } = parse(IdParams, req.params, "path");
+    await sandboxes.kill(tenantOf(req), sandboxID);
+    return reply.code(204).send();
+  });
+
+  app.post("/sandboxes/:sandboxID/timeout", async (req, reply) => {
+    const { sandboxID } = parse(IdParams, req.params, "path");
+    const body = parse(TimeoutBody, req.body, "timeout body");
+    await sandboxes.setTimeout(tenantOf(req), sandboxID, body.timeout);
+    return reply.code(204).send();
+  });
+
+  app.post("/sandboxes/:sandboxID/refreshes", async (req, reply) => {
+    const { sandboxID } = parse(IdParams, req.params, "path");
+    const body = parse(RefreshBody, req.body, "refresh body");
+    await sandboxes.refresh(tenantOf(req), sandboxID, body.duration ?? 60);
+    return reply.code(204).send();
+  });
+
+  app.post("/sandboxes/:sandboxID/pause", async (req) => {
+    const { sandboxID } = parse(IdParams, req.params, "path");
+    parse(PauseBody, req.body, "pause body");
+    return sandboxes.suspend(tenantOf(req), sandboxID);
+  });
+
+  for (const path of ["/sandboxes/:sandboxID/connect", "/v2/sandboxes/:sandboxID/connect", "/sandboxes/:sandboxID/resume"]) {
+    app.post(path, async (req, reply) => {
+      const { sandboxID } = parse(IdParams, req.params, "path");
+      const body = parse(ConnectBody, req.body, "connect body");
+      const r = await sandboxes.connect(tenantOf(req), sandboxID, body.timeout);
+      return reply.code(r.resumed ? 201 : 200).send(toSandbox(r.sandbox, { domain: deps.sandboxDomain }));
+    });
+  }
+}
