@@ -1,0 +1,173 @@
+/**
+ * `GET /files` and `POST /files` (e2b-wire.md §3): raw bytes down (gzip on request),
+ * multipart or octet-stream up (gzip accepted), parents created, files owned by the
+ * requesting user, `X-Metadata-*` kept as file metadata.
+ */
+import { createReadStream, createWriteStream, type WriteStream } from "node:fs";
+import { chown, stat, lstat } from "node:fs/promises";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { basename } from "node:path";
+import { pipeline } from "node:stream/promises";
+import { createGunzip, createGzip } from "node:zlib";
+import type { Readable } from "node:stream";
+import { SpaceError } from "../../core/errors.ts";
+import { basicAuthUser, tokenMatches, verifySignature, type SignOp } from "../auth.ts";
+import { requestUser, type Envd } from "../context.ts";
+import { resolveUserPath } from "../paths.ts";
+import type { User } from "../users.ts";
+import { ensureParentOwned } from "../filesystem/ownership.ts";
+import { boundaryOf, parseMultipart } from "./multipart.ts";
+import { sendError, sendJson } from "./respond.ts";
+
+interface FileQuery {
+  path: string | undefined;
+  user: User;
+}
+
+/** Access token or a signed URL; then the user from `username` / Basic auth / default. */
+function authorize(envd: Envd, req: IncomingMessage, url: URL, op: SignOp): FileQuery {
+  const token = envd.state.accessToken;
+  const pathQ = url.searchParams.get("path") ?? undefined;
+  const usernameQ = url.searchParams.get("username") ?? undefined;
+  if (token !== undefined && !tokenMatches(token, req.headers["x-access-token"] as string | undefined)) {
+    verifySignature(
+      {
+        path: pathQ ?? "",
+        op,
+        user: usernameQ ?? "",
+        signature: url.searchParams.get("signature"),
+        expiration: url.searchParams.get("signature_expiration"),
+      },
+      token,
+    );
+  }
+  const user = requestUser(envd, usernameQ || basicAuthUser(req.headers.authorization));
+  return { path: pathQ, user };
+}
+
+export async function getFile(envd: Envd, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+  try {
+    const q = authorize(envd, req, url, "read");
+    if (!q.path) throw new SpaceError("invalid_argument", "the path query parameter is required");
+    const path = resolveUserPath(q.path, q.user);
+    let st;
+    try {
+      st = await stat(path);
+    } catch {
+      throw new SpaceError("not_found", `path '${path}' does not exist`);
+    }
+    if (st.isDirectory()) throw new SpaceError("invalid_argument", `path '${path}' is a directory`);
+    const gzip = /\bgzip\b/i.test(String(req.headers["accept-encoding"] ?? ""));
+    const headers: Record<string, string | number> = {
+      "content-type": "application/octet-stream",
+      "content-disposition": `attachment; filename*=UTF-8''${encodeURIComponent(basename(path))}`,
+    };
+    if (gzip) {
+      headers["content-encoding"] = "gzip";
+      headers["vary"] = "Accept-Encoding";
+    } else headers["content-length"] = st.size;
+    const src = createReadStream(path, { highWaterMark: 1024 * 1024 });
+    await new Promise<void>((resolve, reject) => {
+      src.once("open", () => resolve());
+      src.once("error", reject);
+    });
+    res.writeHead(200, headers);
+    if (req.method === "HEAD") {
+      src.destroy();
+      res.end();
+      return;
+    }
+    if (gzip) await pipeline(src, createGzip({ level: 1 }), res);
+    else await pipeline(src, res);
+  } catch (e: unknown) {
+    if (!res.headersSent) sendError(res, e);
+    else res.destroy();
+  }
+}
+
+function metadataHeaders(req: IncomingMessage): Record<string, string> | undefined {
+  let out: Record<string, string> | undefined;
+  for (const [k, v] of Object.entries(req.headers)) {
+    if (!k.startsWith("x-metadata-") || v === undefined) continue;
+    out ??= {};
+    out[k.slice("x-metadata-".length).toLowerCase()] = Array.isArray(v) ? v.join(",") : v;
+  }
+  return out;
+}
+
+async function openTarget(path: string, user: User): Promise<WriteStream> {
+  const existing = await lstat(path).catch(() => undefined);
+  if (existing?.isDirectory()) throw new SpaceError("invalid_argument", `path '${path}' is a directory`);
+  await ensureParentOwned(path, user);
+  const ws = createWriteStream(path, { flags: "w", mode: 0o644, highWaterMark: 1024 * 1024 });
+  await new Promise<void>((resolve, reject) => {
+    ws.once("open", () => resolve());
+    ws.once("error", reject);
+  });
+  return ws;
+}
+
+async function finishTarget(envd: Envd, path: string, user: User, meta: Record<string, string> | undefined) {
+  if (user.uid !== 0) await chown(path, user.uid, user.gid);
+  if (meta) envd.metadata.set(await stat(path), meta);
+  return { path, name: basename(path), type: "file" as const };
+}
+
+export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+  try {
+    const q = authorize(envd, req, url, "write");
+    const meta = metadataHeaders(req);
+    const encoding = String(req.headers["content-encoding"] ?? "").toLowerCase();
+    let body: Readable = req;
+    if (encoding === "gzip" || encoding === "x-gzip") body = req.pipe(createGunzip());
+    else if (encoding && encoding !== "identity") {
+      throw new SpaceError("invalid_argument", `unsupported content-encoding ${JSON.stringify(encoding)}`);
+    }
+    const contentType = String(req.headers["content-type"] ?? "");
+    const written: { path: string; name: string; type: "file" }[] = [];
+    if (/^multipart\/form-data/i.test(contentType)) {
+      const boundary = boundaryOf(contentType);
+      if (!boundary) throw new SpaceError("invalid_argument", "multipart body without a boundary");
+      let usedQueryPath = false;
+      await parseMultipart(body, boundary, async (part) => {
+        if (part.name !== "file") return undefined;
+        let target = part.filename;
+        if (q.path && !usedQueryPath) {
+          target = q.path;
+          usedQueryPath = true;
+        }
+        if (!target) throw new SpaceError("invalid_argument", "a file part needs a filename (the target path) or a path query");
+        const path = resolveUserPath(target, q.user);
+        const ws = await openTarget(path, q.user);
+        return {
+          write: (chunk) =>
+            new Promise<void>((resolve, reject) => {
+              if (ws.write(chunk)) return resolve();
+              const onErr = (e: Error) => reject(e);
+              ws.once("error", onErr);
+              ws.once("drain", () => {
+                ws.off("error", onErr);
+                resolve();
+              });
+            }),
+          end: async () => {
+            await new Promise<void>((resolve, reject) => {
+              ws.once("error", reject);
+              ws.end(() => resolve());
+            });
+            written.push(await finishTarget(envd, path, q.user, meta));
+          },
+        };
+      });
+    } else {
+      if (!q.path) throw new SpaceError("invalid_argument", "the path query parameter is required for a raw upload");
+      const path = resolveUserPath(q.path, q.user);
+      const ws = await openTarget(path, q.user);
+      await pipeline(body, ws);
+      written.push(await finishTarget(envd, path, q.user, meta));
+    }
+    sendJson(res, 200, written);
+  } catch (e: unknown) {
+    sendError(res, e);
+  }
+}

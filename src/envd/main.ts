@@ -1,0 +1,62 @@
+/**
+ * envd entry: parse flags, build dependencies, listen. Runs as the sandbox's PID 1:
+ * SIGTERM/SIGINT end child processes and exit; orphans re-parented to PID 1 are reaped
+ * by `reaper.ts` (see there for the trade-off).
+ */
+import { ENVD_VERSION, parseConfig } from "./config.ts";
+import { EnvdState } from "./state.ts";
+import { Users } from "./users.ts";
+import { ProcessManager } from "./process/manager.ts";
+import { MetadataStore } from "./filesystem/metadata.ts";
+import { Watchers } from "./filesystem/watchers.ts";
+import { createEnvdServer } from "./server.ts";
+import type { Envd } from "./context.ts";
+import { startReaper } from "./reaper.ts";
+
+function log(msg: string, fields?: Record<string, unknown>): void {
+  process.stderr.write(JSON.stringify({ t: new Date().toISOString(), svc: "envd", msg, ...fields }) + "\n");
+}
+
+function main(): void {
+  const cfg = parseConfig(process.argv.slice(2), process.env);
+  const processes = new ProcessManager();
+  const watchers = new Watchers();
+  const envd: Envd = {
+    state: new EnvdState(cfg),
+    users: new Users(),
+    processes,
+    metadata: new MetadataStore(cfg.metadataDir),
+    watchers,
+    log,
+  };
+  const server = createEnvdServer(envd);
+  server.listen(cfg.port, cfg.host, () => {
+    const addr = server.address();
+    const port = typeof addr === "object" && addr ? addr.port : cfg.port;
+    log("listening", { version: ENVD_VERSION, host: cfg.host, port, pid: process.pid });
+  });
+  if (process.pid === 1) startReaper(log);
+
+  let stopping = false;
+  const stop = (sig: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    log("stopping", { signal: sig });
+    processes.killAll("SIGTERM");
+    watchers.closeAll();
+    server.close();
+    server.closeAllConnections();
+    setTimeout(() => {
+      processes.killAll("SIGKILL");
+      process.exit(0);
+    }, 2000).unref();
+    setTimeout(() => process.exit(0), 100).unref();
+  };
+  process.on("SIGTERM", () => stop("SIGTERM"));
+  process.on("SIGINT", () => stop("SIGINT"));
+  // A broken client socket must never take the sandbox's PID 1 down.
+  process.on("uncaughtException", (e) => log("uncaught exception", { error: String(e?.stack ?? e) }));
+  process.on("unhandledRejection", (e) => log("unhandled rejection", { error: String(e) }));
+}
+
+main();

@@ -1,0 +1,14 @@
+import { isAbsolute, resolve } from "node:path";
+import type { User } from "./users.ts";
+
+/**
+ * Resolves a client path for `user`: `~` and `~/x` expand to the home, relative paths
+ * resolve against it, `..` is normalised. envd's root is the sandbox's root, so the
+ * result never leaves the sandbox.
+ */
+export function resolveUserPath(p: string, user: User): string {
+  if (p === "" || p === "~") return resolve(user.home);
+  if (p.startsWith("~/")) return resolve(user.home, p.slice(2));
+  if (isAbsolute(p)) return resolve(p);
+  return resolve(user.home, p);
+}

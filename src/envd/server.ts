@@ -1,0 +1,95 @@
+/**
+ * envd's one HTTP port: Connect RPC (process.Process, filesystem.Filesystem; Connect
+ * protocol, JSON and binary) plus plain routes (/health, /files, /envs, /metrics, /init).
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Process } from "../gen/process/process_pb.ts";
+import { Filesystem } from "../gen/filesystem/filesystem_pb.ts";
+import { UNAUTHORIZED_MESSAGE, tokenMatches } from "./auth.ts";
+import type { Envd } from "./context.ts";
+import { toConnectError } from "./errors.ts";
+import { processService } from "./process/service.ts";
+import { filesystemService } from "./filesystem/service.ts";
+import { getFile, postFile } from "./http/files.ts";
+import { getEnvs, getMetrics, postInit } from "./http/system.ts";
+import { sendJson } from "./http/respond.ts";
+
+async function* mapStreamErrors<T>(it: AsyncIterable<T>): AsyncIterable<T> {
+  try {
+    yield* it;
+  } catch (e: unknown) {
+    throw toConnectError(e);
+  }
+}
+
+export function createEnvdHandler(envd: Envd): (req: IncomingMessage, res: ServerResponse) => void {
+  const auth: Interceptor = (next) => async (req) => {
+    if (!tokenMatches(envd.state.accessToken, req.header.get("x-access-token"))) {
+      throw new ConnectError(UNAUTHORIZED_MESSAGE, Code.Unauthenticated);
+    }
+    try {
+      const res = await next(req);
+      if (res.stream) return { ...res, message: mapStreamErrors(res.message) };
+      return res;
+    } catch (e: unknown) {
+      throw toConnectError(e);
+    }
+  };
+  const rpc = connectNodeAdapter({
+    routes: (router: ConnectRouter) => {
+      router.service(Process, processService(envd));
+      router.service(Filesystem, filesystemService(envd));
+    },
+    interceptors: [auth],
+    jsonOptions: { ignoreUnknownFields: true },
+    grpc: false,
+    grpcWeb: false,
+  });
+
+  return (req, res) => {
+    const url = new URL(req.url ?? "/", "http://envd");
+    const p = url.pathname;
+    if (p.startsWith("/process.Process/") || p.startsWith("/filesystem.Filesystem/")) {
+      rpc(req, res);
+      return;
+    }
+    if (p === "/health" && (req.method === "GET" || req.method === "HEAD")) {
+      res.writeHead(204);
+      res.end();
+      return;
+    }
+    if (p === "/files" && (req.method === "GET" || req.method === "HEAD")) {
+      void getFile(envd, req, res, url);
+      return;
+    }
+    if (p === "/files" && req.method === "POST") {
+      void postFile(envd, req, res, url);
+      return;
+    }
+    if (!tokenMatches(envd.state.accessToken, req.headers["x-access-token"] as string | undefined)) {
+      sendJson(res, 401, { code: 401, message: UNAUTHORIZED_MESSAGE });
+      return;
+    }
+    if (p === "/envs" && req.method === "GET") return getEnvs(envd, res);
+    if (p === "/metrics" && req.method === "GET") {
+      void getMetrics(envd, res);
+      return;
+    }
+    if (p === "/init" && req.method === "POST") {
+      void postInit(envd, req, res);
+      return;
+    }
+    sendJson(res, 404, { code: 404, message: `no route ${req.method} ${p}` });
+  };
+}
+
+export function createEnvdServer(envd: Envd): Server {
+  const server = createServer(createEnvdHandler(envd));
+  // Streams and uploads may run for a long time: no request timeout.
+  server.requestTimeout = 0;
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  return server;
+}
