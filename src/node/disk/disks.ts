@@ -1,0 +1,147 @@
+/**
+ * Sandbox disks on the node cache: a template is a read-only subvolume; a sandbox's disk
+ * is a writable snapshot of it (copy-on-write, milliseconds) whose qgroup limits the
+ * referenced bytes to `disk_mib`, so writing past it fails inside the sandbox (EDQUOT).
+ */
+import { readdir, readFile, rename, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { exec } from "../../core/exec.ts";
+import { invalid, notFound, SpaceError } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import * as btrfs from "./btrfs.ts";
+import { exists, freeMib, type NodeCache } from "./node-cache.ts";
+
+export interface TemplateInfo {
+  name: string;
+  /** Referenced size of the template's rootfs: the least `disk_mib` that can hold it. */
+  rootfsSizeMib: number;
+  importedAt: string;
+  source: string;
+}
+
+const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+export class Disks {
+  readonly cache: NodeCache;
+  private readonly reserveMib: number;
+  private readonly logger: Logger;
+  private readonly templates = new Map<string, TemplateInfo>();
+
+  constructor(cache: NodeCache, o: { reserveMib: number; logger: Logger }) {
+    this.cache = cache;
+    this.reserveMib = o.reserveMib;
+    this.logger = o.logger;
+  }
+
+  templatePath(name: string): string {
+    return join(this.cache.templatesDir, name);
+  }
+  sandboxPath(id: string): string {
+    return join(this.cache.sandboxesDir, id);
+  }
+
+  async templateInfo(name: string): Promise<TemplateInfo | undefined> {
+    const known = this.templates.get(name);
+    if (known) return known;
+    if (!NAME.test(name)) return undefined;
+    const info = await readFile(join(this.cache.templatesDir, `${name}.json`), "utf8")
+      .then((t) => JSON.parse(t) as TemplateInfo)
+      .catch(() => undefined);
+    if (info && (await exists(this.templatePath(name)))) {
+      this.templates.set(name, info);
+      return info;
+    }
+    return undefined;
+  }
+
+  async listTemplates(): Promise<TemplateInfo[]> {
+    const names = (await readdir(this.cache.templatesDir)).filter((f) => f.endsWith(".json")).map((f) => f.slice(0, -5));
+    const out: TemplateInfo[] = [];
+    for (const n of names) {
+      const t = await this.templateInfo(n);
+      if (t) out.push(t);
+    }
+    return out;
+  }
+
+  /** Imports a rootfs tarball as the read-only template subvolume `name` (exists = ok). */
+  async ensureTemplateFromTar(name: string, tarPath: string, signal: AbortSignal): Promise<TemplateInfo> {
+    const have = await this.templateInfo(name);
+    if (have) return have;
+    if (!NAME.test(name)) throw invalid(`template name ${JSON.stringify(name)} is not valid`);
+    const started = Date.now();
+    const tmp = join(this.cache.templatesDir, `.import-${name}-${process.pid}`);
+    await btrfs.subvolumeDelete(tmp, signal);
+    await btrfs.subvolumeCreate(tmp, signal);
+    try {
+      await exec("tar", ["--numeric-owner", "--xattrs", "--acls", "-xpf", tarPath, "-C", tmp], { timeoutMs: 10 * 60_000, signal });
+      await btrfs.sync(this.cache.mountPath, signal);
+      const usage = await btrfs.qgroupUsage(tmp, signal);
+      const rootfsSizeMib = Math.ceil((usage?.referencedBytes ?? 0) / 1048576);
+      await btrfs.setReadonly(tmp, signal);
+      await rename(tmp, this.templatePath(name));
+      const info: TemplateInfo = { name, rootfsSizeMib, importedAt: new Date().toISOString(), source: tarPath };
+      await writeFile(join(this.cache.templatesDir, `${name}.json`), JSON.stringify(info, null, 2));
+      this.templates.set(name, info);
+      this.logger.info({ template: name, rootfsSizeMib, ms: Date.now() - started }, "template imported into the node cache");
+      return info;
+    } catch (e) {
+      await btrfs.subvolumeDelete(tmp).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /**
+   * Refuses at once (no disk work) a disk smaller than the template's rootfs, naming both
+   * sizes, and a disk the node cannot hold while keeping its reservation.
+   */
+  async admit(template: string, diskMib: number): Promise<TemplateInfo> {
+    const t = await this.templateInfo(template);
+    if (!t) throw notFound(`template ${template} is not in this node's cache`);
+    if (diskMib < t.rootfsSizeMib) {
+      throw invalid(`rootfs_size_mb=${diskMib} is smaller than cloned rootfs size ${t.rootfsSizeMib} MiB`, {
+        field: "diskMib",
+        diskMib,
+        rootfsSizeMib: t.rootfsSizeMib,
+      });
+    }
+    // Thin provisioning: a snapshot costs nothing until written, so admission checks that the
+    // new disk's headroom fits in what is free beyond the reservation, not the sum of limits.
+    const { freeMib: free } = await freeMib(this.cache);
+    const headroom = diskMib - t.rootfsSizeMib;
+    if (free - this.reserveMib < headroom) {
+      throw new SpaceError(
+        "resource_exhausted",
+        `node disk is full: ${free} MiB free, ${this.reserveMib} MiB reserved, a ${diskMib} MiB disk may need ${headroom} MiB more`,
+      );
+    }
+    return t;
+  }
+
+  /** Snapshot of the template with a qgroup limit of diskMib (exists = ok). */
+  async ensureSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<string> {
+    const path = this.sandboxPath(id);
+    if (await exists(path)) return path;
+    await btrfs.snapshot(this.templatePath(template), path, signal);
+    try {
+      await btrfs.qgroupLimit(path, diskMib, signal);
+    } catch (e) {
+      await btrfs.subvolumeDelete(path).catch(() => undefined);
+      throw e;
+    }
+    return path;
+  }
+
+  /** Absent = ok. */
+  async releaseSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
+    await btrfs.subvolumeDelete(this.sandboxPath(id), signal);
+  }
+
+  async usage(id: string, signal: AbortSignal): Promise<btrfs.QgroupUsage | undefined> {
+    return btrfs.qgroupUsage(this.sandboxPath(id), signal).catch(() => undefined);
+  }
+
+  async listSandboxDisks(): Promise<string[]> {
+    return (await readdir(this.cache.sandboxesDir).catch(() => [] as string[])).filter((n) => !n.startsWith("."));
+  }
+}

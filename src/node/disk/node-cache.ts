@@ -1,0 +1,123 @@
+/**
+ * The node cache: one btrfs filesystem holding template subvolumes and sandbox disks.
+ * Either an existing btrfs mount (SPACE_NODE_BTRFS_PATH) or a sparse loop image under the
+ * node dir, reformatted on each machine boot (a marker under /run records the boot id, so
+ * it is formatted once per boot) and mounted nosuid,noatime with quotas enabled.
+ */
+import { createHash } from "node:crypto";
+import { mkdir, open, readFile, stat, statfs, writeFile } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { exec } from "../../core/exec.ts";
+import { SpaceError } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import { quotaEnable } from "./btrfs.ts";
+
+export interface NodeCache {
+  /** Mount point of the btrfs filesystem. */
+  mountPath: string;
+  templatesDir: string;
+  sandboxesDir: string;
+  /** The loop image, when the node owns one. */
+  imagePath?: string;
+  /** True when this call formatted the filesystem (templates must be imported again). */
+  formatted: boolean;
+}
+
+export interface NodeCacheOptions {
+  nodeDir: string;
+  /** Existing btrfs mount; empty = loop image. */
+  btrfsPath: string;
+  imageGib: number;
+  logger: Logger;
+  signal: AbortSignal;
+  /** Where boot markers live (tmpfs: gone on reboot). */
+  runDir?: string;
+}
+
+export async function readBootId(): Promise<string> {
+  return (await readFile("/proc/sys/kernel/random/boot_id", "utf8")).trim();
+}
+
+export async function isMountpoint(path: string): Promise<boolean> {
+  const abs = resolve(path);
+  const info = await readFile("/proc/self/mountinfo", "utf8");
+  return info.split("\n").some((l) => l.split(" ")[4] === abs);
+}
+
+async function fsType(path: string): Promise<string> {
+  const r = await exec("stat", ["-f", "-c", "%T", path], { timeoutMs: 10_000 });
+  return r.stdout.trim();
+}
+
+export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
+  if (o.btrfsPath) {
+    const mnt = resolve(o.btrfsPath);
+    if ((await fsType(mnt).catch(() => "")) !== "btrfs") {
+      throw new SpaceError("failed_precondition", `SPACE_NODE_BTRFS_PATH=${o.btrfsPath} is not a btrfs filesystem`);
+    }
+    await quotaEnable(mnt, o.signal);
+    return layout(mnt, false);
+  }
+  const imagePath = resolve(join(o.nodeDir, "cache.img"));
+  const mnt = resolve(join(o.nodeDir, "cache"));
+  const runDir = o.runDir ?? "/run/space";
+  const marker = join(runDir, `node-cache-${createHash("sha256").update(imagePath).digest("hex").slice(0, 16)}.boot`);
+  const bootId = await readBootId();
+  const mounted = await isMountpoint(mnt);
+  const markerBoot = await readFile(marker, "utf8").then((s) => s.trim()).catch(() => "");
+  if (mounted && markerBoot === bootId) return layout(mnt, false, imagePath);
+
+  // First use in this boot: (re)format. Nothing on it survives a reboot anyway (containers
+  // and network namespaces are gone), and a fresh filesystem never carries corruption or
+  // leaked subvolumes from before.
+  if (mounted) await exec("umount", [mnt], { timeoutMs: 60_000, signal: o.signal });
+  await mkdir(dirname(imagePath), { recursive: true });
+  await mkdir(mnt, { recursive: true });
+  const started = Date.now();
+  const fh = await open(imagePath, "w");
+  try {
+    await fh.truncate(o.imageGib * 1024 * 1024 * 1024); // sparse
+  } finally {
+    await fh.close();
+  }
+  await exec("mkfs.btrfs", ["-f", "-q", imagePath], { timeoutMs: 120_000, signal: o.signal });
+  await exec("mount", ["-o", "loop,nosuid,nodev,noatime", imagePath, mnt], { timeoutMs: 60_000, signal: o.signal });
+  await quotaEnable(mnt, o.signal);
+  await mkdir(runDir, { recursive: true });
+  await writeFile(marker, `${bootId}\n`);
+  o.logger.info({ imagePath, mnt, gib: o.imageGib, ms: Date.now() - started }, "node cache formatted (first use in this boot)");
+  return layout(mnt, true, imagePath);
+}
+
+async function layout(mnt: string, formatted: boolean, imagePath?: string): Promise<NodeCache> {
+  const templatesDir = join(mnt, "templates");
+  const sandboxesDir = join(mnt, "sandboxes");
+  await mkdir(templatesDir, { recursive: true });
+  await mkdir(sandboxesDir, { recursive: true });
+  return { mountPath: mnt, templatesDir, sandboxesDir, imagePath, formatted };
+}
+
+/** Unmounts a loop-image cache (tests; `space node` leaves it mounted across restarts). */
+export async function unmountNodeCache(cache: NodeCache, signal?: AbortSignal): Promise<void> {
+  if (!cache.imagePath) return;
+  if (await isMountpoint(cache.mountPath)) await exec("umount", [cache.mountPath], { timeoutMs: 60_000, signal });
+}
+
+/** Free MiB for admission: the cache filesystem, and for a sparse image also its host filesystem. */
+export async function freeMib(cache: NodeCache): Promise<{ freeMib: number; totalMib: number }> {
+  const s = await statfs(cache.mountPath);
+  let free = (s.bavail * s.bsize) / 1048576;
+  const total = (s.blocks * s.bsize) / 1048576;
+  if (cache.imagePath) {
+    const h = await statfs(dirname(cache.imagePath));
+    free = Math.min(free, (h.bavail * h.bsize) / 1048576);
+  }
+  return { freeMib: Math.floor(free), totalMib: Math.floor(total) };
+}
+
+export async function exists(p: string): Promise<boolean> {
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
+}

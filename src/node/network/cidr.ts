@@ -1,0 +1,38 @@
+/** IPv4 helpers for the slot range (pure, unit-tested). */
+export function ipToInt(ip: string): number {
+  const p = ip.split(".").map(Number);
+  if (p.length !== 4 || p.some((x) => !Number.isInteger(x) || x < 0 || x > 255)) throw new Error(`not an IPv4 address: ${ip}`);
+  return ((p[0]! << 24) | (p[1]! << 16) | (p[2]! << 8) | p[3]!) >>> 0;
+}
+export function intToIp(n: number): string {
+  return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".");
+}
+export interface SlotRange {
+  cidr: string;
+  prefix: number;
+  network: string;
+  gateway: string;
+  /** Address of slot `index` (0-based). */
+  address(index: number): string;
+  /** How many slots the range can hold (network, gateway and broadcast excluded). */
+  size: number;
+}
+export function parseSlotRange(cidr: string): SlotRange {
+  const [ip, bits] = cidr.split("/");
+  const prefix = Number(bits);
+  if (!Number.isInteger(prefix) || prefix < 8 || prefix > 29) throw new Error(`slot range ${cidr}: prefix must be /8 to /29`);
+  const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
+  const net = (ipToInt(ip!) & mask) >>> 0;
+  const size = 2 ** (32 - prefix) - 3;
+  return {
+    cidr: `${intToIp(net)}/${prefix}`,
+    prefix,
+    network: intToIp(net),
+    gateway: intToIp(net + 1),
+    size,
+    address(index: number) {
+      if (index < 0 || index >= size) throw new Error(`slot ${index} outside ${cidr}`);
+      return intToIp(net + 2 + index);
+    },
+  };
+}

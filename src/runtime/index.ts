@@ -1,0 +1,21 @@
+import type { Logger } from "../core/log.ts";
+import { OciRuntime } from "./oci/oci-runtime.ts";
+import { ProcessRuntime } from "./process/process-runtime.ts";
+import type { Runtime, RuntimeKind } from "./runtime.ts";
+
+export type { Runtime, RuntimeKind, RunSpec, RuntimeState, RuntimeStatus } from "./runtime.ts";
+export { OciRuntime } from "./oci/oci-runtime.ts";
+export { ProcessRuntime } from "./process/process-runtime.ts";
+
+export interface CreateRuntimeOptions {
+  kind: RuntimeKind;
+  stateDir: string;
+  bundlesDir: string;
+  criuPath?: string;
+  logger: Logger;
+}
+
+export function createRuntime(o: CreateRuntimeOptions): Runtime {
+  if (o.kind === "process") return new ProcessRuntime(o.logger);
+  return new OciRuntime({ kind: o.kind, stateDir: o.stateDir, bundlesDir: o.bundlesDir, criuPath: o.criuPath, logger: o.logger });
+}

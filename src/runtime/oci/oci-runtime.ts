@@ -1,0 +1,244 @@
+/**
+ * OCI runtime adapter: runc (default; checkpoints through CRIU) or crun. Every container
+ * is named after its sandbox id, lives under one `--root` state dir, and has its cgroup
+ * at `space/<id>` so a startup sweep can reclaim orphans.
+ */
+import { mkdir, open, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { exec, ExecError, spawnDaemon } from "../../core/exec.ts";
+import { internal, notFound, SpaceError, unavailable } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import type { Runtime, RunSpec, RuntimeState, RuntimeStatus } from "../runtime.ts";
+import { buildOciSpec, sandboxCapabilities } from "./spec.ts";
+
+export interface OciRuntimeOptions {
+  kind: "runc" | "crun";
+  /** Runtime state dir (`--root`); on tmpfs, because containers never survive a reboot. */
+  stateDir: string;
+  /** Where bundles (config.json, logs) live: `<bundlesDir>/<id>`. */
+  bundlesDir: string;
+  /** Parent cgroup of every sandbox (v1: under each controller). */
+  cgroupParent?: string;
+  /** CRIU binary for checkpoints (runc only). */
+  criuPath?: string;
+  logger: Logger;
+}
+
+const CMD_TIMEOUT_MS = 30_000;
+
+export class OciRuntime implements Runtime {
+  readonly kind: "runc" | "crun";
+  private readonly o: OciRuntimeOptions;
+  private readonly cgroupParent: string;
+  private versionCache: string | undefined;
+
+  constructor(o: OciRuntimeOptions) {
+    this.o = o;
+    this.kind = o.kind;
+    this.cgroupParent = o.cgroupParent ?? "space";
+  }
+
+  private bin(): string {
+    return this.kind;
+  }
+  private base(): string[] {
+    return ["--root", this.o.stateDir];
+  }
+  bundleDir(id: string): string {
+    return join(this.o.bundlesDir, id);
+  }
+
+  async version(signal: AbortSignal): Promise<string> {
+    if (!this.versionCache) {
+      const r = await exec(this.bin(), ["--version"], { timeoutMs: 10_000, signal });
+      this.versionCache = r.stdout.split("\n")[0]!.replace(/^\S+ version /, "").trim();
+    }
+    return this.versionCache;
+  }
+
+  async prepare(spec: RunSpec, _signal: AbortSignal): Promise<string> {
+    const dir = this.bundleDir(spec.id);
+    await mkdir(dir, { recursive: true });
+    const config = buildOciSpec(spec, { cgroupsPath: `${this.cgroupParent}/${spec.id}` });
+    await writeFile(join(dir, "config.json"), JSON.stringify(config));
+    await writeFile(join(dir, "log-path"), spec.logPath);
+    return dir;
+  }
+
+  async start(id: string, signal: AbortSignal): Promise<void> {
+    const dir = this.bundleDir(id);
+    const logPath = (await readFile(join(dir, "log-path"), "utf8").catch(() => join(dir, "init.log"))).trim();
+    await mkdir(this.o.stateDir, { recursive: true });
+    // `run -d` hands its own stdio to the container's init: give it /dev/null and a log file
+    // the node keeps (never pipes, which would tie the init's lifetime to ours, and never
+    // deleted files, which CRIU cannot dump).
+    const log = await open(logPath, "a");
+    const devnull = await open("/dev/null", "r");
+    try {
+      const child = spawnDaemon(this.bin(), [...this.base(), "run", "-d", "--bundle", dir, id], {
+        stdio: [devnull.fd, log.fd, log.fd],
+        cwd: dir,
+      });
+      const code = await waitChild(child, CMD_TIMEOUT_MS, signal);
+      if (code !== 0) {
+        const tail = (await readFile(logPath, "utf8").catch(() => "")).slice(-2000);
+        throw internal(`${this.kind} run ${id} exited ${code}: ${tail.trim()}`);
+      }
+    } finally {
+      await log.close();
+      await devnull.close();
+    }
+  }
+
+  async pause(id: string, signal: AbortSignal): Promise<void> {
+    await this.run(["pause", id], signal, id);
+  }
+  async resume(id: string, signal: AbortSignal): Promise<void> {
+    await this.run(["resume", id], signal, id);
+  }
+
+  async stop(id: string, graceMs: number, signal: AbortSignal): Promise<void> {
+    const st = await this.state(id, signal);
+    if (!st) return;
+    if (st.status === "paused") await this.run(["resume", id], signal, id).catch(() => undefined);
+    if (st.status === "running" || st.status === "paused") {
+      await exec(this.bin(), [...this.base(), "kill", id, "TERM"], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+      const deadline = Date.now() + graceMs;
+      while (Date.now() < deadline) {
+        const s = await this.state(id, signal);
+        if (!s || s.status === "stopped") break;
+        await sleep(20);
+      }
+    }
+    await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+  }
+
+  async delete(id: string, signal: AbortSignal): Promise<void> {
+    const r = await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+    if (r.exitCode !== 0 && !/does not exist|not found|no such file/i.test(r.stderr)) {
+      // A frozen or wedged container: thaw, kill, retry once.
+      await exec(this.bin(), [...this.base(), "resume", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+      await exec(this.bin(), [...this.base(), "kill", "--all", id, "KILL"], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+      const again = await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+      if (again.exitCode !== 0 && !/does not exist|not found/i.test(again.stderr)) throw internal(`${this.kind} delete ${id}: ${again.stderr.trim()}`);
+    }
+    await rm(this.bundleDir(id), { recursive: true, force: true });
+    await this.removeCgroups(id);
+  }
+
+  /** runc removes a container's cgroups on delete; a crash between create and delete may leave empty dirs. */
+  private async removeCgroups(id: string): Promise<void> {
+    for (const dir of Object.values(this.cgroupDirs(id))) {
+      await rmdir(dir).catch(() => undefined);
+    }
+  }
+
+  async state(id: string, signal: AbortSignal): Promise<RuntimeState | null> {
+    const r = await exec(this.bin(), [...this.base(), "state", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+    if (r.exitCode !== 0) return null;
+    const j = JSON.parse(r.stdout) as { id: string; status: string; pid: number };
+    return { id: j.id, status: toStatus(j.status), pid: j.pid };
+  }
+
+  async list(signal: AbortSignal): Promise<RuntimeState[]> {
+    const r = await exec(this.bin(), [...this.base(), "list", "--format", "json"], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+    if (r.exitCode !== 0) return [];
+    const arr = (JSON.parse(r.stdout || "null") ?? []) as { id: string; status: string; pid: number }[];
+    return arr.map((j) => ({ id: j.id, status: toStatus(j.status), pid: j.pid }));
+  }
+
+  cgroupDirs(id: string): Record<string, string> {
+    const rel = `${this.cgroupParent}/${id}`;
+    return {
+      memory: `/sys/fs/cgroup/memory/${rel}`,
+      cpu: `/sys/fs/cgroup/cpu/${rel}`,
+      cpuacct: `/sys/fs/cgroup/cpuacct/${rel}`,
+      pids: `/sys/fs/cgroup/pids/${rel}`,
+      freezer: `/sys/fs/cgroup/freezer/${rel}`,
+      cpuset: `/sys/fs/cgroup/cpuset/${rel}`,
+      devices: `/sys/fs/cgroup/devices/${rel}`,
+      blkio: `/sys/fs/cgroup/blkio/${rel}`,
+      systemd: `/sys/fs/cgroup/systemd/${rel}`,
+      unified: `/sys/fs/cgroup/unified/${rel}`,
+    };
+  }
+
+  async execIn(
+    id: string,
+    argv: string[],
+    opts: { timeoutMs?: number; user?: string; signal?: AbortSignal } = {},
+  ): Promise<{ exitCode: number | null; stdout: string; stderr: string }> {
+    const uid = opts.user === "root" || opts.user === undefined ? 0 : 1000;
+    // An unprivileged exec gets no capabilities at all (as envd gives a `user` process).
+    const caps = uid === 0 ? [...sandboxCapabilities] : [];
+    const processJson = {
+      terminal: false,
+      user: { uid, gid: uid, additionalGids: [] },
+      args: argv,
+      env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", `HOME=${uid === 0 ? "/root" : "/home/user"}`],
+      cwd: uid === 0 ? "/" : "/home/user",
+      capabilities: { bounding: [...sandboxCapabilities], effective: caps, permitted: caps, inheritable: [], ambient: [] },
+      noNewPrivileges: false,
+    };
+    const pfile = join(this.bundleDir(id), `exec-${process.pid}-${Math.random().toString(36).slice(2)}.json`);
+    await writeFile(pfile, JSON.stringify(processJson));
+    try {
+      const r = await exec(this.bin(), [...this.base(), "exec", "--process", pfile, id], {
+        timeoutMs: opts.timeoutMs ?? 30_000,
+        signal: opts.signal,
+        allowFailure: true,
+      });
+      return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr };
+    } catch (e) {
+      if (e instanceof ExecError) return { exitCode: e.result.exitCode, stdout: e.result.stdout, stderr: e.result.stderr + (e.result.timedOut ? "\n(timed out)" : "") };
+      throw e;
+    } finally {
+      await rm(pfile, { force: true });
+    }
+  }
+
+  private async run(args: string[], signal: AbortSignal, id: string): Promise<void> {
+    const r = await exec(this.bin(), [...this.base(), ...args], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+    if (r.exitCode === 0) return;
+    if (/does not exist|not found/i.test(r.stderr)) throw notFound(`sandbox ${id} is not running on this node`);
+    if (/not (running|paused)|container not running|already paused/i.test(r.stderr)) {
+      throw new SpaceError("failed_precondition", `${args[0]} ${id}: ${r.stderr.trim()}`);
+    }
+    throw unavailable(`${this.kind} ${args[0]} ${id}: ${r.stderr.trim()}`);
+  }
+}
+
+function toStatus(s: string): RuntimeStatus {
+  switch (s) {
+    case "creating":
+    case "created":
+    case "running":
+    case "paused":
+    case "stopped":
+      return s;
+    default:
+      return "stopped";
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function waitChild(child: ReturnType<typeof spawnDaemon>, timeoutMs: number, signal: AbortSignal): Promise<number | null> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(unavailable(`runtime start timed out after ${timeoutMs} ms`));
+    }, timeoutMs);
+    const onAbort = () => child.kill("SIGKILL");
+    signal.addEventListener("abort", onAbort, { once: true });
+    child.on("error", (e) => {
+      clearTimeout(timer);
+      reject(internal(`cannot start the runtime: ${e.message}`, e));
+    });
+    child.on("exit", (code) => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", onAbort);
+      resolve(code);
+    });
+  });
+}
