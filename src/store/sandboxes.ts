@@ -1,0 +1,393 @@
+/**
+ * Sandboxes: desired state + generation. Only `transitionSandbox` changes `state`; it
+ * checks the `transitions` table, then updates conditionally (`state = ANY(from)`, and
+ * `generation = expected` when given) and bumps `generation`. Zero rows → failed_precondition.
+ */
+import { SpaceError } from "../core/errors.ts";
+import { newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
+import type { Queryable } from "./db.ts";
+import { columns, decodeCursor, encodeCursor, isUniqueViolation, json, pageLimit, setClause } from "./sql.ts";
+
+export const sandboxStates = [
+  /** Admitted; being placed and started. */
+  "creating",
+  /** Running on a node. */
+  "running",
+  /** Being frozen in memory (cgroup freezer). */
+  "pausing",
+  /** Frozen in memory, still resident on its node. */
+  "paused",
+  /** Memory checkpoint + disk snapshot being taken; the node will be freed. */
+  "suspending",
+  /** Checkpointed; no node holds it. ECW `pause` ends here. */
+  "suspended",
+  /** Being restored (from suspended) or started again (from stopped). */
+  "resuming",
+  /** Processes ending; the rootfs is kept. */
+  "stopping",
+  /** Processes ended, rootfs kept; `start` boots it again. */
+  "stopped",
+  /** Being killed; data reclaimed after grace. */
+  "killing",
+  /** Ended for good. Terminal. */
+  "killed",
+  /** A step failed; only kill leaves it. */
+  "failed",
+] as const;
+export type SandboxState = (typeof sandboxStates)[number];
+
+/** Allowed moves. Every mutation of `state` goes through this table. */
+export const transitions = {
+  creating: ["running", "failed", "killing"],
+  running: ["pausing", "paused", "suspending", "stopping", "killing", "failed"],
+  pausing: ["paused", "running", "failed", "killing"],
+  paused: ["running", "suspending", "killing", "failed"],
+  suspending: ["suspended", "running", "failed", "killing"],
+  suspended: ["resuming", "killing"],
+  resuming: ["running", "suspended", "stopped", "failed", "killing"],
+  stopping: ["stopped", "failed", "killing"],
+  stopped: ["resuming", "killing"],
+  killing: ["killed", "failed"],
+  killed: [],
+  failed: ["killing", "killed"],
+} as const satisfies Record<SandboxState, readonly SandboxState[]>;
+
+export const terminalStates: readonly SandboxState[] = ["killed"];
+/** States in which a sandbox holds a node (counts against capacity). */
+export const residentStates: readonly SandboxState[] = ["creating", "running", "pausing", "paused", "suspending", "resuming", "stopping", "killing"];
+
+export function canTransition(from: SandboxState, to: SandboxState): boolean {
+  return (transitions[from] as readonly SandboxState[]).includes(to);
+}
+
+export interface SandboxLifecycle {
+  onTimeout: "kill" | "pause";
+  autoResume: boolean;
+}
+
+export interface Sandbox {
+  id: SandboxId;
+  /** Insertion order, for stable pagination. */
+  seq: number;
+  tenantId: TenantId;
+  templateId: string | null;
+  buildId: string | null;
+  alias: string | null;
+  state: SandboxState;
+  generation: number;
+  nodeId: NodeId | null;
+  address: string | null;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+  metadata: Record<string, string>;
+  /** Secrets: never log. */
+  envVars: Record<string, string>;
+  envdAccessToken: string | null;
+  trafficAccessToken: string | null;
+  secure: boolean;
+  allowInternetAccess: boolean;
+  network: Record<string, unknown>;
+  lifecycle: SandboxLifecycle;
+  failureCode: string | null;
+  failureMessage: string | null;
+  startedAt: Date | null;
+  endAt: Date | null;
+  createdAt: Date;
+  updatedAt: Date;
+  killedAt: Date | null;
+}
+
+const COLUMN_NAMES = [
+  "id", "seq", "tenant_id", "template_id", "build_id", "alias", "state", "generation", "node_id", "address",
+  "vcpu", "memory_mib", "disk_mib", "metadata", "env_vars", "envd_access_token", "traffic_access_token",
+  "secure", "allow_internet_access", "network", "lifecycle", "failure_code", "failure_message",
+  "started_at", "end_at", "created_at", "updated_at", "killed_at",
+] as const;
+const COLS = columns(COLUMN_NAMES);
+
+export interface NewSandbox {
+  id?: SandboxId;
+  tenantId: TenantId;
+  templateId?: string | null;
+  buildId?: string | null;
+  alias?: string | null;
+  state?: SandboxState;
+  nodeId?: NodeId | null;
+  address?: string | null;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+  metadata?: Record<string, string>;
+  envVars?: Record<string, string>;
+  envdAccessToken?: string | null;
+  trafficAccessToken?: string | null;
+  secure?: boolean;
+  allowInternetAccess?: boolean;
+  network?: Record<string, unknown>;
+  lifecycle?: SandboxLifecycle;
+  startedAt?: Date | null;
+  endAt?: Date | null;
+}
+
+/** Inserts a sandbox (state `creating` unless given); `already_exists` on a duplicate id. */
+export async function insertSandbox(q: Queryable, s: NewSandbox): Promise<Sandbox> {
+  const id = s.id ?? newSandboxId();
+  try {
+    return await q.one<Sandbox>(
+      `INSERT INTO sandboxes (id, tenant_id, template_id, build_id, alias, state, node_id, address, vcpu, memory_mib, disk_mib,
+         metadata, env_vars, envd_access_token, traffic_access_token, secure, allow_internet_access, network, lifecycle,
+         started_at, end_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13::jsonb, $14, $15, $16, $17, $18::jsonb, $19::jsonb, $20, $21)
+       RETURNING ${COLS}`,
+      [
+        id, s.tenantId, s.templateId ?? null, s.buildId ?? null, s.alias ?? null, s.state ?? "creating", s.nodeId ?? null,
+        s.address ?? null, s.vcpu, s.memoryMib, s.diskMib, json(s.metadata ?? {}), json(s.envVars ?? {}),
+        s.envdAccessToken ?? null, s.trafficAccessToken ?? null, s.secure ?? false, s.allowInternetAccess ?? true,
+        json(s.network ?? {}), json(s.lifecycle ?? { onTimeout: "kill", autoResume: false }), s.startedAt ?? null, s.endAt ?? null,
+      ],
+    );
+  } catch (e) {
+    if (isUniqueViolation(e)) throw new SpaceError("already_exists", `sandbox ${id} already exists`);
+    throw e;
+  }
+}
+
+/** The sandbox, or not_found. With `tenantId`, another tenant's sandbox is not_found too (never 403). */
+export async function getSandbox(q: Queryable, id: string, tenantId?: TenantId): Promise<Sandbox> {
+  const s = await findSandbox(q, id, tenantId);
+  if (!s) throw new SpaceError("not_found", `sandbox ${id} not found`);
+  return s;
+}
+
+export async function findSandbox(q: Queryable, id: string, tenantId?: TenantId): Promise<Sandbox | undefined> {
+  return tenantId === undefined
+    ? q.maybeOne<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE id = $1`, [id])
+    : q.maybeOne<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE id = $1 AND tenant_id = $2`, [id, tenantId]);
+}
+
+export interface SandboxListFilter {
+  tenantId: TenantId;
+  /** Any of these states (default: all). */
+  states?: readonly SandboxState[];
+  /** Every pair must match exactly (AND). */
+  metadata?: Record<string, string>;
+  templateId?: string;
+  /** started_at strictly after. */
+  startedAfter?: Date;
+  order?: "asc" | "desc";
+  /** Page size (default 100, max 1000). */
+  limit?: number;
+  /** `nextCursor` of the previous page. */
+  cursor?: string;
+}
+
+export interface Page<T> {
+  items: T[];
+  /** Pass back as `cursor` for the next page; null = no more rows. */
+  nextCursor: string | null;
+}
+
+/**
+ * Keyset pagination over (created_at, seq): a row present for the whole scan is returned
+ * exactly once, however many rows are inserted or deleted between pages.
+ */
+export async function listSandboxes(q: Queryable, f: SandboxListFilter): Promise<Page<Sandbox>> {
+  const params: unknown[] = [f.tenantId];
+  const where = ["tenant_id = $1"];
+  if (f.states) {
+    params.push([...f.states]);
+    where.push(`state = ANY($${params.length}::text[])`);
+  }
+  if (f.metadata && Object.keys(f.metadata).length) {
+    params.push(json(f.metadata));
+    where.push(`metadata @> $${params.length}::jsonb`);
+  }
+  if (f.templateId !== undefined) {
+    params.push(f.templateId);
+    where.push(`(template_id = $${params.length} OR alias = $${params.length})`);
+  }
+  if (f.startedAfter) {
+    params.push(f.startedAfter);
+    where.push(`started_at > $${params.length}`);
+  }
+  const desc = f.order === "desc";
+  if (f.cursor) {
+    const c = decodeCursor(f.cursor);
+    params.push(c.at, c.seq);
+    where.push(`(created_at, seq) ${desc ? "<" : ">"} ($${params.length - 1}::timestamptz, $${params.length}::bigint)`);
+  }
+  const limit = pageLimit(f.limit);
+  params.push(limit + 1);
+  const dir = desc ? "DESC" : "ASC";
+  const rows = await q.query<Sandbox & { cursorAt: string }>(
+    `SELECT ${COLS}, created_at::text AS "cursorAt" FROM sandboxes WHERE ${where.join(" AND ")}
+      ORDER BY created_at ${dir}, seq ${dir} LIMIT $${params.length}`,
+    params,
+  );
+  const more = rows.length > limit;
+  const page = more ? rows.slice(0, limit) : rows;
+  const last = page[page.length - 1];
+  const items = page.map(({ cursorAt: _, ...s }) => s as Sandbox);
+  return { items, nextCursor: more && last ? encodeCursor({ at: last.cursorAt, seq: last.seq }) : null };
+}
+
+/** Fields a transition (or `patchSandbox`) may change besides state. */
+export interface SandboxPatch {
+  nodeId?: NodeId | null;
+  address?: string | null;
+  buildId?: string | null;
+  vcpu?: number;
+  memoryMib?: number;
+  diskMib?: number;
+  metadata?: Record<string, string>;
+  network?: Record<string, unknown>;
+  lifecycle?: SandboxLifecycle;
+  envdAccessToken?: string | null;
+  trafficAccessToken?: string | null;
+  failureCode?: string | null;
+  failureMessage?: string | null;
+  startedAt?: Date | null;
+  endAt?: Date | null;
+  killedAt?: Date | null;
+}
+const PATCHABLE: Record<keyof SandboxPatch, { col: string; json?: boolean }> = {
+  nodeId: { col: "node_id" },
+  address: { col: "address" },
+  buildId: { col: "build_id" },
+  vcpu: { col: "vcpu" },
+  memoryMib: { col: "memory_mib" },
+  diskMib: { col: "disk_mib" },
+  metadata: { col: "metadata", json: true },
+  network: { col: "network", json: true },
+  lifecycle: { col: "lifecycle", json: true },
+  envdAccessToken: { col: "envd_access_token" },
+  trafficAccessToken: { col: "traffic_access_token" },
+  failureCode: { col: "failure_code" },
+  failureMessage: { col: "failure_message" },
+  startedAt: { col: "started_at" },
+  endAt: { col: "end_at" },
+  killedAt: { col: "killed_at" },
+};
+
+export interface TransitionOptions {
+  /** Only if the row is still at this generation (optimistic concurrency). */
+  generation?: number;
+  /** Only a sandbox of this tenant (another tenant's → not_found). */
+  tenantId?: TenantId;
+}
+
+/**
+ * Moves a sandbox from one of `from` to `to` (each move checked against `transitions`),
+ * applying `patch` and bumping `generation`. `killed_at` is set on `killed`, `started_at`
+ * on the first `running`. not_found when the sandbox does not exist (for the tenant);
+ * failed_precondition (message names the current state and generation) when it is not
+ * in `from` or not at `opts.generation`.
+ */
+export async function transitionSandbox(
+  q: Queryable,
+  id: string,
+  from: SandboxState | readonly SandboxState[],
+  to: SandboxState,
+  patch: SandboxPatch = {},
+  opts: TransitionOptions = {},
+): Promise<Sandbox> {
+  const froms = typeof from === "string" ? [from] : [...from];
+  if (froms.length === 0) throw new SpaceError("internal", `transition of sandbox ${id} to ${to} with no source state`);
+  for (const f of froms) {
+    if (!canTransition(f, to)) throw new SpaceError("internal", `illegal sandbox transition ${f} → ${to}`);
+  }
+  const params: unknown[] = [id, froms, to];
+  const sets = ["state = $3", "generation = generation + 1", "updated_at = now()", ...setClause({ ...patch }, PATCHABLE, params)];
+  if (to === "killed" && patch.killedAt === undefined) sets.push("killed_at = coalesce(killed_at, now())");
+  if (to === "running" && patch.startedAt === undefined) sets.push("started_at = coalesce(started_at, now())");
+  const where = ["id = $1", "state = ANY($2::text[])"];
+  if (opts.generation !== undefined) {
+    params.push(opts.generation);
+    where.push(`generation = $${params.length}`);
+  }
+  if (opts.tenantId !== undefined) {
+    params.push(opts.tenantId);
+    where.push(`tenant_id = $${params.length}`);
+  }
+  const row = await q.maybeOne<Sandbox>(`UPDATE sandboxes SET ${sets.join(", ")} WHERE ${where.join(" AND ")} RETURNING ${COLS}`, params);
+  if (row) return row;
+  const cur = await findSandbox(q, id, opts.tenantId);
+  if (!cur) throw new SpaceError("not_found", `sandbox ${id} not found`);
+  throw new SpaceError(
+    "failed_precondition",
+    opts.generation !== undefined && cur.generation !== opts.generation && froms.includes(cur.state)
+      ? `sandbox ${id} changed concurrently (generation ${cur.generation}, expected ${opts.generation})`
+      : `sandbox ${id} is ${cur.state}, cannot move to ${to} (allowed from ${froms.join(", ")})`,
+    { details: { state: cur.state, generation: cur.generation } },
+  );
+}
+
+/**
+ * Changes non-state fields (e.g. refreshed `endAt`, metadata), bumping generation.
+ * `inStates` restricts it to sandboxes in those states (else failed_precondition).
+ */
+export async function patchSandbox(
+  q: Queryable,
+  id: string,
+  patch: SandboxPatch,
+  opts: TransitionOptions & { inStates?: readonly SandboxState[] } = {},
+): Promise<Sandbox> {
+  const params: unknown[] = [id];
+  const sets = ["generation = generation + 1", "updated_at = now()", ...setClause({ ...patch }, PATCHABLE, params)];
+  const where = ["id = $1"];
+  if (opts.inStates) {
+    params.push([...opts.inStates]);
+    where.push(`state = ANY($${params.length}::text[])`);
+  }
+  if (opts.generation !== undefined) {
+    params.push(opts.generation);
+    where.push(`generation = $${params.length}`);
+  }
+  if (opts.tenantId !== undefined) {
+    params.push(opts.tenantId);
+    where.push(`tenant_id = $${params.length}`);
+  }
+  const row = await q.maybeOne<Sandbox>(`UPDATE sandboxes SET ${sets.join(", ")} WHERE ${where.join(" AND ")} RETURNING ${COLS}`, params);
+  if (row) return row;
+  const cur = await findSandbox(q, id, opts.tenantId);
+  if (!cur) throw new SpaceError("not_found", `sandbox ${id} not found`);
+  throw new SpaceError("failed_precondition", `sandbox ${id} is ${cur.state} (generation ${cur.generation}); cannot change it now`, {
+    details: { state: cur.state, generation: cur.generation },
+  });
+}
+
+/** Sandboxes whose end time passed while running or paused (the controller's timeout sweep). */
+export async function listExpiredSandboxes(q: Queryable, limit = 100): Promise<Sandbox[]> {
+  return q.query<Sandbox>(
+    `SELECT ${COLS} FROM sandboxes WHERE state IN ('running', 'paused') AND end_at IS NOT NULL AND end_at <= now()
+      ORDER BY end_at LIMIT $1`,
+    [limit],
+  );
+}
+
+/** Sandboxes on a node (default: those holding it). */
+export async function listSandboxesOnNode(q: Queryable, nodeId: NodeId, states: readonly SandboxState[] = residentStates): Promise<Sandbox[]> {
+  return q.query<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE node_id = $1 AND state = ANY($2::text[]) ORDER BY seq`, [nodeId, [...states]]);
+}
+
+/** Sandboxes in given states across tenants (controller reconcile). */
+export async function listSandboxesInStates(q: Queryable, states: readonly SandboxState[], limit = 1000): Promise<Sandbox[]> {
+  return q.query<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE state = ANY($1::text[]) ORDER BY seq LIMIT $2`, [[...states], limit]);
+}
+
+/** Removes killed sandboxes older than `olderThanMs` (retention). Returns ids removed. */
+export async function purgeKilledSandboxes(q: Queryable, olderThanMs: number, limit = 500): Promise<string[]> {
+  const rows = await q.query<{ id: string }>(
+    `DELETE FROM sandboxes WHERE id IN (
+       SELECT id FROM sandboxes WHERE state = 'killed' AND killed_at < now() - $1 * interval '1 millisecond' LIMIT $2)
+     RETURNING id`,
+    [olderThanMs, limit],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Hard delete (tests, admin). Absent = ok. */
+export async function deleteSandbox(q: Queryable, id: string): Promise<void> {
+  await q.execute(`DELETE FROM sandboxes WHERE id = $1`, [id]);
+}
