@@ -4,7 +4,7 @@
  * mtime, size): new path → CREATE, gone → REMOVE (or RENAME when the same inode shows
  * up under another name within RENAME_PAIR_MS), mode-only change → CHMOD, else WRITE.
  */
-import { watch, lstatSync, readdirSync, statSync, type FSWatcher, type Stats } from "node:fs";
+import { watch, existsSync, lstatSync, readdirSync, statSync, type FSWatcher, type Stats } from "node:fs";
 import { join } from "node:path";
 import { randomId } from "../../core/ids.ts";
 import { SpaceError } from "../../core/errors.ts";
@@ -46,6 +46,10 @@ export function checkWatchDir(dir: string): void {
 export class DirWatcher {
   private readonly fsw: FSWatcher;
   private readonly known = new Map<string, Seen>();
+  /** inode → last path seen with it (rename detection when the new name comes first). */
+  private readonly byIno = new Map<number, string>();
+  /** Old names already reported as RENAME: their late "gone" event is not a REMOVE. */
+  private readonly renamedAway = new Set<string>();
   private readonly pendingRemoves = new Map<string, { ino: number; timer: NodeJS.Timeout }>();
   private closed = false;
 
@@ -78,12 +82,23 @@ export class DirWatcher {
       const r = rel ? join(rel, n) : n;
       try {
         const st = lstatSync(join(this.root, r));
-        this.known.set(r, seen(st));
+        this.remember(r, seen(st));
         if (this.recursive && st.isDirectory() && depth < 64) this.scan(r, depth + 1);
       } catch {
         /* raced with a delete */
       }
     }
+  }
+
+  private remember(rel: string, s: Seen): void {
+    this.known.set(rel, s);
+    this.byIno.set(s.ino, rel);
+  }
+
+  private forget(rel: string): void {
+    const s = this.known.get(rel);
+    this.known.delete(rel);
+    if (s && this.byIno.get(s.ino) === rel) this.byIno.delete(s.ino);
   }
 
   private onRaw(type: string, rel: string): void {
@@ -96,8 +111,9 @@ export class DirWatcher {
     }
     const prev = this.known.get(rel);
     if (!st) {
+      if (this.renamedAway.delete(rel)) return;
       if (!prev && type !== "rename") return;
-      this.known.delete(rel);
+      this.forget(rel);
       if (this.pendingRemoves.has(rel)) return;
       const timer = setTimeout(() => {
         this.pendingRemoves.delete(rel);
@@ -107,8 +123,25 @@ export class DirWatcher {
       return;
     }
     const now = seen(st);
-    this.known.set(rel, now);
     if (!prev || prev.ino !== now.ino) {
+      // The same inode under an old name that is gone now: a rename whose new name was
+      // reported first (node's recursive watcher does that).
+      const oldRel = this.byIno.get(now.ino);
+      this.remember(rel, now);
+      if (oldRel !== undefined && oldRel !== rel && !existsSync(join(this.root, oldRel))) {
+        this.known.delete(oldRel);
+        const p = this.pendingRemoves.get(oldRel);
+        if (p) {
+          clearTimeout(p.timer);
+          this.pendingRemoves.delete(oldRel);
+        } else {
+          this.renamedAway.add(oldRel);
+          setTimeout(() => this.renamedAway.delete(oldRel), 1000).unref();
+        }
+        this.out(oldRel, EventType.RENAME);
+        this.out(rel, EventType.CREATE);
+        return;
+      }
       // A removal of the same inode a moment ago was the first half of a rename.
       for (const [oldRel, p] of this.pendingRemoves) {
         if (p.ino === now.ino) {
@@ -121,6 +154,7 @@ export class DirWatcher {
       this.out(rel, EventType.CREATE);
       return;
     }
+    this.remember(rel, now);
     if (prev.mode !== now.mode && prev.mtimeMs === now.mtimeMs && prev.size === now.size) {
       this.out(rel, EventType.CHMOD);
       return;
