@@ -1,0 +1,142 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { pino } from "pino";
+import { createGateway } from "./gateway.ts";
+import { resolveRoute } from "./route.ts";
+import { fileSignature } from "./signature.ts";
+import { SandboxService, type CreateInput } from "../sandboxes/service.ts";
+import { MemorySandboxRepo, MemoryTemplates } from "../sandboxes/memory-repo.ts";
+import { FakeSubstrate } from "../../substrate/fake-substrate.ts";
+import type { TenantId } from "../../core/ids.ts";
+
+const input = (o: Partial<CreateInput> = {}): CreateInput => ({
+  template: "base", metadata: {}, envVars: {}, timeoutSec: 300, secure: true, allowInternetAccess: true,
+  network: null, onTimeout: "kill", autoResume: false, resources: {}, ...o,
+});
+
+test("route resolution", () => {
+  const id = "abcdefghij0123456789";
+  assert.deepEqual(resolveRoute({ "e2b-sandbox-id": id, "e2b-sandbox-port": "49983" }, "/health", null), { kind: "header", sandboxId: id, port: 49983, path: "/health" });
+  assert.deepEqual(resolveRoute({ host: `8080-${id}.sb.local:3001` }, "/x?y=1", "sb.local"), { kind: "host", sandboxId: id, port: 8080, path: "/x?y=1" });
+  assert.equal(resolveRoute({ host: `8080-${id}.other.dom` }, "/x", "sb.local").kind, "none");
+  assert.deepEqual(resolveRoute({ host: "127.0.0.1:3001" }, `/sandboxes/${id}/ports/3000/a/b?c=d`, null), { kind: "path", sandboxId: id, port: 3000, path: "/a/b?c=d" });
+  assert.deepEqual(resolveRoute({}, `/sandboxes/${id}/ports/3000`, null), { kind: "path", sandboxId: id, port: 3000, path: "/" });
+  assert.equal(resolveRoute({}, "/files?path=x&signature=v1_abc", null).kind, "signed");
+  assert.equal(resolveRoute({}, "/files?path=x", null).kind, "none");
+  assert.equal(resolveRoute({ "e2b-sandbox-id": id, "e2b-sandbox-port": "99999" }, "/", null).kind, "none");
+});
+
+async function setup() {
+  // A stand-in for the node's proxy route: echoes what it got; /stream streams forever.
+  const seen: Array<{ url: string; headers: http.IncomingHttpHeaders; body: string }> = [];
+  const node = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      seen.push({ url: req.url!, headers: req.headers, body });
+      if (req.url!.endsWith("/stream")) {
+        res.writeHead(200, { "content-type": "application/connect+json" });
+        res.write("first");
+        const t = setInterval(() => res.write("."), 50);
+        res.on("close", () => clearInterval(t));
+        return;
+      }
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ url: req.url, body }));
+    });
+  });
+  await new Promise<void>((r) => node.listen(0, "127.0.0.1", r));
+  const substrate = new FakeSubstrate();
+  substrate.proxyBase = `http://127.0.0.1:${(node.address() as AddressInfo).port}`;
+  const repo = new MemorySandboxRepo();
+  const sandboxes = new SandboxService({ repo, templates: new MemoryTemplates(), substrate, defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, log: pino({ level: "silent" }) });
+  const gw = createGateway({ sandboxes, sandboxDomain: null, log: pino({ level: "silent" }) });
+  const port = await gw.listen(0, "127.0.0.1");
+  const base = `http://127.0.0.1:${port}`;
+  return {
+    sandboxes, seen, base,
+    async close() {
+      await gw.close();
+      node.closeAllConnections();
+      await new Promise((r) => node.close(r));
+    },
+  };
+}
+
+test("gateway forwards by header with internal token, client auth moved aside; 502 for unknown", async () => {
+  const s = await setup();
+  try {
+    const sb = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const r = await fetch(`${s.base}/process.Process/List?x=1`, {
+      method: "POST",
+      headers: { "e2b-sandbox-id": sb.id, "e2b-sandbox-port": "49983", authorization: "Basic dXNlcjo=", "content-type": "application/json" },
+      body: "{}",
+    });
+    assert.equal(r.status, 200);
+    assert.deepEqual(await r.json(), { url: `/v1/sandboxes/${sb.id}/proxy/49983/process.Process/List?x=1`, body: "{}" });
+    const got = s.seen.at(-1)!;
+    assert.equal(got.headers.authorization, "Bearer internal");
+    assert.equal(got.headers["x-space-client-authorization"], "Basic dXNlcjo=");
+    const u = await fetch(`${s.base}/health`, { headers: { "e2b-sandbox-id": "zzzzzzzzzzzzzzzzzzzz", "e2b-sandbox-port": "49983" } });
+    assert.equal(u.status, 502);
+    assert.deepEqual(await u.json(), { message: "The sandbox was not found", sandboxId: "zzzzzzzzzzzzzzzzzzzz", code: 502 });
+    const p = await fetch(`${s.base}/sandboxes/${sb.id}/ports/8080/hello?q=1`);
+    assert.deepEqual(await p.json(), { url: `/v1/sandboxes/${sb.id}/proxy/8080/hello?q=1`, body: "" });
+  } finally {
+    await s.close();
+  }
+});
+
+test("signed file URL without routing header finds its sandbox by signature", async () => {
+  const s = await setup();
+  try {
+    await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const sb = await s.sandboxes.create("tn_b" as TenantId, input(), AbortSignal.timeout(5000));
+    const sig = fileSignature("/home/user/a.txt", "read", "undefined", sb.envdAccessToken!);
+    const r = await fetch(`${s.base}/files?path=${encodeURIComponent("/home/user/a.txt")}&signature=${encodeURIComponent(sig)}`);
+    assert.equal(r.status, 200);
+    assert.match((await r.json()).url, new RegExp(`^/v1/sandboxes/${sb.id}/proxy/49983/files\\?`));
+    const bad = await fetch(`${s.base}/files?path=x&signature=v1_nope`);
+    assert.equal(bad.status, 401);
+  } finally {
+    await s.close();
+  }
+});
+
+test("public port needs the traffic token when allowPublicTraffic is false", async () => {
+  const s = await setup();
+  try {
+    const sb = await s.sandboxes.create("tn_a" as TenantId, input({ network: { allowPublicTraffic: false } }), AbortSignal.timeout(5000));
+    const no = await fetch(`${s.base}/`, { headers: { "e2b-sandbox-id": sb.id, "e2b-sandbox-port": "8080" } });
+    assert.equal(no.status, 403);
+    const yes = await fetch(`${s.base}/`, { headers: { "e2b-sandbox-id": sb.id, "e2b-sandbox-port": "8080", "e2b-traffic-access-token": sb.trafficAccessToken! } });
+    assert.equal(yes.status, 200);
+  } finally {
+    await s.close();
+  }
+});
+
+test("streams pass without buffering and are cut when the sandbox is killed; then 502", async () => {
+  const s = await setup();
+  try {
+    const sb = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const h = { "e2b-sandbox-id": sb.id, "e2b-sandbox-port": "49983" };
+    const r = await fetch(`${s.base}/stream`, { headers: h });
+    const reader = r.body!.getReader();
+    const firstChunk = await reader.read();
+    assert.equal(Buffer.from(firstChunk.value!).toString().startsWith("first"), true);
+    await s.sandboxes.kill("tn_a" as TenantId, sb.id);
+    await assert.rejects(async () => {
+      for (;;) {
+        const c = await reader.read();
+        if (c.done) throw new Error("ended cleanly");
+      }
+    });
+    const after = await fetch(`${s.base}/health`, { headers: h });
+    assert.equal(after.status, 502);
+  } finally {
+    await s.close();
+  }
+});

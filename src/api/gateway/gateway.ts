@@ -1,0 +1,284 @@
+/**
+ * The sandbox gateway: one port for every sandbox's envd and public ports. It names the
+ * sandbox (route.ts), checks it is running (and the traffic token for public ports when
+ * `allowPublicTraffic` is false), and forwards to its node's proxy route
+ * `ANY /v1/sandboxes/:id/proxy/:port/<path>` with the internal token. Bodies stream
+ * both ways (pipe, no buffering); WebSocket upgrades pass through. When a sandbox ends
+ * (SandboxService `ended` event) its in-flight requests are destroyed, and later calls
+ * get 502 `{"message":"The sandbox was not found","sandboxId","code":502}`.
+ *
+ * The client's own `Authorization` (envd's Basic user selection) would collide with the
+ * node's bearer token, so it travels as `X-Space-Client-Authorization`; the node proxy
+ * strips the bearer and restores it before forwarding into the sandbox.
+ */
+import http from "node:http";
+import type { Duplex } from "node:stream";
+import type { AddressInfo } from "node:net";
+import type { Logger } from "../../core/log.ts";
+import type { SandboxId } from "../../core/ids.ts";
+import { ENVD_PORT } from "../../node/api/contract.ts";
+import type { SandboxRecord } from "../sandboxes/model.ts";
+import type { SandboxService } from "../sandboxes/service.ts";
+import { resolveRoute } from "./route.ts";
+import { signatureMatches } from "./signature.ts";
+
+export const CLIENT_AUTHORIZATION_HEADER = "x-space-client-authorization";
+export const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
+
+export interface GatewayDeps {
+  sandboxes: SandboxService;
+  /** SPACE_SANDBOX_DOMAIN ("" → null): when set, Host routing requires this suffix. */
+  sandboxDomain: string | null;
+  log: Logger;
+  /** How long a route lookup is cached (kill invalidates at once). Default 2000 ms. */
+  routeCacheMs?: number;
+}
+
+export interface Gateway {
+  readonly server: http.Server;
+  /** Listens; resolves to the bound port. */
+  listen(port: number, host: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+type Live = { destroy(): void };
+
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+  "authorization",
+  CLIENT_AUTHORIZATION_HEADER,
+]);
+
+export function createGateway(deps: GatewayDeps): Gateway {
+  const { sandboxes, log } = deps;
+  const repo = sandboxes.repo;
+  const cacheMs = deps.routeCacheMs ?? 2000;
+  const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 256 });
+  const cache = new Map<string, { rec: SandboxRecord | null; until: number }>();
+  const inflight = new Map<string, Set<Live>>();
+  let secureCache: { at: number; list: Promise<SandboxRecord[]> } | null = null;
+
+  const onEnded = (id: SandboxId) => {
+    cache.delete(id);
+    secureCache = null;
+    const set = inflight.get(id);
+    if (!set) return;
+    inflight.delete(id);
+    for (const l of set) l.destroy();
+  };
+  sandboxes.events.on("ended", onEnded);
+
+  async function lookup(id: string): Promise<SandboxRecord | null> {
+    const hit = cache.get(id);
+    const now = Date.now();
+    if (hit && hit.until > now) return hit.rec;
+    const rec = /^[a-z0-9]{20}$/.test(id) ? await repo.getById(id as SandboxId) : null;
+    cache.set(id, { rec, until: now + cacheMs });
+    if (cache.size > 10_000) for (const [k, v] of cache) if (v.until <= now) cache.delete(k);
+    return rec;
+  }
+
+  async function findSigned(method: string, url: string): Promise<SandboxRecord | null> {
+    const query = new URLSearchParams(url.slice(url.indexOf("?") + 1));
+    const now = Date.now();
+    if (!secureCache || now - secureCache.at > 1000) secureCache = { at: now, list: repo.listRunningSecure() };
+    for (const rec of await secureCache.list) {
+      if (rec.envdAccessToken && signatureMatches(method, query, rec.envdAccessToken)) return rec;
+    }
+    return null;
+  }
+
+  function track(id: string, l: Live): () => void {
+    let set = inflight.get(id);
+    if (!set) inflight.set(id, (set = new Set()));
+    set.add(l);
+    return () => {
+      set.delete(l);
+      if (set.size === 0 && inflight.get(id) === set) inflight.delete(id);
+    };
+  }
+
+  type Resolved = { rec: SandboxRecord; port: number; path: string } | { status: number; body: Record<string, unknown> };
+
+  async function resolve(req: http.IncomingMessage): Promise<Resolved> {
+    const url = req.url ?? "/";
+    const route = resolveRoute(req.headers, url, deps.sandboxDomain);
+    if (route.kind === "none") return { status: 400, body: { code: 400, message: route.reason } };
+    let rec: SandboxRecord | null;
+    let port = ENVD_PORT;
+    let path = route.path;
+    if (route.kind === "signed") {
+      rec = await findSigned(req.method ?? "GET", url);
+      if (!rec) return { status: 401, body: { code: 401, message: "invalid signature" } };
+    } else {
+      rec = await lookup(route.sandboxId);
+      port = route.port;
+      if (!rec || rec.state !== "running" || !rec.nodeId) return notFound(route.sandboxId);
+    }
+    if (port !== ENVD_PORT && rec.network?.allowPublicTraffic === false) {
+      const got = req.headers[TRAFFIC_TOKEN_HEADER];
+      if (!rec.trafficAccessToken || got !== rec.trafficAccessToken) {
+        return {
+          status: 403,
+          body: { code: 403, message: `sandbox ${rec.id} requires the ${TRAFFIC_TOKEN_HEADER} header for port ${port}` },
+        };
+      }
+    }
+    if (!path.startsWith("/")) path = `/${path}`;
+    return { rec, port, path };
+  }
+
+  async function target(rec: SandboxRecord, port: number, path: string, req: http.IncomingMessage) {
+    const t = await sandboxes.substrate.proxyTarget({ sandboxId: rec.id, nodeId: rec.nodeId! }, port, AbortSignal.timeout(5000));
+    const url = new URL(t.baseUrl.href + path);
+    const headers: http.OutgoingHttpHeaders = {};
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) headers[k] = v;
+    if (req.headers.authorization) headers[CLIENT_AUTHORIZATION_HEADER] = req.headers.authorization;
+    headers["x-forwarded-host"] = req.headers.host ?? "";
+    headers["x-forwarded-for"] = req.socket.remoteAddress ?? "";
+    headers["x-forwarded-proto"] = "http";
+    for (const [k, v] of Object.entries(t.headers)) headers[k.toLowerCase()] = v;
+    return { url, headers };
+  }
+
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch((e: unknown) => {
+      log.error({ err: e, url: req.url }, "gateway request failed");
+      if (!res.headersSent) sendJson(res, 500, { code: 500, message: "gateway error; see the server log" });
+      else res.destroy();
+    });
+  });
+
+  async function handle(req: http.IncomingMessage, res: http.ServerResponse) {
+    const r = await resolve(req);
+    if ("status" in r) {
+      req.resume();
+      return sendJson(res, r.status, r.body);
+    }
+    const { rec } = r;
+    const { url, headers } = await target(rec, r.port, r.path, req);
+    const upstream = http.request(url, { method: req.method, headers, agent });
+    const untrack = track(rec.id, {
+      destroy() {
+        upstream.destroy();
+        req.socket.destroy();
+      },
+    });
+    res.on("close", () => {
+      untrack();
+      // The client went away: stop the upstream too (a process keeps running in envd).
+      if (!res.writableFinished) upstream.destroy();
+    });
+    upstream.on("response", (up) => {
+      res.socket?.setNoDelay(true);
+      const out: http.OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && k !== "connection" && k !== "keep-alive" && k !== "transfer-encoding") out[k] = v;
+      res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
+      res.flushHeaders();
+      up.pipe(res);
+      up.on("error", () => res.destroy());
+    });
+    upstream.on("error", (e) => {
+      untrack();
+      if (res.headersSent) return res.destroy();
+      log.debug({ err: e, sandboxId: rec.id }, "gateway upstream failed");
+      cache.delete(rec.id);
+      const nf = notFound(rec.id);
+      sendJson(res, nf.status, nf.body);
+    });
+    req.pipe(upstream);
+  }
+
+  server.on("upgrade", (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    upgrade(req, socket, head).catch((e: unknown) => {
+      log.error({ err: e }, "gateway upgrade failed");
+      socket.destroy();
+    });
+  });
+
+  async function upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer) {
+    const r = await resolve(req);
+    if ("status" in r) return writeRaw(socket, r.status, r.body);
+    const { url, headers } = await target(r.rec, r.port, r.path, req);
+    headers.connection = "Upgrade";
+    headers.upgrade = req.headers.upgrade ?? "websocket";
+    const upstream = http.request(url, { method: req.method, headers });
+    const untrack = track(r.rec.id, { destroy: () => { upstream.destroy(); socket.destroy(); } });
+    socket.on("close", untrack);
+    upstream.on("upgrade", (up, upSocket, upHead) => {
+      let head2 = `HTTP/1.1 101 Switching Protocols\r\n`;
+      for (let i = 0; i < up.rawHeaders.length; i += 2) head2 += `${up.rawHeaders[i]}: ${up.rawHeaders[i + 1]}\r\n`;
+      socket.write(head2 + "\r\n");
+      if (upHead.length) socket.write(upHead);
+      if (head.length) upSocket.write(head);
+      upSocket.pipe(socket).pipe(upSocket);
+      upSocket.on("error", () => socket.destroy());
+      socket.on("error", () => upSocket.destroy());
+      socket.on("close", () => upSocket.destroy());
+    });
+    upstream.on("response", (up) => {
+      // Not upgraded: relay the answer and close.
+      let s = `HTTP/1.1 ${up.statusCode} ${up.statusMessage}\r\n`;
+      for (let i = 0; i < up.rawHeaders.length; i += 2) s += `${up.rawHeaders[i]}: ${up.rawHeaders[i + 1]}\r\n`;
+      socket.write(s + "\r\n");
+      up.pipe(socket);
+    });
+    upstream.on("error", () => {
+      const nf = notFound(r.rec.id);
+      writeRaw(socket, nf.status, nf.body);
+    });
+    upstream.end();
+  }
+
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  server.requestTimeout = 0; // streams (process output, watch) may last hours
+
+  return {
+    server,
+    listen(port, host) {
+      return new Promise((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(port, host, () => {
+          server.off("error", reject);
+          resolve((server.address() as AddressInfo).port);
+        });
+      });
+    },
+    async close() {
+      sandboxes.events.off("ended", onEnded);
+      for (const set of inflight.values()) for (const l of set) l.destroy();
+      inflight.clear();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      agent.destroy();
+    },
+  };
+}
+
+function notFound(sandboxId: string) {
+  return { status: 502, body: { message: "The sandbox was not found", sandboxId, code: 502 } };
+}
+
+function sendJson(res: http.ServerResponse, status: number, body: unknown) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function writeRaw(socket: Duplex, status: number, body: unknown) {
+  const text = JSON.stringify(body);
+  socket.end(
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ""}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`,
+  );
+}
