@@ -1,0 +1,69 @@
+/**
+ * Who is calling. Three credentials, one module:
+ * - ECW: `X-API-KEY` (an API key, stored hashed) → a tenant;
+ * - Native: `Authorization: Bearer <token>` with scopes, or an API key as bearer (all tenant scopes);
+ * - Admin: `Authorization: Bearer <admin token>` (from config), or a token with the `admin` scope.
+ * Unknown credentials are 401; a missing scope is 403 naming it.
+ */
+import { timingSafeEqual, createHash } from "node:crypto";
+import type { FastifyRequest } from "fastify";
+import { SpaceError } from "../core/errors.ts";
+import type { TenantId } from "../core/ids.ts";
+import type { Queryable } from "../store/db.ts";
+import { lookupApiKey } from "../store/api-keys.ts";
+import { hasScope, verifyToken } from "../store/tokens.ts";
+
+export const tenantScopes = ["sandboxes:read", "sandboxes:write", "commands:exec", "templates:read", "templates:write"] as const;
+export type Scope = (typeof tenantScopes)[number] | "admin";
+
+export interface Principal {
+  /** null only for the cluster admin. */
+  tenantId: TenantId | null;
+  scopes: string[];
+  kind: "api_key" | "token" | "admin";
+}
+
+/** The E2B SDK reads the numeric `code` of this body; wording matches E2B's. */
+export const invalidApiKey = () => new SpaceError("unauthenticated", "Invalid API key");
+
+export async function authenticateApiKey(db: Queryable, key: string | undefined): Promise<Principal> {
+  if (!key) throw new SpaceError("unauthenticated", "Invalid API key: the X-API-KEY header is missing");
+  const found = await lookupApiKey(db, key);
+  if (!found) throw invalidApiKey();
+  return { tenantId: found.tenant.id, scopes: [...tenantScopes], kind: "api_key" };
+}
+
+function sameSecret(a: string, b: string): boolean {
+  const ha = createHash("sha256").update(a).digest();
+  const hb = createHash("sha256").update(b).digest();
+  return timingSafeEqual(ha, hb);
+}
+
+export function bearerOf(req: FastifyRequest): string | undefined {
+  const h = req.headers.authorization;
+  if (!h) return undefined;
+  const m = /^Bearer\s+(.+)$/i.exec(h);
+  return m?.[1]?.trim();
+}
+
+/** A Native/Admin bearer: a scoped token, an API key, or the admin token. */
+export async function authenticateBearer(db: Queryable, bearer: string | undefined, adminToken: string): Promise<Principal> {
+  if (!bearer) throw new SpaceError("unauthenticated", "missing credentials: send Authorization: Bearer <token>");
+  if (adminToken && sameSecret(bearer, adminToken)) return { tenantId: null, scopes: ["admin"], kind: "admin" };
+  const token = await verifyToken(db, bearer);
+  if (token) return { tenantId: token.tenantId, scopes: token.scopes, kind: "token" };
+  const key = await lookupApiKey(db, bearer);
+  if (key) return { tenantId: key.tenant.id, scopes: [...tenantScopes], kind: "api_key" };
+  throw new SpaceError("unauthenticated", "invalid credentials: unknown, revoked or expired token");
+}
+
+export function requireScope(p: Principal, scope: Scope): void {
+  if (p.scopes.includes("admin")) return;
+  if (!hasScope(p, scope)) throw new SpaceError("permission_denied", `missing scope ${scope}: this token has [${p.scopes.join(", ")}]`);
+}
+
+/** The tenant a request acts for; the admin must name one (e.g. `?tenant=`). */
+export function requireTenant(p: Principal): TenantId {
+  if (!p.tenantId) throw new SpaceError("invalid_argument", "this credential belongs to no tenant; use a tenant's key or token");
+  return p.tenantId;
+}

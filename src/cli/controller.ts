@@ -1,0 +1,45 @@
+/**
+ * The controller: one leader at a time (lease row in the store, works on Postgres and
+ * PGlite) runs the cluster loops. Followers wait and take over when the lease lapses.
+ */
+import type { ControlPlane } from "./processes.ts";
+import { startLeaderElection } from "../store/leader.ts";
+import { hostname } from "node:os";
+import { randomId } from "../core/ids.ts";
+
+export interface Loop {
+  stop(): Promise<void>;
+}
+
+/** Loops the leader runs; each returns a stopper. */
+export type LoopFactory = (cp: ControlPlane) => Loop | Promise<Loop>;
+
+export async function startController(cp: ControlPlane, loops: readonly LoopFactory[] = []): Promise<Loop> {
+  let running: Loop[] = [];
+  const holder = `${hostname()}:${process.pid}:${randomId(6)}`;
+  const stopLoops = async () => {
+    const current = running;
+    running = [];
+    await Promise.allSettled(current.map((l) => l.stop()));
+  };
+  const election = await startLeaderElection({
+    db: cp.db,
+    name: "controller",
+    holder,
+    leaseMs: 5000,
+    onElected: async () => {
+      cp.log.info({ holder }, "controller elected leader");
+      for (const make of loops) running.push(await make(cp));
+    },
+    onDemoted: async () => {
+      cp.log.warn({ holder }, "controller lost leadership");
+      await stopLoops();
+    },
+  });
+  return {
+    async stop() {
+      await stopLoops();
+      await election.stop();
+    },
+  };
+}

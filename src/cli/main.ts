@@ -1,0 +1,129 @@
+/**
+ * The `space` command. Each subcommand parses its config once, builds its dependencies
+ * and runs until SIGINT/SIGTERM, then shuts down cleanly.
+ */
+import { Command } from "commander";
+import { ConfigError, describeConfig, loadConfig, type Config, type VarName } from "../core/config.ts";
+import { SpaceError } from "../core/errors.ts";
+import { VERSION } from "../core/version.ts";
+
+type Overrides = Partial<Record<VarName, string>>;
+
+function configFrom(overrides: Overrides): Config {
+  return loadConfig(process.env, overrides);
+}
+
+/** Runs a long-lived command: stops on the first SIGINT/SIGTERM, forces exit on the second. */
+async function runUntilSignal(start: () => Promise<() => Promise<void>>): Promise<void> {
+  const stop = await start();
+  await new Promise<void>((resolve) => {
+    let stopping = false;
+    const onSignal = (sig: NodeJS.Signals) => {
+      if (stopping) {
+        process.stderr.write(`\n${sig} again: exiting now\n`);
+        process.exit(130);
+      }
+      stopping = true;
+      process.stderr.write(`\n${sig}: stopping…\n`);
+      stop().then(resolve, (e: unknown) => {
+        process.stderr.write(`error while stopping: ${String(e)}\n`);
+        resolve();
+      });
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  });
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const program = new Command("space").description("SPACE: isolated, stateful sandboxes for AI agents").version(VERSION);
+  program.exitOverride();
+
+  program
+    .command("up")
+    .description("run api + controller + one node on this machine (embedded database and blob store)")
+    .option("--data-dir <dir>", "data directory (SPACE_DATA_DIR)")
+    .option("--port <port>", "API port (SPACE_API_PORT)")
+    .option("--gateway-port <port>", "gateway port (SPACE_GATEWAY_PORT)")
+    .option("--node-port <port>", "node-api port (SPACE_NODE_PORT)")
+    .option("--runtime <runtime>", "runc|crun|process (SPACE_RUNTIME)")
+    .action(async (o: { dataDir?: string; port?: string; gatewayPort?: string; nodePort?: string; runtime?: string }) => {
+      const config = configFrom({
+        ...(o.dataDir && { SPACE_DATA_DIR: o.dataDir }),
+        ...(o.port && { SPACE_API_PORT: o.port }),
+        ...(o.gatewayPort && { SPACE_GATEWAY_PORT: o.gatewayPort }),
+        ...(o.nodePort && { SPACE_NODE_PORT: o.nodePort }),
+        ...(o.runtime && { SPACE_RUNTIME: o.runtime }),
+      });
+      const { runUp } = await import("./up.ts");
+      await runUntilSignal(() => runUp(config));
+    });
+
+  program
+    .command("api")
+    .description("run the API server (ECW, Native, Admin) and the sandbox gateway")
+    .action(async () => {
+      const config = configFrom({});
+      const { runApi } = await import("./processes.ts");
+      await runUntilSignal(() => runApi(config));
+    });
+
+  program
+    .command("controller")
+    .description("run the cluster controller (dispatcher, timeouts, liveness); one replica leads")
+    .action(async () => {
+      const config = configFrom({});
+      const { runController } = await import("./processes.ts");
+      await runUntilSignal(() => runController(config));
+    });
+
+  program
+    .command("node")
+    .description("run the node agent on this host")
+    .action(async () => {
+      const config = configFrom({});
+      const { runNode } = await import("./processes.ts");
+      await runUntilSignal(() => runNode(config));
+    });
+
+  program
+    .command("migrate")
+    .description("apply database migrations and exit")
+    .action(async () => {
+      const config = configFrom({});
+      const { runMigrate } = await import("./processes.ts");
+      await runMigrate(config);
+    });
+
+  program
+    .command("version")
+    .description("print the version")
+    .action(() => {
+      process.stdout.write(`space ${VERSION}\n`);
+    });
+
+  program
+    .command("config")
+    .description("list every SPACE_* variable with its default")
+    .action(() => {
+      process.stdout.write(describeConfig() + "\n");
+    });
+
+  try {
+    await program.parseAsync(argv);
+  } catch (e: unknown) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`space: invalid configuration:\n${e.message}\n`);
+      process.exit(2);
+    }
+    if (e instanceof SpaceError) {
+      process.stderr.write(`space: ${e.message}\n`);
+      process.exit(1);
+    }
+    const code = (e as { code?: string }).code;
+    if (code === "commander.helpDisplayed" || code === "commander.version" || code === "commander.help") process.exit(0);
+    if (typeof code === "string" && code.startsWith("commander.")) process.exit(2);
+    process.stderr.write(`space: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+    process.exit(1);
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * `space up`: the whole platform on one machine — api, gateway, controller and one node
+ * agent in one process, on an embedded database (PGlite) and a filesystem blob store in
+ * the data directory. Prints what a user needs to point the E2B SDK at it.
+ */
+import { mkdirSync } from "node:fs";
+import type { Config } from "../core/config.ts";
+import { lockDataDir } from "../core/lock.ts";
+import { ensureSecrets } from "./secrets.ts";
+import { bootstrapDefaultTenant } from "./bootstrap.ts";
+import { openControlPlane, startApiServer } from "./processes.ts";
+import { startController } from "./controller.ts";
+
+export async function runUp(config: Config): Promise<() => Promise<void>> {
+  mkdirSync(config.SPACE_DATA_DIR, { recursive: true, mode: 0o700 });
+  const lock = lockDataDir(config.SPACE_DATA_DIR);
+  const stops: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    for (const stop of stops.reverse()) {
+      try {
+        await stop();
+      } catch (e) {
+        process.stderr.write(`stop failed: ${String(e)}\n`);
+      }
+    }
+    lock.release();
+  };
+  try {
+    const secrets = ensureSecrets(config.SPACE_DATA_DIR);
+    const cp = await openControlPlane(
+      config,
+      {
+        adminToken: config.SPACE_ADMIN_TOKEN || secrets.adminToken,
+        internalToken: config.SPACE_INTERNAL_TOKEN || secrets.internalToken,
+      },
+      "space",
+    );
+    stops.push(() => cp.db.close());
+    await bootstrapDefaultTenant(cp.db, secrets.apiKey);
+
+    const controller = await startController(cp);
+    stops.push(() => controller.stop());
+
+    const api = await startApiServer(cp, []);
+    stops.push(() => api.app.close());
+
+    const apiUrl = config.SPACE_PUBLIC_API_URL || `http://${config.SPACE_API_HOST}:${portOf(api.url)}`;
+    printEnvironment({ apiUrl, sandboxUrl: "", apiKey: secrets.apiKey, adminToken: cp.adminToken, dataDir: config.SPACE_DATA_DIR });
+    return stopAll;
+  } catch (e) {
+    await stopAll();
+    throw e;
+  }
+}
+
+function portOf(url: string): number {
+  return Number(new URL(url).port);
+}
+
+function printEnvironment(e: { apiUrl: string; sandboxUrl: string; apiKey: string; adminToken: string; dataDir: string }) {
+  const lines = [
+    "",
+    "SPACE is up.",
+    `  data directory: ${e.dataDir}`,
+    `  API:            ${e.apiUrl}  (health ${e.apiUrl}/health, metrics ${e.apiUrl}/metrics)`,
+    "",
+    "Point the e2b SDK at it:",
+    `export E2B_API_URL=${e.apiUrl}`,
+    `export E2B_SANDBOX_URL=${e.sandboxUrl}`,
+    `export E2B_API_KEY=${e.apiKey}`,
+    "",
+    "Admin token (Authorization: Bearer …):",
+    `export SPACE_ADMIN_TOKEN=${e.adminToken}`,
+    "",
+  ];
+  process.stdout.write(lines.join("\n") + "\n");
+}
