@@ -1,0 +1,72 @@
+/**
+ * Records → Native wire objects (snake_case, ISO timestamps). One function per noun,
+ * used by the routes and by the operation handlers for results.
+ */
+import type { SandboxRecord } from "../sandboxes/model.ts";
+import type { OperationRow } from "../../controller/operations/queue.ts";
+import type { CommandRow, OutputRow } from "../../controller/operations/commands-store.ts";
+import type { Command, Operation, OperationKind, Sandbox } from "./schemas.ts";
+
+const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
+
+export function toSandbox(r: SandboxRecord): Sandbox {
+  return {
+    id: r.id,
+    state: r.state,
+    template: r.templateId,
+    alias: r.alias,
+    vcpu: r.vcpu,
+    memory_mib: r.memoryMib,
+    disk_mib: r.diskMib,
+    metadata: r.metadata,
+    node_id: r.nodeId,
+    created_at: r.createdAt.toISOString(),
+    started_at: r.startedAt.toISOString(),
+    end_at: r.endAt.toISOString(),
+    reason: r.reason,
+  };
+}
+
+export function toOperation(o: OperationRow): Operation {
+  return {
+    id: o.id,
+    kind: o.kind as OperationKind,
+    state: o.state,
+    target: o.targetId,
+    queued_at: o.queuedAt.toISOString(),
+    claimed_at: iso(o.claimedAt),
+    succeeded_at: iso(o.succeededAt),
+    failed_at: iso(o.failedAt),
+    deadline_at: iso(o.deadlineAt),
+    result: o.result ?? null,
+    failure: o.failureCode ? { code: o.failureCode, message: o.failureMessage ?? "" } : null,
+  };
+}
+
+export function toCommand(c: CommandRow): Command {
+  return {
+    id: c.id,
+    sandbox_id: c.sandboxId,
+    operation_id: c.operationId,
+    state: c.state,
+    cmd: c.cmd.cmd,
+    args: c.cmd.args ?? [],
+    cwd: c.cmd.cwd ?? null,
+    user: c.cmd.user ?? null,
+    pid: c.pid,
+    exit_code: c.exitCode,
+    error: c.error,
+    output_bytes: c.outputBytes,
+    output_chunks: c.outputChunks,
+    created_at: c.createdAt.toISOString(),
+    started_at: iso(c.startedAt),
+    ended_at: iso(c.endedAt),
+  };
+}
+
+export function toChunk(o: OutputRow) {
+  return { seq: o.seq, stream: o.stream, offset: o.offset, data: Buffer.from(o.data).toString("base64") };
+}
+
+export const sandboxTarget = (id: string) => `sandboxes/${id}`;
+export const commandTarget = (sandboxId: string, commandId: string) => `sandboxes/${sandboxId}/commands/${commandId}`;

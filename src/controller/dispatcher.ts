@@ -1,0 +1,233 @@
+/**
+ * The public-operation dispatcher (behaviours.md A). Each tick (SPACE_CONTROLLER_TICK_MS,
+ * 25 ms) it claims up to SPACE_CONTROLLER_CLAIM_LIMIT operations with
+ * `FOR UPDATE SKIP LOCKED` — queued ones, and claimed ones whose claimer stopped
+ * heartbeating for SPACE_CONTROLLER_CLAIM_STALE_MS (it died) — and wakes at once on
+ * `NOTIFY space_operations`, so pickup does not wait for a tick.
+ *
+ * Handlers run concurrently (a slow create never blocks later work); operations on one
+ * sandbox's lifecycle (`sandbox.*` with the same target) run one after another in this
+ * replica so pause/resume/delete do not interleave on the node. Several replicas never
+ * run one operation twice: claims are row-locked, and heartbeat/finish are fenced by
+ * (claimer, claim count).
+ */
+import { hostname } from "node:os";
+import { randomId } from "../core/ids.ts";
+import { SpaceError, toOperationFailure } from "../core/errors.ts";
+import type { Config } from "../core/config.ts";
+import type { Logger } from "../core/log.ts";
+import type { Db } from "../store/db.ts";
+import type { SandboxService } from "../api/sandboxes/service.ts";
+import type { HandlerMap } from "./operations/handler.ts";
+import { createOperationHandlers } from "./operations/index.ts";
+import {
+  OPERATIONS_CHANNEL,
+  claimOperations,
+  finishOperation,
+  heartbeat,
+  type OperationRow,
+  type Outcome,
+} from "./operations/queue.ts";
+
+export interface DispatcherDeps {
+  db: Db;
+  config: Pick<Config, "SPACE_CONTROLLER_TICK_MS" | "SPACE_CONTROLLER_CLAIM_LIMIT" | "SPACE_CONTROLLER_CLAIM_STALE_MS">;
+  log: Logger;
+  /** The shared sandbox service; the default handlers act through it. */
+  sandboxes?: SandboxService;
+  /** kind → handler; defaults to `createOperationHandlers({ db, sandboxes, log })`. */
+  handlers?: HandlerMap;
+  /** Unique per process; defaults to `<host>-<pid>-<random>`. */
+  workerId?: string;
+  /** Operations run at once by this replica (default 512). */
+  maxInFlight?: number;
+}
+
+export interface Dispatcher {
+  readonly workerId: string;
+  /** Stops claiming, cancels running handlers and hands their operations back to the queue. */
+  stop(): Promise<void>;
+}
+
+const STOP_REASON = "dispatcher stopping";
+
+export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher> {
+  const { db, log } = deps;
+  const tickMs = deps.config.SPACE_CONTROLLER_TICK_MS;
+  const claimLimit = deps.config.SPACE_CONTROLLER_CLAIM_LIMIT;
+  const staleMs = deps.config.SPACE_CONTROLLER_CLAIM_STALE_MS;
+  const maxInFlight = deps.maxInFlight ?? 512;
+  const workerId = deps.workerId ?? `${hostname()}-${process.pid}-${randomId(6)}`;
+  const handlers: HandlerMap =
+    deps.handlers ??
+    (() => {
+      if (!deps.sandboxes) throw new SpaceError("internal", "startDispatcher needs `sandboxes` or `handlers`");
+      return createOperationHandlers({ db, sandboxes: deps.sandboxes, log });
+    })();
+
+  const inFlight = new Map<string, { op: OperationRow; abort: AbortController }>();
+  /** target → tail of the chain of lifecycle operations on it (in this replica). */
+  const chains = new Map<string, Promise<void>>();
+  let stopped = false;
+  let wakeUp: (() => void) | undefined;
+  let pokes = 0;
+  const poke = () => {
+    pokes++;
+    wakeUp?.();
+  };
+
+  const unlisten = await db.listen(OPERATIONS_CHANNEL, poke);
+
+  const hb = setInterval(
+    () => {
+      const claims = [...inFlight.values()].map((f) => ({ id: f.op.id, claimCount: f.op.claimCount }));
+      heartbeat(db, workerId, claims).then(
+        (lost) => {
+          for (const id of lost) {
+            const f = inFlight.get(id);
+            if (!f) continue;
+            log.warn({ opId: id, kind: f.op.kind }, "operation claim lost (re-claimed elsewhere); cancelling local run");
+            f.abort.abort(new SpaceError("aborted", "claim lost"));
+          }
+        },
+        (e: unknown) => log.warn({ err: e }, "operation heartbeat failed"),
+      );
+    },
+    Math.max(100, Math.floor(staleMs / 3)),
+  );
+  hb.unref();
+
+  async function run(op: OperationRow): Promise<void> {
+    const abort = new AbortController();
+    inFlight.set(op.id, { op, abort });
+    const claim = { id: op.id, claimedBy: workerId, claimCount: op.claimCount };
+    let deadlineTimer: NodeJS.Timeout | undefined;
+    let outcome: Outcome;
+    try {
+      const left = op.deadlineAt ? op.deadlineAt.getTime() - Date.now() : Number.POSITIVE_INFINITY;
+      if (left <= 0) throw deadlineError(op);
+      if (Number.isFinite(left)) {
+        deadlineTimer = setTimeout(() => abort.abort(deadlineError(op)), Math.min(left, 2 ** 31 - 1));
+        deadlineTimer.unref();
+      }
+      const handler = handlers[op.kind];
+      if (!handler) throw new SpaceError("unimplemented", `no handler for operation kind ${op.kind}`);
+      const result = await raceAbort(handler({ op, signal: abort.signal, log: log.child({ opId: op.id, kind: op.kind }) }), abort.signal);
+      outcome = { state: "succeeded", result: result ?? null };
+    } catch (e: unknown) {
+      const reason: unknown = abort.signal.aborted ? abort.signal.reason : undefined;
+      if (reason instanceof SpaceError && (reason.message === STOP_REASON || reason.message === "claim lost")) {
+        // Not ours to finish: stopping hands it back; a lost claim belongs to another worker.
+        return;
+      }
+      const err = SpaceError.from(reason instanceof SpaceError && reason.code === "deadline_exceeded" ? reason : e);
+      outcome = { state: "failed", failure: { code: toOperationFailure(err.code), message: err.message } };
+      if (err.code === "internal" || err.code === "unimplemented") log.error({ opId: op.id, kind: op.kind, err: e }, "operation failed");
+      else log.info({ opId: op.id, kind: op.kind, code: err.code, msg: err.message }, "operation failed");
+    } finally {
+      if (deadlineTimer) clearTimeout(deadlineTimer);
+      inFlight.delete(op.id);
+    }
+    try {
+      const ok = await finishOperation(db, claim, outcome);
+      if (!ok) log.warn({ opId: op.id }, "operation finished after its claim was lost; result dropped");
+    } catch (e: unknown) {
+      // Left claimed: the staleness window hands it to another run (handlers re-run safely).
+      log.error({ opId: op.id, err: e }, "could not record operation outcome");
+    }
+  }
+
+  function schedule(op: OperationRow): void {
+    const key = op.kind.startsWith("sandbox.") && op.targetId ? op.targetId : undefined;
+    if (!key) {
+      void run(op);
+      return;
+    }
+    const prev = chains.get(key) ?? Promise.resolve();
+    const next = prev.then(() => run(op));
+    chains.set(key, next);
+    void next.finally(() => {
+      if (chains.get(key) === next) chains.delete(key);
+    });
+  }
+
+  const loop = (async () => {
+    while (!stopped) {
+      const seen = pokes;
+      let claimedFull = false;
+      const room = Math.min(claimLimit, maxInFlight - inFlight.size);
+      if (room > 0) {
+        try {
+          const ops = await claimOperations(db, workerId, room, staleMs);
+          for (const op of ops) schedule(op);
+          claimedFull = ops.length === room;
+        } catch (e: unknown) {
+          if (!stopped) log.warn({ err: e }, "claiming operations failed");
+        }
+      }
+      if (stopped) break;
+      // A full batch or a NOTIFY during the claim: more may be waiting, claim again now.
+      if ((claimedFull && inFlight.size < maxInFlight) || pokes !== seen) continue;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(done, tickMs);
+        function done() {
+          clearTimeout(t);
+          wakeUp = undefined;
+          resolve();
+        }
+        wakeUp = done;
+      });
+    }
+  })();
+
+  log.info({ workerId, tickMs, claimLimit, staleMs }, "operation dispatcher started");
+
+  return {
+    workerId,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      wakeUp?.();
+      clearInterval(hb);
+      await loop;
+      await unlisten().catch(() => {});
+      const held = [...inFlight.values()];
+      for (const f of held) f.abort.abort(new SpaceError("canceled", STOP_REASON));
+      // Hand the interrupted operations back so the next dispatcher starts them at once
+      // instead of after the staleness window (handlers are safe to re-run).
+      if (held.length) {
+        await db
+          .execute(
+            `UPDATE operations SET state = 'queued', claimed_by = NULL, heartbeat_at = NULL
+              WHERE claimed_by = $1 AND state = 'claimed' AND id = ANY($2::text[])`,
+            [workerId, held.map((f) => f.op.id)],
+          )
+          .catch((e: unknown) => log.warn({ err: e }, "could not hand back interrupted operations"));
+      }
+      log.info({ workerId, handedBack: held.length }, "operation dispatcher stopped");
+    },
+  };
+}
+
+function deadlineError(op: OperationRow): SpaceError {
+  return new SpaceError("deadline_exceeded", `operation ${op.id} (${op.kind}) passed its deadline ${op.deadlineAt?.toISOString()}`);
+}
+
+/** Settles with the handler, or rejects as soon as the signal aborts (a handler that ignores its signal cannot hold the operation). */
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e as Error);
+      },
+    );
+  });
+}

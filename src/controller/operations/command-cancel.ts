@@ -1,0 +1,41 @@
+/**
+ * `command.cancel`: signals a running command (SIGKILL by default) through envd; a
+ * command still queued is marked killed so its run never starts. Cancelling an ended
+ * command succeeds and reports its final state (idempotent).
+ */
+import { SpaceError, notFound } from "../../core/errors.ts";
+import type { SandboxId } from "../../core/ids.ts";
+import { ENVD_PORT } from "../../node/api/contract.ts";
+import { Signal } from "../../gen/process/process_pb.ts";
+import type { OperationHandler } from "./handler.ts";
+import type { HandlerDeps } from "./index.ts";
+import { finishCommand, getCommandById, isCommandDone } from "./commands-store.ts";
+import { fromConnectError, processClient } from "./envd-client.ts";
+import { CommandCancelRequest, readRequest } from "./requests.ts";
+
+export function commandCancel(deps: HandlerDeps): OperationHandler {
+  const { db, sandboxes: svc } = deps;
+  return async ({ op, signal }) => {
+    const req = readRequest(CommandCancelRequest, op.request, op.kind);
+    const cmd = await getCommandById(db, req.command_id);
+    if (!cmd || cmd.tenantId !== op.tenantId) throw notFound(`command ${req.command_id} not found`);
+    if (isCommandDone(cmd.state)) return { command_id: cmd.id, state: cmd.state, exit_code: cmd.exitCode };
+    if (cmd.pid === null) {
+      await finishCommand(db, cmd.id, "killed", null, "cancelled before it started");
+      return { command_id: cmd.id, state: "killed", exit_code: null };
+    }
+    const sb = await svc.repo.getById(cmd.sandboxId as SandboxId);
+    if (!sb?.nodeId || sb.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${cmd.sandboxId} is ${sb?.state ?? "gone"}; cannot signal its command`);
+    const client = processClient(await svc.substrate.proxyTarget({ sandboxId: sb.id, nodeId: sb.nodeId }, ENVD_PORT, signal), { accessToken: sb.envdAccessToken });
+    try {
+      await client.sendSignal(
+        { process: { selector: { case: "pid", value: cmd.pid } }, signal: req.signal === "SIGTERM" ? Signal.SIGTERM : Signal.SIGKILL },
+        { signal },
+      );
+    } catch (e: unknown) {
+      const err = fromConnectError(e, `cancel command ${cmd.id}`);
+      if (err.code !== "not_found") throw err; // not_found: it ended meanwhile
+    }
+    return { command_id: cmd.id, signal: req.signal };
+  };
+}

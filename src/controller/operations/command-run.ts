@@ -1,0 +1,227 @@
+/**
+ * `command.run`: runs a command in a sandbox through envd (Process/Start through the
+ * node's proxy), stores its output as chunks and its exit code on the command row.
+ *
+ * The operation succeeds when the command ran to its end, whatever its exit code (the
+ * code is in the result and on the command); it fails when the command could not run
+ * (bad cmd/cwd/user → invalid_request with envd's reason), was cancelled (conflict), or
+ * passed its `timeout_s` (deadline_exceeded, the process is killed).
+ *
+ * Survives a broken stream (data plane restart): the process keeps running in the
+ * sandbox; the handler reattaches by pid (Process/Connect) with backoff. A re-run after
+ * the claimer died reattaches the same way, by pid or by the command's tag, so a
+ * command never starts twice.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import { SpaceError, notFound } from "../../core/errors.ts";
+import type { SandboxId } from "../../core/ids.ts";
+import type { Logger } from "../../core/log.ts";
+import { ENVD_PORT } from "../../node/api/contract.ts";
+import type { ProcessEvent_EndEvent } from "../../gen/process/process_pb.ts";
+import { Signal } from "../../gen/process/process_pb.ts";
+import type { Db } from "../../store/db.ts";
+import type { OperationHandler } from "./handler.ts";
+import type { HandlerDeps } from "./index.ts";
+import { appendOutput, finishCommand, getCommandById, isCommandDone, markRunning, type CommandRow } from "./commands-store.ts";
+import { fromConnectError, processClient, type ProcessClient } from "./envd-client.ts";
+import { CommandRunRequest, readRequest } from "./requests.ts";
+
+export const DEFAULT_COMMAND_TIMEOUT_S = 3600;
+const FLUSH_BYTES = 64 * 1024;
+const FLUSH_MS = 15;
+
+type Stream = "stdout" | "stderr" | "pty";
+
+/** Coalesces output events into chunks and appends them in order, one write at a time. */
+export class OutputSink {
+  #buf: { stream: Stream; parts: Uint8Array[]; bytes: number } | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #tail: Promise<void> = Promise.resolve();
+  #error: unknown;
+
+  constructor(
+    private readonly db: Db,
+    private readonly commandId: string,
+  ) {}
+
+  push(stream: Stream, data: Uint8Array): void {
+    if (data.byteLength === 0) return;
+    if (this.#buf && this.#buf.stream !== stream) this.#cut();
+    this.#buf ??= { stream, parts: [], bytes: 0 };
+    this.#buf.parts.push(data);
+    this.#buf.bytes += data.byteLength;
+    if (this.#buf.bytes >= FLUSH_BYTES) this.#cut();
+    else this.#timer ??= setTimeout(() => this.#cut(), FLUSH_MS);
+  }
+
+  #cut(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    const b = this.#buf;
+    this.#buf = undefined;
+    if (!b) return;
+    const data = b.parts.length === 1 ? b.parts[0]! : Buffer.concat(b.parts);
+    this.#tail = this.#tail.then(() => appendOutput(this.db, this.commandId, b.stream, data)).catch((e: unknown) => {
+      this.#error ??= e;
+    });
+  }
+
+  async flush(): Promise<void> {
+    this.#cut();
+    await this.#tail;
+    if (this.#error) throw SpaceError.from(this.#error);
+  }
+}
+
+export function commandRun(deps: HandlerDeps): OperationHandler {
+  const { db, sandboxes: svc } = deps;
+  return async ({ op, signal, log }) => {
+    const req = readRequest(CommandRunRequest, op.request, op.kind);
+    const cmd = await getCommandById(db, req.command_id);
+    if (!cmd) throw notFound(`command ${req.command_id} not found`);
+    if (cmd.state === "killed" && cmd.pid === null) throw new SpaceError("failed_precondition", `command ${cmd.id} was cancelled before it started`);
+    if (isCommandDone(cmd.state)) return outcome(cmd);
+
+    const sb = await svc.repo.getById(cmd.sandboxId as SandboxId);
+    if (!sb || sb.tenantId !== op.tenantId) throw notFound(`sandbox ${cmd.sandboxId} not found`);
+    if (sb.state !== "running" || !sb.nodeId) {
+      throw new SpaceError(
+        sb.state === "killed" || sb.state === "failed" ? "not_found" : "failed_precondition",
+        `sandbox ${sb.id} is ${sb.state}; commands run only in a running sandbox`,
+      );
+    }
+    const ref = { sandboxId: sb.id, nodeId: sb.nodeId };
+    const connect = async () => processClient(await svc.substrate.proxyTarget(ref, ENVD_PORT, signal), { accessToken: sb.envdAccessToken, user: cmd.cmd.user });
+    let client = await connect();
+
+    const timeoutS = cmd.cmd.timeoutS ?? DEFAULT_COMMAND_TIMEOUT_S;
+    const startedMs = cmd.startedAt?.getTime() ?? Date.now();
+    const sink = new OutputSink(db, cmd.id);
+    const run = new CommandRun(client, cmd, sink, db, log);
+    const timer = setTimeout(() => void run.kill("timeout"), Math.max(0, startedMs + timeoutS * 1000 - Date.now()));
+    try {
+      let attempt = 0;
+      for (;;) {
+        try {
+          const end = await run.stream(signal);
+          await sink.flush();
+          return await finish(db, cmd.id, end, run.killedFor, timeoutS);
+        } catch (e: unknown) {
+          if (signal.aborted) throw e;
+          const err = fromConnectError(e, `command ${cmd.id}`);
+          if (run.pid === null) {
+            // Never started: envd refused it (bad cmd/cwd/user) or was unreachable before
+            // the start event. A refusal is permanent and names envd's reason.
+            if (err.code === "invalid_argument" || err.code === "not_found" || err.code === "permission_denied") {
+              await sink.flush().catch(() => {});
+              await finishCommand(db, cmd.id, "failed", null, err.message);
+              throw new SpaceError("invalid_argument", err.message);
+            }
+            if (++attempt > 5) throw err;
+          } else if (err.code === "not_found") {
+            await sink.flush().catch(() => {});
+            const msg = `command ${cmd.id} (pid ${run.pid}) ended while its stream was detached; exit code unknown`;
+            await finishCommand(db, cmd.id, "failed", null, msg);
+            throw new SpaceError("unavailable", msg);
+          } else if (Date.now() - startedMs > timeoutS * 1000 + 30_000) {
+            throw err;
+          }
+          attempt++;
+          log.warn({ commandId: cmd.id, pid: run.pid, code: err.code, msg: err.message, attempt }, "command stream broke; reattaching");
+          await sleep(Math.min(100 * 2 ** Math.min(attempt, 6), 3000), undefined, { signal });
+          client = await connect().catch(() => client);
+          run.client = client;
+        }
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+}
+
+class CommandRun {
+  pid: number | null;
+  killedFor: "timeout" | null = null;
+
+  constructor(
+    public client: ProcessClient,
+    private readonly cmd: CommandRow,
+    private readonly sink: OutputSink,
+    private readonly db: Db,
+    private readonly log: Logger,
+  ) {
+    this.pid = cmd.pid;
+  }
+
+  /** One attempt: start (or reattach) and read to the end event. */
+  async stream(signal: AbortSignal): Promise<ProcessEvent_EndEvent> {
+    const c = this.cmd.cmd;
+    const events =
+      this.pid !== null
+        ? this.client.connect({ process: { selector: { case: "pid", value: this.pid } } }, { signal })
+        : (await this.#alreadyStarted(signal))
+          ? this.client.connect({ process: { selector: { case: "tag", value: this.cmd.id } } }, { signal })
+          : this.client.start({ process: { cmd: c.cmd, args: c.args, envs: c.env ?? {}, ...(c.cwd ? { cwd: c.cwd } : {}) }, tag: this.cmd.id, stdin: false }, { signal });
+    for await (const res of events) {
+      const ev = res.event?.event;
+      switch (ev?.case) {
+        case "start":
+          if (this.pid !== ev.value.pid) {
+            this.pid = ev.value.pid;
+            await markRunning(this.db, this.cmd.id, this.pid);
+          }
+          break;
+        case "data": {
+          const out = ev.value.output;
+          if (out.case) this.sink.push(out.case, out.value);
+          break;
+        }
+        case "end":
+          return ev.value;
+        default:
+          break;
+      }
+    }
+    throw new SpaceError("unavailable", `envd stream of command ${this.cmd.id} closed before the command ended`);
+  }
+
+  /** A re-run whose previous claimer died before recording the pid: is the tag running? */
+  async #alreadyStarted(signal: AbortSignal): Promise<boolean> {
+    if (this.cmd.state !== "running" && this.cmd.startedAt === null) return false;
+    try {
+      const { processes } = await this.client.list({}, { signal });
+      return processes.some((p) => p.tag === this.cmd.id);
+    } catch {
+      return false;
+    }
+  }
+
+  async kill(why: "timeout"): Promise<void> {
+    this.killedFor = why;
+    if (this.pid === null) return;
+    await this.client
+      .sendSignal({ process: { selector: { case: "pid", value: this.pid } }, signal: Signal.SIGKILL })
+      .catch((e: unknown) => this.log.warn({ err: e, commandId: this.cmd.id }, "could not kill command at its timeout"));
+  }
+}
+
+async function finish(db: Db, id: string, end: ProcessEvent_EndEvent, killedFor: "timeout" | null, timeoutS: number): Promise<unknown> {
+  if (killedFor === "timeout") {
+    await finishCommand(db, id, "killed", end.exitCode, `killed after timeout_s=${timeoutS}`);
+    throw new SpaceError("deadline_exceeded", `command ${id} passed its timeout_s=${timeoutS} and was killed`);
+  }
+  if (end.exited) {
+    await finishCommand(db, id, "exited", end.exitCode, end.error ?? null);
+  } else {
+    await finishCommand(db, id, "killed", end.exitCode, end.error ?? end.status ?? "killed by a signal");
+  }
+  const row = await getCommandById(db, id);
+  return outcome(row!);
+}
+
+/** The operation result of an ended command; a killed one (cancelled) fails the operation. */
+function outcome(c: CommandRow): unknown {
+  if (c.state === "killed") throw new SpaceError("failed_precondition", `command ${c.id} was cancelled (${c.error ?? "killed"})`);
+  if (c.state === "failed") throw new SpaceError("invalid_argument", c.error ?? `command ${c.id} failed`);
+  return { command_id: c.id, state: c.state, exit_code: c.exitCode };
+}

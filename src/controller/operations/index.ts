@@ -1,0 +1,31 @@
+/**
+ * The operation kinds the dispatcher runs, one handler module per kind family.
+ */
+import type { Logger } from "../../core/log.ts";
+import type { Db } from "../../store/db.ts";
+import type { SandboxService } from "../../api/sandboxes/service.ts";
+import type { HandlerMap } from "./handler.ts";
+import { sandboxCreate } from "./sandbox-create.ts";
+import { sandboxDelete } from "./sandbox-delete.ts";
+import { sandboxPause, sandboxResume } from "./sandbox-lifecycle.ts";
+import { commandRun } from "./command-run.ts";
+import { commandCancel } from "./command-cancel.ts";
+
+export interface HandlerDeps {
+  db: Db;
+  sandboxes: SandboxService;
+  log: Logger;
+}
+
+export function createOperationHandlers(deps: HandlerDeps): HandlerMap {
+  return {
+    "sandbox.create": sandboxCreate(deps),
+    "sandbox.delete": sandboxDelete(deps),
+    "sandbox.pause": sandboxPause(deps),
+    "sandbox.resume": sandboxResume(deps),
+    "command.run": commandRun(deps),
+    "command.cancel": commandCancel(deps),
+  };
+}
+
+export type { HandlerMap, OperationHandler, OperationContext } from "./handler.ts";

@@ -1,0 +1,76 @@
+/**
+ * `sandbox.create`: creates the sandbox through the shared sandbox service (one create
+ * behind ECW and Native). The sandbox id is chosen at admission so the operation names
+ * its target at once; a re-run (the previous claimer died mid-create) finds that row:
+ * running → done; still creating → the half-made sandbox is released and created anew.
+ */
+import { SpaceError } from "../../core/errors.ts";
+import type { SandboxId, TenantId } from "../../core/ids.ts";
+import type { CreateInput } from "../../api/sandboxes/service.ts";
+import { toSandbox, sandboxTarget } from "../../api/native/present.ts";
+import type { CreateSandboxBody } from "../../api/native/schemas.ts";
+import type { OperationHandler } from "./handler.ts";
+import type { HandlerDeps } from "./index.ts";
+import { setTarget } from "./queue.ts";
+import { SandboxCreateRequest, readRequest } from "./requests.ts";
+
+export const DEFAULT_SANDBOX_TIMEOUT_S = 300;
+
+export function toCreateInput(body: CreateSandboxBody): CreateInput {
+  const net = body.network;
+  const network =
+    net && (net.allow_out || net.deny_out || net.allow_public_traffic !== undefined)
+      ? {
+          ...(net.allow_out ? { allowOut: net.allow_out } : {}),
+          ...(net.deny_out ? { denyOut: net.deny_out } : {}),
+          ...(net.allow_public_traffic !== undefined ? { allowPublicTraffic: net.allow_public_traffic } : {}),
+        }
+      : null;
+  return {
+    template: body.template,
+    metadata: body.metadata ?? {},
+    envVars: body.env ?? {},
+    timeoutSec: body.timeout_s ?? DEFAULT_SANDBOX_TIMEOUT_S,
+    // envd requires the per-sandbox access token: only the control plane (and the
+    // gateway, which holds it) can reach a Native sandbox's processes.
+    secure: true,
+    allowInternetAccess: net?.allow_internet_access ?? true,
+    network,
+    onTimeout: "kill",
+    autoResume: false,
+    resources: {
+      ...(body.vcpu !== undefined ? { vcpu: body.vcpu } : {}),
+      ...(body.memory_mib !== undefined ? { memoryMib: body.memory_mib } : {}),
+      ...(body.disk_mib !== undefined ? { diskMib: body.disk_mib } : {}),
+    },
+  };
+}
+
+export function sandboxCreate(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op, signal, log }) => {
+    const req = readRequest(SandboxCreateRequest, op.request, op.kind);
+    const tenantId = op.tenantId as TenantId;
+    let id = req.sandbox_id;
+    if (op.claimCount > 1) {
+      const prev = await svc.repo.getById(id as SandboxId);
+      if (prev?.state === "running" || prev?.state === "paused") return toSandbox(prev);
+      if (prev?.state === "creating") {
+        log.warn({ sandboxId: id }, "re-running an interrupted create: releasing the half-made sandbox");
+        if (prev.nodeId) await svc.substrate.kill({ sandboxId: id, nodeId: prev.nodeId }, signal).catch(() => {});
+        await svc.repo.transition(prev.id, ["creating"], "failed", { reason: "create interrupted (controller restart); re-created" });
+      }
+      if (prev) id = "";
+    }
+    // `id` is honoured by the service when it supports caller-chosen ids; otherwise the
+    // operation's target is corrected below to the id the service chose.
+    const input: CreateInput & { id?: SandboxId } = { ...toCreateInput(req.body), ...(id ? { id: id as SandboxId } : {}) };
+    try {
+      const rec = await svc.create(tenantId, input, signal);
+      if (rec.id !== req.sandbox_id) await setTarget(deps.db, op.id, sandboxTarget(rec.id));
+      return toSandbox(rec);
+    } catch (e: unknown) {
+      throw SpaceError.from(e);
+    }
+  };
+}

@@ -1,0 +1,50 @@
+/**
+ * `sandbox.pause` / `sandbox.resume`: resident pause (the sandbox stays in memory on its
+ * node, frozen) and its resume. The shared service has no resident pause (ECW pause is
+ * suspend), so this small module does it with the service's repo and substrate: the node
+ * first, then the guarded transition; a lost transition (killed meanwhile) is a conflict.
+ */
+import { SpaceError, notFound } from "../../core/errors.ts";
+import type { SandboxId, TenantId } from "../../core/ids.ts";
+import { toSandbox } from "../../api/native/present.ts";
+import type { OperationHandler } from "./handler.ts";
+import type { HandlerDeps } from "./index.ts";
+import { SandboxRequest, readRequest } from "./requests.ts";
+
+export function sandboxPause(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op, signal }) => {
+    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const rec = await svc.get(op.tenantId as TenantId, id);
+    if (rec.state === "paused") {
+      if (op.claimCount > 1) return toSandbox(rec); // this operation paused it before its claimer died
+      throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
+    }
+    if (rec.state !== "running" || !rec.nodeId) throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be paused`);
+    // Stop routing first: no new envd stream should start on a freezing sandbox.
+    svc.events.emit("ended", rec.id);
+    await svc.substrate.pause({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
+    const paused = await svc.repo.transition(rec.id, ["running"], "paused");
+    if (!paused) {
+      const now = await svc.repo.getById(rec.id as SandboxId);
+      throw new SpaceError("failed_precondition", `sandbox ${id} changed state during pause (now ${now?.state ?? "gone"})`);
+    }
+    return toSandbox(paused);
+  };
+}
+
+export function sandboxResume(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op }) => {
+    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const tenantId = op.tenantId as TenantId;
+    const rec = await svc.get(tenantId, id);
+    if (rec.state === "running" && op.claimCount > 1) return toSandbox(rec);
+    if (rec.state !== "paused") throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a paused sandbox can be resumed`);
+    // The service's connect resumes a resident-paused sandbox on its node.
+    const { sandbox } = await svc.connect(tenantId, id, undefined);
+    const fresh = await svc.repo.get(tenantId, sandbox.id);
+    if (!fresh) throw notFound(`sandbox ${id} not found`);
+    return toSandbox(fresh);
+  };
+}
