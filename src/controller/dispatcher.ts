@@ -13,7 +13,7 @@
  */
 import { hostname } from "node:os";
 import { randomId } from "../core/ids.ts";
-import { SpaceError, toOperationFailure } from "../core/errors.ts";
+import { SpaceError, toOperationFailure, type OperationFailureCode } from "../core/errors.ts";
 import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
@@ -23,11 +23,16 @@ import { createOperationHandlers } from "./operations/index.ts";
 import {
   OPERATIONS_CHANNEL,
   claimOperations,
-  finishOperation,
-  heartbeat,
-  type OperationRow,
-  type Outcome,
-} from "./operations/queue.ts";
+  completeOperation,
+  expireOperations,
+  failOperation,
+  heartbeatOperations,
+  type Operation as OperationRow,
+} from "../store/operations.ts";
+
+type Outcome =
+  | { state: "succeeded"; result: unknown }
+  | { state: "failed"; failure: { code: OperationFailureCode; message: string } };
 
 export interface DispatcherDeps {
   db: Db;
@@ -80,10 +85,11 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
 
   const hb = setInterval(
     () => {
-      const claims = [...inFlight.values()].map((f) => ({ id: f.op.id, claimCount: f.op.claimCount }));
-      heartbeat(db, workerId, claims).then(
-        (lost) => {
-          for (const id of lost) {
+      const ids = [...inFlight.keys()];
+      heartbeatOperations(db, workerId, ids).then(
+        (held) => {
+          const kept = new Set(held);
+          for (const id of ids.filter((x) => !kept.has(x))) {
             const f = inFlight.get(id);
             if (!f) continue;
             log.warn({ opId: id, kind: f.op.kind }, "operation claim lost (re-claimed elsewhere); cancelling local run");
@@ -96,11 +102,15 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
     Math.max(100, Math.floor(staleMs / 3)),
   );
   hb.unref();
+  // Queued operations past their deadline fail even when no dispatcher gets to them.
+  const expiry = setInterval(() => {
+    expireOperations(db).catch((e: unknown) => log.warn({ err: e }, "expiring operations failed"));
+  }, 1000);
+  expiry.unref();
 
   async function run(op: OperationRow): Promise<void> {
     const abort = new AbortController();
     inFlight.set(op.id, { op, abort });
-    const claim = { id: op.id, claimedBy: workerId, claimCount: op.claimCount };
     let deadlineTimer: NodeJS.Timeout | undefined;
     let outcome: Outcome;
     try {
@@ -129,11 +139,17 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       inFlight.delete(op.id);
     }
     try {
-      const ok = await finishOperation(db, claim, outcome);
-      if (!ok) log.warn({ opId: op.id }, "operation finished after its claim was lost; result dropped");
+      if (outcome.state === "succeeded") await completeOperation(db, op.id, outcome.result, { claimer: workerId });
+      else await failOperation(db, op.id, outcome.failure, { claimer: workerId });
     } catch (e: unknown) {
-      // Left claimed: the staleness window hands it to another run (handlers re-run safely).
-      log.error({ opId: op.id, err: e }, "could not record operation outcome");
+      const err = SpaceError.from(e);
+      if (err.code === "aborted" || err.code === "failed_precondition") {
+        // Re-claimed elsewhere, or already ended (e.g. expired at its deadline): theirs.
+        log.warn({ opId: op.id, msg: err.message }, "operation outcome dropped: no longer held by this worker");
+      } else {
+        // Left claimed: the staleness window hands it to another run (handlers re-run safely).
+        log.error({ opId: op.id, err: e }, "could not record operation outcome");
+      }
     }
   }
 
@@ -158,7 +174,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       const room = Math.min(claimLimit, maxInFlight - inFlight.size);
       if (room > 0) {
         try {
-          const ops = await claimOperations(db, workerId, room, staleMs);
+          const ops = await claimOperations(db, { claimer: workerId, limit: room, staleMs });
           for (const op of ops) schedule(op);
           claimedFull = ops.length === room;
         } catch (e: unknown) {
@@ -189,6 +205,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       stopped = true;
       wakeUp?.();
       clearInterval(hb);
+      clearInterval(expiry);
       await loop;
       await unlisten().catch(() => {});
       const held = [...inFlight.values()];

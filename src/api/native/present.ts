@@ -3,8 +3,8 @@
  * used by the routes and by the operation handlers for results.
  */
 import type { SandboxRecord } from "../sandboxes/model.ts";
-import type { OperationRow } from "../../controller/operations/queue.ts";
-import type { CommandRow, OutputRow } from "../../controller/operations/commands-store.ts";
+import type { Operation as OperationRow } from "../../store/operations.ts";
+import type { Command as CommandRow, OutputChunk as OutputRow } from "../../store/commands.ts";
 import type { Command, Operation, OperationKind, Sandbox } from "./schemas.ts";
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
@@ -65,8 +65,5 @@ export function toCommand(c: CommandRow): Command {
 }
 
 export function toChunk(o: OutputRow) {
-  return { seq: o.seq, stream: o.stream, offset: o.offset, data: Buffer.from(o.data).toString("base64") };
+  return { seq: o.seq, stream: o.stream, offset: o.offsetBytes, data: Buffer.from(o.data).toString("base64") };
 }
-
-export const sandboxTarget = (id: string) => `sandboxes/${id}`;
-export const commandTarget = (sandboxId: string, commandId: string) => `sandboxes/${sandboxId}/commands/${commandId}`;

@@ -175,7 +175,7 @@ export const CommandParams = z.object({ id: z.string().min(1).max(64), cid: z.st
 
 export const OutputQuery = z
   .object({
-    after: z.coerce.number().int().min(-1).default(-1).meta({ description: "return chunks with seq > after" }),
+    after: z.coerce.number().int().min(0).default(0).meta({ description: "return chunks with seq > after (chunks are numbered from 1)" }),
     limit: z.coerce.number().int().min(1).max(1000).default(256),
     follow: z
       .enum(["true", "false", "1", "0", ""])

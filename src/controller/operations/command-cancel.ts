@@ -9,7 +9,8 @@ import { ENVD_PORT } from "../../node/api/contract.ts";
 import { Signal } from "../../gen/process/process_pb.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
-import { finishCommand, getCommandById, isCommandDone } from "./commands-store.ts";
+import { finishedCommandStates, getCommand } from "../../store/commands.ts";
+import { COMMAND_OUTPUT_CHANNEL } from "./command-run.ts";
 import { fromConnectError, processClient } from "./envd-client.ts";
 import { CommandCancelRequest, readRequest } from "./requests.ts";
 
@@ -17,19 +18,29 @@ export function commandCancel(deps: HandlerDeps): OperationHandler {
   const { db, sandboxes: svc } = deps;
   return async ({ op, signal }) => {
     const req = readRequest(CommandCancelRequest, op.request, op.kind);
-    const cmd = await getCommandById(db, req.command_id);
-    if (!cmd || cmd.tenantId !== op.tenantId) throw notFound(`command ${req.command_id} not found`);
-    if (isCommandDone(cmd.state)) return { command_id: cmd.id, state: cmd.state, exit_code: cmd.exitCode };
+    const cmd = await getCommand(db, req.command_id, req.sandbox_id);
+    if (cmd.tenantId !== op.tenantId) throw notFound(`command ${req.command_id} not found`);
+    if (finishedCommandStates.includes(cmd.state)) return { command_id: cmd.id, state: cmd.state, exit_code: cmd.exitCode };
     if (cmd.pid === null) {
-      await finishCommand(db, cmd.id, "killed", null, "cancelled before it started");
-      return { command_id: cmd.id, state: "killed", exit_code: null };
+      // Only a command that has not started is marked here (the store's finishCommand
+      // would also end a running one without signalling it).
+      const n = await db.execute(
+        `UPDATE commands SET state = 'killed', error = 'cancelled before it started', ended_at = now()
+          WHERE id = $1 AND state = 'queued' AND pid IS NULL`,
+        [cmd.id],
+      );
+      await db.notify(COMMAND_OUTPUT_CHANNEL, cmd.id).catch(() => {});
+      const row = await getCommand(db, cmd.id);
+      if (n === 1 || row.pid === null || finishedCommandStates.includes(row.state)) return { command_id: cmd.id, state: row.state, exit_code: row.exitCode };
+      cmd.pid = row.pid; // it started meanwhile: signal it below
     }
+    const pid = cmd.pid;
     const sb = await svc.repo.getById(cmd.sandboxId as SandboxId);
     if (!sb?.nodeId || sb.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${cmd.sandboxId} is ${sb?.state ?? "gone"}; cannot signal its command`);
     const client = processClient(await svc.substrate.proxyTarget({ sandboxId: sb.id, nodeId: sb.nodeId }, ENVD_PORT, signal), { accessToken: sb.envdAccessToken });
     try {
       await client.sendSignal(
-        { process: { selector: { case: "pid", value: cmd.pid } }, signal: req.signal === "SIGTERM" ? Signal.SIGTERM : Signal.SIGKILL },
+        { process: { selector: { case: "pid", value: pid } }, signal: req.signal === "SIGTERM" ? Signal.SIGTERM : Signal.SIGKILL },
         { signal },
       );
     } catch (e: unknown) {

@@ -22,9 +22,19 @@ import { Signal } from "../../gen/process/process_pb.ts";
 import type { Db } from "../../store/db.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
-import { appendOutput, finishCommand, getCommandById, isCommandDone, markRunning, type CommandRow } from "./commands-store.ts";
+import {
+  appendCommandOutput,
+  finishCommand,
+  finishedCommandStates,
+  getCommand,
+  markCommandRunning,
+  type Command as CommandRow,
+} from "../../store/commands.ts";
 import { fromConnectError, processClient, type ProcessClient } from "./envd-client.ts";
-import { CommandRunRequest, readRequest } from "./requests.ts";
+import { CommandRunRequest, parseTarget, readRequest } from "./requests.ts";
+
+/** NOTIFY channel: payload = command id that got output or ended (followers wake at once). */
+export const COMMAND_OUTPUT_CHANNEL = "space_command_output";
 
 export const DEFAULT_COMMAND_TIMEOUT_S = 3600;
 const FLUSH_BYTES = 64 * 1024;
@@ -61,7 +71,12 @@ export class OutputSink {
     this.#buf = undefined;
     if (!b) return;
     const data = b.parts.length === 1 ? b.parts[0]! : Buffer.concat(b.parts);
-    this.#tail = this.#tail.then(() => appendOutput(this.db, this.commandId, b.stream, data)).catch((e: unknown) => {
+    this.#tail = this.#tail
+      .then(async () => {
+        await appendCommandOutput(this.db, this.commandId, b.stream, data);
+        await this.db.notify(COMMAND_OUTPUT_CHANNEL, this.commandId);
+      })
+      .catch((e: unknown) => {
       this.#error ??= e;
     });
   }
@@ -76,11 +91,12 @@ export class OutputSink {
 export function commandRun(deps: HandlerDeps): OperationHandler {
   const { db, sandboxes: svc } = deps;
   return async ({ op, signal, log }) => {
-    const req = readRequest(CommandRunRequest, op.request, op.kind);
-    const cmd = await getCommandById(db, req.command_id);
-    if (!cmd) throw notFound(`command ${req.command_id} not found`);
+    readRequest(CommandRunRequest, op.request, op.kind);
+    const { sandboxId, commandId } = parseTarget(op.targetId);
+    if (!commandId) throw new SpaceError("internal", `command.run operation ${op.id} has no command in its target`);
+    const cmd = await getCommand(db, commandId, sandboxId);
     if (cmd.state === "killed" && cmd.pid === null) throw new SpaceError("failed_precondition", `command ${cmd.id} was cancelled before it started`);
-    if (isCommandDone(cmd.state)) return outcome(cmd);
+    if (finishedCommandStates.includes(cmd.state)) return outcome(cmd);
 
     const sb = await svc.repo.getById(cmd.sandboxId as SandboxId);
     if (!sb || sb.tenantId !== op.tenantId) throw notFound(`sandbox ${cmd.sandboxId} not found`);
@@ -94,7 +110,7 @@ export function commandRun(deps: HandlerDeps): OperationHandler {
     const connect = async () => processClient(await svc.substrate.proxyTarget(ref, ENVD_PORT, signal), { accessToken: sb.envdAccessToken, user: cmd.cmd.user });
     let client = await connect();
 
-    const timeoutS = cmd.cmd.timeoutS ?? DEFAULT_COMMAND_TIMEOUT_S;
+    const timeoutS = typeof cmd.cmd.timeout_s === "number" ? cmd.cmd.timeout_s : DEFAULT_COMMAND_TIMEOUT_S;
     const startedMs = cmd.startedAt?.getTime() ?? Date.now();
     const sink = new OutputSink(db, cmd.id);
     const run = new CommandRun(client, cmd, sink, db, log);
@@ -107,21 +123,21 @@ export function commandRun(deps: HandlerDeps): OperationHandler {
           await sink.flush();
           return await finish(db, cmd.id, end, run.killedFor, timeoutS);
         } catch (e: unknown) {
-          if (signal.aborted) throw e;
+          if (signal.aborted || (e instanceof SpaceError && e.code === "failed_precondition")) throw e;
           const err = fromConnectError(e, `command ${cmd.id}`);
           if (run.pid === null) {
             // Never started: envd refused it (bad cmd/cwd/user) or was unreachable before
             // the start event. A refusal is permanent and names envd's reason.
             if (err.code === "invalid_argument" || err.code === "not_found" || err.code === "permission_denied") {
               await sink.flush().catch(() => {});
-              await finishCommand(db, cmd.id, "failed", null, err.message);
+              await ended(db, cmd.id, { state: "failed", error: err.message });
               throw new SpaceError("invalid_argument", err.message);
             }
             if (++attempt > 5) throw err;
           } else if (err.code === "not_found") {
             await sink.flush().catch(() => {});
             const msg = `command ${cmd.id} (pid ${run.pid}) ended while its stream was detached; exit code unknown`;
-            await finishCommand(db, cmd.id, "failed", null, msg);
+            await ended(db, cmd.id, { state: "failed", error: msg });
             throw new SpaceError("unavailable", msg);
           } else if (Date.now() - startedMs > timeoutS * 1000 + 30_000) {
             throw err;
@@ -161,14 +177,20 @@ class CommandRun {
         ? this.client.connect({ process: { selector: { case: "pid", value: this.pid } } }, { signal })
         : (await this.#alreadyStarted(signal))
           ? this.client.connect({ process: { selector: { case: "tag", value: this.cmd.id } } }, { signal })
-          : this.client.start({ process: { cmd: c.cmd, args: c.args, envs: c.env ?? {}, ...(c.cwd ? { cwd: c.cwd } : {}) }, tag: this.cmd.id, stdin: false }, { signal });
+          : this.client.start({ process: { cmd: c.cmd, args: c.args ?? [], envs: c.envs ?? {}, ...(c.cwd ? { cwd: c.cwd } : {}) }, tag: this.cmd.id, stdin: false }, { signal });
     for await (const res of events) {
       const ev = res.event?.event;
       switch (ev?.case) {
         case "start":
           if (this.pid !== ev.value.pid) {
             this.pid = ev.value.pid;
-            await markRunning(this.db, this.cmd.id, this.pid);
+            try {
+              await markCommandRunning(this.db, this.cmd.id, this.pid);
+            } catch (e: unknown) {
+              // Cancelled between our read and the start: honour the cancel.
+              await this.client.sendSignal({ process: { selector: { case: "pid", value: this.pid } }, signal: Signal.SIGKILL }).catch(() => {});
+              throw new SpaceError("failed_precondition", `command ${this.cmd.id} was cancelled before it started`, { cause: e });
+            }
           }
           break;
         case "data": {
@@ -207,16 +229,13 @@ class CommandRun {
 
 async function finish(db: Db, id: string, end: ProcessEvent_EndEvent, killedFor: "timeout" | null, timeoutS: number): Promise<unknown> {
   if (killedFor === "timeout") {
-    await finishCommand(db, id, "killed", end.exitCode, `killed after timeout_s=${timeoutS}`);
+    await ended(db, id, { state: "killed", exitCode: end.exitCode, error: `killed after timeout_s=${timeoutS}` });
     throw new SpaceError("deadline_exceeded", `command ${id} passed its timeout_s=${timeoutS} and was killed`);
   }
   if (end.exited) {
-    await finishCommand(db, id, "exited", end.exitCode, end.error ?? null);
-  } else {
-    await finishCommand(db, id, "killed", end.exitCode, end.error ?? end.status ?? "killed by a signal");
+    return outcome(await ended(db, id, { state: "exited", exitCode: end.exitCode, error: end.error ?? null }));
   }
-  const row = await getCommandById(db, id);
-  return outcome(row!);
+  return outcome(await ended(db, id, { state: "killed", exitCode: end.exitCode, error: end.error || end.status || "killed by a signal" }));
 }
 
 /** The operation result of an ended command; a killed one (cancelled) fails the operation. */
@@ -224,4 +243,10 @@ function outcome(c: CommandRow): unknown {
   if (c.state === "killed") throw new SpaceError("failed_precondition", `command ${c.id} was cancelled (${c.error ?? "killed"})`);
   if (c.state === "failed") throw new SpaceError("invalid_argument", c.error ?? `command ${c.id} failed`);
   return { command_id: c.id, state: c.state, exit_code: c.exitCode };
+}
+
+async function ended(db: Db, id: string, end: Parameters<typeof finishCommand>[2]): Promise<CommandRow> {
+  const row = await finishCommand(db, id, end);
+  await db.notify(COMMAND_OUTPUT_CHANNEL, id).catch(() => {});
+  return row;
 }

@@ -9,7 +9,7 @@
  * (`op.claimCount > 1` tells the handler it is a re-run).
  */
 import type { Logger } from "../../core/log.ts";
-import type { OperationRow } from "./queue.ts";
+import type { Operation as OperationRow } from "../../store/operations.ts";
 
 export interface OperationContext {
   op: OperationRow;

@@ -7,12 +7,11 @@
 import { SpaceError } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
 import type { CreateInput } from "../../api/sandboxes/service.ts";
-import { toSandbox, sandboxTarget } from "../../api/native/present.ts";
+import { toSandbox } from "../../api/native/present.ts";
 import type { CreateSandboxBody } from "../../api/native/schemas.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
-import { setTarget } from "./queue.ts";
-import { SandboxCreateRequest, readRequest } from "./requests.ts";
+import { SandboxCreateRequest, parseTarget, readRequest, sandboxTarget } from "./requests.ts";
 
 export const DEFAULT_SANDBOX_TIMEOUT_S = 300;
 
@@ -49,9 +48,10 @@ export function toCreateInput(body: CreateSandboxBody): CreateInput {
 export function sandboxCreate(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op, signal, log }) => {
-    const req = readRequest(SandboxCreateRequest, op.request, op.kind);
+    const body = readRequest(SandboxCreateRequest, op.request, op.kind);
     const tenantId = op.tenantId as TenantId;
-    let id = req.sandbox_id;
+    const chosen = parseTarget(op.targetId).sandboxId;
+    let id = chosen;
     if (op.claimCount > 1) {
       const prev = await svc.repo.getById(id as SandboxId);
       if (prev?.state === "running" || prev?.state === "paused") return toSandbox(prev);
@@ -64,10 +64,12 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
     }
     // `id` is honoured by the service when it supports caller-chosen ids; otherwise the
     // operation's target is corrected below to the id the service chose.
-    const input: CreateInput & { id?: SandboxId } = { ...toCreateInput(req.body), ...(id ? { id: id as SandboxId } : {}) };
+    const input: CreateInput & { id?: SandboxId } = { ...toCreateInput(body), ...(id ? { id: id as SandboxId } : {}) };
     try {
       const rec = await svc.create(tenantId, input, signal);
-      if (rec.id !== req.sandbox_id) await setTarget(deps.db, op.id, sandboxTarget(rec.id));
+      if (rec.id !== chosen) {
+        await deps.db.execute(`UPDATE operations SET target_id = $2 WHERE id = $1`, [op.id, sandboxTarget(rec.id)]);
+      }
       return toSandbox(rec);
     } catch (e: unknown) {
       throw SpaceError.from(e);
