@@ -30,11 +30,9 @@ export function decodeStateFilter(param: string | string[] | undefined): Sandbox
   const out = new Set<SandboxState>();
   for (const v of wanted) {
     if (v === "running") {
-      out.add("running");
-      out.add("creating");
+      for (const st of ["creating", "running", "resuming", "stopping", "stopped"] as const) out.add(st);
     } else if (v === "paused") {
-      out.add("paused");
-      out.add("suspended");
+      for (const st of ["pausing", "paused", "suspending", "suspended"] as const) out.add(st);
     } else {
       throw invalid(`state '${v}' is not one of running, paused`, { field: "state" });
     }

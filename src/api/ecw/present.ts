@@ -18,10 +18,16 @@ export function toEcwState(s: SandboxState): "running" | "paused" {
   switch (s) {
     case "creating":
     case "running":
+    case "resuming":
+    case "stopping":
+    case "stopped":
+    case "killing":
     case "killed":
     case "failed":
       return "running";
+    case "pausing":
     case "paused":
+    case "suspending":
     case "suspended":
       return "paused";
     default:

@@ -97,7 +97,7 @@ test("signed file URL without routing header finds its sandbox by signature", as
     const sig = fileSignature("/home/user/a.txt", "read", "undefined", sb.envdAccessToken!);
     const r = await fetch(`${s.base}/files?path=${encodeURIComponent("/home/user/a.txt")}&signature=${encodeURIComponent(sig)}`);
     assert.equal(r.status, 200);
-    assert.match((await r.json()).url, new RegExp(`^/v1/sandboxes/${sb.id}/proxy/49983/files\\?`));
+    assert.match(((await r.json()) as { url: string }).url, new RegExp(`^/v1/sandboxes/${sb.id}/proxy/49983/files\\?`));
     const bad = await fetch(`${s.base}/files?path=x&signature=v1_nope`);
     assert.equal(bad.status, 401);
   } finally {

@@ -4,6 +4,7 @@
  */
 import { createHash } from "node:crypto";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
+import { transitions } from "../../store/sandboxes.ts";
 import { decodeCursor, encodeCursor, isAfter } from "./cursor.ts";
 import {
   isLive,
@@ -20,8 +21,11 @@ import {
 
 export class MemorySandboxRepo implements SandboxRepo {
   readonly rows = new Map<string, SandboxRecord>();
+  /** Insertion order, like the store's `seq` (the cursor key). */
+  readonly #seq = new Map<string, number>();
 
   async insert(rec: SandboxRecord) {
+    this.#seq.set(rec.id, this.#seq.size + 1);
     this.rows.set(rec.id, structuredClone(rec));
   }
   async get(tenantId: TenantId, id: SandboxId) {
@@ -40,18 +44,19 @@ export class MemorySandboxRepo implements SandboxRepo {
       .filter((r) => Object.entries(q.metadata).every(([k, v]) => r.metadata[k] === v))
       .filter((r) => !q.templateId || r.templateId === q.templateId || r.alias === q.templateId)
       .filter((r) => !q.startedAfter || r.startedAt > q.startedAfter)
-      .filter((r) => !cursor || isAfter({ createdAtMs: r.createdAt.getTime(), id: r.id }, cursor, q.order))
-      .sort((a, b) => dir * (a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : 1)));
+      .filter((r) => !cursor || isAfter({ createdAtMs: this.#seq.get(r.id)!, id: r.id }, cursor, q.order))
+      .sort((a, b) => dir * (this.#seq.get(a.id)! - this.#seq.get(b.id)!));
     const items = all.slice(0, q.limit);
     const last = items[items.length - 1];
     return {
       items: items.map((r) => structuredClone(r)),
-      cursor: all.length > q.limit && last ? encodeCursor({ createdAtMs: last.createdAt.getTime(), id: last.id }) : null,
+      cursor: all.length > q.limit && last ? encodeCursor({ createdAtMs: this.#seq.get(last.id)!, id: last.id }) : null,
     };
   }
   async transition(id: SandboxId, from: readonly SandboxState[], to: SandboxState, patch: SandboxPatch = {}) {
     const r = this.rows.get(id);
     if (!r || !from.includes(r.state)) return null;
+    for (const f of from) if (!(transitions[f] as readonly SandboxState[]).includes(to)) throw new Error(`illegal transition ${f} → ${to}`);
     Object.assign(r, patch, { state: to });
     return structuredClone(r);
   }

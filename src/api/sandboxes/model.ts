@@ -6,27 +6,19 @@
 import type { SandboxId, TenantId } from "../../core/ids.ts";
 
 /**
- * Desired/observed lifecycle of a sandbox row.
- * - creating: row written, node not yet confirmed
- * - running: envd answered on the node
- * - paused: frozen in memory on its node (resident pause)
- * - suspended: checkpointed to storage, no node (ECW "paused")
- * - killed: ended by a caller or its timeout (terminal)
- * - failed: create failed; everything it held was released (terminal)
+ * The lifecycle states are the store's (src/store/sandboxes.ts, with its transition
+ * table). The service uses: creating → running | failed; live → killing → killed.
  */
-export const sandboxStates = ["creating", "running", "paused", "suspended", "killed", "failed"] as const;
-export type SandboxState = (typeof sandboxStates)[number];
+import type { SandboxState } from "../../store/sandboxes.ts";
+export type { SandboxState };
 
-export const transitions = {
-  creating: ["running", "failed", "killed"],
-  running: ["paused", "suspended", "killed"],
-  paused: ["running", "suspended", "killed"],
-  suspended: ["running", "killed"],
-  killed: [],
-  failed: [],
-} as const satisfies Record<SandboxState, readonly SandboxState[]>;
-
-export const isLive = (s: SandboxState) => s === "creating" || s === "running" || s === "paused" || s === "suspended";
+/** States that no longer serve anything: the sandbox is gone for callers (404). */
+export const endedStates: readonly SandboxState[] = ["killing", "killed", "failed"];
+/** Every state from which the store allows a move to `killing`. */
+export const killableStates: readonly SandboxState[] = [
+  "creating", "running", "pausing", "paused", "suspending", "suspended", "resuming", "stopping", "stopped",
+];
+export const isLive = (s: SandboxState) => !endedStates.includes(s);
 
 /** E2B network config (stored as given; the node applies what it supports). */
 export interface NetworkPolicy {

@@ -12,6 +12,7 @@ import type { SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
 import {
   isLive,
+  killableStates,
   type ListPage,
   type ListQuery,
   type NetworkPolicy,
@@ -201,25 +202,30 @@ export class SandboxService {
     await this.#killRecord(rec, reason);
   }
 
+  /**
+   * live → killing (routing stops at once: only `running` is routed) → node kill →
+   * killed. An unreachable node does not keep the row alive: its reaper ends orphans
+   * when it returns. Any other node error leaves the row `failed` with the reason.
+   */
   async #killRecord(rec: SandboxRecord, reason: string): Promise<void> {
-    // Stop routing first so no new stream starts while the node tears it down.
+    const killing = await this.#repo.transition(rec.id, killableStates, "killing");
+    if (!killing) throw notFound(`sandbox ${rec.id} not found`); // another kill won
     this.events.emit("ended", rec.id);
-    if (rec.nodeId) {
+    const nodeId = killing.nodeId ?? rec.nodeId;
+    if (nodeId) {
       try {
-        await this.#substrate.kill({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(60_000));
+        await this.#substrate.kill({ sandboxId: rec.id, nodeId }, AbortSignal.timeout(60_000));
       } catch (e: unknown) {
         const err = SpaceError.from(e);
-        if (err.code !== "unavailable" && err.code !== "deadline_exceeded") throw err;
-        // The node is unreachable: record the kill; its reaper ends orphans on return.
-        this.#log.warn({ sandboxId: rec.id, nodeId: rec.nodeId, err: e }, "node unreachable during kill; marked killed");
+        if (err.code !== "unavailable" && err.code !== "deadline_exceeded") {
+          await this.#repo.transition(rec.id, ["killing"], "failed", { reason: `kill failed: ${err.code}: ${err.message}` });
+          throw err;
+        }
+        this.#log.warn({ sandboxId: rec.id, nodeId, err: e }, "node unreachable during kill; marked killed");
         reason = `${reason} (node unreachable at kill time)`;
       }
     }
-    const done = await this.#repo.transition(rec.id, ["creating", "running", "paused", "suspended"], "killed", { reason });
-    if (!done) {
-      const now = await this.#repo.getById(rec.id);
-      if (now && isLive(now.state)) throw new SpaceError("aborted", `sandbox ${rec.id} changed state during kill; retry`);
-    }
+    await this.#repo.transition(rec.id, ["killing"], "killed", { reason });
   }
 
   /** E2B `timeout`: the end time becomes now + timeout (may shorten). */
@@ -251,7 +257,7 @@ export class SandboxService {
    */
   async suspend(tenantId: TenantId, id: string): Promise<never> {
     const rec = await this.get(tenantId, id);
-    if (rec.state === "paused" || rec.state === "suspended") {
+    if (["pausing", "paused", "suspending", "suspended"].includes(rec.state)) {
       throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
     }
     throw unimplemented(
@@ -278,10 +284,10 @@ export class SandboxService {
         return { sandbox: await this.#extend(resumed, timeoutSec ?? 300), resumed: true };
       }
       case "suspended":
+      case "suspending":
         throw unimplemented(`restore is not available yet: sandbox ${id} is suspended and cannot be resumed by this build`);
-      case "killed":
-      case "failed":
-        throw notFound(`sandbox ${id} not found`);
+      default:
+        throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; connect again shortly`, { retryable: true });
     }
   }
 

@@ -1,0 +1,293 @@
+/**
+ * Store-backed implementations of the service's ports, over the store engineer's `Db`
+ * and typed queries (src/store). Queries the store does not offer yet (template
+ * resolution, next end time, running secure sandboxes, execution bookkeeping by
+ * sandbox) are written here against the same schema.
+ */
+import type { Db, Queryable } from "../../store/db.ts";
+import {
+  findSandbox,
+  insertSandbox,
+  listExpiredSandboxes,
+  listSandboxes,
+  patchSandbox,
+  transitionSandbox,
+  type Sandbox,
+  type SandboxPatch as StorePatch,
+} from "../../store/sandboxes.ts";
+import { lookupApiKey } from "../../store/api-keys.ts";
+import { getNode, listNodes, type NodeRecord } from "../../store/nodes.ts";
+import { createExecution } from "../../store/executions.ts";
+import { SpaceError } from "../../core/errors.ts";
+import type { ExecutionId, NodeId, SandboxId, TenantId } from "../../core/ids.ts";
+import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
+import {
+  isLive,
+  type ApiKeyAuth,
+  type ListPage,
+  type ListQuery,
+  type NetworkPolicy,
+  type ResolvedTemplate,
+  type SandboxPatch,
+  type SandboxRecord,
+  type SandboxRepo,
+  type SandboxState,
+  type TemplateResolver,
+} from "./model.ts";
+
+export function toRecord(s: Sandbox): SandboxRecord {
+  const network = s.network && Object.keys(s.network).length ? (s.network as NetworkPolicy) : null;
+  return {
+    id: s.id,
+    tenantId: s.tenantId,
+    templateId: s.templateId ?? "",
+    alias: s.alias,
+    state: s.state,
+    nodeId: s.nodeId,
+    executionId: null,
+    address: s.address,
+    vcpu: s.vcpu,
+    memoryMib: s.memoryMib,
+    diskMib: s.diskMib,
+    metadata: s.metadata ?? {},
+    envdAccessToken: s.envdAccessToken,
+    trafficAccessToken: s.trafficAccessToken,
+    allowInternetAccess: s.allowInternetAccess,
+    network,
+    onTimeout: s.lifecycle?.onTimeout ?? "kill",
+    autoResume: s.lifecycle?.autoResume ?? false,
+    createdAt: s.createdAt,
+    startedAt: s.startedAt ?? s.createdAt,
+    endAt: s.endAt ?? s.createdAt,
+    reason: s.failureMessage,
+  };
+}
+
+function toStorePatch(p: SandboxPatch): StorePatch {
+  const out: StorePatch = {};
+  if (p.nodeId !== undefined) out.nodeId = p.nodeId as NodeId | null;
+  if (p.address !== undefined) out.address = p.address;
+  if (p.endAt !== undefined) out.endAt = p.endAt;
+  if (p.startedAt !== undefined) out.startedAt = p.startedAt;
+  if (p.network !== undefined) out.network = (p.network ?? {}) as Record<string, unknown>;
+  if (p.reason !== undefined) out.failureMessage = p.reason;
+  return out;
+}
+
+const missOrConflict = (e: unknown) => e instanceof SpaceError && (e.code === "not_found" || e.code === "failed_precondition");
+
+export class StoreSandboxRepo implements SandboxRepo {
+  constructor(private readonly db: Db) {}
+
+  async insert(rec: SandboxRecord): Promise<void> {
+    await this.db.transaction(async (tx) => {
+      await insertSandbox(tx, {
+        id: rec.id,
+        tenantId: rec.tenantId,
+        templateId: rec.templateId,
+        alias: rec.alias,
+        state: rec.state,
+        vcpu: rec.vcpu,
+        memoryMib: rec.memoryMib,
+        diskMib: rec.diskMib,
+        metadata: rec.metadata,
+        envdAccessToken: rec.envdAccessToken,
+        trafficAccessToken: rec.trafficAccessToken,
+        secure: rec.envdAccessToken !== null,
+        allowInternetAccess: rec.allowInternetAccess,
+        network: (rec.network ?? {}) as Record<string, unknown>,
+        lifecycle: { onTimeout: rec.onTimeout, autoResume: rec.autoResume },
+        startedAt: rec.startedAt,
+        endAt: rec.endAt,
+      });
+      await createExecution(tx, { sandboxId: rec.id, ...(rec.executionId ? { id: rec.executionId as ExecutionId } : {}) });
+    });
+  }
+
+  async get(tenantId: TenantId, id: SandboxId) {
+    const s = await findSandbox(this.db, id, tenantId);
+    return s ? toRecord(s) : null;
+  }
+
+  async getById(id: SandboxId) {
+    const s = await findSandbox(this.db, id);
+    return s ? toRecord(s) : null;
+  }
+
+  async list(tenantId: TenantId, q: ListQuery): Promise<ListPage> {
+    const page = await listSandboxes(this.db, {
+      tenantId,
+      states: q.states,
+      metadata: q.metadata,
+      ...(q.templateId ? { templateId: q.templateId } : {}),
+      ...(q.startedAfter ? { startedAfter: q.startedAfter } : {}),
+      order: q.order,
+      limit: q.limit,
+      ...(q.cursor ? { cursor: q.cursor } : {}),
+    });
+    return { items: page.items.map(toRecord), cursor: page.nextCursor };
+  }
+
+  async transition(id: SandboxId, from: readonly SandboxState[], to: SandboxState, patch: SandboxPatch = {}) {
+    try {
+      const row = await this.db.transaction(async (tx) => {
+        const s = await transitionSandbox(tx, id, from, to, toStorePatch(patch));
+        await this.#syncExecution(tx, id, to, s.nodeId, patch.reason ?? null);
+        return s;
+      });
+      return toRecord(row);
+    } catch (e) {
+      if (missOrConflict(e)) return null;
+      throw e;
+    }
+  }
+
+  /** Executions follow their sandbox: running → running; killed → ended; failed → failed. */
+  async #syncExecution(tx: Queryable, sandboxId: string, to: SandboxState, nodeId: string | null, error: string | null) {
+    const next = to === "running" ? "running" : to === "killed" ? "ended" : to === "failed" ? "failed" : null;
+    if (!next) return;
+    const from = next === "running" ? ["pending", "starting"] : ["pending", "starting", "running", "stopping"];
+    await tx.execute(
+      `UPDATE executions SET state = $2, node_id = coalesce($4::uuid, node_id),
+          error = CASE WHEN $2 = 'failed' THEN $5 ELSE error END,
+          started_at = CASE WHEN $2 = 'running' THEN coalesce(started_at, now()) ELSE started_at END,
+          ended_at = CASE WHEN $2 IN ('ended', 'failed') THEN coalesce(ended_at, now()) ELSE ended_at END
+        WHERE sandbox_id = $1 AND state = ANY($3::text[])`,
+      [sandboxId, next, from, nodeId, error],
+    );
+  }
+
+  async update(id: SandboxId, patch: SandboxPatch) {
+    try {
+      const live = (["creating", "running", "pausing", "paused", "suspending", "suspended", "resuming", "stopping", "stopped"] as const);
+      return toRecord(await patchSandbox(this.db, id, toStorePatch(patch), { inStates: live }));
+    } catch (e) {
+      if (missOrConflict(e)) return null;
+      throw e;
+    }
+  }
+
+  async listExpired(_now: Date, limit: number) {
+    return (await listExpiredSandboxes(this.db, limit)).map(toRecord);
+  }
+
+  async nextEndAt(): Promise<Date | null> {
+    const r = await this.db.maybeOne<{ endAt: Date | null }>(
+      `SELECT min(end_at) AS "endAt" FROM sandboxes WHERE state IN ('running', 'paused') AND end_at IS NOT NULL`,
+    );
+    return r?.endAt ? new Date(r.endAt) : null;
+  }
+
+  async listRunningSecure() {
+    const rows = await this.db.query<{ id: string }>(
+      `SELECT id FROM sandboxes WHERE state = 'running' AND envd_access_token IS NOT NULL ORDER BY seq DESC LIMIT 5000`,
+    );
+    const out: SandboxRecord[] = [];
+    for (const r of rows) {
+      const s = await findSandbox(this.db, r.id);
+      if (s && isLive(s.state)) out.push(toRecord(s));
+    }
+    return out;
+  }
+}
+
+/**
+ * Templates by id or alias: the tenant's own, platform ones (tenant NULL) or public; the
+ * rootfs size from the newest ready build. When the store knows none, a template that a
+ * ready node publishes in its inventory is accepted (the node builds `base` itself),
+ * with the rootfs size the node reports.
+ */
+export class StoreTemplates implements TemplateResolver {
+  constructor(private readonly db: Db) {}
+
+  async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
+    const byRelease = await this.db.maybeOne<{ templateId: string; alias: string; rootfs: number | null }>(
+      `SELECT r.template_id AS "templateId", r.alias, b.rootfs_size_mib AS rootfs
+         FROM releases r JOIN builds b ON b.id = r.build_id
+        WHERE r.alias = $1 AND r.tag = 'default' AND (r.tenant_id = $2 OR r.tenant_id IS NULL)
+        ORDER BY (r.tenant_id IS NULL) LIMIT 1`,
+      [idOrAlias, tenantId],
+    );
+    if (byRelease) return { templateId: byRelease.templateId, alias: byRelease.alias, rootfsSizeMib: byRelease.rootfs };
+    const byId = await this.db.maybeOne<{ id: string; rootfs: number | null }>(
+      `SELECT t.id, (SELECT b.rootfs_size_mib FROM builds b WHERE b.template_id = t.id AND b.status = 'ready'
+                      ORDER BY b.created_at DESC LIMIT 1) AS rootfs
+         FROM templates t
+        WHERE (t.id = $1 OR (t.name = $1 AND (t.tenant_id = $2 OR t.tenant_id IS NULL)))
+          AND t.deleted_at IS NULL AND (t.tenant_id = $2 OR t.tenant_id IS NULL OR t.public)
+        ORDER BY (t.id = $1) DESC LIMIT 1`,
+      [idOrAlias, tenantId],
+    );
+    if (byId) return { templateId: byId.id, alias: byId.id === idOrAlias ? null : idOrAlias, rootfsSizeMib: byId.rootfs };
+    for (const n of await listNodes(this.db, { status: ["ready"] })) {
+      const t = inventory(n).find((t) => t.templateId === idOrAlias);
+      if (t) return { templateId: t.templateId, alias: null, rootfsSizeMib: t.rootfsSizeMib ?? null };
+    }
+    return null;
+  }
+}
+
+function inventory(n: NodeRecord): Array<{ templateId: string; rootfsSizeMib?: number }> {
+  return (Array.isArray(n.templates) ? n.templates : []).flatMap((t) => {
+    if (typeof t === "string") return [{ templateId: t }];
+    if (t && typeof t === "object" && typeof (t as { templateId?: unknown }).templateId === "string") {
+      const r = (t as { rootfsSizeMib?: unknown }).rootfsSizeMib;
+      return [{ templateId: (t as { templateId: string }).templateId, ...(typeof r === "number" ? { rootfsSizeMib: r } : {}) }];
+    }
+    return [];
+  });
+}
+
+export class StoreApiKeys implements ApiKeyAuth {
+  constructor(private readonly db: Db) {}
+  async tenantForApiKey(rawKey: string): Promise<TenantId | null> {
+    const r = await lookupApiKey(this.db, rawKey);
+    return r ? r.tenant.id : null;
+  }
+}
+
+/** Registered nodes as the direct substrate sees them. `address` is node-api's URL. */
+export class StoreNodeDirectory implements NodeDirectory {
+  constructor(private readonly db: Db) {}
+  async list(): Promise<NodeEntry[]> {
+    return (await listNodes(this.db, { status: ["ready"] })).filter((n) => n.substrate === "direct").map(toNodeEntry);
+  }
+  async get(id: string): Promise<NodeEntry | null> {
+    try {
+      return toNodeEntry(await getNode(this.db, id));
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return null;
+      throw e;
+    }
+  }
+}
+
+function toNodeEntry(n: NodeRecord): NodeEntry {
+  const cap = n.capacity ?? {};
+  const used = n.used ?? {};
+  const num = (o: Record<string, number>, ...keys: string[]) => {
+    for (const k of keys) if (typeof o[k] === "number") return o[k];
+    return undefined;
+  };
+  const capSlots = num(cap, "networkSlots", "slots");
+  const capMem = num(cap, "memoryMib");
+  return {
+    id: n.id,
+    url: /^https?:\/\//.test(n.address) ? n.address : `http://${n.address}`,
+    status: n.status,
+    capacity:
+      capSlots !== undefined && capMem !== undefined
+        ? { vcpu: num(cap, "vcpu") ?? 0, memoryMib: capMem, diskMib: num(cap, "diskMib") ?? 0, networkSlots: capSlots }
+        : null,
+    used:
+      capSlots !== undefined && capMem !== undefined
+        ? {
+            vcpu: num(used, "vcpu") ?? 0,
+            memoryMib: num(used, "memoryMib") ?? 0,
+            diskMib: num(used, "diskMib") ?? 0,
+            networkSlots: num(used, "networkSlots", "slots") ?? 0,
+          }
+        : null,
+    templates: inventory(n).map((t) => t.templateId),
+  };
+}
