@@ -13,10 +13,17 @@
  *   DELETE /v1/sandboxes/:id                    → 204 (absent = ok)
  *   GET    /v1/sandboxes/:id/metrics            → SandboxMetrics
  *   ANY    /v1/sandboxes/:id/proxy/:port/<path> → raw HTTP proxied to the sandbox's <port> (envd is 49983)
+ *   POST   /v1/sandboxes/:id/egress             SandboxEgress → SandboxStatus (per-slot egress hook)
+ *
+ * On the proxy the token may come in `X-Space-Node-Token` instead, so the user's own
+ * `Authorization` header reaches the sandbox untouched (a Bearer token is stripped).
  */
 import { z } from "zod";
 
 export const ENVD_PORT = 49983;
+
+/** Alternative header for the internal token (proxy calls that carry their own Authorization). */
+export const NODE_TOKEN_HEADER = "x-space-node-token";
 
 export const SandboxSpec = z
   .object({
@@ -42,6 +49,9 @@ export const SandboxInit = z
   })
   .strict();
 export type SandboxInit = z.infer<typeof SandboxInit>;
+
+export const SandboxEgress = z.object({ allowInternetAccess: z.boolean() }).strict();
+export type SandboxEgress = z.infer<typeof SandboxEgress>;
 
 export const NodeSandboxState = z.enum(["running", "paused", "stopped"]);
 export type NodeSandboxState = z.infer<typeof NodeSandboxState>;

@@ -1,0 +1,232 @@
+/**
+ * The node agent (`space node`, and part of `space up`): node cache, templates, network
+ * slots, runtime, sandbox manager, node-api and node-ctl, wired from the config.
+ *
+ *   const agent = createNodeAgent(config, logger, { publish });
+ *   await agent.start();                 // cache, base template, reconcile, heartbeat
+ *   await agent.app.listen({ host: config.SPACE_NODE_HOST, port: config.SPACE_NODE_PORT });
+ *   ...
+ *   await agent.stop();                  // sandboxes keep running; the next start adopts them
+ */
+import { randomBytes } from "node:crypto";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { cpus, hostname, totalmem } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { FastifyInstance } from "fastify";
+import type { Config } from "../core/config.ts";
+import type { Logger } from "../core/log.ts";
+import { createRuntime, type Runtime } from "../runtime/index.ts";
+import { createNodeApi } from "./api/app.ts";
+import type { NodeHealth, NodeInventory } from "./api/contract.ts";
+import { startHeartbeat } from "./ctl/heartbeat.ts";
+import { ensureNodeId } from "./ctl/node-id.ts";
+import { Disks } from "./disk/disks.ts";
+import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./disk/node-cache.ts";
+import { LinuxNetworkSlots } from "./network/slots.ts";
+import { SandboxManager } from "./sandboxes/manager.ts";
+import { BASE_TEMPLATE, ensureBaseTemplateTarball } from "./templates/base-template.ts";
+import { resolveDebianMirror } from "./templates/debian-mirror.ts";
+import { cpuFeatures, environmentDigest } from "./templates/environment.ts";
+
+export const REPO_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+export interface NodeAgentDeps {
+  /** node-ctl publication to the control plane (registration wiring is the caller's). */
+  publish?: (inventory: NodeInventory) => Promise<void>;
+  /** Sandbox ids the control plane wants on this node, asked once at start; others are killed. */
+  wanted?: () => Promise<Set<string> | undefined>;
+  /** Host dir holding envd.mjs (default <repo>/dist/envd). */
+  envdDir?: string;
+  /** Node.js binary mounted into sandboxes (default this process's). */
+  nodeBinary?: string;
+  /** Machine-wide cache of template tarballs (default <repo>/.tools/templates). */
+  templateCacheDir?: string;
+  /** runc/crun state dir (default /run/space/runc). */
+  runtimeStateDir?: string;
+  /** Internal token; default SPACE_INTERNAL_TOKEN, else <data dir>/internal-token (created once). */
+  internalToken?: string;
+  /** Show the base template build progress on stderr (default true). */
+  progress?: boolean;
+}
+
+export interface NodeAgent {
+  app: FastifyInstance;
+  start(): Promise<void>;
+  stop(opts?: { unmountCache?: boolean }): Promise<void>;
+  inventory(): Promise<NodeInventory>;
+  /** Available after start(). */
+  readonly manager: SandboxManager | undefined;
+  readonly runtime: Runtime | undefined;
+  readonly slots: LinuxNetworkSlots | undefined;
+  readonly disks: Disks | undefined;
+  readonly nodeId: string | undefined;
+  /** The token node-api expects (after start()). */
+  readonly token: string;
+}
+
+export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentDeps = {}): NodeAgent {
+  const nodeDir = resolve(config.SPACE_NODE_DIR);
+  const log = logger.child({ component: "node" });
+  let token = deps.internalToken ?? config.SPACE_INTERNAL_TOKEN;
+  let manager: SandboxManager | undefined;
+  let runtime: Runtime | undefined;
+  let slots: LinuxNetworkSlots | undefined;
+  let disks: Disks | undefined;
+  let cache: NodeCache | undefined;
+  let nodeId: string | undefined;
+  let environment = "";
+  let heartbeat: { stop(): Promise<void> } | undefined;
+  let startError: string | undefined;
+
+  const inventory = async (): Promise<NodeInventory> => {
+    const used = manager?.used() ?? { vcpu: 0, memoryMib: 0, diskMib: 0 };
+    const space = cache ? await freeMib(cache) : { totalMib: 0, freeMib: 0 };
+    const templates = disks ? await disks.listTemplates() : [];
+    return {
+      nodeId: nodeId ?? "",
+      name: config.SPACE_NODE_NAME || hostname(),
+      runtime: runtime?.kind ?? config.SPACE_RUNTIME,
+      capacity: {
+        networkSlots: config.SPACE_NODE_MAX_SLOTS,
+        vcpu: cpus().length,
+        memoryMib: Math.floor(totalmem() / 1048576),
+        diskMib: Math.max(0, space.totalMib - config.SPACE_NODE_DISK_RESERVE_MIB),
+      },
+      used: {
+        networkSlots: slots?.inUse() ?? manager?.count() ?? 0,
+        vcpu: used.vcpu,
+        memoryMib: used.memoryMib,
+        diskMib: used.diskMib,
+        sandboxes: manager?.count() ?? 0,
+      },
+      usableEnvironments: environment ? [environment] : [],
+      templates: templates.map((t) => ({ templateId: t.name, rootfsSizeMib: t.rootfsSizeMib, environment })),
+    };
+  };
+
+  const health = async (): Promise<NodeHealth> => {
+    if (!manager) return { nodeId: nodeId ?? "", status: "degraded", detail: startError ?? "starting" };
+    const pool = slots?.poolHealth();
+    if (pool && !pool.healthy) return { nodeId: nodeId ?? "", status: "degraded", detail: `warm slot pool has ${pool.ready} of ${pool.minReady} ready` };
+    return { nodeId: nodeId ?? "", status: "ok" };
+  };
+
+  // The token may only be known after start() (token file): node-api reads it per request.
+  const app = createNodeApi({ token: () => token, manager: () => manager, inventory, health, logger: log });
+
+  const agent: NodeAgent = {
+    app,
+    inventory,
+    get manager() {
+      return manager;
+    },
+    get runtime() {
+      return runtime;
+    },
+    get slots() {
+      return slots;
+    },
+    get disks() {
+      return disks;
+    },
+    get nodeId() {
+      return nodeId;
+    },
+    get token() {
+      return token;
+    },
+
+    async start() {
+      const signal = AbortSignal.timeout(30 * 60_000);
+      try {
+        await mkdir(nodeDir, { recursive: true });
+        nodeId = await ensureNodeId(nodeDir);
+        if (!token) token = await ensureTokenFile(join(config.SPACE_DATA_DIR, "internal-token"));
+        runtime = createRuntime({
+          kind: config.SPACE_RUNTIME,
+          stateDir: deps.runtimeStateDir ?? "/run/space/runc",
+          bundlesDir: join(nodeDir, "bundles"),
+          criuPath: join(REPO_DIR, ".tools", "criu", "criu"),
+          logger: log,
+        });
+        const isolated = runtime.kind !== "process";
+        if (isolated) {
+          cache = await ensureNodeCache({
+            nodeDir,
+            btrfsPath: config.SPACE_NODE_BTRFS_PATH,
+            imageGib: config.SPACE_NODE_BTRFS_IMAGE_GIB,
+            logger: log,
+            signal,
+          });
+          disks = new Disks(cache, { reserveMib: config.SPACE_NODE_DISK_RESERVE_MIB, logger: log });
+          if (!(await disks.templateInfo(BASE_TEMPLATE))) {
+            const mirror = await resolveDebianMirror(config.SPACE_DEBIAN_MIRROR);
+            const tar = await ensureBaseTemplateTarball({
+              cacheDir: deps.templateCacheDir ?? join(REPO_DIR, ".tools", "templates"),
+              mirror,
+              logger: log,
+              signal,
+              progress: deps.progress,
+            });
+            await disks.ensureTemplateFromTar(BASE_TEMPLATE, tar.tarPath, signal);
+          }
+          slots = new LinuxNetworkSlots({
+            cidr: config.SPACE_NODE_SLOT_CIDR,
+            maxSlots: config.SPACE_NODE_MAX_SLOTS,
+            stateDir: join(nodeDir, "slots"),
+            pool: {
+              target: config.SPACE_NODE_NETWORK_POOL_TARGET,
+              retainReady: config.SPACE_NODE_NETWORK_POOL_RETAIN_READY,
+              minReady: config.SPACE_NODE_NETWORK_POOL_MIN_READY,
+            },
+            logger: log,
+          });
+        }
+        environment = environmentDigest({
+          runtimeKind: runtime.kind,
+          runtimeVersion: await runtime.version(signal),
+          rootfsFormat: isolated ? "btrfs-subvolume" : "directory",
+          cpuFeatures: await cpuFeatures(),
+        });
+        const m = new SandboxManager({
+          nodeDir,
+          runtime,
+          disks,
+          slots,
+          envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
+          nodeBinary: deps.nodeBinary ?? process.execPath,
+          logger: log,
+        });
+        const wanted = deps.wanted ? await deps.wanted().catch(() => undefined) : undefined;
+        await m.reconcile(signal, wanted);
+        if (slots) await slots.init((owner) => m.keepsSlot(owner), signal);
+        manager = m;
+        if (deps.publish) heartbeat = startHeartbeat({ intervalMs: config.SPACE_NODE_HEARTBEAT_MS, inventory, publish: deps.publish, logger: log });
+        log.info({ nodeId, runtime: runtime.kind, environment, nodeDir }, "node agent started");
+      } catch (e) {
+        startError = e instanceof Error ? e.message : String(e);
+        throw e;
+      }
+    },
+
+    async stop(opts = {}) {
+      await heartbeat?.stop();
+      heartbeat = undefined;
+      await app.close();
+      await slots?.drainPool(AbortSignal.timeout(60_000));
+      if (opts.unmountCache && cache) await unmountNodeCache(cache);
+      manager = undefined;
+    },
+  };
+  return agent;
+}
+
+async function ensureTokenFile(path: string): Promise<string> {
+  const have = await readFile(path, "utf8").then((s) => s.trim(), () => "");
+  if (have) return have;
+  const t = `sit_${randomBytes(24).toString("base64url")}`;
+  await mkdir(dirname(path), { recursive: true });
+  await writeFile(path, `${t}\n`, { mode: 0o600 });
+  return t;
+}

@@ -1,0 +1,300 @@
+/**
+ * Network slots: each sandbox gets its own network namespace (named after the sandbox
+ * id), a veth pair whose host end is an isolated port of the node bridge, an address from
+ * the node's slot range, NAT egress and the guardrails of nft.ts. Slots are set up on
+ * claim and torn down on release; an optional warm pool (all knobs default 0) keeps
+ * pre-built slots. The number of slots is the node's advertised capacity.
+ */
+import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { exec } from "../../core/exec.ts";
+import { SpaceError } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import { parseSlotRange, type SlotRange } from "./cidr.ts";
+import { addSlotScript, baseRuleset, removeSlotScript, setPolicyScript, TABLE, type SlotPolicy } from "./nft.ts";
+
+export interface Slot {
+  /** Owner: a sandbox id, or `pool<index>` for a warm slot. */
+  owner: string;
+  index: number;
+  address: string;
+  gateway: string;
+  prefix: number;
+  netns: string;
+  netnsPath: string;
+  hostVeth: string;
+  policy: SlotPolicy;
+}
+
+export interface NetworkSlotsOptions {
+  cidr: string;
+  maxSlots: number;
+  bridge?: string;
+  stateDir: string;
+  pool: { target: number; retainReady: number; minReady: number };
+  logger: Logger;
+}
+
+export interface PoolHealth {
+  ready: number;
+  target: number;
+  minReady: number;
+  healthy: boolean;
+}
+
+/** The seam the sandbox manager uses (a fake in unit tests). */
+export interface NetworkSlots {
+  claim(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<Slot>;
+  /** Absent = ok. */
+  release(sandboxId: string, signal: AbortSignal): Promise<void>;
+  setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void>;
+  get(sandboxId: string): Slot | undefined;
+  inUse(): number;
+  capacity(): number;
+  poolHealth(): PoolHealth;
+}
+
+const T = 30_000;
+const POOL = /^pool\d+$/;
+
+async function ip(args: string[], signal: AbortSignal, input?: string): Promise<void> {
+  await exec("ip", args, { timeoutMs: T, signal, input });
+}
+async function nft(script: string, signal: AbortSignal): Promise<void> {
+  await exec("nft", ["-f", "-"], { timeoutMs: T, signal, input: script });
+}
+
+export class LinuxNetworkSlots implements NetworkSlots {
+  readonly range: SlotRange;
+  readonly bridge: string;
+  private readonly o: NetworkSlotsOptions;
+  private readonly slots = new Map<string, Slot>();
+  private readonly usedIndexes = new Set<number>();
+  private readonly pool: Slot[] = [];
+  private filling: Promise<void> | undefined;
+
+  constructor(o: NetworkSlotsOptions) {
+    this.o = o;
+    this.range = parseSlotRange(o.cidr);
+    this.bridge = o.bridge ?? "space0";
+    if (o.maxSlots > this.range.size) throw new SpaceError("invalid_argument", `SPACE_NODE_MAX_SLOTS=${o.maxSlots} does not fit in ${o.cidr} (${this.range.size} addresses)`);
+  }
+
+  capacity(): number {
+    return this.o.maxSlots;
+  }
+  inUse(): number {
+    return this.slots.size;
+  }
+  get(sandboxId: string): Slot | undefined {
+    return this.slots.get(sandboxId);
+  }
+  poolHealth(): PoolHealth {
+    const { target, minReady } = this.o.pool;
+    return { ready: this.pool.length, target, minReady, healthy: this.pool.length >= minReady };
+  }
+
+  /**
+   * Bridge, forwarding, nft table; then reconciles recorded slots with the kernel: slots
+   * whose netns survived are kept (their sandboxes may still run), anything else named like
+   * a slot is torn down. `keep` says which sandbox ids still own their slot.
+   */
+  async init(keep: (owner: string) => boolean, signal: AbortSignal): Promise<void> {
+    await writeFile("/proc/sys/net/ipv4/ip_forward", "1\n");
+    await mkdir(this.o.stateDir, { recursive: true });
+    const haveBridge = await readFile(`/sys/class/net/${this.bridge}/ifindex`, "utf8").then(() => true, () => false);
+    if (!haveBridge) {
+      await ip(["-b", "-"], signal, `link add ${this.bridge} type bridge\naddr add ${this.range.gateway}/${this.range.prefix} dev ${this.bridge}\nlink set ${this.bridge} up\n`);
+    } else {
+      await exec("ip", ["addr", "replace", `${this.range.gateway}/${this.range.prefix}`, "dev", this.bridge], { timeoutMs: T, signal });
+      await ip(["link", "set", this.bridge, "up"], signal);
+    }
+    // The table is rebuilt from the records: level-triggered, no stale rule survives a restart.
+    await exec("nft", ["delete", "table", "inet", TABLE], { timeoutMs: T, signal, allowFailure: true });
+    await nft(baseRuleset({ bridge: this.bridge, cidr: this.range.cidr }), signal);
+
+    const records = await this.readRecords();
+    const liveNetns = new Set(await listNetns(signal));
+    for (const s of records) {
+      if (keep(s.owner) && liveNetns.has(s.netns)) {
+        this.slots.set(s.owner, s);
+        this.usedIndexes.add(s.index);
+        await nft(addSlotScript(s.owner, s.address, s.policy), signal);
+      } else {
+        await this.teardown(s, signal);
+      }
+    }
+    // Orphans: namespaces named like sandbox ids or pool slots that no record owns.
+    const owned = new Set([...this.slots.values()].map((s) => s.netns));
+    for (const ns of liveNetns) {
+      if ((/^[a-z0-9]{20}$/.test(ns) || POOL.test(ns)) && !owned.has(ns)) {
+        this.o.logger.warn({ netns: ns }, "reclaiming an orphaned network namespace");
+        await exec("ip", ["netns", "delete", ns], { timeoutMs: T, signal, allowFailure: true });
+      }
+    }
+    // Orphaned host veths (`vs<index>`) whose slot is gone.
+    for (const dev of await readdir("/sys/class/net").catch(() => [] as string[])) {
+      const m = /^vs(\d+)$/.exec(dev);
+      if (m && !this.usedIndexes.has(Number(m[1]))) await exec("ip", ["link", "delete", dev], { timeoutMs: T, signal, allowFailure: true });
+    }
+    void this.fillPool();
+  }
+
+  async claim(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<Slot> {
+    const existing = this.slots.get(sandboxId);
+    if (existing) return existing;
+    const warm = this.pool.shift();
+    if (warm) {
+      const slot: Slot = { ...warm, owner: sandboxId, policy };
+      await nft(removeSlotScript(warm.owner, warm.address) + addSlotScript(sandboxId, slot.address, policy), signal);
+      this.slots.set(sandboxId, slot);
+      await rm(this.recordPath(warm.owner), { force: true });
+      await this.writeRecord(slot);
+      void this.fillPool();
+      return slot;
+    }
+    const slot = await this.build(sandboxId, policy, signal);
+    this.slots.set(sandboxId, slot);
+    return slot;
+  }
+
+  private allocIndex(): number {
+    for (let i = 0; i < this.o.maxSlots; i++) {
+      if (!this.usedIndexes.has(i)) {
+        this.usedIndexes.add(i);
+        return i;
+      }
+    }
+    throw new SpaceError("resource_exhausted", `all ${this.o.maxSlots} network slots of this node are in use`);
+  }
+
+  private async build(owner: string, policy: SlotPolicy, signal: AbortSignal): Promise<Slot> {
+    const index = this.allocIndex();
+    const slot: Slot = {
+      owner,
+      index,
+      address: this.range.address(index),
+      gateway: this.range.gateway,
+      prefix: this.range.prefix,
+      netns: owner,
+      netnsPath: `/run/netns/${owner}`,
+      hostVeth: `vs${index}`,
+      policy,
+    };
+    // Record first: a crash in the middle leaves a record the next init tears down.
+    await this.writeRecord(slot);
+    try {
+      await ip(["netns", "add", slot.netns], signal);
+      await ip(["-b", "-"], signal,
+        `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
+          `link set ${slot.hostVeth} master ${this.bridge}\n` +
+          // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
+          `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
+          `link set ${slot.hostVeth} up\n`);
+      await ip(["-n", slot.netns, "-b", "-"], signal,
+        `link set lo up\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\n`);
+      await nft(addSlotScript(owner, slot.address, policy), signal);
+      return slot;
+    } catch (e) {
+      await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
+    const s = this.slots.get(sandboxId);
+    if (!s) throw new SpaceError("not_found", `sandbox ${sandboxId} has no network slot on this node`);
+    await nft(setPolicyScript(sandboxId, policy), signal);
+    s.policy = policy;
+    await this.writeRecord(s);
+  }
+
+  async release(sandboxId: string, signal: AbortSignal): Promise<void> {
+    const s = this.slots.get(sandboxId);
+    if (!s) {
+      // Not known in memory: still clear whatever a crash may have left under this name.
+      await exec("ip", ["netns", "delete", sandboxId], { timeoutMs: T, signal, allowFailure: true });
+      await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(sandboxId, undefined) });
+      await rm(this.recordPath(sandboxId), { force: true });
+      return;
+    }
+    this.slots.delete(sandboxId);
+    if (this.pool.length < this.o.pool.retainReady) {
+      // Retained warm: back to the pool under a pool name, with a default (open) policy.
+      const owner = `pool${s.index}`;
+      const pooled: Slot = { ...s, owner, policy: { allowInternetAccess: true } };
+      await nft(removeSlotScript(sandboxId, s.address) + addSlotScript(owner, s.address, pooled.policy), signal);
+      await rm(this.recordPath(sandboxId), { force: true });
+      await this.writeRecord(pooled);
+      this.pool.push(pooled);
+      return;
+    }
+    await this.teardown(s, signal);
+  }
+
+  private async teardown(s: Slot, signal: AbortSignal): Promise<void> {
+    // Delete the host veth first: it takes its peer with it synchronously, while a netns
+    // delete frees its devices asynchronously (a reused index would collide).
+    await exec("ip", ["link", "delete", s.hostVeth], { timeoutMs: T, signal, allowFailure: true });
+    await exec("ip", ["netns", "delete", s.netns], { timeoutMs: T, signal, allowFailure: true });
+    await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(s.owner, s.address) });
+    await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(s.owner, undefined) });
+    this.usedIndexes.delete(s.index);
+    await rm(this.recordPath(s.owner), { force: true });
+  }
+
+  /** Builds warm slots up to the pool target (no-op at the default target 0). */
+  fillPool(): Promise<void> {
+    if (this.filling) return this.filling;
+    this.filling = (async () => {
+      try {
+        while (this.pool.length < this.o.pool.target && this.slots.size + this.pool.length < this.o.maxSlots) {
+          const index = [...Array(this.o.maxSlots).keys()].find((i) => !this.usedIndexes.has(i));
+          if (index === undefined) break;
+          const s = await this.build(`pool${index}`, { allowInternetAccess: true }, AbortSignal.timeout(T));
+          this.pool.push(s);
+        }
+      } catch (e) {
+        this.o.logger.warn({ err: e }, "warm network slot pool could not fill");
+      } finally {
+        this.filling = undefined;
+      }
+    })();
+    return this.filling;
+  }
+
+  /** Tears down the warm pool (node shutdown in tests). */
+  async drainPool(signal: AbortSignal): Promise<void> {
+    await this.filling;
+    while (this.pool.length) await this.teardown(this.pool.pop()!, signal);
+  }
+
+  private recordPath(owner: string): string {
+    return join(this.o.stateDir, `${owner}.json`);
+  }
+  private async writeRecord(s: Slot): Promise<void> {
+    await writeFile(this.recordPath(s.owner), JSON.stringify(s));
+  }
+  private async readRecords(): Promise<Slot[]> {
+    const out: Slot[] = [];
+    for (const f of await readdir(this.o.stateDir).catch(() => [] as string[])) {
+      if (!f.endsWith(".json")) continue;
+      const s = await readFile(join(this.o.stateDir, f), "utf8").then((t) => JSON.parse(t) as Slot).catch(() => undefined);
+      if (s) out.push(s);
+    }
+    return out;
+  }
+
+  /** Pool slots found at init are rebuilt fresh rather than trusted. */
+  static isPoolOwner(owner: string): boolean {
+    return POOL.test(owner);
+  }
+}
+
+export async function listNetns(signal: AbortSignal): Promise<string[]> {
+  const r = await exec("ip", ["netns", "list"], { timeoutMs: T, signal, allowFailure: true });
+  return r.stdout
+    .split("\n")
+    .map((l) => l.split(" ")[0]!)
+    .filter(Boolean);
+}

@@ -1,0 +1,574 @@
+/**
+ * sandbox-manager: the node-side lifecycle of sandboxes. Prepare (disk + slot + bundle)
+ * with a LIFO cleanup stack so a failure never leaves half-created state, start, pause /
+ * resume (freezer), stop (processes end, disk kept) / start again, kill (everything
+ * released), and the startup reconcile that adopts survivors and reclaims orphans.
+ * Every host object is named after the sandbox id.
+ */
+import { EventEmitter } from "node:events";
+import { createServer } from "node:net";
+import { mkdir, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { SpaceError } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
+import { ENVD_PORT, type SandboxMetrics, type SandboxSpec, type SandboxStatus } from "../api/contract.ts";
+import type { Disks } from "../disk/disks.ts";
+import type { NetworkSlots } from "../network/slots.ts";
+import { CleanupStack } from "./cleanup-stack.ts";
+import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
+import { canTransition, type NodeState } from "./states.ts";
+
+export interface SandboxManagerOptions {
+  nodeDir: string;
+  runtime: Runtime;
+  /** Absent for the `process` runtime (no btrfs, no network isolation). */
+  disks?: Disks;
+  slots?: NetworkSlots;
+  /** Host dir with envd.mjs, mounted read-only at /opt/space/envd. */
+  envdDir: string;
+  /** Host Node.js binary, mounted read-only at /opt/space/bin/node. */
+  nodeBinary: string;
+  /** Host resolv.conf copied into each sandbox. */
+  resolvConf?: string;
+  pidsLimit?: number;
+  envdReadyTimeoutMs?: number;
+  stopGraceMs?: number;
+  logger: Logger;
+}
+
+interface Record_ {
+  spec: SandboxSpec;
+  state: NodeState;
+  address: string;
+  envdPort: number;
+  startedAt: string;
+  timings?: Record<string, number>;
+}
+
+interface Live extends Record_ {
+  /** Serializes lifecycle calls on one sandbox. */
+  lock: Promise<unknown>;
+  cpuSample?: { at: number; usageNs: number };
+}
+
+export const ENVD_ARGS = ["/opt/space/bin/node", "/opt/space/envd/envd.mjs", "--port", String(ENVD_PORT)];
+
+export class SandboxManager {
+  private readonly o: SandboxManagerOptions;
+  private readonly sandboxes = new Map<string, Live>();
+  /** Emits `dead:<id>` when a sandbox is stopped or killed: proxies cut their streams. */
+  readonly events = new EventEmitter();
+  private readonly recordsDir: string;
+  private readonly logsDir: string;
+  private readonly processDisksDir: string;
+
+  constructor(o: SandboxManagerOptions) {
+    this.o = o;
+    this.recordsDir = join(o.nodeDir, "sandboxes");
+    this.logsDir = join(o.nodeDir, "logs");
+    this.processDisksDir = join(o.nodeDir, "process-disks");
+    this.events.setMaxListeners(0);
+  }
+
+  get isolated(): boolean {
+    return this.o.runtime.kind !== "process";
+  }
+
+  list(): SandboxStatus[] {
+    return [...this.sandboxes.values()].filter((s) => s.state !== "creating" && s.state !== "killing").map((s) => this.toStatus(s));
+  }
+  count(): number {
+    return this.sandboxes.size;
+  }
+  /** Sum of requested resources of resident sandboxes (stopped ones hold only disk). */
+  used(): { vcpu: number; memoryMib: number; diskMib: number } {
+    let vcpu = 0;
+    let memoryMib = 0;
+    let diskMib = 0;
+    for (const s of this.sandboxes.values()) {
+      diskMib += s.spec.diskMib;
+      if (s.state !== "stopped") {
+        vcpu += s.spec.vcpu;
+        memoryMib += s.spec.memoryMib;
+      }
+    }
+    return { vcpu, memoryMib, diskMib };
+  }
+
+  get(id: string): SandboxStatus {
+    return this.toStatus(this.mustGet(id));
+  }
+
+  /** Where the proxy sends traffic for `port` of sandbox `id`. */
+  target(id: string, port: number): { host: string; port: number } {
+    const s = this.mustGet(id);
+    if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
+    return { host: s.address, port: port === ENVD_PORT ? s.envdPort : port };
+  }
+
+  private mustGet(id: string): Live {
+    const s = this.sandboxes.get(id);
+    if (!s || s.state === "killing") throw new SpaceError("not_found", `sandbox ${id} is not on this node`);
+    return s;
+  }
+
+  private toStatus(s: Live): SandboxStatus {
+    const state = s.state === "paused" ? "paused" : s.state === "running" ? "running" : "stopped";
+    return {
+      sandboxId: s.spec.sandboxId,
+      executionId: s.spec.executionId,
+      template: s.spec.template,
+      state,
+      address: s.address,
+      vcpu: s.spec.vcpu,
+      memoryMib: s.spec.memoryMib,
+      diskMib: s.spec.diskMib,
+      startedAt: s.startedAt,
+      ...(s.timings ? { timings: s.timings } : {}),
+    };
+  }
+
+  private async withLock<T>(s: Live, fn: () => Promise<T>): Promise<T> {
+    const prev = s.lock;
+    let release!: () => void;
+    s.lock = new Promise<void>((r) => (release = r));
+    try {
+      await prev.catch(() => undefined);
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+
+  private transition(s: Live, to: NodeState): void {
+    if (!canTransition(s.state, to)) {
+      throw new SpaceError("failed_precondition", `sandbox ${s.spec.sandboxId} is ${s.state}; cannot go to ${to}`);
+    }
+    s.state = to;
+  }
+
+  // ---------------------------------------------------------------- create
+
+  async create(spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+    const t0 = performance.now();
+    const id = spec.sandboxId;
+    const existing = this.sandboxes.get(id);
+    if (existing) {
+      if (existing.spec.executionId === spec.executionId && existing.state !== "killing") {
+        await existing.lock.catch(() => undefined);
+        return this.get(id);
+      }
+      throw new SpaceError("already_exists", `sandbox ${id} already exists on this node`);
+    }
+    // Refuse at once, before any work: a disk below the template's rootfs, a full node.
+    if (this.o.disks) await this.o.disks.admit(spec.template, spec.diskMib);
+    else if (spec.template !== "base") throw new SpaceError("not_found", `template ${spec.template} is not available to the process runtime`);
+
+    const s: Live = { spec, state: "creating", address: "", envdPort: ENVD_PORT, startedAt: new Date().toISOString(), lock: Promise.resolve() };
+    this.sandboxes.set(id, s);
+    const stack = new CleanupStack();
+    stack.defer("forget", () => {
+      this.sandboxes.delete(id);
+    });
+    try {
+      await this.withLock(s, async () => {
+        await this.saveRecord(s);
+        stack.defer("record", () => rm(this.recordPath(id), { force: true }));
+        const timings: Record<string, number> = {};
+        // Disk and slot are independent: set them up in parallel.
+        const tDisk = performance.now();
+        const diskP = this.ensureDisk(spec, signal).then((p) => {
+          timings.diskMs = ms(tDisk);
+          return p;
+        });
+        const slotP = this.claimSlot(s, signal).then(() => {
+          timings.slotMs = ms(tDisk);
+        });
+        const [disk, slot] = await Promise.allSettled([diskP, slotP]);
+        if (disk.status === "fulfilled") stack.defer("disk", () => this.releaseDisk(id));
+        if (slot.status === "fulfilled") stack.defer("slot", () => this.releaseSlot(id));
+        if (disk.status === "rejected") throw disk.reason;
+        if (slot.status === "rejected") throw slot.reason;
+        stack.defer("runtime", () => this.o.runtime.delete(id, AbortSignal.timeout(60_000)));
+        await this.boot(s, disk.value, timings, signal);
+        timings.totalMs = ms(t0);
+        s.timings = timings;
+        this.transition(s, "running");
+        await this.saveRecord(s);
+      });
+      stack.move(); // success: the sandbox owns its disk, slot and container now
+      this.o.logger.info({ sandboxId: id, timings: s.timings }, "sandbox running");
+      return this.toStatus(s);
+    } catch (e) {
+      s.state = "killing";
+      this.events.emit(`dead:${id}`);
+      await stack.run().catch((ce: unknown) => this.o.logger.error({ sandboxId: id, err: ce }, "cleanup after a failed create"));
+      const err = SpaceError.from(e);
+      this.o.logger.warn({ sandboxId: id, code: err.code, err: err.message }, "sandbox create failed");
+      throw err;
+    }
+  }
+
+  private async ensureDisk(spec: SandboxSpec, signal: AbortSignal): Promise<string> {
+    if (this.o.disks) {
+      const disk = await this.o.disks.ensureSandboxDisk(spec.sandboxId, spec.template, spec.diskMib, signal);
+      return disk;
+    }
+    const dir = join(this.processDisksDir, spec.sandboxId);
+    await mkdir(dir, { recursive: true });
+    return dir;
+  }
+  private async releaseDisk(id: string): Promise<void> {
+    if (this.o.disks) await this.o.disks.releaseSandboxDisk(id, AbortSignal.timeout(60_000));
+    else await rm(join(this.processDisksDir, id), { recursive: true, force: true });
+  }
+  private async claimSlot(s: Live, signal: AbortSignal): Promise<void> {
+    if (this.o.slots) {
+      const slot = await this.o.slots.claim(s.spec.sandboxId, { allowInternetAccess: s.spec.allowInternetAccess }, signal);
+      s.address = slot.address;
+      s.envdPort = ENVD_PORT;
+    } else {
+      s.address = "127.0.0.1";
+      s.envdPort = await freePort();
+    }
+  }
+  private async releaseSlot(id: string): Promise<void> {
+    if (this.o.slots) await this.o.slots.release(id, AbortSignal.timeout(60_000));
+  }
+
+  /** Bundle, runtime start, envd health, envd init. */
+  private async boot(s: Live, rootfs: string, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
+    const id = s.spec.sandboxId;
+    const t = performance.now();
+    if (this.isolated) await this.writeSandboxFiles(s, rootfs);
+    await mkdir(this.logsDir, { recursive: true });
+    const env: Record<string, string> = {
+      PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      HOME: "/root",
+      E2B_SANDBOX: "true",
+      E2B_SANDBOX_ID: id,
+      ...s.spec.envVars,
+    };
+    const args = this.isolated ? ENVD_ARGS : [...ENVD_ARGS.slice(0, 3), String(s.envdPort)];
+    const run: RunSpec = {
+      id,
+      rootfs,
+      hostname: id,
+      args,
+      env,
+      cwd: "/",
+      mounts: [
+        { source: this.o.nodeBinary, destination: "/opt/space/bin/node", readonly: true },
+        { source: this.o.envdDir, destination: "/opt/space/envd", readonly: true },
+      ],
+      ...(this.o.slots ? { netnsPath: this.o.slots.get(id)!.netnsPath } : {}),
+      resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024 },
+      logPath: join(this.logsDir, `${id}.log`),
+    };
+    await this.o.runtime.prepare(run, signal);
+    await this.o.runtime.start(id, signal);
+    timings.runtimeMs = ms(t);
+    const tEnvd = performance.now();
+    await waitEnvdHealthy(s.address, s.envdPort, {
+      deadlineMs: this.o.envdReadyTimeoutMs ?? 15_000,
+      signal,
+      alive: async () => {
+        const st = await this.o.runtime.state(id, signal);
+        return st?.status === "running";
+      },
+    }).catch(async (e: unknown) => {
+      const tail = await readFile(run.logPath, "utf8").then((x) => x.slice(-1500)).catch(() => "");
+      throw new SpaceError("unavailable", `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`);
+    });
+    timings.envdMs = ms(tEnvd);
+    if (s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
+      await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
+    }
+  }
+
+  /** POST /init to envd (env vars, access token), as E2B's orchestrator does. */
+  private async initEnvd(s: Live, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<void> {
+    const status = await httpStatusOf(s.address, s.envdPort, "/init", {
+      method: "POST",
+      timeoutMs: 5000,
+      body: JSON.stringify({ ...body, defaultUser: "user", timestamp: new Date().toISOString() }),
+      headers: { "content-type": "application/json", ...(s.spec.accessToken ? { "x-access-token": s.spec.accessToken } : {}) },
+    });
+    if (status >= 300 && status !== 404) throw new SpaceError("unavailable", `envd /init of ${s.spec.sandboxId} answered ${status}`);
+  }
+
+  /** /etc/hosts and resolv.conf of the sandbox's own disk. */
+  private async writeSandboxFiles(s: Live, rootfs: string): Promise<void> {
+    const id = s.spec.sandboxId;
+    await writeFile(join(rootfs, "etc/hosts"), `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n${s.address}\t${id}\n`);
+    await writeFile(join(rootfs, "etc/hostname"), `${id}\n`);
+    const resolv = await readFile(this.o.resolvConf ?? "/etc/resolv.conf", "utf8").catch(() => "");
+    // A loopback resolver of the node is unreachable (and refused) from a sandbox.
+    const usable = resolv
+      .split("\n")
+      .filter((l) => !/^nameserver\s+(127\.|::1)/.test(l))
+      .join("\n");
+    await rm(join(rootfs, "etc/resolv.conf"), { force: true });
+    await writeFile(join(rootfs, "etc/resolv.conf"), usable);
+  }
+
+  // ---------------------------------------------------------------- lifecycle
+
+  async pause(id: string, signal: AbortSignal): Promise<SandboxStatus> {
+    const s = this.mustGet(id);
+    return this.withLock(s, async () => {
+      if (s.state === "paused") return this.toStatus(s);
+      this.transition(s, "paused");
+      try {
+        await this.o.runtime.pause(id, signal);
+      } catch (e) {
+        s.state = "running";
+        throw e;
+      }
+      await this.saveRecord(s);
+      return this.toStatus(s);
+    });
+  }
+
+  async resume(id: string, signal: AbortSignal): Promise<SandboxStatus> {
+    const s = this.mustGet(id);
+    return this.withLock(s, async () => {
+      if (s.state === "running") return this.toStatus(s);
+      if (s.state !== "paused") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not paused`);
+      await this.o.runtime.resume(id, signal);
+      s.state = "running";
+      await this.saveRecord(s);
+      return this.toStatus(s);
+    });
+  }
+
+  /** Processes end; the disk is kept; the network slot is released. */
+  async stop(id: string, signal: AbortSignal): Promise<SandboxStatus> {
+    const s = this.mustGet(id);
+    return this.withLock(s, async () => {
+      if (s.state === "stopped") return this.toStatus(s);
+      this.transition(s, "stopped");
+      this.events.emit(`dead:${id}`);
+      await this.o.runtime.stop(id, this.o.stopGraceMs ?? 2000, signal);
+      await this.releaseSlot(id);
+      s.address = "";
+      s.timings = undefined;
+      await this.saveRecord(s);
+      return this.toStatus(s);
+    });
+  }
+
+  /** Boots a stopped sandbox again from its kept disk. */
+  async start(id: string, signal: AbortSignal): Promise<SandboxStatus> {
+    const s = this.mustGet(id);
+    return this.withLock(s, async () => {
+      if (s.state === "running" || s.state === "paused") return this.toStatus(s);
+      this.transition(s, "starting");
+      const stack = new CleanupStack();
+      try {
+        const t0 = performance.now();
+        const timings: Record<string, number> = {};
+        const rootfs = this.o.disks ? this.o.disks.sandboxPath(id) : join(this.processDisksDir, id);
+        await this.claimSlot(s, signal);
+        stack.defer("slot", () => this.releaseSlot(id));
+        timings.slotMs = ms(t0);
+        stack.defer("runtime", () => this.o.runtime.stop(id, 0, AbortSignal.timeout(60_000)));
+        await this.boot(s, rootfs, timings, signal);
+        timings.totalMs = ms(t0);
+        s.timings = timings;
+        s.startedAt = new Date().toISOString();
+        s.state = "running";
+        await this.saveRecord(s);
+        stack.move();
+        return this.toStatus(s);
+      } catch (e) {
+        await stack.run().catch(() => undefined);
+        s.state = "stopped";
+        s.address = "";
+        throw SpaceError.from(e);
+      }
+    });
+  }
+
+  async init(id: string, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<SandboxStatus> {
+    const s = this.mustGet(id);
+    if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
+    if (body.envVars) s.spec.envVars = { ...s.spec.envVars, ...body.envVars };
+    if (body.accessToken !== undefined) s.spec.accessToken = body.accessToken;
+    await this.initEnvd(s, body);
+    await this.saveRecord(s);
+    return this.toStatus(s);
+  }
+
+  async setEgress(id: string, allowInternetAccess: boolean, signal: AbortSignal): Promise<void> {
+    const s = this.mustGet(id);
+    s.spec.allowInternetAccess = allowInternetAccess;
+    if (this.o.slots && this.o.slots.get(id)) await this.o.slots.setPolicy(id, { allowInternetAccess }, signal);
+    await this.saveRecord(s);
+  }
+
+  /** Ends the sandbox and releases everything it holds. Absent = ok. */
+  async kill(id: string, signal: AbortSignal): Promise<void> {
+    const s = this.sandboxes.get(id);
+    if (!s) {
+      await this.reclaim(id, signal);
+      return;
+    }
+    await this.withLock(s, async () => {
+      if (s.state === "killing" && !this.sandboxes.has(id)) return;
+      s.state = "killing";
+      this.events.emit(`dead:${id}`);
+      await this.reclaim(id, signal);
+      this.sandboxes.delete(id);
+    });
+  }
+
+  /** Releases every host object named after `id` (used by kill and the orphan sweep). */
+  private async reclaim(id: string, signal: AbortSignal): Promise<void> {
+    const stack = new CleanupStack();
+    // Registered in acquire order; run LIFO: record, disk, slot, runtime (container first).
+    stack.defer("record", () => rm(this.recordPath(id), { force: true }));
+    stack.defer("log", () => rm(join(this.logsDir, `${id}.log`), { force: true }));
+    stack.defer("disk", () => this.releaseDisk(id));
+    stack.defer("slot", () => this.releaseSlot(id));
+    stack.defer("runtime", () => this.o.runtime.delete(id, signal));
+    await stack.run();
+  }
+
+  // ---------------------------------------------------------------- metrics
+
+  async metrics(id: string, signal: AbortSignal): Promise<SandboxMetrics> {
+    const s = this.mustGet(id);
+    const dirs = this.o.runtime.cgroupDirs(id);
+    const readNum = (p: string | undefined) => (p ? readFile(p, "utf8").then((x) => Number(x.trim()), () => 0) : Promise.resolve(0));
+    let cpuUsedPct = 0;
+    const usage = await readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage"));
+    const now = performance.now();
+    let prev = s.cpuSample;
+    if (!prev && usage) {
+      // No earlier sample: measure over a short window.
+      prev = { at: now, usageNs: usage };
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const usage2 = prev && prev.at === now ? await readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage")) : usage;
+    const now2 = performance.now();
+    if (prev && now2 > prev.at) cpuUsedPct = Math.min(100, ((usage2 - prev.usageNs) / 1e6 / (now2 - prev.at) / s.spec.vcpu) * 100);
+    s.cpuSample = { at: now2, usageNs: usage2 };
+    const memUsed = await readNum(dirs.memory && join(dirs.memory, "memory.usage_in_bytes"));
+    const stat = dirs.memory ? await readFile(join(dirs.memory, "memory.stat"), "utf8").catch(() => "") : "";
+    const memCache = Number(/^total_cache (\d+)/m.exec(stat)?.[1] ?? /^cache (\d+)/m.exec(stat)?.[1] ?? 0);
+    const disk = this.o.disks ? await this.o.disks.usage(id, signal) : undefined;
+    return {
+      timestamp: new Date().toISOString(),
+      cpuCount: s.spec.vcpu,
+      cpuUsedPct: Math.max(0, Math.round(cpuUsedPct * 100) / 100),
+      memUsed: Math.max(0, memUsed - memCache),
+      memTotal: s.spec.memoryMib * 1024 * 1024,
+      memCache,
+      diskUsed: disk?.referencedBytes ?? 0,
+      diskTotal: s.spec.diskMib * 1024 * 1024,
+    };
+  }
+
+  // ---------------------------------------------------------------- records and reconcile
+
+  private recordPath(id: string): string {
+    return join(this.recordsDir, `${id}.json`);
+  }
+  private async saveRecord(s: Live): Promise<void> {
+    await mkdir(this.recordsDir, { recursive: true });
+    const r: Record_ = { spec: s.spec, state: s.state, address: s.address, envdPort: s.envdPort, startedAt: s.startedAt, ...(s.timings ? { timings: s.timings } : {}) };
+    // Holds env vars and the envd token: root-only.
+    await writeFile(this.recordPath(s.spec.sandboxId), JSON.stringify(r), { mode: 0o600 });
+  }
+
+  async readRecords(): Promise<Record_[]> {
+    const out: Record_[] = [];
+    for (const f of await readdir(this.recordsDir).catch(() => [] as string[])) {
+      if (!f.endsWith(".json")) continue;
+      const r = await readFile(join(this.recordsDir, f), "utf8").then((t) => JSON.parse(t) as Record_).catch(() => undefined);
+      if (r) out.push(r);
+    }
+    return out;
+  }
+
+  /**
+   * After a node (agent) restart: adopt sandboxes the runtime still runs, mark those whose
+   * processes died as stopped (disk kept), forget records whose disk is gone (the cache is
+   * reformatted on reboot), and reclaim every orphan named like a sandbox id. `wanted`, when
+   * given, is what the control plane still wants here; anything else is killed.
+   * Must run before the network slots are initialised with `keeps()`.
+   */
+  async reconcile(signal: AbortSignal, wanted?: Set<string>): Promise<{ adopted: string[]; stopped: string[]; reclaimed: string[] }> {
+    const adopted: string[] = [];
+    const stopped: string[] = [];
+    const reclaimed: string[] = [];
+    const records = await this.readRecords();
+    const containers = new Map((await this.o.runtime.list(signal)).map((c) => [c.id, c]));
+    const disks = new Set(this.o.disks ? await this.o.disks.listSandboxDisks() : []);
+    for (const r of records) {
+      const id = r.spec.sandboxId;
+      const c = containers.get(id);
+      const hasDisk = this.o.disks ? disks.has(id) : true;
+      if (!hasDisk || r.state === "creating" || r.state === "killing" || (wanted && !wanted.has(id))) {
+        await this.reclaim(id, signal).catch((e: unknown) => this.o.logger.error({ sandboxId: id, err: e }, "reclaim failed"));
+        reclaimed.push(id);
+        continue;
+      }
+      const live: Live = { ...r, lock: Promise.resolve() };
+      if (c && (c.status === "running" || c.status === "paused") && (r.state === "running" || r.state === "paused" || r.state === "starting")) {
+        live.state = c.status;
+        adopted.push(id);
+      } else {
+        if (c) await this.o.runtime.stop(id, 0, signal).catch(() => undefined);
+        live.state = "stopped";
+        live.address = "";
+        stopped.push(id);
+      }
+      this.sandboxes.set(id, live);
+      await this.saveRecord(live);
+    }
+    // Orphans: containers, disks, cgroups and logs named after sandbox ids nobody records.
+    const known = (id: string) => this.sandboxes.has(id);
+    for (const id of containers.keys()) {
+      if (!known(id)) {
+        await this.o.runtime.delete(id, signal).catch(() => undefined);
+        reclaimed.push(id);
+      }
+    }
+    for (const id of disks) {
+      if (!known(id) && /^[a-z0-9]{20}$/.test(id)) {
+        await this.releaseDisk(id).catch(() => undefined);
+        if (!reclaimed.includes(id)) reclaimed.push(id);
+      }
+    }
+    for (const dir of Object.values(this.o.runtime.cgroupDirs("x"))) {
+      const parent = dir.slice(0, -2);
+      for (const id of await readdir(parent).catch(() => [] as string[])) {
+        if (/^[a-z0-9]{20}$/.test(id) && !known(id)) await rmdir(join(parent, id)).catch(() => undefined);
+      }
+    }
+    if (reclaimed.length || adopted.length || stopped.length) this.o.logger.info({ adopted, stopped, reclaimed }, "node reconciled");
+    return { adopted, stopped, reclaimed };
+  }
+
+  /** Whether `id` keeps its network slot after reconcile (running or paused). */
+  keepsSlot(id: string): boolean {
+    const s = this.sandboxes.get(id);
+    return Boolean(s && (s.state === "running" || s.state === "paused"));
+  }
+}
+
+const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.listen(0, "127.0.0.1", () => {
+      const a = srv.address();
+      srv.close(() => (a && typeof a === "object" ? resolve(a.port) : reject(new Error("no port"))));
+    });
+    srv.on("error", reject);
+  });
+}
