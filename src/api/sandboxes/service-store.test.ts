@@ -28,7 +28,7 @@ async function setup() {
   });
   const substrate = new FakeSubstrate();
   const layer = createSandboxLayer({ db: t.db, log, internalToken: "x", defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
-  return { ...t, tenant, other, substrate, ...layer };
+  return { ...t, tenant, other, ...layer, substrate };
 }
 
 test("store-backed: create, get, tenant scoping, kill, api key lookup, templates from node inventory", async () => {
