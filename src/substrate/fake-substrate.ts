@@ -67,7 +67,12 @@ export class FakeSubstrate implements Substrate {
     if (!this.running.has(ref.sandboxId)) throw new SpaceError("not_found", "not on node");
     return { timestamp: new Date().toISOString(), cpuCount: 2, cpuUsedPct: 1.5, memUsed: 1e7, memTotal: 1e9, memCache: 0, diskUsed: 1e6, diskTotal: 1e9 };
   }
+  readonly egress = new Map<string, boolean>();
+  async setEgress(ref: SandboxRef, e: { allowInternetAccess: boolean }): Promise<void> {
+    this.calls.push(`egress ${ref.sandboxId} ${e.allowInternetAccess}`);
+    this.egress.set(ref.sandboxId, e.allowInternetAccess);
+  }
   async proxyTarget(ref: SandboxRef, port: number): Promise<ProxyTarget> {
-    return { baseUrl: new URL(`${this.proxyBase}/v1/sandboxes/${ref.sandboxId}/proxy/${port}`), headers: { authorization: "Bearer internal" } };
+    return { baseUrl: new URL(`${this.proxyBase}/v1/sandboxes/${ref.sandboxId}/proxy/${port}`), headers: { "x-space-node-token": "internal" } };
   }
 }

@@ -45,6 +45,8 @@ export interface Substrate {
   /** What the node sees now; null when the node does not know the sandbox. */
   observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null>;
   metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics>;
+  /** Applies egress to a running sandbox (today: all or nothing; richer policy later). */
+  setEgress(ref: SandboxRef, egress: { allowInternetAccess: boolean }, signal: AbortSignal): Promise<void>;
   /** Where the gateway forwards traffic for `port` of this sandbox. */
   proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget>;
 }

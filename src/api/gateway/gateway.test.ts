@@ -65,7 +65,7 @@ async function setup() {
   };
 }
 
-test("gateway forwards by header with internal token, client auth moved aside; 502 for unknown", async () => {
+test("gateway forwards by header with the node token, client auth untouched; 502 for unknown", async () => {
   const s = await setup();
   try {
     const sb = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
@@ -77,8 +77,8 @@ test("gateway forwards by header with internal token, client auth moved aside; 5
     assert.equal(r.status, 200);
     assert.deepEqual(await r.json(), { url: `/v1/sandboxes/${sb.id}/proxy/49983/process.Process/List?x=1`, body: "{}" });
     const got = s.seen.at(-1)!;
-    assert.equal(got.headers.authorization, "Bearer internal");
-    assert.equal(got.headers["x-space-client-authorization"], "Basic dXNlcjo=");
+    assert.equal(got.headers["x-space-node-token"], "internal");
+    assert.equal(got.headers.authorization, "Basic dXNlcjo=");
     const u = await fetch(`${s.base}/health`, { headers: { "e2b-sandbox-id": "zzzzzzzzzzzzzzzzzzzz", "e2b-sandbox-port": "49983" } });
     assert.equal(u.status, 502);
     assert.deepEqual(await u.json(), { message: "The sandbox was not found", sandboxId: "zzzzzzzzzzzzzzzzzzzz", code: 502 });

@@ -7,22 +7,20 @@
  * (SandboxService `ended` event) its in-flight requests are destroyed, and later calls
  * get 502 `{"message":"The sandbox was not found","sandboxId","code":502}`.
  *
- * The client's own `Authorization` (envd's Basic user selection) would collide with the
- * node's bearer token, so it travels as `X-Space-Client-Authorization`; the node proxy
- * strips the bearer and restores it before forwarding into the sandbox.
+ * The internal token travels in `X-Space-Node-Token` (contract NODE_TOKEN_HEADER), so the
+ * client's own `Authorization` (envd's Basic user selection) passes through untouched.
  */
 import http from "node:http";
 import type { Duplex } from "node:stream";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxId } from "../../core/ids.ts";
-import { ENVD_PORT } from "../../node/api/contract.ts";
+import { ENVD_PORT, NODE_TOKEN_HEADER } from "../../node/api/contract.ts";
 import type { SandboxRecord } from "../sandboxes/model.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
 import { resolveRoute } from "./route.ts";
 import { signatureMatches } from "./signature.ts";
 
-export const CLIENT_AUTHORIZATION_HEADER = "x-space-client-authorization";
 export const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
 
 export interface GatewayDeps {
@@ -53,8 +51,7 @@ const HOP_BY_HOP = new Set([
   "transfer-encoding",
   "upgrade",
   "host",
-  "authorization",
-  CLIENT_AUTHORIZATION_HEADER,
+  NODE_TOKEN_HEADER,
 ]);
 
 export function createGateway(deps: GatewayDeps): Gateway {
@@ -141,7 +138,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const url = new URL(t.baseUrl.href + path);
     const headers: http.OutgoingHttpHeaders = {};
     for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) headers[k] = v;
-    if (req.headers.authorization) headers[CLIENT_AUTHORIZATION_HEADER] = req.headers.authorization;
     headers["x-forwarded-host"] = req.headers.host ?? "";
     headers["x-forwarded-for"] = req.socket.remoteAddress ?? "";
     headers["x-forwarded-proto"] = "http";

@@ -160,7 +160,11 @@ export class StoreSandboxRepo implements SandboxRepo {
   async update(id: SandboxId, patch: SandboxPatch) {
     try {
       const live = (["creating", "running", "pausing", "paused", "suspending", "suspended", "resuming", "stopping", "stopped"] as const);
-      return toRecord(await patchSandbox(this.db, id, toStorePatch(patch), { inStates: live }));
+      const row = await patchSandbox(this.db, id, toStorePatch(patch), { inStates: live });
+      if (patch.allowInternetAccess === undefined) return toRecord(row);
+      // The store's patch does not cover allow_internet_access yet.
+      await this.db.execute(`UPDATE sandboxes SET allow_internet_access = $2 WHERE id = $1`, [id, patch.allowInternetAccess]);
+      return toRecord({ ...row, allowInternetAccess: patch.allowInternetAccess });
     } catch (e) {
       if (missOrConflict(e)) return null;
       throw e;

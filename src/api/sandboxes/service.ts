@@ -316,6 +316,15 @@ export class SandboxService {
       ...(allowInternetAccess === undefined ? {} : { allowInternetAccess }),
     });
     if (!updated) throw notFound(`sandbox ${id} not found`);
+    if (updated.nodeId && updated.state === "running") {
+      // The node enforces all-or-nothing egress today; CIDR/domain rules are stored for
+      // the network-policy issue.
+      await this.#substrate.setEgress(
+        { sandboxId: updated.id, nodeId: updated.nodeId },
+        { allowInternetAccess: effectiveInternetAccess(updated) },
+        AbortSignal.timeout(30_000),
+      );
+    }
     return updated;
   }
 

@@ -117,9 +117,13 @@ export class DirectSubstrate implements Substrate {
     return (await this.#client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
   }
 
+  async setEgress(ref: SandboxRef, egress: { allowInternetAccess: boolean }, signal: AbortSignal): Promise<void> {
+    await (await this.#client(ref.nodeId, signal)).egress(ref.sandboxId, egress, signal);
+  }
+
   async proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget> {
     const client = await this.#client(ref.nodeId, signal);
-    return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.authHeaders() };
+    return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.proxyHeaders() };
   }
 
   async #client(nodeId: string, signal: AbortSignal): Promise<NodeClient> {

@@ -10,6 +10,8 @@ import {
   NodeInventory,
   SandboxMetrics,
   SandboxStatus,
+  NODE_TOKEN_HEADER,
+  type SandboxEgress,
   type SandboxInit,
   type SandboxSpec,
 } from "../../node/api/contract.ts";
@@ -69,6 +71,14 @@ export class NodeClient {
       if (e instanceof SpaceError && e.code === "not_found") return;
       throw e;
     }
+  }
+  /** Applies the egress policy of a running sandbox (what the node supports today). */
+  egress(id: string, body: SandboxEgress, signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/egress`, body, SandboxStatus, signal);
+  }
+  /** Headers for the proxy route: the token travels in its own header so the client's Authorization passes. */
+  proxyHeaders(): Record<string, string> {
+    return { [NODE_TOKEN_HEADER]: this.#token };
   }
   metrics(id: string, signal: AbortSignal) {
     return this.#call("GET", `/v1/sandboxes/${enc(id)}/metrics`, undefined, SandboxMetrics, signal);
