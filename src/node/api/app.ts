@@ -42,7 +42,7 @@ function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
 }
 
 export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
-  const app = Fastify({ loggerInstance: deps.logger as FastifyBaseLogger, disableRequestLogging: true, bodyLimit: 16 * 1024 * 1024 }) as unknown as FastifyInstance;
+  const app = Fastify({ loggerInstance: deps.logger as FastifyBaseLogger, bodyLimit: 16 * 1024 * 1024 }) as unknown as FastifyInstance;
 
   const mgr = (): SandboxManager => {
     const m = deps.manager();

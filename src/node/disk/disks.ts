@@ -119,9 +119,14 @@ export class Disks {
   }
 
   /** Snapshot of the template with a qgroup limit of diskMib (exists = ok). */
+  /** The sandbox's root filesystem as the runtime sees it (suid allowed; see NodeCache.rootsDir). */
+  sandboxRoot(id: string): string {
+    return join(this.cache.rootsDir, id);
+  }
+
   async ensureSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<string> {
     const path = this.sandboxPath(id);
-    if (await exists(path)) return path;
+    if (await exists(path)) return this.sandboxRoot(id);
     await btrfs.snapshot(this.templatePath(template), path, signal);
     try {
       await btrfs.qgroupLimit(path, diskMib, signal);
@@ -129,7 +134,7 @@ export class Disks {
       await btrfs.subvolumeDelete(path).catch(() => undefined);
       throw e;
     }
-    return path;
+    return this.sandboxRoot(id);
   }
 
   /** Absent = ok. */

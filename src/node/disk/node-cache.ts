@@ -17,6 +17,12 @@ export interface NodeCache {
   mountPath: string;
   templatesDir: string;
   sandboxesDir: string;
+  /**
+   * A second view of `sandboxesDir` mounted without nosuid: sandbox root filesystems are
+   * taken from here so `sudo` works inside sandboxes, while the cache itself stays nosuid
+   * for the host.
+   */
+  rootsDir: string;
   /** The loop image, when the node owns one. */
   imagePath?: string;
   /** True when this call formatted the filesystem (templates must be imported again). */
@@ -56,7 +62,7 @@ export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
       throw new SpaceError("failed_precondition", `SPACE_NODE_BTRFS_PATH=${o.btrfsPath} is not a btrfs filesystem`);
     }
     await quotaEnable(mnt, o.signal);
-    return layout(mnt, false);
+    return layout(mnt, false, o.nodeDir, o.signal);
   }
   const imagePath = resolve(join(o.nodeDir, "cache.img"));
   const mnt = resolve(join(o.nodeDir, "cache"));
@@ -65,11 +71,13 @@ export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
   const bootId = await readBootId();
   const mounted = await isMountpoint(mnt);
   const markerBoot = await readFile(marker, "utf8").then((s) => s.trim()).catch(() => "");
-  if (mounted && markerBoot === bootId) return layout(mnt, false, imagePath);
+  if (mounted && markerBoot === bootId) return layout(mnt, false, o.nodeDir, o.signal, imagePath);
 
   // First use in this boot: (re)format. Nothing on it survives a reboot anyway (containers
   // and network namespaces are gone), and a fresh filesystem never carries corruption or
   // leaked subvolumes from before.
+  const roots = resolve(join(o.nodeDir, "roots"));
+  if (await isMountpoint(roots)) await exec("umount", [roots], { timeoutMs: 60_000, signal: o.signal });
   if (mounted) await exec("umount", [mnt], { timeoutMs: 60_000, signal: o.signal });
   await mkdir(dirname(imagePath), { recursive: true });
   await mkdir(mnt, { recursive: true });
@@ -86,19 +94,26 @@ export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
   await mkdir(runDir, { recursive: true });
   await writeFile(marker, `${bootId}\n`);
   o.logger.info({ imagePath, mnt, gib: o.imageGib, ms: Date.now() - started }, "node cache formatted (first use in this boot)");
-  return layout(mnt, true, imagePath);
+  return layout(mnt, true, o.nodeDir, o.signal, imagePath);
 }
 
-async function layout(mnt: string, formatted: boolean, imagePath?: string): Promise<NodeCache> {
+async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: AbortSignal, imagePath?: string): Promise<NodeCache> {
   const templatesDir = join(mnt, "templates");
   const sandboxesDir = join(mnt, "sandboxes");
   await mkdir(templatesDir, { recursive: true });
   await mkdir(sandboxesDir, { recursive: true });
-  return { mountPath: mnt, templatesDir, sandboxesDir, imagePath, formatted };
+  const rootsDir = resolve(join(nodeDir, "roots"));
+  if (!(await isMountpoint(rootsDir))) {
+    await mkdir(rootsDir, { recursive: true });
+    await exec("mount", ["--bind", sandboxesDir, rootsDir], { timeoutMs: 60_000, signal });
+    await exec("mount", ["-o", "remount,bind,suid,nodev,noatime", rootsDir], { timeoutMs: 60_000, signal });
+  }
+  return { mountPath: mnt, templatesDir, sandboxesDir, rootsDir, imagePath, formatted };
 }
 
 /** Unmounts a loop-image cache (tests; `space node` leaves it mounted across restarts). */
 export async function unmountNodeCache(cache: NodeCache, signal?: AbortSignal): Promise<void> {
+  if (await isMountpoint(cache.rootsDir)) await exec("umount", [cache.rootsDir], { timeoutMs: 60_000, signal });
   if (!cache.imagePath) return;
   if (await isMountpoint(cache.mountPath)) await exec("umount", [cache.mountPath], { timeoutMs: 60_000, signal });
 }

@@ -184,15 +184,17 @@ export class LinuxNetworkSlots implements NetworkSlots {
     // Record first: a crash in the middle leaves a record the next init tears down.
     await this.writeRecord(slot);
     try {
-      await ip(["netns", "add", slot.netns], signal);
       await ip(["-b", "-"], signal,
-        `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
+        `netns add ${slot.netns}\n` +
+          `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
           `link set ${slot.hostVeth} master ${this.bridge}\n` +
           // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
           `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
           `link set ${slot.hostVeth} up\n`);
+      // A MAC derived from the slot index: the node's neighbour entry for a reused address
+      // stays valid (a random MAC would leave it stale for up to a minute).
       await ip(["-n", slot.netns, "-b", "-"], signal,
-        `link set lo up\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\n`);
+        `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\n`);
       await nft(addSlotScript(owner, slot.address, policy), signal);
       return slot;
     } catch (e) {
@@ -297,4 +299,10 @@ export async function listNetns(signal: AbortSignal): Promise<string[]> {
     .split("\n")
     .map((l) => l.split(" ")[0]!)
     .filter(Boolean);
+}
+
+/** Locally administered unicast MAC for slot `index` (02:53:50 = "SP"). */
+export function slotMac(index: number): string {
+  const b = [0x02, 0x53, 0x50, (index >> 16) & 255, (index >> 8) & 255, index & 255];
+  return b.map((x) => x.toString(16).padStart(2, "0")).join(":");
 }

@@ -369,7 +369,7 @@ export class SandboxManager {
       try {
         const t0 = performance.now();
         const timings: Record<string, number> = {};
-        const rootfs = this.o.disks ? this.o.disks.sandboxPath(id) : join(this.processDisksDir, id);
+        const rootfs = this.o.disks ? this.o.disks.sandboxRoot(id) : join(this.processDisksDir, id);
         await this.claimSlot(s, signal);
         stack.defer("slot", () => this.releaseSlot(id));
         timings.slotMs = ms(t0);

@@ -61,7 +61,6 @@ export function buildOciSpec(spec: RunSpec, opts: OciSpecOptions): Record<string
       env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
       cwd: spec.cwd,
       capabilities: { bounding: caps, effective: caps, permitted: caps, inheritable: [], ambient: [] },
-      rlimits: [{ type: "RLIMIT_NOFILE", hard: 1048576, soft: 1048576 }],
       noNewPrivileges: opts.noNewPrivileges ?? false,
       oomScoreAdj: 500,
     },

@@ -1,0 +1,105 @@
+/** Shared setup of node tests: a fresh node dir, a small node cache, a started agent. */
+import { existsSync } from "node:fs";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadConfig, type VarName } from "../../src/core/config.ts";
+import { exec } from "../../src/core/exec.ts";
+import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
+import { createLogger } from "../../src/core/log.ts";
+import { createNodeAgent, REPO_DIR, type NodeAgent, type NodeAgentDeps } from "../../src/node/agent.ts";
+import type { SandboxSpec } from "../../src/node/api/contract.ts";
+
+export const isRoot = process.getuid?.() === 0;
+export const STUB_ENVD_DIR = join(REPO_DIR, "test", "node", "fixtures", "envd-stub");
+export const REAL_ENVD_DIR = join(REPO_DIR, "dist", "envd");
+export const hasRealEnvd = existsSync(join(REAL_ENVD_DIR, "envd.mjs"));
+
+export interface TestNode {
+  agent: NodeAgent;
+  dir: string;
+  close(opts?: { keepDir?: boolean; unmount?: boolean }): Promise<void>;
+}
+
+export async function startTestNode(
+  o: { dir?: string; env?: Partial<Record<VarName, string>>; deps?: NodeAgentDeps; realEnvd?: boolean } = {},
+): Promise<TestNode> {
+  const dir = o.dir ?? (await mkdtemp(join(tmpdir(), "space-node-test-")));
+  const config = loadConfig({}, {
+    SPACE_DATA_DIR: dir,
+    SPACE_NODE_DIR: join(dir, "node"),
+    SPACE_NODE_BTRFS_IMAGE_GIB: "16",
+    SPACE_NODE_DISK_RESERVE_MIB: "1024",
+    SPACE_INTERNAL_TOKEN: "test-token",
+    SPACE_LOG_LEVEL: "warn",
+    ...o.env,
+  });
+  const logger = createLogger(process.env.TEST_LOG_LEVEL ?? "warn", "node-test");
+  const agent = createNodeAgent(config, logger, {
+    envdDir: o.realEnvd && hasRealEnvd ? REAL_ENVD_DIR : STUB_ENVD_DIR,
+    runtimeStateDir: join("/run/space-test", dir.split("/").pop()!),
+    ...o.deps,
+  });
+  await agent.start();
+  return {
+    agent,
+    dir,
+    async close(c = {}) {
+      const m = agent.manager;
+      if (m && !c.keepDir) for (const s of m.list()) await m.kill(s.sandboxId, AbortSignal.timeout(60_000));
+      await agent.stop({ unmountCache: c.unmount ?? !c.keepDir });
+      if (!c.keepDir) await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export function spec(over: Partial<SandboxSpec> = {}): SandboxSpec {
+  return {
+    sandboxId: newSandboxId(),
+    executionId: newExecutionId(),
+    template: "base",
+    vcpu: 1,
+    memoryMib: 256,
+    diskMib: 1024,
+    envVars: {},
+    allowInternetAccess: true,
+    ...over,
+  };
+}
+
+/** Runs argv inside a sandbox (runc exec) as root or `user`. */
+export async function sh(node: TestNode, id: string, script: string, user: "root" | "user" = "user", timeoutMs = 30_000) {
+  return node.agent.runtime!.execIn(id, ["/bin/sh", "-c", script], { user, timeoutMs });
+}
+
+/** Host objects a sandbox may leak, counted for leak tests. */
+export async function hostObjects(node: TestNode): Promise<Record<string, number>> {
+  const count = async (argv: string[], filter: (l: string) => boolean) => {
+    const r = await exec(argv[0]!, argv.slice(1), { allowFailure: true, timeoutMs: 30_000 });
+    return r.stdout.split("\n").filter((l) => l.trim() && filter(l)).length;
+  };
+  const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((l) => l.includes(node.dir) || l.includes("/run/netns/")).length;
+  const cg = async (ctrl: string) => (await readdir(`/sys/fs/cgroup/${ctrl}/space`).catch(() => [] as string[])).filter((n) => /^[a-z0-9]{20}$/.test(n)).length;
+  const runc = node.agent.runtime ? (await node.agent.runtime.list(AbortSignal.timeout(30_000))).length : 0;
+  return {
+    mounts,
+    netns: await count(["ip", "netns", "list"], () => true),
+    veths: await count(["ip", "-br", "link"], (l) => /^vs\d+/.test(l)),
+    cgroupsMemory: await cg("memory"),
+    cgroupsPids: await cg("pids"),
+    nftLines: await count(["nft", "list", "table", "inet", "space"], () => true),
+    subvolumes: await count(["btrfs", "subvolume", "list", join(node.dir, "node", "cache")], () => true),
+    qgroups: await count(["btrfs", "qgroup", "show", join(node.dir, "node", "cache")], (l) => /^0\//.test(l)),
+    containers: runc,
+  };
+}
+
+export async function waitFor<T>(fn: () => Promise<T | undefined | false>, timeoutMs: number, what: string): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn().catch(() => undefined);
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
