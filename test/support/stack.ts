@@ -1,0 +1,138 @@
+/**
+ * Starts the real stack for end-to-end tests: `node bin/space.mjs up` as a child process
+ * with a temporary SPACE_DATA_DIR and free ports; parses what it prints (E2B_API_URL,
+ * E2B_SANDBOX_URL, E2B_API_KEY, SPACE_ADMIN_TOKEN) and stops it (SIGTERM, then SIGKILL).
+ *
+ * `SPACE_E2E_STACK=<apiUrl>,<sandboxUrl>,<apiKey>,<adminToken>` reuses a running stack
+ * instead (fast iteration).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+export interface Stack {
+  apiUrl: string;
+  sandboxUrl: string;
+  apiKey: string;
+  adminToken: string;
+  dataDir: string;
+  /** Everything the stack printed so far (stdout + stderr), for failure messages. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+export interface StackOptions {
+  /** Extra SPACE_* variables. */
+  env?: Record<string, string>;
+  /** How long to wait for "SPACE is up" (the first start on a machine builds `base`). */
+  startTimeoutMs?: number;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.once("error", rej);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as AddressInfo).port;
+      s.close(() => res(port));
+    });
+  });
+}
+
+export async function startStack(opts: StackOptions = {}): Promise<Stack> {
+  const reuse = process.env.SPACE_E2E_STACK;
+  if (reuse) {
+    const [apiUrl, sandboxUrl, apiKey, adminToken] = reuse.split(",");
+    if (!apiUrl || !sandboxUrl || !apiKey || !adminToken) throw new Error("SPACE_E2E_STACK must be apiUrl,sandboxUrl,apiKey,adminToken");
+    return { apiUrl, sandboxUrl, apiKey, adminToken, dataDir: "", output: () => "", stop: async () => {} };
+  }
+  const dataDir = mkdtempSync(join(tmpdir(), "space-e2e-"));
+  const [apiPort, gatewayPort, nodePort] = [await freePort(), await freePort(), await freePort()];
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) env[k] = v;
+  Object.assign(env, {
+    SPACE_DATA_DIR: dataDir,
+    SPACE_API_PORT: String(apiPort),
+    SPACE_GATEWAY_PORT: String(gatewayPort),
+    SPACE_NODE_PORT: String(nodePort),
+    SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "warn",
+    ...opts.env,
+  });
+  const child: ChildProcess = spawn(process.execPath, [resolve("bin/space.mjs"), "up"], {
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  const append = (b: Buffer) => {
+    out += b.toString("utf8");
+    if (out.length > 2_000_000) out = out.slice(-1_000_000);
+  };
+  child.stdout!.on("data", append);
+  child.stderr!.on("data", append);
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
+      await exited;
+      clearTimeout(t);
+    }
+    try {
+      rmSync(dataDir, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      /* a mount may linger; the OS temp cleaner gets it */
+    }
+  };
+
+  const timeoutMs = opts.startTimeoutMs ?? 10 * 60_000;
+  const deadline = Date.now() + timeoutMs;
+  try {
+    for (;;) {
+      const vars = parseEnv(out);
+      if (out.includes("SPACE is up") && vars.E2B_API_URL && vars.E2B_API_KEY && vars.SPACE_ADMIN_TOKEN) {
+        return {
+          apiUrl: vars.E2B_API_URL,
+          sandboxUrl: vars.E2B_SANDBOX_URL || `http://127.0.0.1:${gatewayPort}`,
+          apiKey: vars.E2B_API_KEY,
+          adminToken: vars.SPACE_ADMIN_TOKEN,
+          dataDir,
+          output: () => out,
+          stop,
+        };
+      }
+      if (child.exitCode !== null || child.signalCode !== null) {
+        throw new Error(`space up exited (${child.exitCode ?? child.signalCode}) before it was up:\n${out.slice(-4000)}`);
+      }
+      if (Date.now() > deadline) throw new Error(`space up not up after ${timeoutMs} ms:\n${out.slice(-4000)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+}
+
+function parseEnv(text: string): Record<string, string> {
+  const vars: Record<string, string> = {};
+  for (const m of text.matchAll(/^export ([A-Z0-9_]+)=(.*)$/gm)) vars[m[1]!] = m[2]!.trim();
+  return vars;
+}
+
+/** Polls `fn` until it returns a truthy value or the deadline passes. */
+export async function waitFor<T>(fn: () => Promise<T> | T, what: string, timeoutMs = 10_000, everyMs = 100): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v as NonNullable<T>;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ""}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
