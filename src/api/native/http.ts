@@ -1,0 +1,122 @@
+/**
+ * Shared edge of the Native API: body/query validation naming the field, scopes, the
+ * 202-with-an-operation answer, and Idempotency-Key handling for every mutation.
+ */
+import type { FastifyReply, FastifyRequest } from "fastify";
+import type { z } from "zod";
+import { SpaceError } from "../../core/errors.ts";
+import type { TenantId } from "../../core/ids.ts";
+import type { Queryable } from "../../store/db.ts";
+import { enqueueOperation, getOperation, requestHash, type Operation as OperationRow } from "../../store/operations.ts";
+import { requireScope, requireTenant, type Principal, type Scope } from "../auth.ts";
+import { fromZod } from "../errors.ts";
+import type { NativeDeps } from "./deps.ts";
+import { toOperation } from "./present.ts";
+
+export const IDEMPOTENCY_HEADER = "idempotency-key";
+
+export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
+  const r = schema.safeParse(value ?? {});
+  if (!r.success) throw fromZod(r.error, where);
+  return r.data;
+}
+
+/** Authenticates and checks one scope; returns the tenant the request acts for. */
+export async function tenantWith(deps: NativeDeps, req: FastifyRequest, scope: Scope): Promise<{ principal: Principal; tenantId: TenantId }> {
+  const principal = await deps.authenticate(req);
+  requireScope(principal, scope);
+  return { principal, tenantId: requireTenant(principal) };
+}
+
+/** Any one of `scopes` (e.g. reading operations: whoever may create them). */
+export async function tenantWithAny(deps: NativeDeps, req: FastifyRequest, scopes: readonly Scope[]): Promise<TenantId> {
+  const principal = await deps.authenticate(req);
+  const errors: unknown[] = [];
+  for (const s of scopes) {
+    try {
+      requireScope(principal, s);
+      return requireTenant(principal);
+    } catch (e) {
+      errors.push(e);
+    }
+  }
+  throw new SpaceError("permission_denied", `missing scope: one of ${scopes.join(", ")} is required; this token has [${principal.scopes.join(", ")}]`);
+}
+
+export function idempotencyKey(req: FastifyRequest): string | null {
+  const raw = req.headers[IDEMPOTENCY_HEADER];
+  if (raw === undefined) return null;
+  const key = Array.isArray(raw) ? raw[0] : raw;
+  if (!key || key.length > 255) {
+    throw new SpaceError("invalid_argument", `Idempotency-Key must be 1 to 255 characters, got ${key?.length ?? 0}`, { details: { field: "Idempotency-Key" } });
+  }
+  return key;
+}
+
+export function sendIdempotencyConflict(reply: FastifyReply, key: string, existing?: { id: string; kind: string }): FastifyReply {
+  return reply.status(409).send({
+    code: 409,
+    message: `Idempotency-Key ${JSON.stringify(key)} was already used with a different request${existing ? ` (operation ${existing.id}, ${existing.kind})` : ""}; use a new key for a new request`,
+    reason: "idempotency_conflict",
+  });
+}
+
+const isIdempotencyConflict = (e: unknown) =>
+  e instanceof SpaceError && (e.message === "idempotency_conflict" || e.details?.reason === "idempotency_conflict");
+
+export function sendOperation(reply: FastifyReply, op: OperationRow, replayed: boolean): FastifyReply {
+  void reply.header("location", `/v1/operations/${op.id}`);
+  if (replayed) void reply.header("idempotent-replayed", "true");
+  return reply.status(202).send(toOperation(op));
+}
+
+export interface Mutation {
+  tenantId: TenantId;
+  kind: string;
+  target: string;
+  /** What idempotency compares: the caller's intent only (no server-chosen ids). */
+  request: unknown;
+  deadlineMs: number | null;
+  /** Admission checks (404 another tenant's sandbox, 409 wrong state…) after the replay check. */
+  admit?: () => Promise<void>;
+  /** Rows to write with the operation, in its transaction (only when it is new). */
+  also?: (tx: Queryable, op: OperationRow, key: string | null) => Promise<void>;
+}
+
+/**
+ * Records a mutation as an operation and answers 202. With an Idempotency-Key, an
+ * earlier request with the same key replays (same key + same request → the original
+ * operation, whatever its state — a completed delete replays even though the sandbox is
+ * gone); a different request is 409 `idempotency_conflict`. Concurrent duplicates
+ * converge in the store's `ON CONFLICT DO NOTHING`.
+ */
+export async function submit(deps: NativeDeps, req: FastifyRequest, reply: FastifyReply, m: Mutation): Promise<FastifyReply> {
+  const key = idempotencyKey(req);
+  if (key !== null) {
+    const found = await deps.db.maybeOne<{ id: string }>(`SELECT id FROM operations WHERE tenant_id = $1 AND idempotency_key = $2`, [m.tenantId, key]);
+    if (found) {
+      const existing = await getOperation(deps.db, found.id, m.tenantId);
+      if (existing.kind !== m.kind || existing.requestHash !== requestHash(m.request)) return sendIdempotencyConflict(reply, key, existing);
+      return sendOperation(reply, existing, true);
+    }
+  }
+  await m.admit?.();
+  try {
+    const { operation, replayed } = await deps.db.transaction(async (tx) => {
+      const r = await enqueueOperation(tx, {
+        tenantId: m.tenantId,
+        kind: m.kind,
+        targetId: m.target,
+        request: m.request,
+        idempotencyKey: key,
+        ...(m.deadlineMs !== null ? { deadlineMs: m.deadlineMs } : {}),
+      });
+      if (!r.replayed && m.also) await m.also(tx, r.operation, key);
+      return r;
+    });
+    return sendOperation(reply, operation, replayed);
+  } catch (e: unknown) {
+    if (key !== null && isIdempotencyConflict(e)) return sendIdempotencyConflict(reply, key);
+    throw e;
+  }
+}

@@ -1,0 +1,128 @@
+/**
+ * GET /v1/openapi.json: an OpenAPI 3.1 document generated from the same zod schemas the
+ * routes validate with (zod v4 `toJSONSchema`, draft 2020-12 = OpenAPI 3.1's dialect).
+ */
+import type { FastifyInstance } from "fastify";
+import { z } from "zod";
+import { VERSION } from "../../core/version.ts";
+import * as S from "./schemas.ts";
+
+type Json = Record<string, unknown>;
+
+const schema = (s: z.ZodType, io: "input" | "output" = "output"): Json => {
+  const out = z.toJSONSchema(s, { target: "draft-2020-12", io, unrepresentable: "any" }) as Json;
+  delete out.$schema;
+  return out;
+};
+
+function errors(...codes: number[]): Json {
+  const out: Json = {};
+  for (const c of codes) out[String(c)] = { description: describe(c), content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } } };
+  return out;
+}
+function describe(c: number): string {
+  return (
+    {
+      400: "invalid request (the message names the field)",
+      401: "missing or unknown credentials",
+      403: "the token lacks the named scope",
+      404: "not found (another tenant's resources are not found too)",
+      409: "idempotency_conflict: the Idempotency-Key was used with a different request",
+      501: "not available in this build (the message says why)",
+    } as Record<number, string>
+  )[c] ?? "error";
+}
+
+const accepted = { "202": { description: "accepted: the operation", content: { "application/json": { schema: { $ref: "#/components/schemas/Operation" } } } } };
+const ok = (ref: string) => ({ "200": { description: "ok", content: { "application/json": { schema: { $ref: `#/components/schemas/${ref}` } } } } });
+const idem = { name: "Idempotency-Key", in: "header", required: false, schema: { type: "string", minLength: 1, maxLength: 255 }, description: "same key + same body replays the original operation; a different body is 409" };
+const pathId = (name: string) => ({ name, in: "path", required: true, schema: { type: "string" } });
+const body = (ref: string, required = true) => ({ required, content: { "application/json": { schema: { $ref: `#/components/schemas/${ref}` } } } });
+const query = (s: z.ZodObject) =>
+  Object.entries((schema(s, "input").properties ?? {}) as Record<string, Json>).map(([name, sch]) => ({ name, in: "query", required: false, schema: sch }));
+
+export function buildOpenApi(): Json {
+  const mutation = (summary: string, scope: string, extra: Json = {}) => ({ summary, "x-required-scope": scope, parameters: [idem, ...((extra.parameters as unknown[]) ?? [])], ...extra, responses: { ...accepted, ...errors(400, 401, 403, 404, 409) } });
+  const lifecycle = (verb: string, summary: string, unsupported = false) => ({
+    post: {
+      summary,
+      "x-required-scope": "sandboxes:write",
+      parameters: [pathId("id"), idem],
+      requestBody: body(verb === "fork" ? "ForkSandbox" : "Empty", false),
+      responses: { ...accepted, ...errors(400, 401, 403, 404, 409, ...(unsupported ? [501] : [])) },
+    },
+  });
+  return {
+    openapi: "3.1.0",
+    info: { title: "SPACE Native API", version: VERSION, description: "Every mutation answers 202 with a durable operation; poll GET /v1/operations/{id}?wait=30s." },
+    components: {
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+      schemas: {
+        Error: schema(S.ErrorBody),
+        Operation: schema(S.Operation),
+        OperationList: schema(S.OperationList),
+        CreateSandbox: schema(S.CreateSandboxBody, "input"),
+        NetworkSpec: schema(S.NetworkSpec, "input"),
+        Empty: schema(S.EmptyBody, "input"),
+        ForkSandbox: schema(S.ForkSandboxBody, "input"),
+        Sandbox: schema(S.Sandbox),
+        SandboxList: schema(S.SandboxList),
+        RunCommand: schema(S.RunCommandBody, "input"),
+        Command: schema(S.Command),
+        OutputChunk: schema(S.OutputChunk),
+        OutputPage: schema(S.OutputPage),
+        CancelCommand: schema(S.CancelCommandBody, "input"),
+      },
+    },
+    security: [{ bearer: [] }],
+    paths: {
+      "/v1/sandboxes": {
+        post: mutation("create a sandbox", "sandboxes:write", { requestBody: body("CreateSandbox") }),
+        get: { summary: "list sandboxes (cursor pages)", "x-required-scope": "sandboxes:read", parameters: query(S.ListSandboxesQuery), responses: { ...ok("SandboxList"), ...errors(400, 401, 403) } },
+      },
+      "/v1/sandboxes/{id}": {
+        get: { summary: "get a sandbox", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("Sandbox"), ...errors(401, 403, 404) } },
+        delete: mutation("delete (kill) a sandbox", "sandboxes:write", { parameters: [pathId("id")] }),
+      },
+      "/v1/sandboxes/{id}/pause": lifecycle("pause", "freeze in memory (resident pause)"),
+      "/v1/sandboxes/{id}/resume": lifecycle("resume", "resume a paused sandbox"),
+      "/v1/sandboxes/{id}/suspend": lifecycle("suspend", "checkpoint to storage (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/restore": lifecycle("restore", "restore a suspended sandbox (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/stop": lifecycle("stop", "stop, keeping the rootfs (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/start": lifecycle("start", "start a stopped sandbox (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/fork": lifecycle("fork", "fork a running sandbox (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/commands": {
+        post: { ...mutation("run a command", "commands:exec", { requestBody: body("RunCommand") }), parameters: [pathId("id"), idem] },
+      },
+      "/v1/sandboxes/{id}/commands/{cid}": {
+        get: { summary: "get a command (state, pid, exit code)", "x-required-scope": "commands:exec", parameters: [pathId("id"), pathId("cid")], responses: { ...ok("Command"), ...errors(401, 403, 404) } },
+      },
+      "/v1/sandboxes/{id}/commands/{cid}/output": {
+        get: {
+          summary: "page output chunks after a seq, or follow as NDJSON (?follow)",
+          "x-required-scope": "commands:exec",
+          parameters: [pathId("id"), pathId("cid"), ...query(S.OutputQuery)],
+          responses: { ...ok("OutputPage"), ...errors(400, 401, 403, 404) },
+        },
+      },
+      "/v1/sandboxes/{id}/commands/{cid}/cancel": {
+        post: { ...mutation("cancel (signal) a command", "commands:exec", { requestBody: body("CancelCommand", false) }), parameters: [pathId("id"), pathId("cid"), idem] },
+      },
+      "/v1/operations": {
+        get: { summary: "list operations (newest first)", parameters: query(S.ListOperationsQuery), responses: { ...ok("OperationList"), ...errors(400, 401, 403) } },
+      },
+      "/v1/operations/{id}": {
+        get: {
+          summary: "get an operation; ?wait=30s long-polls until it ends",
+          parameters: [pathId("id"), ...query(S.GetOperationQuery)],
+          responses: { ...ok("Operation"), ...errors(400, 401, 403, 404) },
+        },
+      },
+    },
+  };
+}
+
+export function registerOpenApiRoute(app: FastifyInstance): void {
+  let doc: Json | undefined;
+  app.get("/v1/openapi.json", async () => (doc ??= buildOpenApi()));
+}

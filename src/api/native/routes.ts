@@ -1,0 +1,23 @@
+/**
+ * The Native API (`/v1`): SPACE's asynchronous API. Every mutation is a durable public
+ * operation answered with 202 (behaviours.md A); reads are synchronous.
+ */
+import type { FastifyInstance } from "fastify";
+import type { NativeDeps } from "./deps.ts";
+import { registerSandboxRoutes } from "./sandboxes.ts";
+import { registerLifecycleRoutes } from "./sandbox-lifecycle.ts";
+import { registerCommandRoutes } from "./commands.ts";
+import { registerCommandOutputRoutes } from "./command-output.ts";
+import { registerOperationRoutes } from "./operations.ts";
+import { registerOpenApiRoute } from "./openapi.ts";
+
+export type { NativeDeps };
+
+export function registerNativeRoutes(app: FastifyInstance, deps: NativeDeps): void {
+  registerSandboxRoutes(app, deps);
+  registerLifecycleRoutes(app, deps);
+  registerCommandRoutes(app, deps);
+  registerCommandOutputRoutes(app, deps);
+  registerOperationRoutes(app, deps);
+  registerOpenApiRoute(app);
+}

@@ -1,0 +1,80 @@
+/**
+ * /v1/sandboxes: create (an operation), get, list (cursor pages), delete (an operation).
+ */
+import type { FastifyInstance } from "fastify";
+import { newSandboxId, type TenantId } from "../../core/ids.ts";
+import { endedStates } from "../sandboxes/model.ts";
+import { sandboxStates, type SandboxState } from "../../store/sandboxes.ts";
+import { invalid } from "../../core/errors.ts";
+import { sandboxTarget } from "../../controller/operations/requests.ts";
+import type { NativeDeps } from "./deps.ts";
+import { parse, submit, tenantWith } from "./http.ts";
+import { toSandbox } from "./present.ts";
+import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./schemas.ts";
+
+export const DEFAULT_CREATE_DEADLINE_MS = 30 * 60 * 1000;
+const LIVE: readonly SandboxState[] = sandboxStates.filter((s) => !endedStates.includes(s));
+
+export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): void {
+  app.post("/v1/sandboxes", async (req, reply) => {
+    const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
+    const body = parse(CreateSandboxBody, req.body, "body");
+    return submit(deps, req, reply, {
+      tenantId,
+      kind: "sandbox.create",
+      // The id is chosen now so the operation names its sandbox from the first answer.
+      target: sandboxTarget(newSandboxId()),
+      request: body,
+      deadlineMs: deps.createDeadlineMs ?? DEFAULT_CREATE_DEADLINE_MS,
+    });
+  });
+
+  app.get("/v1/sandboxes/:id", async (req) => {
+    const { tenantId } = await tenantWith(deps, req, "sandboxes:read");
+    const { id } = parse(SandboxIdParams, req.params, "path");
+    return toSandbox(await deps.sandboxes.get(tenantId, id));
+  });
+
+  app.get("/v1/sandboxes", async (req) => {
+    const { tenantId } = await tenantWith(deps, req, "sandboxes:read");
+    const q = parse(ListSandboxesQuery, req.query, "query");
+    const states = q.state ? parseStates(q.state) : LIVE;
+    const page = await deps.sandboxes.list(tenantId, {
+      states,
+      metadata: {},
+      order: "asc",
+      limit: q.limit,
+      ...(q.cursor ? { cursor: q.cursor } : {}),
+    });
+    return { sandboxes: page.items.map(toSandbox), next_cursor: page.cursor };
+  });
+
+  app.delete("/v1/sandboxes/:id", async (req, reply) => {
+    const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
+    const { id } = parse(SandboxIdParams, req.params, "path");
+    return submit(deps, req, reply, {
+      tenantId,
+      kind: "sandbox.delete",
+      target: sandboxTarget(id),
+      request: { sandbox_id: id },
+      deadlineMs: deps.operationDeadlineMs ?? DEFAULT_CREATE_DEADLINE_MS,
+      admit: () => exists(deps, tenantId, id),
+    });
+  });
+}
+
+/** 404 for a sandbox that is not this tenant's or not live (before anything is queued). */
+export async function exists(deps: NativeDeps, tenantId: TenantId, id: string): Promise<void> {
+  await deps.sandboxes.get(tenantId, id);
+}
+
+function parseStates(s: string): SandboxState[] {
+  const out: SandboxState[] = [];
+  for (const part of s.split(",").map((x) => x.trim()).filter(Boolean)) {
+    if (!(sandboxStates as readonly string[]).includes(part)) {
+      throw invalid(`state=${JSON.stringify(part)} is not one of ${sandboxStates.join(", ")}`, { field: "state" });
+    }
+    out.push(part as SandboxState);
+  }
+  return out;
+}
