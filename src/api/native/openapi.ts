@@ -9,10 +9,20 @@ import * as S from "./schemas.ts";
 
 type Json = Record<string, unknown>;
 
+/** Named schemas ($defs of every conversion, hoisted into components). */
+const hoisted: Record<string, Json> = {};
+
+/** A zod schema as JSON Schema; schemas with a `meta({id})` become `#/components/schemas/<id>` refs. */
 const schema = (s: z.ZodType, io: "input" | "output" = "output"): Json => {
-  const out = z.toJSONSchema(s, { target: "draft-2020-12", io, unrepresentable: "any" }) as Json;
+  const raw = JSON.stringify(z.toJSONSchema(s, { target: "draft-2020-12", io, unrepresentable: "any" })).replaceAll('"#/$defs/', '"#/components/schemas/');
+  const out = JSON.parse(raw) as Json;
   delete out.$schema;
-  return out;
+  const defs = (out.$defs ?? {}) as Record<string, Json>;
+  delete out.$defs;
+  Object.assign(hoisted, defs);
+  // The root itself is one of the named schemas: inline it.
+  const ref = typeof out.$ref === "string" ? out.$ref.replace("#/components/schemas/", "") : undefined;
+  return ref && defs[ref] && Object.keys(out).length === 1 ? defs[ref]! : out;
 };
 
 function errors(...codes: number[]): Json {
@@ -52,27 +62,28 @@ export function buildOpenApi(): Json {
       responses: { ...accepted, ...errors(400, 401, 403, 404, 409, ...(unsupported ? [501] : [])) },
     },
   });
+  const named = {
+    Error: schema(S.ErrorBody),
+    Operation: schema(S.Operation),
+    OperationList: schema(S.OperationList),
+    CreateSandbox: schema(S.CreateSandboxBody, "input"),
+    NetworkSpec: schema(S.NetworkSpec, "input"),
+    Empty: schema(S.EmptyBody, "input"),
+    ForkSandbox: schema(S.ForkSandboxBody, "input"),
+    Sandbox: schema(S.Sandbox),
+    SandboxList: schema(S.SandboxList),
+    RunCommand: schema(S.RunCommandBody, "input"),
+    Command: schema(S.Command),
+    OutputChunk: schema(S.OutputChunk),
+    OutputPage: schema(S.OutputPage),
+    CancelCommand: schema(S.CancelCommandBody, "input"),
+  };
   return {
     openapi: "3.1.0",
     info: { title: "SPACE Native API", version: VERSION, description: "Every mutation answers 202 with a durable operation; poll GET /v1/operations/{id}?wait=30s." },
     components: {
       securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
-      schemas: {
-        Error: schema(S.ErrorBody),
-        Operation: schema(S.Operation),
-        OperationList: schema(S.OperationList),
-        CreateSandbox: schema(S.CreateSandboxBody, "input"),
-        NetworkSpec: schema(S.NetworkSpec, "input"),
-        Empty: schema(S.EmptyBody, "input"),
-        ForkSandbox: schema(S.ForkSandboxBody, "input"),
-        Sandbox: schema(S.Sandbox),
-        SandboxList: schema(S.SandboxList),
-        RunCommand: schema(S.RunCommandBody, "input"),
-        Command: schema(S.Command),
-        OutputChunk: schema(S.OutputChunk),
-        OutputPage: schema(S.OutputPage),
-        CancelCommand: schema(S.CancelCommandBody, "input"),
-      },
+      schemas: { ...hoisted, ...named },
     },
     security: [{ bearer: [] }],
     paths: {
