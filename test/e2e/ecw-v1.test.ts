@@ -30,7 +30,7 @@ describe("ECW with e2b 2.50 (v1 paths)", { skip, timeout: 10 * 60_000 }, () => {
       const listed = await Sandbox.list(opts).nextItems();
       assert.ok(listed.some((s) => s.sandboxId === sb.sandboxId));
     } finally {
-      assert.equal(await sb.kill(), undefined);
+      await sb.kill();
     }
     assert.equal(await Sandbox.kill(sb.sandboxId, opts), false);
   });
