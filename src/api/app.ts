@@ -2,7 +2,7 @@
  * The API process's HTTP app: ECW (E2B-compatible), Native (/v1), Admin (/admin/api/v1),
  * health, readiness and metrics. Built from deps without a port so tests can `inject`.
  */
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { Counter, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
@@ -21,7 +21,8 @@ export interface ApiAppDeps {
 export async function createApiApp(deps: ApiAppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
-    disableRequestLogging: true,
+    // Request lines are left to metrics; refusals and failures are logged by the error handler.
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 16 * 1024 * 1024,
     // The SDK sends JSON bodies chunked, without Content-Length; Fastify handles that.
     return503OnClosing: true,
