@@ -65,7 +65,7 @@ export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Lo
   scope.setErrorHandler((error: FastifyError | SpaceError | Error, req, reply) => {
     if (error instanceof SpaceError) {
       const status = httpStatus[error.code];
-      if (status >= 500) log.error({ err: error, url: req.url }, "ECW request failed");
+      if (status >= 500 && error.code !== "unimplemented") log.error({ err: error, url: req.url }, "ECW request failed");
       else req.log.debug({ code: error.code, msg: error.message }, "ECW request refused");
       return sendEcwError(reply, status, error.message);
     }
