@@ -255,6 +255,18 @@ for (const engine of testEngines()) {
       assert.match(lop.failure.message, /cancelled/);
     });
 
+    test("command_survives_data_plane_restart: a broken envd stream is reattached by pid, output and exit code kept", async () => {
+      const id = await createSandbox(h);
+      const r = await h.req("POST", `/v1/sandboxes/${id}/commands`, { body: { cmd: "fail-stream", args: ["0.5"] } });
+      const op = await h.waitOp(r.body.id);
+      assert.equal(op.state, "succeeded", JSON.stringify(op.failure));
+      assert.equal(op.result.exit_code, 0);
+      const cid = op.result.command_id;
+      assert.equal(h.envd.started.filter((t) => t === cid).length, 1, "not started again");
+      const page = await h.req("GET", `/v1/sandboxes/${id}/commands/${cid}/output`);
+      assert.equal(Buffer.from(page.body.chunks[0].data, "base64").toString(), "slept\n");
+    });
+
     test("slow_reader: a reader that pages slowly loses nothing and blocks no one", async () => {
       const id = await createSandbox(h);
       const r = await h.req("POST", `/v1/sandboxes/${id}/commands`, { body: { cmd: "spew", args: ["300"] } });
