@@ -2,7 +2,7 @@
 import { existsSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { loadConfig, type VarName } from "../../src/core/config.ts";
 import { exec } from "../../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
@@ -79,7 +79,8 @@ export async function hostObjects(node: TestNode): Promise<Record<string, number
     return r.stdout.split("\n").filter((l) => l.trim() && filter(l)).length;
   };
   const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((l) => l.includes(node.dir) || l.includes("/run/netns/")).length;
-  const cg = async (ctrl: string) => (await readdir(`/sys/fs/cgroup/${ctrl}/space`).catch(() => [] as string[])).filter((n) => /^[a-z0-9]{20}$/.test(n)).length;
+  const dirs = node.agent.runtime?.cgroupDirs("x") ?? {};
+  const cg = async (ctrl: string) => (dirs[ctrl] ? (await readdir(dirname(dirs[ctrl]!)).catch(() => [] as string[])).filter((n) => /^[a-z0-9]{20}$/.test(n)).length : 0);
   const runc = node.agent.runtime ? (await node.agent.runtime.list(AbortSignal.timeout(30_000))).length : 0;
   return {
     mounts,

@@ -4,6 +4,7 @@
  * at `space/<id>` so a startup sweep can reclaim orphans.
  */
 import { mkdir, open, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { exec, ExecError, spawnDaemon } from "../../core/exec.ts";
 import { internal, notFound, SpaceError, unavailable } from "../../core/errors.ts";
@@ -147,20 +148,16 @@ export class OciRuntime implements Runtime {
     return arr.map((j) => ({ id: j.id, status: toStatus(j.status), pid: j.pid }));
   }
 
+  /**
+   * cgroup v1 dirs of a sandbox. A relative cgroupsPath is resolved by runc against the
+   * cgroup of the process that runs it (ours), per controller — so the sandboxes nest
+   * under whatever cgroup the node agent itself was placed in (and its limits).
+   */
   cgroupDirs(id: string): Record<string, string> {
     const rel = `${this.cgroupParent}/${id}`;
-    return {
-      memory: `/sys/fs/cgroup/memory/${rel}`,
-      cpu: `/sys/fs/cgroup/cpu/${rel}`,
-      cpuacct: `/sys/fs/cgroup/cpuacct/${rel}`,
-      pids: `/sys/fs/cgroup/pids/${rel}`,
-      freezer: `/sys/fs/cgroup/freezer/${rel}`,
-      cpuset: `/sys/fs/cgroup/cpuset/${rel}`,
-      devices: `/sys/fs/cgroup/devices/${rel}`,
-      blkio: `/sys/fs/cgroup/blkio/${rel}`,
-      systemd: `/sys/fs/cgroup/systemd/${rel}`,
-      unified: `/sys/fs/cgroup/unified/${rel}`,
-    };
+    const out: Record<string, string> = {};
+    for (const [ctrl, base] of Object.entries(ownCgroups())) out[ctrl] = `/sys/fs/cgroup/${ctrl}${base === "/" ? "" : base}/${rel}`;
+    return out;
   }
 
   async execIn(
@@ -241,4 +238,29 @@ function waitChild(child: ReturnType<typeof spawnDaemon>, timeoutMs: number, sig
       resolve(code);
     });
   });
+}
+
+let ownCgroupsCache: Record<string, string> | undefined;
+/** controller → our cgroup path, from /proc/self/cgroup (v1 hybrid; `unified` for v2). */
+export function ownCgroups(): Record<string, string> {
+  if (ownCgroupsCache) return ownCgroupsCache;
+  const out: Record<string, string> = {};
+  let text = "";
+  try {
+    text = readFileSync("/proc/self/cgroup", "utf8");
+  } catch {
+    return (ownCgroupsCache = {});
+  }
+  for (const line of text.split("\n")) {
+    const m = /^\d+:([^:]*):(.*)$/.exec(line);
+    if (!m) continue;
+    const path = m[2]!;
+    if (m[1] === "") out.unified = path;
+    for (const c of m[1]!.split(",").filter(Boolean)) {
+      const name = c.startsWith("name=") ? c.slice(5) : c;
+      // Controllers mounted together (cpu,cpuacct) are mounted here as separate dirs too.
+      if (existsSync(`/sys/fs/cgroup/${name}`)) out[name] = path;
+    }
+  }
+  return (ownCgroupsCache = out);
 }
