@@ -74,22 +74,32 @@ async function main() {
     const nSeq = Number(values.sequential);
     if (nSeq > 0) {
       const seq: Sample[] = [];
+      let failed = 0;
       const w0 = performance.now();
-      for (let i = 0; i < nSeq; i++) seq.push(await one());
-      results.push(summarize(`sequential x${nSeq}`, seq, performance.now() - w0));
+      for (let i = 0; i < nSeq; i++) {
+        try {
+          seq.push(await one());
+        } catch (e) {
+          failed++;
+          process.stderr.write(`sequential sample ${i} failed: ${String(e).slice(0, 300)}\n`);
+        }
+      }
+      results.push({ ...summarize(`sequential x${nSeq}`, seq, performance.now() - w0), failed });
     }
     const nConc = Number(values.concurrent);
     if (nConc > 0) {
       const w0 = performance.now();
-      const conc = await Promise.all(Array.from({ length: nConc }, () => one()));
-      results.push(summarize(`concurrent x${nConc}`, conc, performance.now() - w0));
+      const settled = await Promise.allSettled(Array.from({ length: nConc }, () => one()));
+      const conc = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      for (const r of settled) if (r.status === "rejected") process.stderr.write(`concurrent sample failed: ${String(r.reason).slice(0, 300)}\n`);
+      results.push({ ...summarize(`concurrent x${nConc}`, conc, performance.now() - w0), failed: nConc - conc.length });
     }
     if (values.json) process.stdout.write(JSON.stringify({ bench: "ttfc", warmPool: false, results }, null, 2) + "\n");
     else {
       process.stdout.write("TTFC: Sandbox.create → first commands.run('echo hi') (cold, no warm pool)\n");
       for (const r of results) {
         process.stdout.write(
-          `  ${r.name.padEnd(16)} median ${r.ttfcMedianMs} ms  p99 ${r.ttfcP99Ms} ms  max ${r.ttfcMaxMs} ms  (create median ${r.createMedianMs} ms, wall ${r.wallMs} ms)\n`,
+          `  ${r.name.padEnd(16)} median ${r.ttfcMedianMs} ms  p99 ${r.ttfcP99Ms} ms  max ${r.ttfcMaxMs} ms  (create median ${r.createMedianMs} ms, wall ${r.wallMs} ms, failed ${r.failed})\n`,
         );
       }
     }
