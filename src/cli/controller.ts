@@ -6,6 +6,7 @@ import type { ControlPlane } from "./processes.ts";
 import { startLeaderElection } from "../store/leader.ts";
 import { hostname } from "node:os";
 import { randomId } from "../core/ids.ts";
+import { startNodeLiveness } from "../controller/node-liveness.ts";
 
 export interface Loop {
   stop(): Promise<void>;
@@ -13,6 +14,11 @@ export interface Loop {
 
 /** Loops the leader runs; each returns a stopper. */
 export type LoopFactory = (cp: ControlPlane) => Loop | Promise<Loop>;
+
+/** The loops every controller leader runs. */
+export const controllerLoops: readonly LoopFactory[] = [
+  (cp) => startNodeLiveness({ db: cp.db, log: cp.log, graceMs: 3 * cp.config.SPACE_NODE_HEARTBEAT_MS }),
+];
 
 export async function startController(cp: ControlPlane, loops: readonly LoopFactory[] = []): Promise<Loop> {
   let running: Loop[] = [];
@@ -31,6 +37,7 @@ export async function startController(cp: ControlPlane, loops: readonly LoopFact
       cp.log.info({ holder }, "controller elected leader");
       for (const make of loops) running.push(await make(cp));
     },
+    onError: (e) => cp.log.warn({ err: e }, "leader election: lease renewal failed"),
     onDemoted: async () => {
       cp.log.warn({ holder }, "controller lost leadership");
       await stopLoops();

@@ -117,8 +117,8 @@ export async function runController(config: Config): Promise<() => Promise<void>
     { adminToken: requireSecret(config, "SPACE_ADMIN_TOKEN"), internalToken: requireSecret(config, "SPACE_INTERNAL_TOKEN") },
     "controller",
   );
-  const { startController } = await import("./controller.ts");
-  const controller = await startController(cp);
+  const { startController, controllerLoops } = await import("./controller.ts");
+  const controller = await startController(cp, controllerLoops);
   return async () => {
     await controller.stop();
     await cp.db.close();

@@ -9,7 +9,10 @@ import { lockDataDir } from "../core/lock.ts";
 import { ensureSecrets } from "./secrets.ts";
 import { bootstrapDefaultTenant } from "./bootstrap.ts";
 import { openControlPlane, startApiServer } from "./processes.ts";
-import { startController } from "./controller.ts";
+import { controllerLoops, startController } from "./controller.ts";
+import { createNodeAgent } from "../node/agent.ts";
+import { storePublisher, wantedOnNode } from "./node-link.ts";
+import type { ControlPlane } from "./processes.ts";
 
 export async function runUp(config: Config): Promise<() => Promise<void>> {
   mkdirSync(config.SPACE_DATA_DIR, { recursive: true, mode: 0o700 });
@@ -38,8 +41,11 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     stops.push(() => cp.db.close());
     await bootstrapDefaultTenant(cp.db, secrets.apiKey);
 
-    const controller = await startController(cp);
+    const controller = await startController(cp, controllerLoops);
     stops.push(() => controller.stop());
+
+    const node = await startLocalNode(cp);
+    stops.push(() => node.stop());
 
     const api = await startApiServer(cp, []);
     stops.push(() => api.app.close());
@@ -51,6 +57,24 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     await stopAll();
     throw e;
   }
+}
+
+/** The node agent in this process, publishing straight to the store. */
+async function startLocalNode(cp: ControlPlane) {
+  const { config } = cp;
+  let url = config.SPACE_NODE_ADVERTISE_URL || `http://${config.SPACE_NODE_HOST}:${config.SPACE_NODE_PORT}`;
+  const publish = storePublisher(cp.db, () => url, config.SPACE_NODE_GROUP);
+  const agent = createNodeAgent(config, cp.log, {
+    internalToken: cp.internalToken,
+    publish,
+    wanted: wantedOnNode(cp.db, () => agent.nodeId),
+  });
+  await agent.start();
+  const listening = await agent.app.listen({ host: config.SPACE_NODE_HOST, port: config.SPACE_NODE_PORT });
+  if (!config.SPACE_NODE_ADVERTISE_URL) url = listening;
+  // Register now rather than at the first heartbeat, so the first create finds the node.
+  await publish(await agent.inventory());
+  return { agent, url, stop: () => agent.stop() };
 }
 
 function portOf(url: string): number {

@@ -1,0 +1,52 @@
+/**
+ * How a node agent that runs inside the control-plane process (`space up`) publishes to
+ * the store directly: the first publication registers the node, later ones heartbeat.
+ * A standalone `space node` does the same over the Admin API (Direct fleet).
+ */
+import type { NodeId } from "../core/ids.ts";
+import type { NodeInventory } from "../node/api/contract.ts";
+import type { Db } from "../store/db.ts";
+import { heartbeatNode, registerNode } from "../store/nodes.ts";
+import { listSandboxesOnNode } from "../store/sandboxes.ts";
+import { VERSION } from "../core/version.ts";
+
+export function storePublisher(db: Db, address: () => string, nodeGroup: string) {
+  let registered = false;
+  return async (inv: NodeInventory): Promise<void> => {
+    const published = {
+      capacity: inv.capacity,
+      used: inv.used,
+      usableEnvironments: inv.usableEnvironments,
+      templates: inv.templates,
+    };
+    if (registered) {
+      try {
+        await heartbeatNode(db, inv.nodeId as NodeId, { ...published, address: address() });
+        return;
+      } catch (e) {
+        // Unknown to the store (e.g. deleted by an operator): register again below.
+        if ((e as { code?: string }).code !== "not_found") throw e;
+      }
+    }
+    await registerNode(db, {
+      id: inv.nodeId as NodeId,
+      name: inv.name,
+      address: address(),
+      nodeGroup,
+      substrate: "direct",
+      version: VERSION,
+      ...published,
+    });
+    registered = true;
+  };
+}
+
+/** The sandboxes the control plane wants on a node (asked once when the agent starts). */
+export function wantedOnNode(db: Db, nodeId: () => string | undefined) {
+  return async (): Promise<Set<string> | undefined> => {
+    const id = nodeId();
+    if (!id) return undefined;
+    const rows = await listSandboxesOnNode(db, id as NodeId);
+    return new Set(rows.map((r) => r.id));
+  };
+}
