@@ -167,6 +167,19 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
     });
   }
 
+  /**
+   * On Postgres the claim commits without waiting for its WAL flush: a claim lost in a
+   * crash leaves the row queued (or stale-claimed), which is re-claimed and re-run safely
+   * (handlers are re-runnable). Saves one fsync (~3 ms here) on every pickup.
+   */
+  const claim = (limit: number) =>
+    db.engine === "postgres"
+      ? db.transaction(async (tx) => {
+          await tx.execute("SET LOCAL synchronous_commit = off");
+          return claimOperations(tx, { claimer: workerId, limit, staleMs });
+        })
+      : claimOperations(db, { claimer: workerId, limit, staleMs });
+
   const loop = (async () => {
     while (!stopped) {
       const seen = pokes;
@@ -174,7 +187,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       const room = Math.min(claimLimit, maxInFlight - inFlight.size);
       if (room > 0) {
         try {
-          const ops = await claimOperations(db, { claimer: workerId, limit: room, staleMs });
+          const ops = await claim(room);
           for (const op of ops) schedule(op);
           claimedFull = ops.length === room;
         } catch (e: unknown) {
