@@ -46,6 +46,12 @@ export interface NodeAgentDeps {
   runtimeStateDir?: string;
   /** Internal token; default SPACE_INTERNAL_TOKEN, else <data dir>/internal-token (created once). */
   internalToken?: string;
+  /**
+   * Names of the host objects this agent owns. One agent per host is the design; tests
+   * running beside a `space up` on the same host use their own names so neither sweeps the
+   * other's (also give them a distinct SPACE_NODE_SLOT_CIDR).
+   */
+  hostScope?: { bridge?: string; nftTable?: string; vethPrefix?: string; cgroupParent?: string };
   /** Show the base template build progress on stderr (default true). */
   progress?: boolean;
 }
@@ -148,6 +154,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           stateDir: deps.runtimeStateDir ?? "/run/space/runc",
           bundlesDir: join(nodeDir, "bundles"),
           criuPath: join(REPO_DIR, ".tools", "criu", "criu"),
+          cgroupParent: deps.hostScope?.cgroupParent,
           logger: log,
         });
         const isolated = runtime.kind !== "process";
@@ -175,6 +182,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             cidr: config.SPACE_NODE_SLOT_CIDR,
             maxSlots: config.SPACE_NODE_MAX_SLOTS,
             stateDir: join(nodeDir, "slots"),
+            bridge: deps.hostScope?.bridge,
+            nftTable: deps.hostScope?.nftTable,
+            vethPrefix: deps.hostScope?.vethPrefix,
             pool: {
               target: config.SPACE_NODE_NETWORK_POOL_TARGET,
               retainReady: config.SPACE_NODE_NETWORK_POOL_RETAIN_READY,

@@ -12,10 +12,12 @@ export interface CreateRuntimeOptions {
   stateDir: string;
   bundlesDir: string;
   criuPath?: string;
+  /** Parent cgroup of sandboxes (default `space`). */
+  cgroupParent?: string;
   logger: Logger;
 }
 
 export function createRuntime(o: CreateRuntimeOptions): Runtime {
   if (o.kind === "process") return new ProcessRuntime(o.logger);
-  return new OciRuntime({ kind: o.kind, stateDir: o.stateDir, bundlesDir: o.bundlesDir, criuPath: o.criuPath, logger: o.logger });
+  return new OciRuntime({ kind: o.kind, stateDir: o.stateDir, bundlesDir: o.bundlesDir, criuPath: o.criuPath, cgroupParent: o.cgroupParent, logger: o.logger });
 }

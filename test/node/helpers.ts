@@ -15,6 +15,10 @@ export const STUB_ENVD_DIR = join(REPO_DIR, "test", "node", "fixtures", "envd-st
 export const REAL_ENVD_DIR = join(REPO_DIR, "dist", "envd");
 export const hasRealEnvd = existsSync(join(REAL_ENVD_DIR, "envd.mjs"));
 
+/** Tests own their host objects, so a `space up` on the same machine is left alone (and vice versa). */
+export const TEST_SCOPE = { bridge: "spacet0", nftTable: "space_test", vethPrefix: "vt", cgroupParent: "space-test" };
+export const TEST_CIDR = "10.200.128.0/17";
+
 export interface TestNode {
   agent: NodeAgent;
   dir: string;
@@ -32,12 +36,14 @@ export async function startTestNode(
     SPACE_NODE_DISK_RESERVE_MIB: "1024",
     SPACE_INTERNAL_TOKEN: "test-token",
     SPACE_LOG_LEVEL: "warn",
+    SPACE_NODE_SLOT_CIDR: TEST_CIDR,
     ...o.env,
   });
   const logger = createLogger(process.env.TEST_LOG_LEVEL ?? "warn", "node-test");
   const agent = createNodeAgent(config, logger, {
     envdDir: o.realEnvd && hasRealEnvd ? REAL_ENVD_DIR : STUB_ENVD_DIR,
     runtimeStateDir: join("/run/space-test", dir.split("/").pop()!),
+    hostScope: TEST_SCOPE,
     ...o.deps,
   });
   await agent.start();
@@ -73,22 +79,23 @@ export async function sh(node: TestNode, id: string, script: string, user: "root
 }
 
 /** Host objects a sandbox may leak, counted for leak tests. */
-export async function hostObjects(node: TestNode): Promise<Record<string, number>> {
+export async function hostObjects(node: TestNode, ids?: Set<string>): Promise<Record<string, number>> {
+  const mine = (name: string) => (ids ? ids.has(name) : true);
   const count = async (argv: string[], filter: (l: string) => boolean) => {
     const r = await exec(argv[0]!, argv.slice(1), { allowFailure: true, timeoutMs: 30_000 });
     return r.stdout.split("\n").filter((l) => l.trim() && filter(l)).length;
   };
-  const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((l) => l.includes(node.dir) || l.includes("/run/netns/")).length;
+  const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((l) => l.includes(node.dir) || [...(ids ?? [])].some((id) => l.includes(`/run/netns/${id}`))).length;
   const dirs = node.agent.runtime?.cgroupDirs("x") ?? {};
   const cg = async (ctrl: string) => (dirs[ctrl] ? (await readdir(dirname(dirs[ctrl]!)).catch(() => [] as string[])).filter((n) => /^[a-z0-9]{20}$/.test(n)).length : 0);
   const runc = node.agent.runtime ? (await node.agent.runtime.list(AbortSignal.timeout(30_000))).length : 0;
   return {
     mounts,
-    netns: await count(["ip", "netns", "list"], () => true),
-    veths: await count(["ip", "-br", "link"], (l) => /^vs\d+/.test(l)),
+    netns: await count(["ip", "netns", "list"], (l) => mine(l.split(" ")[0]!)),
+    veths: await count(["ip", "-br", "link"], (l) => /^vt\d+/.test(l)),
     cgroupsMemory: await cg("memory"),
     cgroupsPids: await cg("pids"),
-    nftLines: await count(["nft", "list", "table", "inet", "space"], () => true),
+    nftLines: await count(["nft", "list", "table", "inet", TEST_SCOPE.nftTable], () => true),
     subvolumes: await count(["btrfs", "subvolume", "list", join(node.dir, "node", "cache")], () => true),
     qgroups: await count(["btrfs", "qgroup", "show", join(node.dir, "node", "cache")], (l) => /^0\//.test(l)),
     containers: runc,

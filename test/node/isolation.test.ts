@@ -69,7 +69,7 @@ describe("sandbox isolation", { skip, timeout: 300_000 }, () => {
 
   it("cannot reach the node's loopback or own addresses, nor link-local metadata", async () => {
     const port = 39000 + Math.floor(Math.random() * 1000);
-    const hostAddrs = ["127.0.0.1", "10.200.0.1"];
+    const hostAddrs = ["127.0.0.1", node.agent.slots!.range.gateway];
     const eth0 = (await exec("ip", ["-4", "-br", "addr", "show", "eth0"], { allowFailure: true })).stdout.split(/\s+/)[2]?.split("/")[0];
     if (eth0) hostAddrs.push(eth0);
     for (const h of hostAddrs) {
@@ -83,7 +83,7 @@ describe("sandbox isolation", { skip, timeout: 300_000 }, () => {
     }
     const md = await sh(node, a.sandboxId, "curl -s -m 2 -o /dev/null -w '%{http_code}' http://169.254.169.254/");
     assert.notEqual(md.exitCode, 0);
-    const ruleset = (await exec("nft", ["list", "table", "inet", "space"])).stdout;
+    const ruleset = (await exec("nft", ["list", "table", "inet", node.agent.slots!.table])).stdout;
     assert.match(ruleset, /169\.254\.0\.0\/16 drop/);
   });
 

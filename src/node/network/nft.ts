@@ -6,15 +6,16 @@
  * Each slot has its own chain `sb_<id>` reached through the `egress` verdict map: the hook
  * the network-policy engine fills (now: allowInternetAccess=false → drop).
  */
-export const TABLE = "space";
+export const DEFAULT_TABLE = "space";
 
 export interface BaseRulesInput {
+  table: string;
   bridge: string;
   cidr: string;
 }
 
 export function baseRuleset(i: BaseRulesInput): string {
-  return `table inet ${TABLE} {
+  return `table inet ${i.table} {
   map egress { type ipv4_addr : verdict; }
   chain forward {
     type filter hook forward priority filter - 10; policy accept;
@@ -51,24 +52,24 @@ export function slotRules(policy: SlotPolicy): string[] {
   return policy.allowInternetAccess ? [] : ["drop"];
 }
 
-export function addSlotScript(id: string, address: string, policy: SlotPolicy): string {
+export function addSlotScript(table: string, id: string, address: string, policy: SlotPolicy): string {
   const chain = slotChain(id);
   return [
-    `add chain inet ${TABLE} ${chain}`,
-    `flush chain inet ${TABLE} ${chain}`,
-    ...slotRules(policy).map((r) => `add rule inet ${TABLE} ${chain} ${r}`),
-    `add element inet ${TABLE} egress { ${address} : jump ${chain} }`,
+    `add chain inet ${table} ${chain}`,
+    `flush chain inet ${table} ${chain}`,
+    ...slotRules(policy).map((r) => `add rule inet ${table} ${chain} ${r}`),
+    `add element inet ${table} egress { ${address} : jump ${chain} }`,
   ].join("\n") + "\n";
 }
 
-export function setPolicyScript(id: string, policy: SlotPolicy): string {
+export function setPolicyScript(table: string, id: string, policy: SlotPolicy): string {
   const chain = slotChain(id);
-  return [`flush chain inet ${TABLE} ${chain}`, ...slotRules(policy).map((r) => `add rule inet ${TABLE} ${chain} ${r}`)].join("\n") + "\n";
+  return [`flush chain inet ${table} ${chain}`, ...slotRules(policy).map((r) => `add rule inet ${table} ${chain} ${r}`)].join("\n") + "\n";
 }
 
-export function removeSlotScript(id: string, address: string | undefined): string {
+export function removeSlotScript(table: string, id: string, address: string | undefined): string {
   const lines: string[] = [];
-  if (address) lines.push(`delete element inet ${TABLE} egress { ${address} }`);
-  lines.push(`delete chain inet ${TABLE} ${slotChain(id)}`);
+  if (address) lines.push(`delete element inet ${table} egress { ${address} }`);
+  lines.push(`delete chain inet ${table} ${slotChain(id)}`);
   return lines.join("\n") + "\n";
 }

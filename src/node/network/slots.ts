@@ -11,7 +11,7 @@ import { exec } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { parseSlotRange, type SlotRange } from "./cidr.ts";
-import { addSlotScript, baseRuleset, removeSlotScript, setPolicyScript, TABLE, type SlotPolicy } from "./nft.ts";
+import { addSlotScript, baseRuleset, DEFAULT_TABLE, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
 
 export interface Slot {
   /** Owner: a sandbox id, or `pool<index>` for a warm slot. */
@@ -29,7 +29,11 @@ export interface Slot {
 export interface NetworkSlotsOptions {
   cidr: string;
   maxSlots: number;
+  /** Host names this node owns (several agents on one host, e.g. tests beside `space up`, must not sweep each other). */
   bridge?: string;
+  nftTable?: string;
+  /** Host veth names are `<prefix><slot index>`. */
+  vethPrefix?: string;
   stateDir: string;
   pool: { target: number; retainReady: number; minReady: number };
   logger: Logger;
@@ -57,6 +61,7 @@ export interface NetworkSlots {
 const T = 30_000;
 const POOL = /^pool\d+$/;
 
+
 async function ip(args: string[], signal: AbortSignal, input?: string): Promise<void> {
   await exec("ip", args, { timeoutMs: T, signal, input });
 }
@@ -67,16 +72,23 @@ async function nft(script: string, signal: AbortSignal): Promise<void> {
 export class LinuxNetworkSlots implements NetworkSlots {
   readonly range: SlotRange;
   readonly bridge: string;
+  readonly table: string;
+  readonly vethPrefix: string;
+  private readonly bridgeMacAddr: string;
   private readonly o: NetworkSlotsOptions;
   private readonly slots = new Map<string, Slot>();
   private readonly usedIndexes = new Set<number>();
   private readonly pool: Slot[] = [];
   private filling: Promise<void> | undefined;
+  private bridgeMac = "";
 
   constructor(o: NetworkSlotsOptions) {
     this.o = o;
     this.range = parseSlotRange(o.cidr);
     this.bridge = o.bridge ?? "space0";
+    this.table = o.nftTable ?? DEFAULT_TABLE;
+    this.vethPrefix = o.vethPrefix ?? "vs";
+    this.bridgeMacAddr = bridgeMac(this.bridge);
     if (o.maxSlots > this.range.size) throw new SpaceError("invalid_argument", `SPACE_NODE_MAX_SLOTS=${o.maxSlots} does not fit in ${o.cidr} (${this.range.size} addresses)`);
   }
 
@@ -109,9 +121,13 @@ export class LinuxNetworkSlots implements NetworkSlots {
       await exec("ip", ["addr", "replace", `${this.range.gateway}/${this.range.prefix}`, "dev", this.bridge], { timeoutMs: T, signal });
       await ip(["link", "set", this.bridge, "up"], signal);
     }
+    // A bridge takes the lowest MAC of its ports unless one is set: pin it, so the static
+    // gateway neighbour entries inside the slots stay right as ports come and go.
+    await ip(["link", "set", this.bridge, "address", this.bridgeMacAddr], signal);
+    this.bridgeMac = this.bridgeMacAddr;
     // The table is rebuilt from the records: level-triggered, no stale rule survives a restart.
-    await exec("nft", ["delete", "table", "inet", TABLE], { timeoutMs: T, signal, allowFailure: true });
-    await nft(baseRuleset({ bridge: this.bridge, cidr: this.range.cidr }), signal);
+    await exec("nft", ["delete", "table", "inet", this.table], { timeoutMs: T, signal, allowFailure: true });
+    await nft(baseRuleset({ table: this.table, bridge: this.bridge, cidr: this.range.cidr }), signal);
 
     const records = await this.readRecords();
     const liveNetns = new Set(await listNetns(signal));
@@ -119,22 +135,16 @@ export class LinuxNetworkSlots implements NetworkSlots {
       if (keep(s.owner) && liveNetns.has(s.netns)) {
         this.slots.set(s.owner, s);
         this.usedIndexes.add(s.index);
-        await nft(addSlotScript(s.owner, s.address, s.policy), signal);
+        await nft(addSlotScript(this.table, s.owner, s.address, s.policy), signal);
       } else {
         await this.teardown(s, signal);
       }
     }
-    // Orphans: namespaces named like sandbox ids or pool slots that no record owns.
-    const owned = new Set([...this.slots.values()].map((s) => s.netns));
-    for (const ns of liveNetns) {
-      if ((/^[a-z0-9]{20}$/.test(ns) || POOL.test(ns)) && !owned.has(ns)) {
-        this.o.logger.warn({ netns: ns }, "reclaiming an orphaned network namespace");
-        await exec("ip", ["netns", "delete", ns], { timeoutMs: T, signal, allowFailure: true });
-      }
-    }
+    // Orphaned namespaces are reclaimed through their records (written before any host
+    // object exists); unrecorded namespaces may belong to another agent on this host.
     // Orphaned host veths (`vs<index>`) whose slot is gone.
     for (const dev of await readdir("/sys/class/net").catch(() => [] as string[])) {
-      const m = /^vs(\d+)$/.exec(dev);
+      const m = new RegExp(`^${this.vethPrefix}(\\d+)$`).exec(dev);
       if (m && !this.usedIndexes.has(Number(m[1]))) await exec("ip", ["link", "delete", dev], { timeoutMs: T, signal, allowFailure: true });
     }
     void this.fillPool();
@@ -146,7 +156,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     const warm = this.pool.shift();
     if (warm) {
       const slot: Slot = { ...warm, owner: sandboxId, policy };
-      await nft(removeSlotScript(warm.owner, warm.address) + addSlotScript(sandboxId, slot.address, policy), signal);
+      await nft(removeSlotScript(this.table, warm.owner, warm.address) + addSlotScript(this.table, sandboxId, slot.address, policy), signal);
       this.slots.set(sandboxId, slot);
       await rm(this.recordPath(warm.owner), { force: true });
       await this.writeRecord(slot);
@@ -178,7 +188,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
       prefix: this.range.prefix,
       netns: owner,
       netnsPath: `/run/netns/${owner}`,
-      hostVeth: `vs${index}`,
+      hostVeth: `${this.vethPrefix}${index}`,
       policy,
     };
     // Record first: a crash in the middle leaves a record the next init tears down.
@@ -190,12 +200,15 @@ export class LinuxNetworkSlots implements NetworkSlots {
           `link set ${slot.hostVeth} master ${this.bridge}\n` +
           // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
           `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
-          `link set ${slot.hostVeth} up\n`);
+          `link set ${slot.hostVeth} up\n` +
+          // Static neighbour entries both ways: no ARP on the create path, and no stale entry
+          // when an address is reused.
+          `neigh replace ${slot.address} lladdr ${slotMac(index)} dev ${this.bridge} nud permanent\n`);
       // A MAC derived from the slot index: the node's neighbour entry for a reused address
       // stays valid (a random MAC would leave it stale for up to a minute).
       await ip(["-n", slot.netns, "-b", "-"], signal,
-        `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\n`);
-      await nft(addSlotScript(owner, slot.address, policy), signal);
+        `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
+      await nft(addSlotScript(this.table, owner, slot.address, policy), signal);
       return slot;
     } catch (e) {
       await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
@@ -206,7 +219,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
   async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
     const s = this.slots.get(sandboxId);
     if (!s) throw new SpaceError("not_found", `sandbox ${sandboxId} has no network slot on this node`);
-    await nft(setPolicyScript(sandboxId, policy), signal);
+    await nft(setPolicyScript(this.table, sandboxId, policy), signal);
     s.policy = policy;
     await this.writeRecord(s);
   }
@@ -216,7 +229,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     if (!s) {
       // Not known in memory: still clear whatever a crash may have left under this name.
       await exec("ip", ["netns", "delete", sandboxId], { timeoutMs: T, signal, allowFailure: true });
-      await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(sandboxId, undefined) });
+      await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, sandboxId, undefined) });
       await rm(this.recordPath(sandboxId), { force: true });
       return;
     }
@@ -225,7 +238,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
       // Retained warm: back to the pool under a pool name, with a default (open) policy.
       const owner = `pool${s.index}`;
       const pooled: Slot = { ...s, owner, policy: { allowInternetAccess: true } };
-      await nft(removeSlotScript(sandboxId, s.address) + addSlotScript(owner, s.address, pooled.policy), signal);
+      await nft(removeSlotScript(this.table, sandboxId, s.address) + addSlotScript(this.table, owner, s.address, pooled.policy), signal);
       await rm(this.recordPath(sandboxId), { force: true });
       await this.writeRecord(pooled);
       this.pool.push(pooled);
@@ -239,8 +252,9 @@ export class LinuxNetworkSlots implements NetworkSlots {
     // delete frees its devices asynchronously (a reused index would collide).
     await exec("ip", ["link", "delete", s.hostVeth], { timeoutMs: T, signal, allowFailure: true });
     await exec("ip", ["netns", "delete", s.netns], { timeoutMs: T, signal, allowFailure: true });
-    await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(s.owner, s.address) });
-    await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(s.owner, undefined) });
+    await exec("ip", ["neigh", "del", s.address, "dev", this.bridge], { timeoutMs: T, signal, allowFailure: true });
+    await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, s.owner, s.address) });
+    await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, s.owner, undefined) });
     this.usedIndexes.delete(s.index);
     await rm(this.recordPath(s.owner), { force: true });
   }
@@ -305,4 +319,11 @@ export async function listNetns(signal: AbortSignal): Promise<string[]> {
 export function slotMac(index: number): string {
   const b = [0x02, 0x53, 0x50, (index >> 16) & 255, (index >> 8) & 255, index & 255];
   return b.map((x) => x.toString(16).padStart(2, "0")).join(":");
+}
+
+/** A stable, locally administered MAC for a bridge (derived from its name). */
+export function bridgeMac(name: string): string {
+  let h = 0;
+  for (const c of name) h = (h * 31 + c.charCodeAt(0)) >>> 0;
+  return ["02", "53", "42", ((h >>> 16) & 255).toString(16), ((h >>> 8) & 255).toString(16), (h & 255).toString(16)].map((x) => x.padStart(2, "0")).join(":");
 }
