@@ -1,0 +1,154 @@
+// node-api end to end: lifecycle (pause/resume, stop/start with the same disk, kill),
+// metrics, egress hook, auth, and the raw streaming proxy (stub envd with echo/stream routes).
+import assert from "node:assert/strict";
+import { request } from "node:http";
+import { after, before, describe, it } from "node:test";
+import { exec } from "../../src/core/exec.ts";
+import { isRoot, sh, spec, startTestNode, type TestNode } from "./helpers.ts";
+
+const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
+const auth = { authorization: "Bearer test-token" };
+
+describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
+  let node: TestNode;
+  let base = "";
+  const s = spec();
+
+  before(async () => {
+    node = await startTestNode();
+    await node.agent.app.listen({ host: "127.0.0.1", port: 0 });
+    const a = node.agent.app.server.address();
+    base = `http://127.0.0.1:${typeof a === "object" && a ? a.port : 0}`;
+  });
+  after(async () => node?.close());
+
+  const call = (method: string, url: string, payload?: unknown, headers: Record<string, string> = auth) =>
+    node.agent.app.inject({ method: method as "GET", url, headers, ...(payload === undefined ? {} : { payload: payload as object }) });
+
+  it("refuses calls without the internal token; health is open", async () => {
+    assert.equal((await call("GET", "/v1/sandboxes", undefined, {})).statusCode, 401);
+    assert.equal((await call("GET", "/v1/sandboxes", undefined, { authorization: "Bearer nope" })).json().code, "unauthenticated");
+    const h = await call("GET", "/health", undefined, {});
+    assert.equal(h.statusCode, 200);
+    assert.equal(h.json().status, "ok");
+  });
+
+  it("validates bodies with the contract schemas, naming the field", async () => {
+    const r = await call("POST", "/v1/sandboxes", { ...s, vcpu: 0 });
+    assert.equal(r.statusCode, 400);
+    assert.match(r.json().message, /vcpu/);
+  });
+
+  it("creates a sandbox and reports it after envd is healthy, with timings", async () => {
+    const r = await call("POST", "/v1/sandboxes", s);
+    assert.equal(r.statusCode, 201, r.body);
+    const st = r.json();
+    assert.equal(st.state, "running");
+    assert.match(st.address, /^10\.200\.1\d\d\./);
+    for (const k of ["diskMs", "slotMs", "runtimeMs", "envdMs", "totalMs"]) assert.equal(typeof st.timings[k], "number", k);
+    // idempotent on the same execution
+    assert.equal((await call("POST", "/v1/sandboxes", s)).statusCode, 201);
+    const list = (await call("GET", "/v1/sandboxes")).json();
+    assert.deepEqual(list.sandboxes.map((x: { sandboxId: string }) => x.sandboxId), [s.sandboxId]);
+  });
+
+  it("publishes an inventory per contract", async () => {
+    const inv = (await call("GET", "/v1/inventory")).json();
+    assert.equal(inv.capacity.networkSlots, 300);
+    assert.equal(inv.used.sandboxes, 1);
+    assert.match(inv.usableEnvironments[0], /^sha256:[0-9a-f]{64}$/);
+    assert.equal(inv.templates[0].templateId, "base");
+    assert.ok(inv.templates[0].rootfsSizeMib > 100);
+  });
+
+  it("streams through the proxy without buffering (large upload, server streaming)", async () => {
+    const size = 32 * 1024 * 1024;
+    const got = await new Promise<number>((resolve, reject) => {
+      const req = request(`${base}/v1/sandboxes/${s.sandboxId}/proxy/49983/echo`, { method: "POST", headers: { ...auth, "content-type": "application/octet-stream" } }, (res) => {
+        let n = 0;
+        res.on("data", (c: Buffer) => (n += c.length));
+        res.on("end", () => resolve(n));
+        res.on("error", reject);
+      });
+      req.on("error", reject);
+      const chunk = Buffer.alloc(1024 * 1024, 7);
+      for (let i = 0; i < size / chunk.length; i++) req.write(chunk);
+      req.end();
+    });
+    assert.equal(got, size);
+
+    const ticks = await new Promise<string>((resolve, reject) => {
+      request(`${base}/v1/sandboxes/${s.sandboxId}/proxy/49983/stream`, { headers: auth }, (res) => {
+        let text = "";
+        res.on("data", (c: Buffer) => {
+          text += c.toString();
+          if (text.includes("tick 2")) {
+            res.destroy();
+            resolve(text);
+          }
+        });
+        res.on("error", reject);
+      }).end();
+    });
+    assert.match(ticks, /tick 0\ntick 1\n/);
+  });
+
+  it("pauses (frozen) and resumes", async () => {
+    const p = await call("POST", `/v1/sandboxes/${s.sandboxId}/pause`);
+    assert.equal(p.json().state, "paused");
+    const freezer = node.agent.runtime!.cgroupDirs(s.sandboxId).freezer!;
+    assert.equal((await exec("cat", [`${freezer}/freezer.state`])).stdout.trim(), "FROZEN");
+    const proxied = await call("GET", `/v1/sandboxes/${s.sandboxId}/proxy/49983/health`);
+    assert.equal(proxied.statusCode, 409); // not running → refused before proxying
+    const r = await call("POST", `/v1/sandboxes/${s.sandboxId}/resume`);
+    assert.equal(r.json().state, "running");
+    assert.equal((await call("GET", `/v1/sandboxes/${s.sandboxId}/proxy/49983/health`)).statusCode, 204);
+  });
+
+  it("reports metrics from cgroups and the qgroup", async () => {
+    const m = (await call("GET", `/v1/sandboxes/${s.sandboxId}/metrics`)).json();
+    assert.equal(m.cpuCount, 1);
+    assert.ok(m.memUsed > 1024 * 1024, `memUsed ${m.memUsed}`);
+    assert.equal(m.memTotal, 256 * 1024 * 1024);
+    assert.ok(m.diskUsed > 100 * 1024 * 1024);
+    assert.equal(m.diskTotal, 1024 * 1024 * 1024);
+  });
+
+  it("applies the egress hook per slot", async () => {
+    const r = await call("POST", `/v1/sandboxes/${s.sandboxId}/egress`, { allowInternetAccess: false });
+    assert.equal(r.statusCode, 200, r.body);
+    const chain = await exec("nft", ["list", "chain", "inet", node.agent.slots!.table, `sb_${s.sandboxId}`]);
+    assert.match(chain.stdout, /drop/);
+    await call("POST", `/v1/sandboxes/${s.sandboxId}/egress`, { allowInternetAccess: true });
+    assert.doesNotMatch((await exec("nft", ["list", "chain", "inet", node.agent.slots!.table, `sb_${s.sandboxId}`])).stdout, /drop/);
+  });
+
+  it("stops (processes end, disk kept, slot released) and starts again with the same disk", async () => {
+    assert.equal((await sh(node, s.sandboxId, "echo kept > /home/user/kept.txt")).exitCode, 0);
+    // a stream open across the stop is cut
+    const cut = new Promise<string>((resolve) => {
+      request(`${base}/v1/sandboxes/${s.sandboxId}/proxy/49983/stream`, { headers: auth }, (res) => {
+        res.on("data", () => undefined);
+        res.on("close", () => resolve("closed"));
+        res.on("error", () => resolve("closed"));
+      }).end();
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    const st = await call("POST", `/v1/sandboxes/${s.sandboxId}/stop`);
+    assert.equal(st.json().state, "stopped");
+    assert.equal(await cut, "closed");
+    assert.equal(node.agent.slots!.get(s.sandboxId), undefined);
+    assert.equal(await node.agent.runtime!.state(s.sandboxId, AbortSignal.timeout(5000)), null);
+    const again = await call("POST", `/v1/sandboxes/${s.sandboxId}/start`);
+    assert.equal(again.statusCode, 200, again.body);
+    assert.equal(again.json().state, "running");
+    assert.equal((await sh(node, s.sandboxId, "cat /home/user/kept.txt")).stdout.trim(), "kept");
+  });
+
+  it("kills idempotently and releases everything", async () => {
+    assert.equal((await call("DELETE", `/v1/sandboxes/${s.sandboxId}`)).statusCode, 204);
+    assert.equal((await call("DELETE", `/v1/sandboxes/${s.sandboxId}`)).statusCode, 204);
+    assert.equal((await call("GET", `/v1/sandboxes/${s.sandboxId}`)).statusCode, 404);
+    assert.equal((await call("POST", `/v1/sandboxes/${s.sandboxId}/pause`)).json().code, "not_found");
+  });
+});
