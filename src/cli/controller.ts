@@ -7,6 +7,8 @@ import { startLeaderElection } from "../store/leader.ts";
 import { hostname } from "node:os";
 import { randomId } from "../core/ids.ts";
 import { startNodeLiveness } from "../controller/node-liveness.ts";
+import { startDispatcher } from "../controller/dispatcher.ts";
+import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 
 export interface Loop {
   stop(): Promise<void>;
@@ -18,6 +20,8 @@ export type LoopFactory = (cp: ControlPlane) => Loop | Promise<Loop>;
 /** The loops every controller leader runs. */
 export const controllerLoops: readonly LoopFactory[] = [
   (cp) => startNodeLiveness({ db: cp.db, log: cp.log, graceMs: 3 * cp.config.SPACE_NODE_HEARTBEAT_MS }),
+  (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes }),
+  (cp) => startTimeoutEnforcer({ sandboxes: cp.layer.sandboxes, log: cp.log }),
 ];
 
 export async function startController(cp: ControlPlane, loops: readonly LoopFactory[] = []): Promise<Loop> {

@@ -17,6 +17,11 @@ import { openBlobStore } from "../blob/open.ts";
 import type { BlobStore } from "../blob/blob-store.ts";
 import { createApiApp } from "../api/app.ts";
 import { registerAdminRoutes } from "../api/admin/routes.ts";
+import { authenticateBearer, bearerOf } from "../api/auth.ts";
+import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts";
+import { registerEcwRoutes } from "../api/ecw/routes.ts";
+import { registerNativeRoutes } from "../api/native/routes.ts";
+import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
 
 /** What every control-plane component shares inside one process. */
 export interface ControlPlane {
@@ -27,6 +32,8 @@ export interface ControlPlane {
   blobs: BlobStore;
   adminToken: string;
   internalToken: string;
+  /** The one sandbox service (with its substrate) shared by ECW, Native, gateway and controller. */
+  layer: SandboxLayer;
 }
 
 export interface Running {
@@ -52,7 +59,13 @@ export async function openControlPlane(
     if (m.applied.length) log.info({ applied: m.applied }, "migrations applied");
     await assertSubstrate(db, config.SPACE_SUBSTRATE);
     const blobs = openBlobStore(config);
-    return { config, log, metrics: createMetricsRegistry(processName), db, blobs, ...secrets };
+    const layer = createSandboxLayer({
+      db,
+      log,
+      internalToken: secrets.internalToken,
+      defaults: { vcpu: config.SPACE_DEFAULT_VCPU, memoryMib: config.SPACE_DEFAULT_MEMORY_MIB, diskMib: config.SPACE_DEFAULT_DISK_MIB },
+    });
+    return { config, log, metrics: createMetricsRegistry(processName), db, blobs, layer, ...secrets };
   } catch (e) {
     await db.close();
     throw e;
@@ -72,18 +85,42 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
   }
 }
 
-export async function startApiServer(
-  cp: ControlPlane,
-  surfaces: ReadonlyArray<(app: FastifyInstance) => void | Promise<void>>,
-): Promise<{ app: FastifyInstance; url: string }> {
-  const app = await createApiApp({
-    db: cp.db,
-    log: cp.log,
-    metrics: cp.metrics,
-    surfaces: [(a) => registerAdminRoutes(a, { db: cp.db, adminToken: cp.adminToken }), ...surfaces],
-  });
-  const address = await app.listen({ host: cp.config.SPACE_API_HOST, port: cp.config.SPACE_API_PORT });
-  return { app, url: address };
+/** The API server (ECW, Native, Admin) and the sandbox gateway. */
+export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
+  const { config, db, log, layer } = cp;
+  const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
+  const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
+    (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
+    (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
+    (a) =>
+      registerNativeRoutes(a, {
+        db,
+        sandboxes: layer.sandboxes,
+        log,
+        authenticate: (req) => authenticateBearer(db, bearerOf(req), cp.adminToken),
+      }),
+  ];
+  const app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });
+  const url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
+  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain, log });
+  let gatewayPort: number;
+  try {
+    gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
+  } catch (e) {
+    await app.close();
+    throw e;
+  }
+  const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `http://${config.SPACE_API_HOST}:${gatewayPort}`;
+  return {
+    app,
+    url,
+    gateway,
+    gatewayUrl,
+    async stop() {
+      await gateway.close();
+      await app.close();
+    },
+  };
 }
 
 function requireSecret(config: Config, name: "SPACE_ADMIN_TOKEN" | "SPACE_INTERNAL_TOKEN"): string {
@@ -103,10 +140,10 @@ export async function runApi(config: Config): Promise<() => Promise<void>> {
     { adminToken: requireSecret(config, "SPACE_ADMIN_TOKEN"), internalToken: requireSecret(config, "SPACE_INTERNAL_TOKEN") },
     "api",
   );
-  const { app, url } = await startApiServer(cp, []);
-  cp.log.info({ url }, "api listening");
+  const api = await startApiServer(cp);
+  cp.log.info({ url: api.url, gateway: api.gatewayUrl }, "api listening");
   return async () => {
-    await app.close();
+    await api.stop();
     await cp.db.close();
   };
 }

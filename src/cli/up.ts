@@ -47,11 +47,11 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     const node = await startLocalNode(cp);
     stops.push(() => node.stop());
 
-    const api = await startApiServer(cp, []);
-    stops.push(() => api.app.close());
+    const api = await startApiServer(cp);
+    stops.push(() => api.stop());
 
     const apiUrl = config.SPACE_PUBLIC_API_URL || `http://${config.SPACE_API_HOST}:${portOf(api.url)}`;
-    printEnvironment({ apiUrl, sandboxUrl: "", apiKey: secrets.apiKey, adminToken: cp.adminToken, dataDir: config.SPACE_DATA_DIR });
+    printEnvironment({ apiUrl, sandboxUrl: api.gatewayUrl, apiKey: secrets.apiKey, adminToken: cp.adminToken, dataDir: config.SPACE_DATA_DIR });
     return stopAll;
   } catch (e) {
     await stopAll();

@@ -6,8 +6,8 @@
  * `SPACE_E2E_STACK=<apiUrl>,<sandboxUrl>,<apiKey>,<adminToken>` reuses a running stack
  * instead (fast iteration).
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -28,6 +28,8 @@ export interface StackOptions {
   env?: Record<string, string>;
   /** How long to wait for "SPACE is up" (the first start on a machine builds `base`). */
   startTimeoutMs?: number;
+  /** Reuse this data directory (restart tests); it is then left in place on stop. */
+  dataDir?: string;
 }
 
 export async function freePort(): Promise<number> {
@@ -48,7 +50,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     if (!apiUrl || !sandboxUrl || !apiKey || !adminToken) throw new Error("SPACE_E2E_STACK must be apiUrl,sandboxUrl,apiKey,adminToken");
     return { apiUrl, sandboxUrl, apiKey, adminToken, dataDir: "", output: () => "", stop: async () => {} };
   }
-  const dataDir = mkdtempSync(join(tmpdir(), "space-e2e-"));
+  const ownDir = !opts.dataDir;
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "space-e2e-"));
   const [apiPort, gatewayPort, nodePort] = [await freePort(), await freePort(), await freePort()];
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) env[k] = v;
@@ -80,11 +83,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       await exited;
       clearTimeout(t);
     }
-    try {
-      rmSync(dataDir, { recursive: true, force: true, maxRetries: 3 });
-    } catch {
-      /* a mount may linger; the OS temp cleaner gets it */
-    }
+    if (ownDir) removeDataDir(dataDir);
   };
 
   const timeoutMs = opts.startTimeoutMs ?? 10 * 60_000;
@@ -112,6 +111,22 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   } catch (e) {
     await stop();
     throw e;
+  }
+}
+
+/** Removes a stack's data directory, unmounting what its node left mounted first (never deleting through a mount). */
+export function removeDataDir(dataDir: string): void {
+  const mounts = readFileSync("/proc/self/mounts", "utf8")
+    .split("\n")
+    .map((l) => l.split(" ")[1] ?? "")
+    .filter((m) => m === dataDir || m.startsWith(`${dataDir}/`))
+    .sort((a, b) => b.length - a.length);
+  for (const m of mounts) spawnSync("umount", ["-l", m]);
+  if (mounts.length && readFileSync("/proc/self/mounts", "utf8").includes(` ${dataDir}/`)) return;
+  try {
+    rmSync(dataDir, { recursive: true, force: true, maxRetries: 3 });
+  } catch {
+    /* leave it for the OS temp cleaner */
   }
 }
 

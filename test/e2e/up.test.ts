@@ -1,0 +1,81 @@
+/**
+ * The foundation as a user meets it: `space up` starts, answers health/readiness/metrics,
+ * refuses a second start on the same data directory, keeps its tenant and key across a
+ * restart, and refuses bad configuration with the variable, value and allowed values.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { removeDataDir, startStack } from "../support/stack.ts";
+
+const space = (args: string[], env: Record<string, string>) =>
+  spawnSync(process.execPath, [resolve("bin/space.mjs"), ...args], {
+    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/root", ...env },
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+
+test("bad configuration stops startup naming the variable, the value and what is allowed", () => {
+  const r = space(["up"], { SPACE_SUBSTRATE: "Direct", SPACE_DATA_DIR: "/nonexistent-space-test" });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /SPACE_SUBSTRATE="Direct" is invalid: expected one of direct\|kubernetes/);
+  const p = space(["up"], { SPACE_API_PORT: "http", SPACE_DATA_DIR: "/nonexistent-space-test" });
+  assert.equal(p.status, 2);
+  assert.match(p.stderr, /SPACE_API_PORT="http"/);
+});
+
+test("space version and space config answer without starting anything", () => {
+  const v = space(["version"], {});
+  assert.equal(v.status, 0);
+  assert.match(v.stdout, /^space \d+\.\d+\.\d+/);
+  const c = space(["config"], {});
+  assert.equal(c.status, 0);
+  assert.match(c.stdout, /SPACE_DATABASE_URL=/);
+  assert.match(c.stdout, /SPACE_SUBSTRATE=direct/);
+});
+
+test("space up: health, metrics, lock, admin, and a restart that keeps tenant and key", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "space-up-"));
+  t.after(() => removeDataDir(dataDir));
+  let stack = await startStack({ dataDir });
+  try {
+    const health = await fetch(`${stack.apiUrl}/health`);
+    assert.equal(health.status, 200);
+    const ready = await fetch(`${stack.apiUrl}/ready`);
+    assert.equal(ready.status, 200);
+    const metrics = await (await fetch(`${stack.apiUrl}/metrics`)).text();
+    assert.match(metrics, /space_api_requests_total/);
+    assert.match(metrics, /process_cpu_seconds_total/);
+
+    // A second `space up` on the same directory is refused while the first runs.
+    const second = space(["up"], { SPACE_DATA_DIR: dataDir, SPACE_API_PORT: "0", SPACE_GATEWAY_PORT: "0", SPACE_NODE_PORT: "0" });
+    assert.notEqual(second.status, 0);
+    assert.match(second.stderr, /in use by another SPACE process/);
+
+    const admin = { authorization: `Bearer ${stack.adminToken}`, "content-type": "application/json" };
+    assert.equal((await fetch(`${stack.apiUrl}/admin/api/v1/tenants`)).status, 401);
+    const bad = await fetch(`${stack.apiUrl}/admin/api/v1/tenants`, { method: "POST", headers: admin, body: JSON.stringify({ name: "" }) });
+    assert.equal(bad.status, 400);
+    assert.match(((await bad.json()) as { message: string }).message, /name/);
+    const created = await fetch(`${stack.apiUrl}/admin/api/v1/tenants`, { method: "POST", headers: admin, body: JSON.stringify({ name: "acme" }) });
+    assert.equal(created.status, 201);
+
+    const firstKey = stack.apiKey;
+    await stack.stop();
+    stack = await startStack({ dataDir });
+    assert.equal(stack.apiKey, firstKey, "the default API key survives a restart");
+    const list = (await (await fetch(`${stack.apiUrl}/admin/api/v1/tenants`, { headers: admin })).json()) as { tenants: Array<{ name: string }> };
+    assert.deepEqual(list.tenants.map((x) => x.name).sort(), ["acme", "default"]);
+    // The key still authenticates (hashed at rest, same secret).
+    const sbx = await fetch(`${stack.apiUrl}/sandboxes`, { headers: { "x-api-key": firstKey } });
+    assert.equal(sbx.status, 200);
+    const wrong = await fetch(`${stack.apiUrl}/sandboxes`, { headers: { "x-api-key": "e2b_wrong_wrong_wrong_wrong" } });
+    assert.equal(wrong.status, 401);
+    assert.equal(((await wrong.json()) as { code: number }).code, 401);
+  } finally {
+    await stack.stop();
+  }
+});
