@@ -225,6 +225,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       heartbeat = undefined;
       await app.close();
       await slots?.drainPool(AbortSignal.timeout(60_000));
+      await disks?.close();
       if (opts.unmountCache && cache) await unmountNodeCache(cache);
       manager = undefined;
     },

@@ -140,6 +140,48 @@ export class Disks {
   /** Absent = ok. */
   async releaseSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
     await btrfs.subvolumeDelete(this.sandboxPath(id), signal);
+    this.scheduleQgroupReap();
+  }
+
+  private reapTimer: NodeJS.Timeout | undefined;
+  private reaping: Promise<void> | undefined;
+
+  /**
+   * A deleted subvolume is dropped by the kernel's cleaner later; only then can its qgroup
+   * go. Debounced, off the kill path: wait for the cleaner, then clear stale qgroups.
+   */
+  private scheduleQgroupReap(): void {
+    if (this.reapTimer) return;
+    this.reapTimer = setTimeout(() => {
+      this.reapTimer = undefined;
+      void this.reapQgroups().catch((e: unknown) => this.logger.warn({ err: e }, "clearing stale qgroups failed"));
+    }, 500);
+    this.reapTimer.unref();
+  }
+
+  /** Waits for deleted subvolumes to be dropped and removes their qgroups. */
+  async reapQgroups(signal: AbortSignal = AbortSignal.timeout(120_000)): Promise<void> {
+    if (this.reaping) return this.reaping;
+    this.reaping = (async () => {
+      // The kernel drops a deleted subvolume's qgroup itself once the cleaner has dropped the
+      // subvolume and a transaction commits; sync kicks both, clear-stale catches the rest.
+      await exec("btrfs", ["filesystem", "sync", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
+      await exec("btrfs", ["subvolume", "sync", this.cache.mountPath], { timeoutMs: 120_000, signal, allowFailure: true });
+      await exec("btrfs", ["filesystem", "sync", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
+      await exec("btrfs", ["qgroup", "clear-stale", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
+    })().finally(() => {
+      this.reaping = undefined;
+    });
+    return this.reaping;
+  }
+
+  /** Stops background work (agent stop). */
+  async close(): Promise<void> {
+    if (this.reapTimer) {
+      clearTimeout(this.reapTimer);
+      this.reapTimer = undefined;
+    }
+    await this.reaping?.catch(() => undefined);
   }
 
   async usage(id: string, signal: AbortSignal): Promise<btrfs.QgroupUsage | undefined> {
