@@ -39,10 +39,11 @@ export async function startTestNode(
     SPACE_NODE_SLOT_CIDR: TEST_CIDR,
     ...o.env,
   });
+  const stateDir = join("/run/space-test", dir.split("/").pop()!);
   const logger = createLogger(process.env.TEST_LOG_LEVEL ?? "warn", "node-test");
   const agent = createNodeAgent(config, logger, {
     envdDir: o.realEnvd && hasRealEnvd ? REAL_ENVD_DIR : STUB_ENVD_DIR,
-    runtimeStateDir: join("/run/space-test", dir.split("/").pop()!),
+    runtimeStateDir: stateDir,
     hostScope: TEST_SCOPE,
     ...o.deps,
   });
@@ -54,7 +55,10 @@ export async function startTestNode(
       const m = agent.manager;
       if (m && !c.keepDir) for (const s of m.list()) await m.kill(s.sandboxId, AbortSignal.timeout(60_000));
       await agent.stop({ unmountCache: c.unmount ?? !c.keepDir });
-      if (!c.keepDir) await rm(dir, { recursive: true, force: true });
+      if (!c.keepDir) {
+        await rm(dir, { recursive: true, force: true });
+        await rm(stateDir, { recursive: true, force: true });
+      }
     },
   };
 }

@@ -1,0 +1,66 @@
+// A node agent restart with sandboxes running reconciles without orphans: running ones are
+// adopted (still reachable), dead ones become stopped (disk kept), half-created leftovers
+// and unrecorded objects named after sandbox ids are reclaimed.
+import assert from "node:assert/strict";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { exec } from "../../src/core/exec.ts";
+import { newSandboxId } from "../../src/core/ids.ts";
+import { hostObjects, isRoot, spec, startTestNode, type TestNode } from "./helpers.ts";
+
+const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
+
+describe("node restart", { skip, timeout: 300_000 }, () => {
+  let node: TestNode | undefined;
+  after(async () => node?.close());
+
+  it("adopts running sandboxes, stops dead ones, reclaims orphans", async () => {
+    const n1 = await startTestNode();
+    node = n1;
+    const sig = () => AbortSignal.timeout(60_000);
+    const running = spec();
+    const dies = spec();
+    const stopped = spec();
+    const runningAddr = (await n1.agent.manager!.create(running, sig())).address;
+    await n1.agent.manager!.create(dies, sig());
+    await n1.agent.manager!.create(stopped, sig());
+    await n1.agent.manager!.stop(stopped.sandboxId, sig());
+    const before = await hostObjects(n1, new Set([running.sandboxId, dies.sandboxId, stopped.sandboxId]));
+
+    // The agent goes away (sandboxes keep running), and meanwhile:
+    await n1.close({ keepDir: true, unmount: false });
+    const runc = ["--root", join("/run/space-test", n1.dir.split("/").pop()!)];
+    await exec("runc", [...runc, "kill", dies.sandboxId, "KILL"]); // a sandbox dies
+    // a create that crashed halfway: a slot record and its netns, a disk, no sandbox record
+    const ghost = newSandboxId();
+    const slotsDir = join(n1.dir, "node", "slots");
+    await exec("ip", ["netns", "add", ghost]);
+    await writeFile(join(slotsDir, `${ghost}.json`), JSON.stringify({ owner: ghost, index: 250, address: "10.200.128.252", gateway: "10.200.128.1", prefix: 17, netns: ghost, netnsPath: `/run/netns/${ghost}`, hostVeth: "vt250", policy: { allowInternetAccess: true } }));
+    const orphanDisk = newSandboxId();
+    await exec("btrfs", ["subvolume", "snapshot", join(n1.dir, "node", "cache", "templates", "base"), join(n1.dir, "node", "cache", "sandboxes", orphanDisk)]);
+
+    const n2 = await startTestNode({ dir: n1.dir });
+    node = n2;
+    const m = n2.agent.manager!;
+    assert.equal(m.get(running.sandboxId).state, "running");
+    assert.equal(m.get(running.sandboxId).address, runningAddr);
+    assert.equal(m.get(dies.sandboxId).state, "stopped");
+    assert.equal(m.get(stopped.sandboxId).state, "stopped");
+    // adopted and still reachable through the proxy
+    const health = await n2.agent.app.inject({ method: "GET", url: `/v1/sandboxes/${running.sandboxId}/proxy/49983/health`, headers: { authorization: "Bearer test-token" } });
+    assert.equal(health.statusCode, 204);
+    // orphans gone
+    const netns = (await exec("ip", ["netns", "list"])).stdout;
+    assert.doesNotMatch(netns, new RegExp(ghost));
+    assert.doesNotMatch(netns, new RegExp(dies.sandboxId));
+    assert.equal((await n2.agent.disks!.listSandboxDisks()).includes(orphanDisk), false);
+    // a stopped sandbox starts again on the new agent
+    assert.equal((await m.start(dies.sandboxId, AbortSignal.timeout(60_000))).state, "running");
+    const after1 = await hostObjects(n2, new Set([running.sandboxId, dies.sandboxId, stopped.sandboxId, ghost, orphanDisk]));
+    assert.equal(after1.containers, 2);
+    assert.equal(after1.netns, 2);
+    assert.equal(after1.veths, 2);
+    assert.ok(before.containers === 2);
+  });
+});
