@@ -5,6 +5,7 @@ import { build } from "esbuild";
 import { cpSync, mkdirSync, rmSync, existsSync, writeFileSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { spawnSync } from "node:child_process";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const out = join(root, "dist", "envd");
@@ -46,6 +47,23 @@ if (!existsSync(join(native, "pty.node"))) throw new Error(`node-pty is not buil
 mkdirSync(join(ptyDst, "build", "Release"), { recursive: true });
 cpSync(join(native, "pty.node"), join(ptyDst, "build", "Release", "pty.node"));
 if (existsSync(join(native, "spawn-helper"))) cpSync(join(native, "spawn-helper"), join(ptyDst, "build", "Release", "spawn-helper"));
+
+// The zombie reaper addon (N-API, so any Node >= the headers' version loads it).
+const reaperSrc = join(root, "src/envd/native/reaper.c");
+const nodeInclude = [join(dirname(process.execPath), "..", "include", "node"), "/usr/include/node"].find((d) =>
+  existsSync(join(d, "node_api.h")),
+);
+const cc = spawnSync("sh", ["-c", "command -v cc || command -v gcc"], { encoding: "utf8" }).stdout.trim();
+if (cc && nodeInclude) {
+  const r = spawnSync(
+    cc,
+    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=reaper", `-I${nodeInclude}`, "-o", join(out, "reaper.node"), reaperSrc],
+    { stdio: "inherit" },
+  );
+  if (r.status !== 0) throw new Error("building reaper.node failed");
+} else {
+  console.warn("warning: no C compiler or node headers; envd ships without the zombie reaper addon");
+}
 
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
 writeFileSync(join(out, "VERSION"), `envd 0.6.13 (space ${pkg.version})\n`);

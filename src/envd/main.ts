@@ -35,7 +35,11 @@ function main(): void {
     const port = typeof addr === "object" && addr ? addr.port : cfg.port;
     log("listening", { version: ENVD_VERSION, host: cfg.host, port, pid: process.pid });
   });
-  if (process.pid === 1) startReaper(log);
+  // As PID 1 (or when asked), reap orphans that libuv does not wait for.
+  if (process.pid === 1 || process.env.SPACE_ENVD_REAPER === "1") {
+    const reaper = startReaper((pid) => processes.has(pid), log);
+    processes.onExit = () => setTimeout(() => reaper.sweep(), 50);
+  }
 
   let stopping = false;
   const stop = (sig: NodeJS.Signals) => {

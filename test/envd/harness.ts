@@ -41,7 +41,9 @@ export interface ClientOpts {
   keepaliveS?: number;
 }
 
-export async function startEnvd(opts: { token?: string; bundle?: boolean; env?: Record<string, string> } = {}): Promise<RunningEnvd> {
+export async function startEnvd(
+  opts: { token?: string; bundle?: boolean; env?: Record<string, string>; pid1?: boolean } = {},
+): Promise<RunningEnvd> {
   const dir = mkdtempSync(join(tmpdir(), "envd-test-"));
   const args = ["--port", "0", "--host", "127.0.0.1", "--default-user", TEST_USER, "--metadata-dir", join(dir, "meta")];
   if (opts.token) {
@@ -50,7 +52,13 @@ export async function startEnvd(opts: { token?: string; bundle?: boolean; env?: 
     args.push("--access-token-file", f);
   }
   const argv = opts.bundle ? ["dist/envd/envd.mjs", ...args] : ["--import", "tsx", "src/envd/main.ts", ...args];
-  const child = spawn(process.execPath, argv, {
+  // pid1: run envd as PID 1 of a new pid namespace (sees only its own processes).
+  const [file, fileArgs] = opts.pid1
+    ? ["unshare", ["--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", process.execPath, ...argv]]
+    : [process.execPath, argv];
+  const child = spawn(file, fileArgs, {
+    // Own process group: unshare ignores SIGTERM while it waits, so stop() signals the group.
+    detached: !!opts.pid1,
     stdio: ["ignore", "ignore", "pipe"],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LANG: "C.UTF-8", ...opts.env },
   });
@@ -86,7 +94,8 @@ export async function startEnvd(opts: { token?: string; bundle?: boolean; env?: 
     stop: async () => {
       if (child.exitCode !== null) return;
       const exited = new Promise((r) => child.once("exit", r));
-      child.kill("SIGTERM");
+      if (opts.pid1) process.kill(-child.pid!, "SIGTERM");
+      else child.kill("SIGTERM");
       await exited;
     },
   };

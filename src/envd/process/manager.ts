@@ -300,6 +300,12 @@ function toEndInfo(code: number | null, sig: NodeJS.Signals | number | null): En
 
 export class ProcessManager {
   private readonly byPid = new Map<number, ManagedProcess>();
+  /** Called after any process ends (main() hooks the zombie reaper here). */
+  onExit: (() => void) | undefined;
+
+  has(pid: number): boolean {
+    return this.byPid.has(pid);
+  }
 
   list(): ManagedProcess[] {
     return [...this.byPid.values()];
@@ -323,7 +329,10 @@ export class ProcessManager {
   async start(opts: StartOptions): Promise<{ proc: ManagedProcess; sub: Subscriber }> {
     checkCwd(opts.cwd);
     let sub: Subscriber | undefined;
-    const onEnd = (p: ManagedProcess) => this.byPid.delete(p.pid);
+    const onEnd = (p: ManagedProcess) => {
+      this.byPid.delete(p.pid);
+      this.onExit?.();
+    };
     let proc: ManagedProcess;
     if (opts.pty) {
       const pty = await loadPty();
