@@ -75,7 +75,8 @@ async function main() {
       failed++;
       continue;
     }
-    cleanup.push(op.result!.id);
+    // Delete as we go so a real node never holds more than a few bench sandboxes.
+    void fetch(`${base}/v1/sandboxes/${op.result!.id}`, { method: "DELETE", headers }).catch(() => {});
     const q = Date.parse(op.queued_at);
     claim.push(Date.parse(op.claimed_at!) - q);
     done.push(Date.parse(op.succeeded_at!) - q);
