@@ -321,12 +321,31 @@ for (const engine of testEngines()) {
       assert.equal(r.state, "succeeded");
       assert.equal(r.result.state, "running");
       const before = await h.db.one<{ n: number }>("SELECT count(*)::int AS n FROM operations");
-      for (const verb of ["suspend", "restore", "stop", "start", "fork"]) {
+      for (const verb of ["suspend", "restore", "fork"]) {
         const x = await h.req("POST", `/v1/sandboxes/${id}/${verb}`, { body: {} });
         assert.equal(x.status, 501, verb);
         assert.match(x.body.message, new RegExp(`${verb}.* not available`));
       }
       assert.equal((await h.db.one<{ n: number }>("SELECT count(*)::int AS n FROM operations")).n, before.n);
+    });
+
+    test("stopped_restart_preserves_rootfs (control plane): stop → stopped, start → running, commands refused while stopped", async () => {
+      const id = await createSandbox(h);
+      const s = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/stop`, { body: {} })).body.id);
+      assert.equal(s.state, "succeeded", JSON.stringify(s.failure));
+      assert.equal(s.result.state, "stopped");
+      assert.equal((await h.req("GET", `/v1/sandboxes/${id}`)).body.state, "stopped");
+      const cmd = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/commands`, { body: { cmd: "echo" } })).body.id);
+      assert.equal(cmd.state, "failed");
+      assert.match(cmd.failure.message, /stopped/);
+      const again = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/stop`, { body: {} })).body.id);
+      assert.equal(again.failure?.code, "conflict");
+      const st = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/start`, { body: {} })).body.id);
+      assert.equal(st.state, "succeeded", JSON.stringify(st.failure));
+      assert.equal(st.result.state, "running");
+      assert.ok(h.substrate.calls.includes(`restart ${id}`));
+      const ok = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/commands`, { body: { cmd: "echo", args: ["back"] } })).body.id);
+      assert.equal(ok.state, "succeeded");
     });
 
     test("list sandboxes with cursor pagination; operations wait returns as soon as it ends", async () => {

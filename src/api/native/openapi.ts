@@ -99,8 +99,8 @@ export function buildOpenApi(): Json {
       "/v1/sandboxes/{id}/resume": lifecycle("resume", "resume a paused sandbox"),
       "/v1/sandboxes/{id}/suspend": lifecycle("suspend", "checkpoint to storage (not yet available: 501)", true),
       "/v1/sandboxes/{id}/restore": lifecycle("restore", "restore a suspended sandbox (not yet available: 501)", true),
-      "/v1/sandboxes/{id}/stop": lifecycle("stop", "stop, keeping the rootfs (not yet available: 501)", true),
-      "/v1/sandboxes/{id}/start": lifecycle("start", "start a stopped sandbox (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/stop": lifecycle("stop", "stop: processes end, the rootfs is kept"),
+      "/v1/sandboxes/{id}/start": lifecycle("start", "boot a stopped sandbox again from its kept rootfs"),
       "/v1/sandboxes/{id}/fork": lifecycle("fork", "fork a running sandbox (not yet available: 501)", true),
       "/v1/sandboxes/{id}/commands": {
         post: { ...mutation("run a command", "commands:exec", { requestBody: body("RunCommand") }), parameters: [pathId("id"), idem] },

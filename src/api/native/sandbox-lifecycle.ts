@@ -1,6 +1,7 @@
 /**
  * POST /v1/sandboxes/:id/{pause,resume,suspend,restore,stop,start,fork}.
- * pause/resume (resident, frozen in memory) are operations. The others need node or
+ * pause/resume (resident, frozen in memory) and stop/start (processes end, rootfs kept)
+ * are operations. The others need node or
  * snapshot support this build does not have yet: they answer 501 before anything is
  * queued, naming what is missing — never a fake success.
  */
@@ -12,14 +13,12 @@ import { parse, submit, tenantWith } from "./http.ts";
 import { DEFAULT_CREATE_DEADLINE_MS, exists } from "./sandboxes.ts";
 import { EmptyBody, ForkSandboxBody, SandboxIdParams } from "./schemas.ts";
 
-const queued = ["pause", "resume"] as const;
+const queued = ["pause", "resume", "stop", "start"] as const;
 
 /** Why each verb is refused for now (shown to the caller). */
 export const unsupportedVerbs: Record<string, string> = {
   suspend: "suspend (memory checkpoint + disk snapshot to storage) is not available yet: it lands with the snapshot work; use pause for a resident freeze",
   restore: "restore is not available yet: no sandbox can be suspended by this build",
-  stop: "stop is not available yet: the sandbox service has no stopped state (rootfs-preserving stop lands with the node's stop/start support)",
-  start: "start is not available yet: no sandbox can be stopped by this build",
   fork: "fork is not available yet: it needs memory checkpoints (snapshot work)",
 };
 

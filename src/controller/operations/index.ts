@@ -7,7 +7,7 @@ import type { SandboxService } from "../../api/sandboxes/service.ts";
 import type { HandlerMap } from "./handler.ts";
 import { sandboxCreate } from "./sandbox-create.ts";
 import { sandboxDelete } from "./sandbox-delete.ts";
-import { sandboxPause, sandboxResume } from "./sandbox-lifecycle.ts";
+import { sandboxPause, sandboxResume, sandboxStart, sandboxStop } from "./sandbox-lifecycle.ts";
 import { commandRun } from "./command-run.ts";
 import { commandCancel } from "./command-cancel.ts";
 
@@ -23,6 +23,8 @@ export function createOperationHandlers(deps: HandlerDeps): HandlerMap {
     "sandbox.delete": sandboxDelete(deps),
     "sandbox.pause": sandboxPause(deps),
     "sandbox.resume": sandboxResume(deps),
+    "sandbox.stop": sandboxStop(deps),
+    "sandbox.start": sandboxStart(deps),
     "command.run": commandRun(deps),
     "command.cancel": commandCancel(deps),
   };

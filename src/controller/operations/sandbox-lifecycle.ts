@@ -10,6 +10,7 @@ import { toSandbox } from "../../api/native/present.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
 import { SandboxRequest, readRequest } from "./requests.ts";
+import { restartStopped } from "./node-lifecycle.ts";
 
 export function sandboxPause(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
@@ -46,5 +47,73 @@ export function sandboxResume(deps: HandlerDeps): OperationHandler {
     const fresh = await svc.repo.get(tenantId, sandbox.id);
     if (!fresh) throw notFound(`sandbox ${id} not found`);
     return toSandbox(fresh);
+  };
+}
+
+/**
+ * `sandbox.stop`: processes end, the rootfs is kept, the node's network slot is freed.
+ * running → stopping → (node stop) → stopped; a node failure leaves it `failed`.
+ */
+export function sandboxStop(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op, signal }) => {
+    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const rec = await svc.get(op.tenantId as TenantId, id);
+    if (rec.state === "stopped" && op.claimCount > 1) return toSandbox(rec);
+    if (rec.state !== "running" && !(rec.state === "stopping" && op.claimCount > 1)) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be stopped`);
+    }
+    if (!rec.nodeId) throw new SpaceError("internal", `running sandbox ${id} has no node`);
+    if (rec.state === "running" && !(await svc.repo.transition(rec.id, ["running"], "stopping"))) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} changed state before stop`);
+    }
+    svc.events.emit("ended", rec.id);
+    try {
+      await svc.substrate.stop({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      await svc.repo.transition(rec.id, ["stopping"], "failed", { reason: `stop failed: ${err.code}: ${err.message}` });
+      throw err;
+    }
+    const stopped = await svc.repo.transition(rec.id, ["stopping"], "stopped", { address: null });
+    if (!stopped) throw new SpaceError("failed_precondition", `sandbox ${id} changed state during stop`);
+    return toSandbox(stopped);
+  };
+}
+
+/**
+ * `sandbox.start`: boots a stopped sandbox again from its kept rootfs on its node.
+ * stopped → resuming → running (new address; the end time is at least 5 min away);
+ * a failed boot goes back to stopped.
+ */
+export function sandboxStart(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op, signal }) => {
+    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const rec = await svc.get(op.tenantId as TenantId, id);
+    if (rec.state === "running" && op.claimCount > 1) return toSandbox(rec);
+    if (rec.state !== "stopped" && !(rec.state === "resuming" && op.claimCount > 1)) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a stopped sandbox can be started`);
+    }
+    if (!rec.nodeId) throw new SpaceError("internal", `stopped sandbox ${id} has no node`);
+    if (rec.state === "stopped" && !(await svc.repo.transition(rec.id, ["stopped"], "resuming"))) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} changed state before start`);
+    }
+    let status;
+    try {
+      status = await restartStopped(svc.substrate, { sandboxId: rec.id, nodeId: rec.nodeId }, signal);
+    } catch (e: unknown) {
+      await svc.repo.transition(rec.id, ["resuming"], "stopped");
+      throw SpaceError.from(e);
+    }
+    const now = new Date();
+    const minEnd = new Date(now.getTime() + 300_000);
+    const running = await svc.repo.transition(rec.id, ["resuming"], "running", {
+      address: status.address,
+      startedAt: now,
+      endAt: rec.endAt > minEnd ? rec.endAt : minEnd,
+    });
+    if (!running) throw new SpaceError("failed_precondition", `sandbox ${id} changed state during start`);
+    return toSandbox(running);
   };
 }
