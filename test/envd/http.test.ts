@@ -1,8 +1,9 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { createReadStream, createWriteStream, readFileSync, rmSync, statSync, mkdirSync } from "node:fs";
+import { createReadStream, createWriteStream, existsSync, readFileSync, rmSync, statSync, mkdirSync } from "node:fs";
 import { request } from "node:http";
+import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { gunzipSync, gzipSync } from "node:zlib";
@@ -203,6 +204,26 @@ describe("envd HTTP", () => {
     } finally {
       const reset = await fetch(`${envd.url}/init`, { method: "POST", headers: { "x-access-token": token }, body: JSON.stringify({ accessToken: "" }) });
       assert.equal(reset.status, 204);
+    }
+  });
+
+  test("507 when the disk is full", async () => {
+    const mnt = `/tmp/envd-full-${process.pid}`;
+    mkdirSync(mnt, { recursive: true });
+    const m = spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt]);
+    if (m.status !== 0) return; // no mount privilege: nothing to check here
+    try {
+      const r = await fetch(`${envd.url}/files?path=${mnt}/big&username=root`, {
+        method: "POST",
+        headers: { "content-type": "application/octet-stream" },
+        body: randomBytes(3 * 1024 * 1024),
+      });
+      assert.equal(r.status, 507);
+      assert.equal(((await r.json()) as { code: number }).code, 507);
+      assert.equal(existsSync(`${mnt}/big`), false, "no truncated file left behind");
+    } finally {
+      spawnSync("umount", [mnt]);
+      rmSync(mnt, { recursive: true, force: true });
     }
   });
 

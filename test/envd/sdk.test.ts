@@ -82,7 +82,7 @@ describe("e2b SDK against envd", () => {
     assert.equal(await sbx.files.read(`${dir}/sub/y.txt`), "content");
 
     const events: string[] = [];
-    const handle = await sbx.files.watchDir(dir, (e) => events.push(`${e.type}:${e.name}`), { recursive: true });
+    const handle = await sbx.files.watchDir(dir, (e) => void events.push(`${e.type}:${e.name}`), { recursive: true });
     await sbx.files.write(`${dir}/w.txt`, "1");
     await waitFor(() => events.some((e) => e.endsWith(":w.txt")), 3000, "watch event");
     await handle.stop();
@@ -95,7 +95,7 @@ describe("e2b SDK against envd", () => {
     assert.equal(await sbx.commands.kill(999999), false);
 
     let ptyOut = "";
-    const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (ptyOut += Buffer.from(d).toString()) });
+    const pty = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => void (ptyOut += Buffer.from(d).toString()) });
     await sbx.pty.sendInput(pty.pid, new TextEncoder().encode("echo $((7*6))pty; exit\n"));
     await pty.wait().catch(() => undefined);
     assert.match(ptyOut, /42pty/);

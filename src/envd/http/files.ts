@@ -4,7 +4,7 @@
  * requesting user, `X-Metadata-*` kept as file metadata.
  */
 import { createReadStream, createWriteStream, type WriteStream } from "node:fs";
-import { chown, stat, lstat } from "node:fs/promises";
+import { chown, stat, lstat, rm } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { basename } from "node:path";
 import { pipeline } from "node:stream/promises";
@@ -114,6 +114,9 @@ async function finishTarget(envd: Envd, path: string, user: User, meta: Record<s
 }
 
 export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+  // A failed write (disk full, client gone) must not leave a truncated file behind.
+  let inProgress: string | undefined;
+  let openStream: WriteStream | undefined;
   try {
     const q = authorize(envd, req, url, "write");
     const meta = metadataHeaders(req);
@@ -139,6 +142,8 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
         if (!target) throw new SpaceError("invalid_argument", "a file part needs a filename (the target path) or a path query");
         const path = resolveUserPath(target, q.user);
         const ws = await openTarget(path, q.user);
+        inProgress = path;
+        openStream = ws;
         return {
           write: (chunk) =>
             new Promise<void>((resolve, reject) => {
@@ -156,6 +161,7 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
               ws.end(() => resolve());
             });
             written.push(await finishTarget(envd, path, q.user, meta));
+            inProgress = undefined;
           },
         };
       });
@@ -163,11 +169,23 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
       if (!q.path) throw new SpaceError("invalid_argument", "the path query parameter is required for a raw upload");
       const path = resolveUserPath(q.path, q.user);
       const ws = await openTarget(path, q.user);
-      await pipeline(body, ws);
+      inProgress = path;
+      try {
+        await pipeline(body, ws);
+      } catch (e: unknown) {
+        await rm(path, { force: true }).catch(() => {});
+        throw e;
+      }
+      inProgress = undefined;
       written.push(await finishTarget(envd, path, q.user, meta));
     }
     sendJson(res, 200, written);
   } catch (e: unknown) {
+    openStream?.destroy();
+    if (inProgress) await rm(inProgress, { force: true }).catch(() => {});
+    // The rest of the body will not be read: close the connection so the client does
+    // not reuse a socket that is mid-request.
+    if (!req.complete && !res.headersSent) res.setHeader("connection", "close");
     sendError(res, e);
   }
 }
