@@ -79,6 +79,10 @@ describe("Native API end to end", { skip, timeout: 20 * 60_000 }, () => {
     assert.equal(ok.op.result.exit_code, 3);
     assert.equal(ok.stdout, "out\n");
     assert.equal(ok.stderr, "err\n");
+    assert.equal((await a.run(sid, { cmd: "/usr/bin/id", args: ["-un"] })).stdout, "user\n", "default user");
+    assert.equal((await a.run(sid, { cmd: "/usr/bin/id", args: ["-un"], user: "root" })).stdout, "root\n", "user field");
+    const env = await a.run(sid, { cmd: "/bin/sh", args: ["-c", "echo $FOO; pwd"], env: { FOO: "bar" }, cwd: "/tmp" });
+    assert.equal(env.stdout, "bar\n/tmp\n");
     const r = await a.req("POST", `/v1/sandboxes/${sid}/commands`, { body: { cmd: "/bin/sh", args: ["-c", "for i in 1 2 3; do echo $i; sleep 0.2; done"] } });
     const cid = r.body.target.split("/")[3];
     const f = await a.req("GET", `/v1/sandboxes/${sid}/commands/${cid}/output?follow=true`);
