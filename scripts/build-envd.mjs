@@ -46,7 +46,8 @@ const native = join(ptySrc, "build", "Release");
 if (!existsSync(join(native, "pty.node"))) throw new Error(`node-pty is not built: ${native}/pty.node missing`);
 mkdirSync(join(ptyDst, "build", "Release"), { recursive: true });
 cpSync(join(native, "pty.node"), join(ptyDst, "build", "Release", "pty.node"));
-if (existsSync(join(native, "spawn-helper"))) cpSync(join(native, "spawn-helper"), join(ptyDst, "build", "Release", "spawn-helper"));
+if (existsSync(join(native, "spawn-helper")))
+  cpSync(join(native, "spawn-helper"), join(ptyDst, "build", "Release", "spawn-helper"));
 
 // The zombie reaper addon (N-API, so any Node >= the headers' version loads it).
 const reaperSrc = join(root, "src/envd/native/reaper.c");

@@ -4,8 +4,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { SpaceError } from "../core/errors.ts";
 
-export const UNAUTHORIZED_MESSAGE =
-  "unauthorized access, please provide a valid access token or method signing if supported";
+export const UNAUTHORIZED_MESSAGE = "unauthorized access, please provide a valid access token or method signing if supported";
 
 export function tokenMatches(expected: string | undefined, given: string | null | undefined): boolean {
   if (expected === undefined) return true;

@@ -83,7 +83,9 @@ export class Users {
 
 function readLines(path: string): string[] {
   try {
-    return readFileSync(path, "utf8").split("\n").filter((l) => l && !l.startsWith("#"));
+    return readFileSync(path, "utf8")
+      .split("\n")
+      .filter((l) => l && !l.startsWith("#"));
   } catch {
     return [];
   }

@@ -60,7 +60,10 @@ describe("envd filesystem.Filesystem", () => {
     writeFileSync(join(root, "a.txt"), "");
     writeFileSync(join(root, "z/deep/x"), "");
     const one = await fs.listDir({ path: root, depth: 1 });
-    assert.deepEqual(one.entries.map((e) => e.name), ["a.txt", "b.txt", "z"]);
+    assert.deepEqual(
+      one.entries.map((e) => e.name),
+      ["a.txt", "b.txt", "z"],
+    );
     const three = await fs.listDir({ path: root, depth: 3 });
     assert.deepEqual(
       three.entries.map((e) => e.path.slice(root.length + 1)),
@@ -118,7 +121,8 @@ describe("envd filesystem.Filesystem", () => {
     const got: WatchDirResponse["event"][] = [];
     const done = (async () => {
       try {
-        for await (const m of fs.watchDir({ path: dir, recursive: true, includeEntry: true }, { signal: ac.signal })) got.push(m.event);
+        for await (const m of fs.watchDir({ path: dir, recursive: true, includeEntry: true }, { signal: ac.signal }))
+          got.push(m.event);
       } catch (e: unknown) {
         if (!ac.signal.aborted) throw e;
       }
@@ -161,10 +165,14 @@ describe("envd filesystem.Filesystem", () => {
     const { watcherId } = await fs.createWatcher({ path: dir, recursive: false });
     assert.ok(watcherId);
     writeFileSync(join(dir, "p.txt"), "p");
-    const names = await waitFor(async () => {
-      const r = await fs.getWatcherEvents({ watcherId });
-      return r.events.find((e) => e.name === "p.txt" && e.type === EventType.CREATE);
-    }, 3000, "polled create");
+    const names = await waitFor(
+      async () => {
+        const r = await fs.getWatcherEvents({ watcherId });
+        return r.events.find((e) => e.name === "p.txt" && e.type === EventType.CREATE);
+      },
+      3000,
+      "polled create",
+    );
     assert.ok(names);
     await fs.removeWatcher({ watcherId });
     await assert.rejects(fs.getWatcherEvents({ watcherId }), codeOf(Code.NotFound));

@@ -77,12 +77,15 @@ export async function startEnvd(
   });
   child.stderr!.resume();
   const url = `http://127.0.0.1:${port}`;
-  const headers = (o: ClientOpts): Interceptor => (next) => async (req) => {
-    if (o.user) req.header.set("authorization", `Basic ${Buffer.from(`${o.user}:`).toString("base64")}`);
-    if (o.token) req.header.set("x-access-token", o.token);
-    if (o.keepaliveS) req.header.set("keepalive-ping-interval", String(o.keepaliveS));
-    return next(req);
-  };
+  const headers =
+    (o: ClientOpts): Interceptor =>
+    (next) =>
+    async (req) => {
+      if (o.user) req.header.set("authorization", `Basic ${Buffer.from(`${o.user}:`).toString("base64")}`);
+      if (o.token) req.header.set("x-access-token", o.token);
+      if (o.keepaliveS) req.header.set("keepalive-ping-interval", String(o.keepaliveS));
+      return next(req);
+    };
   const transport = (o: ClientOpts) =>
     createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: !!o.binary, interceptors: [headers(o)] });
   return {

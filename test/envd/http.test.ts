@@ -61,7 +61,10 @@ describe("envd HTTP", () => {
     // Path query overrides the part's filename.
     const f2 = new FormData();
     f2.append("file", new Blob(["override"]), "ignored-name");
-    const r2 = await fetch(`${envd.url}/files?path=${encodeURIComponent(`~/http-${process.pid}/o.txt`)}`, { method: "POST", body: f2 });
+    const r2 = await fetch(`${envd.url}/files?path=${encodeURIComponent(`~/http-${process.pid}/o.txt`)}`, {
+      method: "POST",
+      body: f2,
+    });
     assert.equal(((await r2.json()) as { path: string }[])[0]!.path, join(base, "o.txt"));
   });
 
@@ -88,7 +91,11 @@ describe("envd HTTP", () => {
     assert.ok(gunzipSync(gz.body).equals(data));
 
     const e = join(base, "empty");
-    await fetch(`${envd.url}/files?path=${encodeURIComponent(e)}`, { method: "POST", headers: { "content-type": "application/octet-stream" }, body: "" });
+    await fetch(`${envd.url}/files?path=${encodeURIComponent(e)}`, {
+      method: "POST",
+      headers: { "content-type": "application/octet-stream" },
+      body: "",
+    });
     const ge = await fetch(`${envd.url}/files?path=${encodeURIComponent(e)}`, { headers: { "accept-encoding": "identity" } });
     assert.equal(ge.headers.get("content-length"), "0");
 
@@ -99,7 +106,11 @@ describe("envd HTTP", () => {
     assert.match(nb.message, /not\/here/);
 
     const rootFile = join(base, "rootowned");
-    await fetch(`${envd.url}/files?path=${encodeURIComponent(rootFile)}&username=root`, { method: "POST", headers: { "content-type": "application/octet-stream" }, body: "r" });
+    await fetch(`${envd.url}/files?path=${encodeURIComponent(rootFile)}&username=root`, {
+      method: "POST",
+      headers: { "content-type": "application/octet-stream" },
+      body: "r",
+    });
     assert.equal(statSync(rootFile).uid, 0);
     const dirRead = await fetch(`${envd.url}/files?path=${encodeURIComponent(base)}`);
     assert.equal(dirRead.status, 400);
@@ -113,13 +124,17 @@ describe("envd HTTP", () => {
       const want = createHash("sha256").update(readFileSync(src)).digest("hex");
       const target = join(base, "big.bin");
       const up = await new Promise<number>((resolve, reject) => {
-        const req = request(`${envd.url}/files?path=${encodeURIComponent(target)}`, {
-          method: "POST",
-          headers: { "content-type": "application/octet-stream" },
-        }, (res) => {
-          res.resume();
-          res.on("end", () => resolve(res.statusCode ?? 0));
-        });
+        const req = request(
+          `${envd.url}/files?path=${encodeURIComponent(target)}`,
+          {
+            method: "POST",
+            headers: { "content-type": "application/octet-stream" },
+          },
+          (res) => {
+            res.resume();
+            res.on("end", () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.on("error", reject);
         createReadStream(src).pipe(req);
       });
@@ -127,7 +142,9 @@ describe("envd HTTP", () => {
       await new Promise<void>((resolve, reject) => {
         request(`${envd.url}/files?path=${encodeURIComponent(target)}`, (res) => {
           pipeline(res, createWriteStream(back)).then(resolve, reject);
-        }).on("error", reject).end();
+        })
+          .on("error", reject)
+          .end();
       });
       assert.equal(createHash("sha256").update(readFileSync(back)).digest("hex"), want);
     } finally {
@@ -151,7 +168,9 @@ describe("envd HTTP", () => {
     });
     assert.equal(init.status, 204);
     let out = "";
-    for await (const msg of envd.process().start({ process: { cmd: "/bin/sh", args: ["-c", "echo $INIT_VAR $SANDBOX_VAR"], envs: {} } })) {
+    for await (const msg of envd
+      .process()
+      .start({ process: { cmd: "/bin/sh", args: ["-c", "echo $INIT_VAR $SANDBOX_VAR"], envs: {} } })) {
       const e = msg.event!.event;
       if (e.case === "data") out += Buffer.from(e.value.output.value!).toString();
     }
@@ -182,27 +201,42 @@ describe("envd HTTP", () => {
       assert.deepEqual(await noSig.json(), { code: 401, message: "missing signature query parameter" });
       // write with a signed URL (username in the signature and the query)
       const wsig = signature(path, "write", TEST_USER, token);
-      const w = await fetch(`${envd.url}/files?path=${encodeURIComponent(path)}&username=${TEST_USER}&signature=${encodeURIComponent(wsig)}`, {
-        method: "POST",
-        headers: { "content-type": "application/octet-stream" },
-        body: "signed",
-      });
+      const w = await fetch(
+        `${envd.url}/files?path=${encodeURIComponent(path)}&username=${TEST_USER}&signature=${encodeURIComponent(wsig)}`,
+        {
+          method: "POST",
+          headers: { "content-type": "application/octet-stream" },
+          body: "signed",
+        },
+      );
       assert.equal(w.status, 200);
       const exp = Math.floor(Date.now() / 1000) + 60;
       const rsig = signature(path, "read", "", token, exp);
-      const rd = await fetch(`${envd.url}/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(rsig)}&signature_expiration=${exp}`);
+      const rd = await fetch(
+        `${envd.url}/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(rsig)}&signature_expiration=${exp}`,
+      );
       assert.equal(await rd.text(), "signed");
-      const wrongOp = await fetch(`${envd.url}/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(wsig)}&username=${TEST_USER}`);
+      const wrongOp = await fetch(
+        `${envd.url}/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(wsig)}&username=${TEST_USER}`,
+      );
       assert.deepEqual(await wrongOp.json(), { code: 401, message: "invalid signature" });
       const old = Math.floor(Date.now() / 1000) - 5;
       const osig = signature(path, "read", "", token, old);
-      const expired = await fetch(`${envd.url}/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(osig)}&signature_expiration=${old}`);
+      const expired = await fetch(
+        `${envd.url}/files?path=${encodeURIComponent(path)}&signature=${encodeURIComponent(osig)}&signature_expiration=${old}`,
+      );
       assert.deepEqual(await expired.json(), { code: 401, message: "signature is already expired" });
       // The token header also works for files.
-      const withToken = await fetch(`${envd.url}/files?path=${encodeURIComponent(path)}`, { headers: { "x-access-token": token } });
+      const withToken = await fetch(`${envd.url}/files?path=${encodeURIComponent(path)}`, {
+        headers: { "x-access-token": token },
+      });
       assert.equal(withToken.status, 200);
     } finally {
-      const reset = await fetch(`${envd.url}/init`, { method: "POST", headers: { "x-access-token": token }, body: JSON.stringify({ accessToken: "" }) });
+      const reset = await fetch(`${envd.url}/init`, {
+        method: "POST",
+        headers: { "x-access-token": token },
+        body: JSON.stringify({ accessToken: "" }),
+      });
       assert.equal(reset.status, 204);
     }
   });
@@ -231,7 +265,11 @@ describe("envd HTTP", () => {
     mkdirSync(base, { recursive: true });
     const r = await fetch(`${envd.url}/files?path=${encodeURIComponent("../../../../etc/hostname")}`);
     assert.ok([200, 404].includes(r.status));
-    const bad = await fetch(`${envd.url}/files`, { method: "POST", headers: { "content-type": "multipart/form-data; boundary=xyz" }, body: "--xyz\r\ngarbage" });
+    const bad = await fetch(`${envd.url}/files`, {
+      method: "POST",
+      headers: { "content-type": "multipart/form-data; boundary=xyz" },
+      body: "--xyz\r\ngarbage",
+    });
     assert.equal(bad.status, 400);
     assert.equal((await fetch(`${envd.url}/health`)).status, 204);
   });

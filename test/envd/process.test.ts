@@ -65,10 +65,13 @@ describe("envd process.Process", () => {
       assert.equal(ConnectError.from(e).code, Code.InvalidArgument);
       return true;
     });
-    await assert.rejects(collect(envd.process().start({ process: { ...bash("true"), cwd: "/nonexistent/dir" } })), (e: unknown) => {
-      assert.equal(ConnectError.from(e).code, Code.InvalidArgument);
-      return true;
-    });
+    await assert.rejects(
+      collect(envd.process().start({ process: { ...bash("true"), cwd: "/nonexistent/dir" } })),
+      (e: unknown) => {
+        assert.equal(ConnectError.from(e).code, Code.InvalidArgument);
+        return true;
+      },
+    );
   });
 
   test("10 MiB of stdout arrives byte-exact", async () => {
@@ -148,7 +151,10 @@ describe("envd process.Process", () => {
   test("process outlives its client; reattach by tag and pid; list; SIGKILL", async () => {
     const c = envd.process();
     const ac = new AbortController();
-    const it = c.start({ process: bash("i=0; while true; do i=$((i+1)); echo line$i; sleep 0.05; done"), tag: "ticker" }, { signal: ac.signal });
+    const it = c.start(
+      { process: bash("i=0; while true; do i=$((i+1)); echo line$i; sleep 0.05; done"), tag: "ticker" },
+      { signal: ac.signal },
+    );
     let pid = 0;
     for await (const m of it) {
       if (m.event!.event.case === "start") {
@@ -181,10 +187,13 @@ describe("envd process.Process", () => {
     assert.equal(end!.value.status, "signal: killed");
     assert.equal(end!.value.exited, false);
     await waitFor(async () => !(await c.list({})).processes.some((p) => p.pid === pid), 3000, "process to leave the list");
-    await assert.rejects(c.sendSignal({ process: { selector: { case: "pid", value: pid } }, signal: Signal.SIGTERM }), (e: unknown) => {
-      assert.equal(ConnectError.from(e).code, Code.NotFound);
-      return true;
-    });
+    await assert.rejects(
+      c.sendSignal({ process: { selector: { case: "pid", value: pid } }, signal: Signal.SIGTERM }),
+      (e: unknown) => {
+        assert.equal(ConnectError.from(e).code, Code.NotFound);
+        return true;
+      },
+    );
     await assert.rejects(collect(c.connect({ process: { selector: { case: "tag", value: "nope" } } })), (e: unknown) => {
       assert.equal(ConnectError.from(e).code, Code.NotFound);
       return true;
@@ -238,7 +247,12 @@ describe("envd process.Process", () => {
         const pid = e.value.pid;
         async function* reqs() {
           yield { event: { case: "start" as const, value: { process: { selector: { case: "pid" as const, value: pid } } } } };
-          yield { event: { case: "data" as const, value: { input: { input: { case: "stdin" as const, value: Buffer.from("streamed") } } } } };
+          yield {
+            event: {
+              case: "data" as const,
+              value: { input: { input: { case: "stdin" as const, value: Buffer.from("streamed") } } },
+            },
+          };
         }
         await c.streamInput(reqs());
         await c.closeStdin({ process: { selector: { case: "pid", value: pid } } });
@@ -260,7 +274,10 @@ describe("envd process.Process", () => {
       if (e.case === "start") {
         const sel = { selector: { case: "pid" as const, value: e.value.pid } };
         await c.update({ process: sel, pty: { size: { cols: 100, rows: 30 } } });
-        await c.sendInput({ process: sel, input: { input: { case: "pty", value: Buffer.from("stty size; echo $((6*7))x; exit 0\n") } } });
+        await c.sendInput({
+          process: sel,
+          input: { input: { case: "pty", value: Buffer.from("stty size; echo $((6*7))x; exit 0\n") } },
+        });
         sent = true;
       }
     }
@@ -276,10 +293,13 @@ describe("envd process.Process", () => {
     for await (const m of c.start({ process: { cmd: "/bin/sleep", args: ["0.3"], envs: {} } })) {
       const e = m.event!.event;
       if (e.case === "start") {
-        await assert.rejects(c.update({ process: { selector: { case: "pid", value: e.value.pid } }, pty: { size: { cols: 1, rows: 1 } } }), (x: unknown) => {
-          assert.equal(ConnectError.from(x).code, Code.InvalidArgument);
-          return true;
-        });
+        await assert.rejects(
+          c.update({ process: { selector: { case: "pid", value: e.value.pid } }, pty: { size: { cols: 1, rows: 1 } } }),
+          (x: unknown) => {
+            assert.equal(ConnectError.from(x).code, Code.InvalidArgument);
+            return true;
+          },
+        );
       }
     }
   });

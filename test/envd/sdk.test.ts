@@ -73,7 +73,10 @@ describe("e2b SDK against envd", () => {
     const bytes = await sbx.files.read(`${dir}/x.txt`, { format: "bytes" });
     assert.equal(Buffer.from(bytes).toString(), "content");
     const list = await sbx.files.list(dir);
-    assert.deepEqual(list.map((e) => [e.name, e.type]), [["x.txt", FileType.FILE]]);
+    assert.deepEqual(
+      list.map((e) => [e.name, e.type]),
+      [["x.txt", FileType.FILE]],
+    );
     assert.equal(await sbx.files.exists(`${dir}/nope`), false);
     await sbx.files.makeDir(`${dir}/sub`);
     const info = await sbx.files.getInfo(`${dir}/x.txt`);

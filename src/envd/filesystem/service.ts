@@ -18,6 +18,8 @@ import { DirWatcher, type WatchEvent } from "./watchers.ts";
 
 type WatchInit = MessageInitShape<typeof WatchDirResponseSchema>;
 
+const MAX_QUEUED_EVENTS = 10_000;
+
 async function guard<T>(f: () => Promise<T>): Promise<T> {
   try {
     return await f();
@@ -132,15 +134,17 @@ export function filesystemService(envd: Envd): ServiceImpl<typeof Filesystem> {
         wake = undefined;
         w?.();
       };
-      const pending: Promise<void>[] = [];
       let chain = Promise.resolve();
       const w = new DirWatcher(
         dir,
         req.recursive,
         (ev) => {
           // Keep order while entries are looked up asynchronously.
-          chain = chain.then(async () => push({ event: { case: "filesystem", value: await eventInit(envd, ev, req.includeEntry) } }));
-          pending.push(chain);
+          chain = chain.then(async () => {
+            // A reader that stopped reading loses the oldest events, not envd's memory.
+            if (queue.length >= MAX_QUEUED_EVENTS) queue.shift();
+            push({ event: { case: "filesystem", value: await eventInit(envd, ev, req.includeEntry) } });
+          });
         },
         (e) => {
           failure = e;

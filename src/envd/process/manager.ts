@@ -31,9 +31,7 @@ export interface EndInfo {
 }
 
 export type ProcEvent =
-  | { kind: "data"; stream: OutputStream; data: Uint8Array }
-  | { kind: "end"; end: EndInfo }
-  | { kind: "keepalive" };
+  { kind: "data"; stream: OutputStream; data: Uint8Array } | { kind: "end"; end: EndInfo } | { kind: "keepalive" };
 
 export interface ProcessConfigInput {
   cmd: string;
@@ -328,7 +326,6 @@ export class ProcessManager {
   /** Spawns and registers; the returned process has `subscriber` attached before any output. */
   async start(opts: StartOptions): Promise<{ proc: ManagedProcess; sub: Subscriber }> {
     checkCwd(opts.cwd);
-    let sub: Subscriber | undefined;
     const onEnd = (p: ManagedProcess) => {
       this.byPid.delete(p.pid);
       this.onExit?.();
@@ -370,7 +367,7 @@ export class ProcessManager {
       proc = new ManagedProcess({ kind: "pipe", cp }, opts, onEnd);
     }
     // Same tick as the spawn: no output can have been read yet.
-    sub = proc.subscribe();
+    const sub = proc.subscribe();
     this.byPid.set(proc.pid, proc);
     return { proc, sub };
   }

@@ -6,12 +6,7 @@ import { existsSync } from "node:fs";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { SpaceError } from "../../core/errors.ts";
-import {
-  Process,
-  Signal,
-  type ProcessSelector,
-  type ProcessEventSchema,
-} from "../../gen/process/process_pb.ts";
+import { Process, Signal, type ProcessSelector, type ProcessEventSchema } from "../../gen/process/process_pb.ts";
 import { userFromHeaders, type Envd } from "../context.ts";
 import { resolveUserPath } from "../paths.ts";
 import type { ManagedProcess, ProcEvent, Subscriber } from "./manager.ts";

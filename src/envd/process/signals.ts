@@ -36,10 +36,7 @@ const goNames: Record<string, string> = {
 };
 
 export function signalDescription(sig: NodeJS.Signals | number): string {
-  const name =
-    typeof sig === "number"
-      ? Object.entries(constants.signals).find(([, n]) => n === sig)?.[0]
-      : sig;
+  const name = typeof sig === "number" ? Object.entries(constants.signals).find(([, n]) => n === sig)?.[0] : sig;
   if (name && goNames[name]) return goNames[name];
-  return `signal ${typeof sig === "number" ? sig : (constants.signals as Record<string, number>)[sig] ?? sig}`;
+  return `signal ${typeof sig === "number" ? sig : ((constants.signals as Record<string, number>)[sig] ?? sig)}`;
 }
