@@ -70,6 +70,11 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       return createOperationHandlers({ db, sandboxes: deps.sandboxes, log });
     })();
 
+  /**
+   * Every operation this worker holds a claim on, running or waiting behind another
+   * operation on the same sandbox: all are heartbeated (a waiting claim must not go
+   * stale and be run again elsewhere) and all are handed back on stop.
+   */
   const inFlight = new Map<string, { op: OperationRow; abort: AbortController }>();
   /** target → tail of the chain of lifecycle operations on it (in this replica). */
   const chains = new Map<string, Promise<void>>();
@@ -109,8 +114,9 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
   expiry.unref();
 
   async function run(op: OperationRow): Promise<void> {
-    const abort = new AbortController();
-    inFlight.set(op.id, { op, abort });
+    const held = inFlight.get(op.id);
+    if (!held) return; // handed back or lost while it waited
+    const abort = held.abort;
     let deadlineTimer: NodeJS.Timeout | undefined;
     let outcome: Outcome;
     try {
@@ -120,6 +126,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
         deadlineTimer = setTimeout(() => abort.abort(deadlineError(op)), Math.min(left, 2 ** 31 - 1));
         deadlineTimer.unref();
       }
+      if (abort.signal.aborted) throw abort.signal.reason;
       const handler = handlers[op.kind];
       if (!handler) throw new SpaceError("unimplemented", `no handler for operation kind ${op.kind}`);
       const result = await raceAbort(handler({ op, signal: abort.signal, log: log.child({ opId: op.id, kind: op.kind }) }), abort.signal);
@@ -154,6 +161,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
   }
 
   function schedule(op: OperationRow): void {
+    inFlight.set(op.id, { op, abort: new AbortController() });
     const key = op.kind.startsWith("sandbox.") && op.targetId ? op.targetId : undefined;
     if (!key) {
       void run(op);

@@ -148,6 +148,31 @@ for (const engine of testEngines()) {
       await second.stop();
     });
 
+    test("operations on one sandbox run in order; one waiting behind a slow one keeps its claim", async () => {
+      const order: string[] = [];
+      const runs = new Map<string, number>();
+      const d = await start(t.db, {
+        "sandbox.pause": async ({ op }) => {
+          runs.set(op.id, (runs.get(op.id) ?? 0) + 1);
+          order.push(`start ${(op.request as { n: number }).n}`);
+          await new Promise((r) => setTimeout(r, (op.request as { ms: number }).ms));
+          order.push(`end ${(op.request as { n: number }).n}`);
+        },
+      }, { stale: 1000 });
+      const target = "sandboxes/aaaaaaaaaaaaaaaaaaaa";
+      const first = await enqueue("sandbox.pause", { n: 1, ms: 2500 }, { target });
+      const second = await enqueue("sandbox.pause", { n: 2, ms: 10 }, { target });
+      const other = await enqueue("sandbox.pause", { n: 3, ms: 10 }, { target: "sandboxes/bbbbbbbbbbbbbbbbbbbb" });
+      assert.equal((await done(other.id)).state, "succeeded");
+      assert.equal((await done(first.id)).state, "succeeded");
+      const s2 = await done(second.id);
+      assert.equal(s2.state, "succeeded");
+      assert.equal(s2.claimCount, 1, "the waiting claim was heartbeated, never re-claimed");
+      assert.deepEqual(order.filter((x) => !x.endsWith(" 3")), ["start 1", "end 1", "start 2", "end 2"]);
+      assert.ok([...runs.values()].every((n) => n === 1));
+      await d.stop();
+    });
+
     test("several replicas never run one operation twice", async () => {
       const dbs = engine.name === "postgres" ? [t.db, await t.openAnother(), await t.openAnother()] : [t.db, t.db, t.db];
       const runs = new Map<string, number>();
