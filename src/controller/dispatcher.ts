@@ -46,6 +46,8 @@ export interface DispatcherDeps {
   workerId?: string;
   /** Operations run at once by this replica (default 512). */
   maxInFlight?: number;
+  /** How long an operation failing with `unavailable` is retried (backoff) before it fails (default 120 s, capped by its deadline). */
+  retryUnavailableMs?: number;
 }
 
 export interface Dispatcher {
@@ -62,6 +64,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
   const claimLimit = deps.config.SPACE_CONTROLLER_CLAIM_LIMIT;
   const staleMs = deps.config.SPACE_CONTROLLER_CLAIM_STALE_MS;
   const maxInFlight = deps.maxInFlight ?? 512;
+  const retryUnavailableMs = deps.retryUnavailableMs ?? 120_000;
   const workerId = deps.workerId ?? `${hostname()}-${process.pid}-${randomId(6)}`;
   const handlers: HandlerMap =
     deps.handlers ??
@@ -129,7 +132,25 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       if (abort.signal.aborted) throw abort.signal.reason;
       const handler = handlers[op.kind];
       if (!handler) throw new SpaceError("unimplemented", `no handler for operation kind ${op.kind}`);
-      const result = await raceAbort(handler({ op, signal: abort.signal, log: log.child({ opId: op.id, kind: op.kind }) }), abort.signal);
+      const opLog = log.child({ opId: op.id, kind: op.kind });
+      const retryUntil = Math.min(Date.now() + retryUnavailableMs, op.deadlineAt?.getTime() ?? Number.POSITIVE_INFINITY);
+      let result: unknown;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          result = await raceAbort(handler({ op, signal: abort.signal, log: opLog }), abort.signal);
+          break;
+        } catch (e: unknown) {
+          // A dependency that is down (node restarting, no ready node yet) is waited out
+          // with backoff instead of failing the operation; handlers are safe to re-run.
+          // Commands are excluded: their handler reattaches by itself.
+          const err = SpaceError.from(e);
+          const delayMs = Math.min(250 * 2 ** (attempt - 1), 5000);
+          if (abort.signal.aborted || err.code !== "unavailable" || op.kind.startsWith("command.") || Date.now() + delayMs > retryUntil) throw e;
+          opLog.warn({ attempt, msg: err.message, delayMs }, "operation hit an unavailable dependency; retrying");
+          await new Promise((r) => setTimeout(r, delayMs));
+          if (abort.signal.aborted) throw abort.signal.reason;
+        }
+      }
       outcome = { state: "succeeded", result: result ?? null };
     } catch (e: unknown) {
       const reason: unknown = abort.signal.aborted ? abort.signal.reason : undefined;

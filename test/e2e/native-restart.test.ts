@@ -6,7 +6,7 @@
  */
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -56,6 +56,8 @@ describe("Native recovery end to end", { skip, timeout: 20 * 60_000 }, () => {
       current.child.kill("SIGTERM");
       await exited;
     }
+    // The node leaves its cache mounts behind after a kill -9 (and today after SIGTERM too).
+    for (const m of ["roots", "cache"]) spawnSync("umount", [join(dataDir, "node", m)], { stdio: "ignore", timeout: 30_000 });
     try {
       rmSync(dataDir, { recursive: true, force: true, maxRetries: 3 });
     } catch {

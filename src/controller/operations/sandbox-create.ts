@@ -52,9 +52,10 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
     const tenantId = op.tenantId as TenantId;
     const chosen = parseTarget(op.targetId).sandboxId;
     let id = chosen;
-    if (op.claimCount > 1) {
+    // A re-run (claimer died, or a retry after `unavailable`) finds what the last attempt left.
+    {
       const prev = await svc.repo.getById(id as SandboxId);
-      if (prev?.state === "running" || prev?.state === "paused") return toSandbox(prev);
+      if (prev && prev.tenantId === tenantId && (prev.state === "running" || prev.state === "paused")) return toSandbox(prev);
       if (prev?.state === "creating") {
         log.warn({ sandboxId: id }, "re-running an interrupted create: releasing the half-made sandbox");
         if (prev.nodeId) await svc.substrate.kill({ sandboxId: id, nodeId: prev.nodeId }, signal).catch(() => {});
