@@ -6,10 +6,10 @@
  */
 import { spawn } from "node:child_process";
 import { createReadStream, createWriteStream, existsSync, rmSync } from "node:fs";
-import { request } from "node:http";
+import { Agent, request } from "node:http";
 import { pipeline } from "node:stream/promises";
 import { performance } from "node:perf_hooks";
-import { startEnvd } from "../test/envd/harness.ts";
+import { envelope, startEnvd } from "../test/envd/harness.ts";
 
 const RUNS = 200;
 const FILE_MIB = 256;
@@ -70,6 +70,35 @@ try {
     console.log(
       `  ratio (median): ${fmt(pct(envdMs, 50) / pct(rawMs, 50))}x; overhead ${fmt(pct(envdMs, 50) - pct(rawMs, 50))} ms`,
     );
+  }
+
+  // The same Start with a bare keep-alive HTTP/1.1 client: envd's own cost without the
+  // Connect client library's.
+  {
+    const agent = new Agent({ keepAlive: true });
+    const body = envelope({ process: { cmd: "/bin/echo", args: ["hi"] }, stdin: false });
+    const auth = "Basic " + Buffer.from("root:").toString("base64");
+    const one = () =>
+      new Promise<void>((resolve, reject) => {
+        const req = request(
+          `${envd.url}/process.Process/Start`,
+          { method: "POST", agent, headers: { "content-type": "application/connect+json", authorization: auth } },
+          (res) => {
+            res.resume();
+            res.on("end", () => resolve());
+          },
+        );
+        req.on("error", reject);
+        req.end(body);
+      });
+    const ms: number[] = [];
+    for (let i = 0; i < RUNS + 20; i++) {
+      const t = performance.now();
+      await one();
+      if (i >= 20) ms.push(performance.now() - t);
+    }
+    agent.destroy();
+    console.log(`'/bin/echo hi' via a bare HTTP/1.1 client: median ${fmt(pct(ms, 50))} ms  p99 ${fmt(pct(ms, 99))} ms`);
   }
 
   const src = `/tmp/envd-bench-src-${process.pid}`;
