@@ -1,3 +1,4 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- JSON response bodies of the API under test are read loosely */
 /**
  * A small HTTP client for the Native API in end-to-end tests (plain fetch, as any
  * caller would), plus admin helpers to make tenants and scoped tokens.

@@ -1,3 +1,4 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- JSON response bodies of the API under test are read loosely */
 /**
  * Native API end to end over HTTP against the real stack (`space up`: api + controller
  * dispatcher + node with runc): the Native scenarios of behaviours.md section E.

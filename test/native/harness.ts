@@ -1,3 +1,4 @@
+/* eslint-disable @typescript-eslint/no-explicit-any -- JSON response bodies of the API under test are read loosely */
 /**
  * Native API test harness: a fresh database (PGlite or real Postgres), the real sandbox
  * layer over a FakeSubstrate, a fake envd (a Connect server speaking process.Process)
