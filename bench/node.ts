@@ -1,0 +1,144 @@
+// Node-level benchmark: create-to-envd-ready latency (median, p99 over N) with its breakdown
+// (disk snapshot, network slot, runtime start, envd ready), the same workload run by bare
+// `runc run` of the same rootfs in the same run (baseline), and idle sandbox memory.
+//
+//   node --import tsx bench/node.ts [--n 50] [--stub-envd]      (root; after scripts/setup.sh)
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { loadConfig } from "../src/core/config.ts";
+import { exec } from "../src/core/exec.ts";
+import { newExecutionId, newSandboxId } from "../src/core/ids.ts";
+import { createLogger } from "../src/core/log.ts";
+import { createNodeAgent, REPO_DIR } from "../src/node/agent.ts";
+import { ENVD_ARGS } from "../src/node/sandboxes/manager.ts";
+import { OciRuntime } from "../src/runtime/oci/oci-runtime.ts";
+import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-client.ts";
+
+const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false } } });
+const N = Number(values.n);
+const envdDir = values["stub-envd"] ? join(REPO_DIR, "test", "node", "fixtures", "envd-stub") : join(REPO_DIR, "dist", "envd");
+
+const stats = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const q = (p: number) => s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
+  return { median: round(q(0.5)), p99: round(q(0.99)), min: round(s[0]!), max: round(s[s.length - 1]!) };
+};
+const round = (x: number) => Math.round(x * 10) / 10;
+const sig = () => AbortSignal.timeout(60_000);
+
+const dir = await mkdtemp(join(tmpdir(), "space-bench-node-"));
+const stateDir = join("/run/space-bench", dir.split("/").pop()!);
+const config = loadConfig({}, {
+  SPACE_DATA_DIR: dir,
+  SPACE_NODE_DIR: join(dir, "node"),
+  SPACE_NODE_BTRFS_IMAGE_GIB: "16",
+  SPACE_NODE_DISK_RESERVE_MIB: "1024",
+  SPACE_INTERNAL_TOKEN: "bench",
+  SPACE_NODE_SLOT_CIDR: "10.200.64.0/18",
+});
+const agent = createNodeAgent(config, createLogger("warn", "bench"), {
+  envdDir,
+  runtimeStateDir: stateDir,
+  hostScope: { bridge: "spaceb0", nftTable: "space_bench", vethPrefix: "vb", cgroupParent: "space-bench" },
+});
+await agent.start();
+const m = agent.manager!;
+const spec = () => ({ sandboxId: newSandboxId(), executionId: newExecutionId(), template: "base", vcpu: 1, memoryMib: 512, diskMib: 2048, envVars: {}, allowInternetAccess: true });
+
+try {
+  // ---- node create-to-ready
+  for (let i = 0; i < 3; i++) {
+    const s = spec();
+    await m.create(s, sig());
+    await m.kill(s.sandboxId, sig());
+  }
+  const parts: Record<string, number[]> = { totalMs: [], diskMs: [], slotMs: [], runtimeMs: [], envdMs: [], wallMs: [] };
+  for (let i = 0; i < N; i++) {
+    const s = spec();
+    const t0 = performance.now();
+    const st = await m.create(s, sig());
+    parts.wallMs!.push(performance.now() - t0);
+    for (const k of ["totalMs", "diskMs", "slotMs", "runtimeMs", "envdMs"]) parts[k]!.push(st.timings![k]!);
+    await m.kill(s.sandboxId, sig());
+  }
+
+  // ---- baseline: bare `runc run` of the same rootfs (template subvolume, read-only),
+  // same envd and Node.js binds, runc's default spec (no netns slot, no disk snapshot).
+  const base = join(dir, "baseline");
+  await mkdir(base, { recursive: true });
+  await exec("runc", ["spec", "--bundle", base]);
+  const cfg = JSON.parse(await readFile(join(base, "config.json"), "utf8")) as {
+    root: { path: string; readonly: boolean };
+    process: { args: string[]; terminal: boolean };
+    mounts: unknown[];
+    linux: { namespaces: { type: string }[] };
+  };
+  cfg.root = { path: agent.disks!.templatePath("base"), readonly: true };
+  cfg.process.terminal = false;
+  cfg.process.args = [...ENVD_ARGS.slice(0, 3), "49999", "--metadata-dir", "/tmp/meta"];
+  cfg.mounts.push(
+    { destination: "/opt/space/bin/node", type: "bind", source: process.execPath, options: ["rbind", "ro"] },
+    { destination: "/opt/space/envd", type: "bind", source: envdDir, options: ["rbind", "ro"] },
+    { destination: "/tmp", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev"] },
+  );
+  // host network so the host reaches envd without a slot: that is the part the node adds
+  cfg.linux.namespaces = cfg.linux.namespaces.filter((n) => n.type !== "network");
+  await writeFile(join(base, "config.json"), JSON.stringify(cfg));
+  const baseRunc: number[] = [];
+  const baseReady: number[] = [];
+  // The same adapter as the node (stdio on files, never pipes), on the plain bundle above.
+  const bare = new OciRuntime({ kind: "runc", stateDir: join(stateDir, "baseline"), bundlesDir: join(dir, "baseline-bundles"), logger: createLogger("warn", "bench") });
+  for (let i = 0; i < N + 3; i++) {
+    const id = `baseline${i}`;
+    const bdir = bare.bundleDir(id);
+    await mkdir(bdir, { recursive: true });
+    await writeFile(join(bdir, "config.json"), JSON.stringify(cfg));
+    await writeFile(join(bdir, "log-path"), join(dir, "baseline.log"));
+    const t0 = performance.now();
+    await bare.start(id, sig());
+    const t1 = performance.now();
+    await waitEnvdHealthy("127.0.0.1", 49999, { deadlineMs: 15_000, signal: sig(), alive: async () => true });
+    const t2 = performance.now();
+    if (i >= 3) {
+      baseRunc.push(t1 - t0);
+      baseReady.push(t2 - t0);
+    }
+    await bare.delete(id, sig());
+    for (let k = 0; k < 100 && (await httpStatusOf("127.0.0.1", 49999, "/health", { timeoutMs: 200 }).catch(() => 0)); k++) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  // ---- idle memory of a sandbox (envd + runtime; runc keeps no process once started)
+  const idle: string[] = [];
+  for (let i = 0; i < 5; i++) {
+    const s = spec();
+    await m.create(s, sig());
+    idle.push(s.sandboxId);
+  }
+  await new Promise((r) => setTimeout(r, 3000));
+  const rss: number[] = [];
+  const usage: number[] = [];
+  for (const id of idle) {
+    const memDir = agent.runtime!.cgroupDirs(id).memory!;
+    const stat = await readFile(join(memDir, "memory.stat"), "utf8");
+    rss.push(Number(/^total_rss (\d+)/m.exec(stat)![1]) / 1048576);
+    usage.push(Number((await readFile(join(memDir, "memory.usage_in_bytes"), "utf8")).trim()) / 1048576);
+  }
+  for (const id of idle) await m.kill(id, sig());
+
+  const result = {
+    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, envd: values["stub-envd"] ? "stub" : "dist/envd" },
+    n: N,
+    nodeCreateToReadyMs: stats(parts.totalMs!),
+    breakdownMs: { diskSnapshot: stats(parts.diskMs!), networkSlot: stats(parts.slotMs!), runtimeStart: stats(parts.runtimeMs!), envdReady: stats(parts.envdMs!) },
+    baselineBareRunc: { runcRunMs: stats(baseRunc), runcRunToEnvdReadyMs: stats(baseReady) },
+    idleSandboxMemoryMiB: { rss: stats(rss), cgroupUsageInclPageCache: stats(usage) },
+  };
+  console.log(JSON.stringify(result, null, 2));
+} finally {
+  for (const s of m.list()) await m.kill(s.sandboxId, sig()).catch(() => undefined);
+  await agent.stop({ unmountCache: true });
+  await rm(dir, { recursive: true, force: true });
+  await rm(stateDir, { recursive: true, force: true });
+}
