@@ -29,6 +29,8 @@ export interface ResourceRequest {
 }
 
 export interface CreateInput {
+  /** A caller-chosen id (Native creates pick it when the operation is accepted); else a new one. */
+  id?: SandboxId;
   /** Template id or alias. */
   template: string;
   metadata: Record<string, string>;
@@ -40,6 +42,17 @@ export interface CreateInput {
   onTimeout: OnTimeout;
   autoResume: boolean;
   resources: ResourceRequest;
+  /**
+   * Where it may run: node group and node selector. Absent: read from the metadata key
+   * `space.placement` (JSON `{"node_group": "...", "node_selector": {"k": "v"}}`), which
+   * both ECW and Native pass through unchanged.
+   */
+  placement?: PlacementInput;
+}
+
+export interface PlacementInput {
+  nodeGroup?: string;
+  nodeSelector?: Record<string, string>;
 }
 
 export interface SandboxDefaults {
@@ -106,9 +119,10 @@ export class SandboxService {
     const diskMib = input.resources.diskMib ?? this.#defaults.diskMib;
     validateResources({ vcpu, memoryMib, diskMib }, template.rootfsSizeMib, template.templateId);
     validateTimeout(input.timeoutSec);
+    const placement = input.placement ?? parsePlacement(input.metadata[PLACEMENT_METADATA_KEY]);
 
     const now = this.#now();
-    const id = newSandboxId();
+    const id = input.id ?? newSandboxId();
     const secure = input.secure;
     const rec: SandboxRecord = {
       id,
@@ -138,8 +152,18 @@ export class SandboxService {
 
     let ref: SandboxRef | null = null;
     try {
+      const environment = this.#templates.binding ? await this.#templates.binding(rec.templateId) : undefined;
       ref = await this.#substrate.place(
-        { sandboxId: id, templateId: rec.templateId, vcpu, memoryMib, diskMib },
+        {
+          sandboxId: id,
+          templateId: rec.templateId,
+          vcpu,
+          memoryMib,
+          diskMib,
+          ...(placement.nodeGroup !== undefined ? { nodeGroup: placement.nodeGroup } : {}),
+          ...(placement.nodeSelector ? { nodeSelector: placement.nodeSelector } : {}),
+          ...(environment ? { environment } : {}),
+        },
         signal,
       );
       await this.#repo.update(id, { nodeId: ref.nodeId });
@@ -374,3 +398,47 @@ export function effectiveInternetAccess(rec: Pick<SandboxRecord, "allowInternetA
 }
 
 const token = () => randomBytes(24).toString("base64url");
+
+/** Metadata key carrying placement constraints (ECW has no body field for them). */
+export const PLACEMENT_METADATA_KEY = "space.placement";
+
+const LABEL_KEY = /^[A-Za-z0-9._/-]{1,253}$/;
+const LABEL_VALUE = /^[A-Za-z0-9._-]{0,63}$/;
+
+/** `{"node_group": "gpu", "node_selector": {"zone": "a"}}` → PlacementInput; names the offending part. */
+export function parsePlacement(raw: string | undefined): PlacementInput {
+  if (raw === undefined) return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(raw);
+  } catch {
+    throw invalid(`metadata '${PLACEMENT_METADATA_KEY}' must be JSON like {"node_group":"gpu","node_selector":{"zone":"a"}} (got ${raw.slice(0, 100)})`, {
+      field: PLACEMENT_METADATA_KEY,
+    });
+  }
+  if (!v || typeof v !== "object" || Array.isArray(v)) throw invalid(`metadata '${PLACEMENT_METADATA_KEY}' must be a JSON object`, { field: PLACEMENT_METADATA_KEY });
+  const o = v as Record<string, unknown>;
+  for (const k of Object.keys(o)) {
+    if (k !== "node_group" && k !== "node_selector") throw invalid(`metadata '${PLACEMENT_METADATA_KEY}': unknown field '${k}' (node_group, node_selector)`, { field: PLACEMENT_METADATA_KEY });
+  }
+  const out: PlacementInput = {};
+  if (o.node_group !== undefined) {
+    if (typeof o.node_group !== "string" || !/^[A-Za-z0-9._-]{1,63}$/.test(o.node_group)) {
+      throw invalid(`metadata '${PLACEMENT_METADATA_KEY}': node_group must be 1-63 letters, digits, . _ -`, { field: PLACEMENT_METADATA_KEY });
+    }
+    out.nodeGroup = o.node_group;
+  }
+  if (o.node_selector !== undefined) {
+    const sel = o.node_selector;
+    if (!sel || typeof sel !== "object" || Array.isArray(sel)) throw invalid(`metadata '${PLACEMENT_METADATA_KEY}': node_selector must be an object of label → value`, { field: PLACEMENT_METADATA_KEY });
+    const s: Record<string, string> = {};
+    for (const [k, val] of Object.entries(sel)) {
+      if (!LABEL_KEY.test(k) || typeof val !== "string" || !LABEL_VALUE.test(val)) {
+        throw invalid(`metadata '${PLACEMENT_METADATA_KEY}': node_selector entry ${k}=${String(val)} is not a valid label`, { field: PLACEMENT_METADATA_KEY });
+      }
+      s[k] = val;
+    }
+    if (Object.keys(s).length) out.nodeSelector = s;
+  }
+  return out;
+}

@@ -63,9 +63,8 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
       }
       if (prev) id = "";
     }
-    // `id` is honoured by the service when it supports caller-chosen ids; otherwise the
-    // operation's target is corrected below to the id the service chose.
-    const input: CreateInput & { id?: SandboxId } = { ...toCreateInput(body), ...(id ? { id: id as SandboxId } : {}) };
+    // A re-created sandbox (after an interrupted attempt) gets a new id; the target follows it.
+    const input: CreateInput = { ...toCreateInput(body), ...(id ? { id: id as SandboxId } : {}) };
     try {
       const rec = await svc.create(tenantId, input, signal);
       if (rec.id !== chosen) {
