@@ -7,8 +7,9 @@
  * Every verb takes an AbortSignal; `kill` is idempotent (absent = ok).
  */
 import type { SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+import type { EnvironmentBinding } from "./placement.ts";
 
-export type { SandboxMetrics, SandboxSpec, SandboxStatus };
+export type { SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding };
 
 /** Where a sandbox lives once placed. Opaque beyond `nodeId` to callers. */
 export interface SandboxRef {
@@ -22,6 +23,17 @@ export interface PlacementRequest {
   vcpu: number;
   memoryMib: number;
   diskMib: number;
+  /** Only nodes of this group (undefined = any group). */
+  nodeGroup?: string;
+  /** Node labels the sandbox requires (operator extras are added by the substrate). */
+  nodeSelector?: Record<string, string>;
+  /** The work's execution-environment binding (behaviours.md C); absent = unbound. */
+  environment?: EnvironmentBinding;
+  /**
+   * Restore pinned to its source node: placed there or refused (409 with the drain hint
+   * when the gate is on and the node does not publish the environment).
+   */
+  pinnedNodeId?: string;
 }
 
 /** How the gateway reaches a port of a sandbox: a base URL and headers to add. */

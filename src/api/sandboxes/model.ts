@@ -4,6 +4,7 @@
  * tests use the in-memory double in `memory-repo.ts`.
  */
 import type { SandboxId, TenantId } from "../../core/ids.ts";
+import type { EnvironmentBinding } from "../../substrate/placement.ts";
 
 /**
  * The lifecycle states are the store's (src/store/sandboxes.ts, with its transition
@@ -111,6 +112,8 @@ export interface ResolvedTemplate {
 export interface TemplateResolver {
   /** By id or alias, visible to the tenant (own or public); null if none. */
   resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null>;
+  /** The execution environment creates from this template are bound to (absent = unbound). */
+  binding?(templateId: string): Promise<EnvironmentBinding>;
 }
 
 export interface ApiKeyAuth {

@@ -21,6 +21,7 @@ import { createExecution } from "../../store/executions.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { ExecutionId, NodeId, SandboxId, TenantId } from "../../core/ids.ts";
 import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
+import type { EnvironmentBinding } from "../../substrate/placement.ts";
 import {
   isLive,
   type ApiKeyAuth,
@@ -229,6 +230,10 @@ export class StoreTemplates implements TemplateResolver {
     }
     return null;
   }
+
+  binding(templateId: string): Promise<EnvironmentBinding> {
+    return templateBinding(this.db, templateId);
+  }
 }
 
 function inventory(n: NodeRecord): Array<{ templateId: string; rootfsSizeMib?: number }> {
@@ -250,11 +255,14 @@ export class StoreApiKeys implements ApiKeyAuth {
   }
 }
 
-/** Registered nodes as the direct substrate sees them. `address` is node-api's URL. */
+/**
+ * Registered nodes as the direct substrate sees them, whatever their status (placement
+ * excludes unavailable/draining/fenced ones and says so). `address` is node-api's URL.
+ */
 export class StoreNodeDirectory implements NodeDirectory {
   constructor(private readonly db: Db) {}
   async list(): Promise<NodeEntry[]> {
-    return (await listNodes(this.db, { status: ["ready"] })).filter((n) => n.substrate === "direct").map(toNodeEntry);
+    return (await listNodes(this.db)).filter((n) => n.substrate === "direct").map(toNodeEntry);
   }
   async get(id: string): Promise<NodeEntry | null> {
     try {
@@ -266,7 +274,7 @@ export class StoreNodeDirectory implements NodeDirectory {
   }
 }
 
-function toNodeEntry(n: NodeRecord): NodeEntry {
+export function toNodeEntry(n: NodeRecord): NodeEntry {
   const cap = n.capacity ?? {};
   const used = n.used ?? {};
   const num = (o: Record<string, number>, ...keys: string[]) => {
@@ -277,8 +285,12 @@ function toNodeEntry(n: NodeRecord): NodeEntry {
   const capMem = num(cap, "memoryMib");
   return {
     id: n.id,
+    name: n.name,
     url: /^https?:\/\//.test(n.address) ? n.address : `http://${n.address}`,
     status: n.status,
+    nodeGroup: n.nodeGroup,
+    labels: n.labels ?? {},
+    usableEnvironments: n.usableEnvironments ?? [],
     capacity:
       capSlots !== undefined && capMem !== undefined
         ? { vcpu: num(cap, "vcpu") ?? 0, memoryMib: capMem, diskMib: num(cap, "diskMib") ?? 0, networkSlots: capSlots }
@@ -295,3 +307,35 @@ function toNodeEntry(n: NodeRecord): NodeEntry {
     templates: inventory(n).map((t) => t.templateId),
   };
 }
+
+/**
+ * The execution environment template work is bound to (behaviours.md C): the newest
+ * ready build's recorded environment; else the one every ready node holding the
+ * template reports in its inventory; else unbound. Disagreeing nodes, or a recorded
+ * value that is not a digest, make the binding unreadable.
+ */
+export async function templateBinding(db: Db, templateId: string): Promise<EnvironmentBinding> {
+  const build = await db.maybeOne<{ id: string; environment: string | null }>(
+    `SELECT id, environment FROM builds WHERE template_id = $1 AND status = 'ready' ORDER BY created_at DESC LIMIT 1`,
+    [templateId],
+  );
+  if (build?.environment) {
+    if (!ENV_DIGEST.test(build.environment)) return { kind: "unreadable", reason: `build ${build.id} records environment '${build.environment.slice(0, 80)}', not a digest` };
+    return { kind: "bound", environment: build.environment, source: `build ${build.id}` };
+  }
+  const seen = new Set<string>();
+  for (const n of await listNodes(db, { status: ["ready", "draining"] })) {
+    for (const t of Array.isArray(n.templates) ? n.templates : []) {
+      const e = t && typeof t === "object" ? (t as { templateId?: unknown; environment?: unknown }) : null;
+      if (e?.templateId === templateId && typeof e.environment === "string" && e.environment) seen.add(e.environment);
+    }
+  }
+  if (seen.size === 0) return { kind: "none" };
+  if (seen.size > 1) return { kind: "unreadable", reason: `nodes report ${seen.size} different environments for template ${templateId}: ${[...seen].join(", ")}` };
+  const env = [...seen][0]!;
+  if (!ENV_DIGEST.test(env)) return { kind: "unreadable", reason: `nodes report environment '${env.slice(0, 80)}' for template ${templateId}, not a digest` };
+  return { kind: "bound", environment: env, source: "node template inventory" };
+}
+
+/** `<algorithm>-<hex>` or `<algorithm>:<hex>` (see node/templates/environment.ts). */
+const ENV_DIGEST = /^[a-z0-9]+[-:][0-9a-f]{12,128}$/;

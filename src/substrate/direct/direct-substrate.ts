@@ -1,47 +1,68 @@
 /**
  * Direct substrate: the control plane picks a node among the registered ones and calls
- * its node-api. Placement scores ready nodes by free capacity (published by node-ctl),
- * prefers nodes that already cache the template, and counts its own in-flight
- * placements so a burst of creates spreads instead of piling on one node.
+ * its node-api. Placement (../placement.ts) filters nodes by status, node group,
+ * selectors (the request's plus the operator's extras), the environment gate and free
+ * capacity (published by node-ctl), scores by free capacity and template-cache
+ * locality, and counts its own in-flight placements so a burst of creates spreads
+ * instead of piling on one node. A failed placement says why, per node class.
  */
 import type { PlacementRequest, ProxyTarget, SandboxRef, Substrate } from "../substrate.ts";
 import type { SandboxMetrics, SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
 import { NodeClient } from "./node-client.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
+import {
+  requirePlacement,
+  type Capacity,
+  type GateMode,
+  type GatePlacement,
+  type PlacementDecision,
+  type PlacementNode,
+  type PlacementOptions,
+} from "../placement.ts";
 
-export interface NodeCapacity {
-  vcpu: number;
-  memoryMib: number;
-  diskMib: number;
-  networkSlots: number;
-}
+export type NodeCapacity = Capacity;
 
 /** A registered node as the directory (the store) knows it. */
-export interface NodeEntry {
-  id: string;
+export interface NodeEntry extends PlacementNode {
   /** node-api base URL */
   url: string;
-  /** Only `ready` nodes take new sandboxes (draining/fenced/down do not). */
-  status: string;
-  capacity?: NodeCapacity | null;
-  used?: (NodeCapacity & { sandboxes?: number }) | null;
-  /** Template ids in the node's cache (locality bonus). */
-  templates?: readonly string[];
 }
 
 export interface NodeDirectory {
+  /** Every node of this substrate, whatever its status (placement explains exclusions). */
   list(signal: AbortSignal): Promise<NodeEntry[]>;
   get(id: string, signal: AbortSignal): Promise<NodeEntry | null>;
+}
+
+/** What a placement under `shadow`/`on` recorded (metrics, logs). */
+export interface GateObservation {
+  sandboxId: string;
+  gate: GateMode;
+  nodeId: string;
+  placement: GatePlacement;
+  /** shadow: `on` would have refused the work with this reason. */
+  wouldFail?: string;
 }
 
 export interface DirectSubstrateDeps {
   nodes: NodeDirectory;
   internalToken: string;
+  /** SPACE_ENVIRONMENT_PLACEMENT_GATE (default off). */
+  gate?: GateMode;
+  /** SPACE_PLACEMENT_NODE_SELECTOR: labels every sandbox requires in addition to its own. */
+  selectorExtras?: Record<string, string>;
+  overcommit?: PlacementOptions["overcommit"];
+  /** Called for every placement under shadow/on (the census and logs read it). */
+  onGate?: (o: GateObservation) => void;
 }
 
 export class DirectSubstrate implements Substrate {
   readonly #nodes: NodeDirectory;
   readonly #token: string;
+  readonly #gate: GateMode;
+  readonly #extras: Record<string, string>;
+  readonly #overcommit: PlacementOptions["overcommit"];
+  readonly #onGate: ((o: GateObservation) => void) | undefined;
   readonly #clients = new Map<string, NodeClient>();
   /** node id → placements handed out and not yet started (or failed). */
   readonly #inflight = new Map<string, number>();
@@ -49,26 +70,78 @@ export class DirectSubstrate implements Substrate {
   constructor(deps: DirectSubstrateDeps) {
     this.#nodes = deps.nodes;
     this.#token = deps.internalToken;
+    this.#gate = deps.gate ?? "off";
+    this.#extras = deps.selectorExtras ?? {};
+    this.#overcommit = deps.overcommit;
+    this.#onGate = deps.onGate;
+  }
+
+  get gate(): GateMode {
+    return this.#gate;
+  }
+
+  /** The decision without side effects (admin "why not here?" and benchmarks). */
+  async decide(req: PlacementRequest, signal: AbortSignal): Promise<PlacementDecision & { nodeId: string }> {
+    const nodes = await this.#nodes.list(signal);
+    const selector = { ...(req.nodeSelector ?? {}), ...this.#extras };
+    const work = {
+      templateId: req.templateId,
+      vcpu: req.vcpu,
+      memoryMib: req.memoryMib,
+      diskMib: req.diskMib,
+      ...(req.nodeGroup !== undefined ? { nodeGroup: req.nodeGroup } : {}),
+      ...(Object.keys(selector).length ? { nodeSelector: selector } : {}),
+      ...(req.environment ? { environment: req.environment } : {}),
+    };
+    const opts: PlacementOptions = { gate: this.#gate, inflight: this.#inflight, ...(this.#overcommit ? { overcommit: this.#overcommit } : {}) };
+    if (req.pinnedNodeId !== undefined) return this.#pinned(req, nodes, work, opts);
+    return requirePlacement(nodes, work, opts);
   }
 
   async place(req: PlacementRequest, signal: AbortSignal): Promise<SandboxRef> {
-    const nodes = (await this.#nodes.list(signal)).filter((n) => n.status === "ready");
-    if (nodes.length === 0) {
-      throw new SpaceError("unavailable", "no ready node is registered to place the sandbox on", { retryable: true });
+    const d = await this.decide(req, signal);
+    if (this.#gate !== "off" && d.gatePlacement) {
+      this.#onGate?.({
+        sandboxId: req.sandboxId,
+        gate: this.#gate,
+        nodeId: d.nodeId,
+        placement: d.gatePlacement,
+        ...(d.shadowWouldFail ? { wouldFail: d.shadowWouldFail } : {}),
+      });
     }
-    const scored = nodes
-      .map((n) => ({ n, score: scoreNode(n, req, this.#inflight.get(n.id) ?? 0) }))
-      .filter((x) => x.score > Number.NEGATIVE_INFINITY)
-      .sort((a, b) => b.score - a.score);
-    const best = scored[0];
-    if (!best) {
+    this.#inflight.set(d.nodeId, (this.#inflight.get(d.nodeId) ?? 0) + 1);
+    return { sandboxId: req.sandboxId, nodeId: d.nodeId };
+  }
+
+  /**
+   * A restore pinned to its source node (behaviours.md C): under `on`, a node that does
+   * not publish the environment refuses at once with the drain hint; a node the
+   * directory lacks keeps the pin (the node itself decides).
+   */
+  #pinned(
+    req: PlacementRequest,
+    nodes: readonly NodeEntry[],
+    work: Parameters<typeof requirePlacement>[1],
+    opts: PlacementOptions,
+  ): PlacementDecision & { nodeId: string } {
+    const pin = req.pinnedNodeId!;
+    const node = nodes.find((n) => n.id === pin);
+    const base = { nodeId: pin, rejected: {}, ranked: [{ nodeId: pin, score: 0 }], explanation: "" };
+    if (!node) return base;
+    const env = req.environment;
+    if (this.#gate === "on" && env?.kind === "unreadable") {
+      throw new SpaceError("failed_precondition", `environment placement gate is on and the restore's environment binding is unreadable: ${env.reason}`);
+    }
+    const envOk = env?.kind !== "bound" || node.usableEnvironments.includes(env.environment);
+    if (this.#gate === "on" && !envOk && env?.kind === "bound") {
       throw new SpaceError(
-        "resource_exhausted",
-        `no node has room for vcpu=${req.vcpu} memory_mib=${req.memoryMib} disk_mib=${req.diskMib}`,
+        "failed_precondition",
+        `sandbox ${req.sandboxId} is pinned to node ${node.name ?? pin}, which does not publish environment ${env.environment}; ` +
+          `drain the node (POST /admin/api/v1/nodes/${pin}/drain) so the snapshot is published to remote storage and restores elsewhere`,
       );
     }
-    this.#inflight.set(best.n.id, (this.#inflight.get(best.n.id) ?? 0) + 1);
-    return { sandboxId: req.sandboxId, nodeId: best.n.id };
+    const d = requirePlacement([node], work, opts);
+    return { ...d, ...(this.#gate !== "off" ? { gatePlacement: env?.kind !== "bound" ? "no_evidence" : envOk ? "admitted" : "environment_not_usable" } : {}) };
   }
 
   async start(ref: SandboxRef, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
@@ -132,26 +205,9 @@ export class DirectSubstrate implements Substrate {
     const node = await this.#nodes.get(nodeId, signal);
     if (!node) throw notFound(`node ${nodeId} is not registered`);
     const client = new NodeClient({ baseUrl: node.url, internalToken: this.#token });
+    // Kept briefly: a node that re-registers at a new address is picked up within seconds.
     this.#clients.set(nodeId, client);
+    setTimeout(() => this.#clients.delete(nodeId), 5_000).unref();
     return client;
   }
-}
-
-/**
- * Higher is better; -Infinity = cannot fit. Free memory fraction dominates, template
- * locality adds a bonus, in-flight placements count as used.
- */
-export function scoreNode(n: NodeEntry, req: PlacementRequest, inflight: number): number {
-  const cap = n.capacity;
-  const used = n.used;
-  if (!cap || !used) return 1 - inflight * 0.01; // unknown capacity: still usable, spread by in-flight
-  const freeSlots = cap.networkSlots - used.networkSlots - inflight;
-  const freeMem = cap.memoryMib - used.memoryMib - inflight * req.memoryMib;
-  if (freeSlots < 1) return Number.NEGATIVE_INFINITY;
-  // Memory is overcommitted (idle sandboxes use little of their limit): it only ranks
-  // nodes; slots are the hard limit.
-  const memScore = cap.memoryMib > 0 ? freeMem / cap.memoryMib : 0;
-  const slotScore = cap.networkSlots > 0 ? freeSlots / cap.networkSlots : 0;
-  const locality = n.templates?.includes(req.templateId) ? 0.25 : 0;
-  return memScore + slotScore + locality;
 }
