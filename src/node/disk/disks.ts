@@ -125,16 +125,23 @@ export class Disks {
   }
 
   async ensureSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<string> {
+    const d = await this.snapshotSandboxDisk(id, template, diskMib, signal);
+    await d.limited;
+    return d.root;
+  }
+
+  /**
+   * Snapshot now; the qgroup limit lands in `limited`, so callers can overlap it with the
+   * runtime start (nothing in the sandbox writes before envd is ready, and the caller awaits
+   * `limited` before reporting ready). The caller releases the disk if `limited` fails.
+   */
+  async snapshotSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
     const path = this.sandboxPath(id);
-    if (await exists(path)) return this.sandboxRoot(id);
+    if (await exists(path)) return { root: this.sandboxRoot(id), limited: Promise.resolve() };
     await btrfs.snapshot(this.templatePath(template), path, signal);
-    try {
-      await btrfs.qgroupLimit(path, diskMib, signal);
-    } catch (e) {
-      await btrfs.subvolumeDelete(path).catch(() => undefined);
-      throw e;
-    }
-    return this.sandboxRoot(id);
+    const limited = btrfs.qgroupLimit(path, diskMib, signal).then(() => undefined);
+    limited.catch(() => undefined); // observed by the caller; never an unhandled rejection
+    return { root: this.sandboxRoot(id), limited };
   }
 
   /** Absent = ok. */

@@ -178,9 +178,9 @@ export class SandboxManager {
         const timings: Record<string, number> = {};
         // Disk and slot are independent: set them up in parallel.
         const tDisk = performance.now();
-        const diskP = this.ensureDisk(spec, signal).then((p) => {
+        const diskP = this.ensureDisk(spec, signal).then((d) => {
           timings.diskMs = ms(tDisk);
-          return p;
+          return d;
         });
         const slotP = this.claimSlot(s, signal).then(() => {
           timings.slotMs = ms(tDisk);
@@ -191,7 +191,8 @@ export class SandboxManager {
         if (disk.status === "rejected") throw disk.reason;
         if (slot.status === "rejected") throw slot.reason;
         stack.defer("runtime", () => this.o.runtime.delete(id, AbortSignal.timeout(60_000)));
-        await this.boot(s, disk.value, timings, signal);
+        await this.boot(s, disk.value.root, timings, signal);
+        await disk.value.limited; // the qgroup limit, overlapped with the boot
         timings.totalMs = ms(t0);
         s.timings = timings;
         this.transition(s, "running");
@@ -210,14 +211,11 @@ export class SandboxManager {
     }
   }
 
-  private async ensureDisk(spec: SandboxSpec, signal: AbortSignal): Promise<string> {
-    if (this.o.disks) {
-      const disk = await this.o.disks.ensureSandboxDisk(spec.sandboxId, spec.template, spec.diskMib, signal);
-      return disk;
-    }
+  private async ensureDisk(spec: SandboxSpec, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
+    if (this.o.disks) return this.o.disks.snapshotSandboxDisk(spec.sandboxId, spec.template, spec.diskMib, signal);
     const dir = join(this.processDisksDir, spec.sandboxId);
     await mkdir(dir, { recursive: true });
-    return dir;
+    return { root: dir, limited: Promise.resolve() };
   }
   private async releaseDisk(id: string): Promise<void> {
     if (this.o.disks) await this.o.disks.releaseSandboxDisk(id, AbortSignal.timeout(60_000));
