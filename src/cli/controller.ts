@@ -7,6 +7,8 @@ import { startLeaderElection } from "../store/leader.ts";
 import { hostname } from "node:os";
 import { randomId } from "../core/ids.ts";
 import { startNodeLiveness } from "../controller/node-liveness.ts";
+import { startCensus } from "../controller/census.ts";
+import { templateBinding } from "../api/sandboxes/queries.ts";
 import { startDispatcher } from "../controller/dispatcher.ts";
 import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 
@@ -19,7 +21,21 @@ export type LoopFactory = (cp: ControlPlane) => Loop | Promise<Loop>;
 
 /** The loops every controller leader runs. */
 export const controllerLoops: readonly LoopFactory[] = [
-  (cp) => startNodeLiveness({ db: cp.db, log: cp.log, graceMs: 3 * cp.config.SPACE_NODE_HEARTBEAT_MS }),
+  (cp) =>
+    startNodeLiveness({
+      db: cp.db,
+      log: cp.log,
+      graceMs: cp.config.SPACE_NODE_HEARTBEAT_GRACE_MS || 3 * cp.config.SPACE_NODE_HEARTBEAT_MS,
+      repo: cp.layer.sandboxes.repo,
+    }),
+  (cp) =>
+    startCensus({
+      db: cp.db,
+      log: cp.log,
+      gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
+      metrics: cp.census,
+      binding: (t) => templateBinding(cp.db, t),
+    }),
   (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes }),
   (cp) => startTimeoutEnforcer({ sandboxes: cp.layer.sandboxes, log: cp.log }),
 ];

@@ -17,11 +17,14 @@ import { openBlobStore } from "../blob/open.ts";
 import type { BlobStore } from "../blob/blob-store.ts";
 import { createApiApp } from "../api/app.ts";
 import { registerAdminRoutes } from "../api/admin/routes.ts";
+import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { authenticateBearer, bearerOf } from "../api/auth.ts";
 import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts";
 import { registerEcwRoutes } from "../api/ecw/routes.ts";
 import { registerNativeRoutes } from "../api/native/routes.ts";
 import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
+import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
+import { parseSelector } from "../substrate/placement.ts";
 
 /** What every control-plane component shares inside one process. */
 export interface ControlPlane {
@@ -34,6 +37,8 @@ export interface ControlPlane {
   internalToken: string;
   /** The one sandbox service (with its substrate) shared by ECW, Native, gateway and controller. */
   layer: SandboxLayer;
+  /** Environment placement census metrics (fed by placement, reported by the leader). */
+  census: CensusMetrics;
 }
 
 export interface Running {
@@ -59,13 +64,20 @@ export async function openControlPlane(
     if (m.applied.length) log.info({ applied: m.applied }, "migrations applied");
     await assertSubstrate(db, config.SPACE_SUBSTRATE);
     const blobs = openBlobStore(config);
+    const metrics = createMetricsRegistry(processName);
+    const census = createCensusMetrics(metrics, log);
     const layer = createSandboxLayer({
       db,
       log,
       internalToken: secrets.internalToken,
       defaults: { vcpu: config.SPACE_DEFAULT_VCPU, memoryMib: config.SPACE_DEFAULT_MEMORY_MIB, diskMib: config.SPACE_DEFAULT_DISK_MIB },
+      placement: {
+        gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
+        selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
+        onGate: census.onGate,
+      },
     });
-    return { config, log, metrics: createMetricsRegistry(processName), db, blobs, layer, ...secrets };
+    return { config, log, metrics, census, db, blobs, layer, ...secrets };
   } catch (e) {
     await db.close();
     throw e;
@@ -91,6 +103,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
+    (a) => registerNodeAdminRoutes(a, { db, adminToken: cp.adminToken, internalToken: cp.internalToken, log }),
     (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
     (a) =>
       registerNativeRoutes(a, {
@@ -163,8 +176,9 @@ export async function runController(config: Config): Promise<() => Promise<void>
 }
 
 export async function runNode(config: Config): Promise<() => Promise<void>> {
-  requireSecret(config, "SPACE_INTERNAL_TOKEN");
-  throw new SpaceError("unimplemented", "a standalone `space node` registering over HTTP arrives with the Direct fleet; use `space up` on one machine");
+  const token = requireSecret(config, "SPACE_INTERNAL_TOKEN");
+  const { startStandaloneNode } = await import("../node/ctl/standalone.ts");
+  return startStandaloneNode(config, token, createLogger(config.SPACE_LOG_LEVEL, "node"));
 }
 
 export async function runMigrate(config: Config): Promise<void> {

@@ -259,7 +259,11 @@ const nodes = (n: number) => (n === 1 ? "node" : "nodes");
 export function explain(total: number, rejected: Partial<Record<RejectReason, string[]>>, w: PlacementWork): string {
   const what = `vcpu=${w.vcpu} memory_mib=${w.memoryMib} disk_mib=${w.diskMib}`;
   if (total === 0) return `no node is registered to place the sandbox (${what}) on`;
-  const parts = rejectReasons.filter((r) => rejected[r]?.length).map((r) => reasonText[r](rejected[r]!.length, w));
+  // Largest classes first: "3 nodes lack environment X, 1 node full (network slots)".
+  const parts = rejectReasons
+    .filter((r) => rejected[r]?.length)
+    .sort((a, b) => rejected[b]!.length - rejected[a]!.length)
+    .map((r) => reasonText[r](rejected[r]!.length, w));
   return `no node can take the sandbox (${what}): ${parts.join(", ")}`;
 }
 

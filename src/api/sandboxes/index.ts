@@ -6,7 +6,7 @@
 import type { Db } from "../../store/db.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Substrate } from "../../substrate/substrate.ts";
-import { DirectSubstrate } from "../../substrate/direct/direct-substrate.ts";
+import { DirectSubstrate, type DirectSubstrateDeps } from "../../substrate/direct/direct-substrate.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
 import { StoreApiKeys, StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import type { ApiKeyAuth } from "./model.ts";
@@ -20,6 +20,8 @@ export interface SandboxLayerDeps {
   defaults: SandboxDefaults;
   /** Defaults to the direct substrate over the store's registered nodes. */
   substrate?: Substrate;
+  /** Direct placement: gate mode, operator selector extras, gate observations. */
+  placement?: Pick<DirectSubstrateDeps, "gate" | "selectorExtras" | "onGate" | "overcommit">;
 }
 
 export interface SandboxLayer {
@@ -29,7 +31,8 @@ export interface SandboxLayer {
 }
 
 export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
-  const substrate = deps.substrate ?? new DirectSubstrate({ nodes: new StoreNodeDirectory(deps.db), internalToken: deps.internalToken });
+  const substrate =
+    deps.substrate ?? new DirectSubstrate({ nodes: new StoreNodeDirectory(deps.db), internalToken: deps.internalToken, ...deps.placement });
   const sandboxes = new SandboxService({
     repo: new StoreSandboxRepo(deps.db),
     templates: new StoreTemplates(deps.db),
