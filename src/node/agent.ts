@@ -23,11 +23,15 @@ import { startHeartbeat } from "./ctl/heartbeat.ts";
 import { ensureNodeId } from "./ctl/node-id.ts";
 import { Disks } from "./disk/disks.ts";
 import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./disk/node-cache.ts";
+import { NodeResolver, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
 import { LinuxNetworkSlots } from "./network/slots.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
 import { BASE_TEMPLATE, ensureBaseTemplateTarball } from "./templates/base-template.ts";
 import { resolveDebianMirror } from "./templates/debian-mirror.ts";
 import { cpuFeatures, environmentDigest } from "./templates/environment.ts";
+import { TemplateBuilder } from "./templates/builder.ts";
+import { registerTemplateRoutes } from "./templates/routes.ts";
+import { openBlobStore } from "../blob/open.ts";
 
 export const REPO_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -54,6 +58,8 @@ export interface NodeAgentDeps {
   hostScope?: { bridge?: string; nftTable?: string; vethPrefix?: string; cgroupParent?: string };
   /** Show the base template build progress on stderr (default true). */
   progress?: boolean;
+  /** Where the node resolver forwards (default: first nameserver of /etc/resolv.conf). */
+  dnsUpstream?: Upstream;
 }
 
 export interface NodeAgent {
@@ -66,6 +72,8 @@ export interface NodeAgent {
   readonly runtime: Runtime | undefined;
   readonly slots: LinuxNetworkSlots | undefined;
   readonly disks: Disks | undefined;
+  /** Template builds on this node (isolated runtimes only). */
+  readonly builder: TemplateBuilder | undefined;
   readonly nodeId: string | undefined;
   /** The token node-api expects (after start()). */
   readonly token: string;
@@ -79,10 +87,12 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let runtime: Runtime | undefined;
   let slots: LinuxNetworkSlots | undefined;
   let disks: Disks | undefined;
+  let builder: TemplateBuilder | undefined;
   let cache: NodeCache | undefined;
   let nodeId: string | undefined;
   let environment = "";
   let heartbeat: { stop(): Promise<void> } | undefined;
+  let resolver: NodeResolver | undefined;
   let startError: string | undefined;
 
   const inventory = async (): Promise<NodeInventory> => {
@@ -120,6 +130,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
 
   // The token may only be known after start() (token file): node-api reads it per request.
   const app = createNodeApi({ token: () => token, manager: () => manager, inventory, health, logger: log });
+  registerTemplateRoutes(app, () => builder);
 
   const agent: NodeAgent = {
     app,
@@ -135,6 +146,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     },
     get disks() {
       return disks;
+    },
+    get builder() {
+      return builder;
     },
     get nodeId() {
       return nodeId;
@@ -210,8 +224,26 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         });
         const wanted = deps.wanted ? await deps.wanted().catch(() => undefined) : undefined;
         await m.reconcile(signal, wanted);
-        if (slots) await slots.init((owner) => m.keepsSlot(owner), signal);
+        if (slots) {
+          await slots.init((owner) => m.keepsSlot(owner), signal);
+          const upstream = deps.dnsUpstream ?? upstreamFromResolvConf(await readFile("/etc/resolv.conf", "utf8").catch(() => "")) ?? { host: "127.0.0.53", port: 53 };
+          resolver = new NodeResolver({ listen: slots.range.gateway, upstream, binder: slots, logger: log });
+          await resolver.start();
+        }
         manager = m;
+        if (cache && disks) {
+          builder = new TemplateBuilder({
+            cache,
+            disks,
+            runtime,
+            slots,
+            blobs: openBlobStore(config),
+            nodeBinary: deps.nodeBinary ?? process.execPath,
+            scratchDir: join(nodeDir, "builds"),
+            environment: () => environment,
+            logger: log,
+          });
+        }
         if (deps.publish) heartbeat = startHeartbeat({ intervalMs: config.SPACE_NODE_HEARTBEAT_MS, inventory, publish: deps.publish, logger: log });
         log.info({ nodeId, runtime: runtime.kind, environment, nodeDir }, "node agent started");
       } catch (e) {
@@ -223,6 +255,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     async stop(opts = {}) {
       await heartbeat?.stop();
       heartbeat = undefined;
+      await resolver?.stop();
+      resolver = undefined;
+      await builder?.close();
       await app.close();
       await slots?.drainPool(AbortSignal.timeout(60_000));
       await disks?.close();
