@@ -101,7 +101,7 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
   app.post("/v1/sandboxes/:id/egress", async (req) => {
     const { id } = parse(Params, req.params, "path");
     const body = parse(SandboxEgress, req.body ?? {}, "egress");
-    await mgr().setEgress(id, body.allowInternetAccess, signalOf(req));
+    await mgr().setEgress(id, body.allowInternetAccess, signalOf(req), body.policy);
     return mgr().get(id);
   });
   app.delete("/v1/sandboxes/:id", async (req, reply) => {

@@ -13,12 +13,13 @@
  *   DELETE /v1/sandboxes/:id                    → 204 (absent = ok)
  *   GET    /v1/sandboxes/:id/metrics            → SandboxMetrics
  *   ANY    /v1/sandboxes/:id/proxy/:port/<path> → raw HTTP proxied to the sandbox's <port> (envd is 49983)
- *   POST   /v1/sandboxes/:id/egress             SandboxEgress → SandboxStatus (per-slot egress hook)
+ *   POST   /v1/sandboxes/:id/egress             SandboxEgress → SandboxStatus (replaces the egress policy)
  *
  * On the proxy the token may come in `X-Space-Node-Token` instead, so the user's own
  * `Authorization` header reaches the sandbox untouched (a Bearer token is stripped).
  */
 import { z } from "zod";
+import { EgressPolicy } from "../network/policy.ts";
 
 export const ENVD_PORT = 49983;
 
@@ -38,6 +39,8 @@ export const SandboxSpec = z
     accessToken: z.string().optional(),
     /** Egress: false = deny all outbound (refined by the network-policy issue). */
     allowInternetAccess: z.boolean().default(true),
+    /** The compiled egress policy (src/api/network); when present it replaces allowInternetAccess. */
+    network: EgressPolicy.optional(),
   })
   .strict();
 export type SandboxSpec = z.infer<typeof SandboxSpec>;
@@ -50,7 +53,7 @@ export const SandboxInit = z
   .strict();
 export type SandboxInit = z.infer<typeof SandboxInit>;
 
-export const SandboxEgress = z.object({ allowInternetAccess: z.boolean() }).strict();
+export const SandboxEgress = z.object({ allowInternetAccess: z.boolean(), policy: EgressPolicy.optional() }).strict();
 export type SandboxEgress = z.infer<typeof SandboxEgress>;
 
 export const NodeSandboxState = z.enum(["running", "paused", "stopped"]);

@@ -1,41 +1,88 @@
 /**
- * The node's nftables rules (table `inet space`), as nft scripts (pure, unit-tested).
- * Guardrails, always on: sandboxes cannot reach each other (also enforced at L2 by bridge
- * port isolation), the node itself (any of its addresses, loopback services included),
- * or link-local metadata addresses; IPv6 from sandboxes is dropped; egress is NATed.
- * Each slot has its own chain `sb_<id>` reached through the `egress` verdict map: the hook
- * the network-policy engine fills (now: allowInternetAccess=false → drop).
+ * The node's nftables rules (table `inet space`, plus `bridge space` for L2), as nft
+ * scripts (pure, unit-tested).
+ * Guardrails, always on and before any sandbox policy: sandboxes cannot reach each other
+ * (also enforced at L2 by bridge port isolation), the node itself (any of its addresses,
+ * loopback services included) except its DNS resolver, link-local/metadata addresses,
+ * operator-listed addresses (`guardrails`, e.g. the control plane), or DNS servers other
+ * than the node resolver; IPv6, VLAN-tagged and other non-IP/ARP frames from sandboxes are
+ * dropped; egress is NATed. The operator may list `guardrailExceptions` (these then go
+ * through the sandbox's policy like any destination).
+ * Each slot has its own chain `sb_<id>` reached through the `egress` verdict map: its
+ * egress policy (policy.ts) as first-match rules; domain rules match the sets
+ * `sb_<id>_<rule index>` the node resolver fills with answers for their TTL. Accepted
+ * flows carry the policy generation in their conntrack mark, so a policy update
+ * re-judges flows opened under the previous one (and an expiring domain binding does
+ * not cut a flow it allowed).
  */
+import { domainRules, type EgressPolicy, type EgressRule } from "./policy.ts";
+
 export const DEFAULT_TABLE = "space";
 
 export interface BaseRulesInput {
   table: string;
   bridge: string;
   cidr: string;
+  /** The bridge address: the node resolver listens there on port 53. */
+  gateway?: string;
+  /** Host veth name prefix (L2 filter of guest frames). */
+  vethPrefix?: string;
+  /** Extra always-denied destinations (the control plane, the machine network). */
+  guardrails?: string[];
+  /** Operator exceptions to the guardrails (still subject to the sandbox's policy). */
+  guardrailExceptions?: string[];
 }
 
+const set = (xs: string[]) => `{ ${xs.join(", ")} }`;
+
 export function baseRuleset(i: BaseRulesInput): string {
+  const br = `iifname "${i.bridge}"`;
+  const exc = i.guardrailExceptions?.length ? set(i.guardrailExceptions) : undefined;
+  const lines = [
+    `${br} oifname "${i.bridge}" drop`,
+    `${br} ip saddr != ${i.cidr} drop`,
+    `${br} meta nfproto ipv6 drop`,
+    ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @egress`] : []),
+    `${br} ip daddr 169.254.0.0/16 reject`,
+    `${br} ip daddr ${i.cidr} reject`,
+    ...(i.guardrails?.length ? [`${br} ip daddr ${set(i.guardrails)} reject`] : []),
+    // DNS goes through the node resolver only (it binds names to the allow sets).
+    `${br} meta l4proto { tcp, udp } th dport 53 reject`,
+    `${br} ip saddr vmap @egress`,
+    `oifname "${i.bridge}" ip daddr ${i.cidr} ct state established,related accept`,
+    `oifname "${i.bridge}" ip daddr ${i.cidr} drop`,
+  ];
+  const input = [
+    `${br} ct state established,related accept`,
+    ...(i.gateway ? [`${br} ip daddr ${i.gateway} meta l4proto { tcp, udp } th dport 53 accept`] : []),
+    ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @egress`] : []),
+    `${br} meta l4proto { tcp, udp } reject`,
+    `${br} drop`,
+  ];
   return `table inet ${i.table} {
   map egress { type ipv4_addr : verdict; }
   chain forward {
     type filter hook forward priority filter - 10; policy accept;
-    iifname "${i.bridge}" oifname "${i.bridge}" drop
-    iifname "${i.bridge}" ip saddr != ${i.cidr} drop
-    iifname "${i.bridge}" ip daddr 169.254.0.0/16 drop
-    iifname "${i.bridge}" ip daddr ${i.cidr} drop
-    iifname "${i.bridge}" meta nfproto ipv6 drop
-    iifname "${i.bridge}" ip saddr vmap @egress
-    oifname "${i.bridge}" ip daddr ${i.cidr} ct state established,related accept
-    oifname "${i.bridge}" ip daddr ${i.cidr} drop
+${lines.map((l) => `    ${l}`).join("\n")}
   }
   chain input {
     type filter hook input priority filter - 10; policy accept;
-    iifname "${i.bridge}" ct state established,related accept
-    iifname "${i.bridge}" drop
+${input.map((l) => `    ${l}`).join("\n")}
   }
   chain postrouting {
     type nat hook postrouting priority srcnat; policy accept;
     ip saddr ${i.cidr} oifname != "${i.bridge}" masquerade
+  }
+}
+${i.vethPrefix ? guestL2Ruleset(i.table, i.vethPrefix) : ""}`;
+}
+
+/** Frames from guests that are neither IPv4 nor ARP (VLAN tags, IPv6, anything raw) never reach the bridge. */
+export function guestL2Ruleset(table: string, vethPrefix: string): string {
+  return `table bridge ${table} {
+  chain guest {
+    type filter hook prerouting priority filter; policy accept;
+    iifname "${vethPrefix}*" ether type != { ip, arp } counter drop
   }
 }
 `;
@@ -43,33 +90,74 @@ export function baseRuleset(i: BaseRulesInput): string {
 
 export const slotChain = (id: string) => `sb_${id}`;
 
-export interface SlotPolicy {
-  allowInternetAccess: boolean;
+export type SlotPolicy = EgressPolicy;
+
+export const domainSet = (id: string, ruleIndex: number) => `sb_${id}_${ruleIndex}`;
+
+function portsExpr(r: EgressRule): string {
+  const proto = r.protocol === "any" ? (r.ports ? "meta l4proto { tcp, udp } " : "") : `meta l4proto ${r.protocol} `;
+  if (!r.ports) return proto;
+  const ranges = r.ports.map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`));
+  return `${proto}th dport { ${ranges.join(", ")} } `;
 }
 
-/** Rules of a slot chain: runs for every packet the slot sends out of the node. */
-export function slotRules(policy: SlotPolicy): string[] {
-  return policy.allowInternetAccess ? [] : ["drop"];
+/**
+ * Rules of a slot chain: runs for every packet the slot sends out of the node.
+ * `generation` tags the flows this version of the policy accepted.
+ */
+export function slotRules(id: string, policy: SlotPolicy, generation: number): string[] {
+  const mark = generation >>> 0;
+  const out = [`ct state established,related ct mark ${mark} accept`];
+  policy.rules.forEach((r, k) => {
+    const dst = r.cidr ? `ip daddr ${r.cidr} ` : `ip daddr @${domainSet(id, k)} `;
+    const match = `${dst}${portsExpr(r)}`;
+    out.push(r.action === "allow" ? `${match}ct mark set ${mark} accept` : `${match}counter reject`);
+  });
+  out.push(policy.default === "allow" ? `ct mark set ${mark} accept` : "counter reject");
+  return out;
 }
 
-export function addSlotScript(table: string, id: string, address: string, policy: SlotPolicy): string {
+function setLines(table: string, id: string, policy: SlotPolicy): string[] {
+  return domainRules(policy).map(({ index }) => `add set inet ${table} ${domainSet(id, index)} { type ipv4_addr; flags timeout; }`);
+}
+
+export function addSlotScript(table: string, id: string, address: string, policy: SlotPolicy, generation = 1): string {
   const chain = slotChain(id);
   return [
     `add chain inet ${table} ${chain}`,
     `flush chain inet ${table} ${chain}`,
-    ...slotRules(policy).map((r) => `add rule inet ${table} ${chain} ${r}`),
+    ...setLines(table, id, policy),
+    ...slotRules(id, policy, generation).map((r) => `add rule inet ${table} ${chain} ${r}`),
     `add element inet ${table} egress { ${address} : jump ${chain} }`,
   ].join("\n") + "\n";
 }
 
-export function setPolicyScript(table: string, id: string, policy: SlotPolicy): string {
+/** Replaces a slot's policy in one transaction (the previous policy names its sets). */
+export function setPolicyScript(table: string, id: string, policy: SlotPolicy, previous: SlotPolicy | undefined, generation = 1): string {
   const chain = slotChain(id);
-  return [`flush chain inet ${table} ${chain}`, ...slotRules(policy).map((r) => `add rule inet ${table} ${chain} ${r}`)].join("\n") + "\n";
+  return [
+    `flush chain inet ${table} ${chain}`,
+    ...(previous ? domainRules(previous).map(({ index }) => `delete set inet ${table} ${domainSet(id, index)}`) : []),
+    ...setLines(table, id, policy),
+    ...slotRules(id, policy, generation).map((r) => `add rule inet ${table} ${chain} ${r}`),
+  ].join("\n") + "\n";
 }
 
-export function removeSlotScript(table: string, id: string, address: string | undefined): string {
+/** Binds resolved addresses to a domain rule's set until `timeoutSec` from now (refreshing an existing binding). */
+export function bindScript(table: string, id: string, ruleIndex: number, addresses: string[], timeoutSec: number): string {
+  const s = domainSet(id, ruleIndex);
+  const t = Math.max(1, Math.ceil(timeoutSec));
+  return [
+    `add element inet ${table} ${s} { ${addresses.join(", ")} }`,
+    `delete element inet ${table} ${s} { ${addresses.join(", ")} }`,
+    `add element inet ${table} ${s} { ${addresses.map((a) => `${a} timeout ${t}s`).join(", ")} }`,
+  ].join("\n") + "\n";
+}
+
+export function removeSlotScript(table: string, id: string, address: string | undefined, policy?: SlotPolicy): string {
   const lines: string[] = [];
   if (address) lines.push(`delete element inet ${table} egress { ${address} }`);
   lines.push(`delete chain inet ${table} ${slotChain(id)}`);
+  if (policy) for (const { index } of domainRules(policy)) lines.push(`delete set inet ${table} ${domainSet(id, index)}`);
   return lines.join("\n") + "\n";
 }

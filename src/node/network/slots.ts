@@ -11,7 +11,9 @@ import { exec } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { parseSlotRange, type SlotRange } from "./cidr.ts";
-import { addSlotScript, baseRuleset, DEFAULT_TABLE, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
+import type { ARecord } from "../dns/wire.ts";
+import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
+import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy } from "./policy.ts";
 
 export interface Slot {
   /** Owner: a sandbox id, or `pool<index>` for a warm slot. */
@@ -36,6 +38,12 @@ export interface NetworkSlotsOptions {
   vethPrefix?: string;
   stateDir: string;
   pool: { target: number; retainReady: number; minReady: number };
+  /** Extra always-denied destinations (e.g. the control plane, the machine network). */
+  guardrails?: string[];
+  /** Operator exceptions to the guardrails (then judged by each sandbox's policy). */
+  guardrailExceptions?: string[];
+  /** Shortest time a resolved domain address stays bound (answers with a smaller TTL). */
+  minBindSec?: number;
   logger: Logger;
 }
 
@@ -81,6 +89,10 @@ export class LinuxNetworkSlots implements NetworkSlots {
   private readonly pool: Slot[] = [];
   private filling: Promise<void> | undefined;
   private bridgeMac = "";
+  /** Policy generation: the conntrack mark of the flows a policy version accepted. */
+  private generation = (Date.now() / 1000) >>> 0;
+  /** Names a sandbox resolved through the node resolver (re-bound when its policy changes). */
+  private readonly resolvedNames = new Map<string, Map<string, { addresses: string[]; expires: number }>>();
 
   constructor(o: NetworkSlotsOptions) {
     this.o = o;
@@ -127,7 +139,19 @@ export class LinuxNetworkSlots implements NetworkSlots {
     this.bridgeMac = this.bridgeMacAddr;
     // The table is rebuilt from the records: level-triggered, no stale rule survives a restart.
     await exec("nft", ["delete", "table", "inet", this.table], { timeoutMs: T, signal, allowFailure: true });
-    await nft(baseRuleset({ table: this.table, bridge: this.bridge, cidr: this.range.cidr }), signal);
+    await exec("nft", ["delete", "table", "bridge", this.table], { timeoutMs: T, signal, allowFailure: true });
+    await nft(
+      baseRuleset({
+        table: this.table,
+        bridge: this.bridge,
+        cidr: this.range.cidr,
+        gateway: this.range.gateway,
+        vethPrefix: this.vethPrefix,
+        guardrails: this.o.guardrails,
+        guardrailExceptions: this.o.guardrailExceptions,
+      }),
+      signal,
+    );
 
     const records = await this.readRecords();
     const liveNetns = new Set(await listNetns(signal));
@@ -135,7 +159,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
       if (keep(s.owner) && liveNetns.has(s.netns)) {
         this.slots.set(s.owner, s);
         this.usedIndexes.add(s.index);
-        await nft(addSlotScript(this.table, s.owner, s.address, s.policy), signal);
+        await nft(addSlotScript(this.table, s.owner, s.address, s.policy, this.nextGeneration()), signal);
       } else {
         await this.teardown(s, signal);
       }
@@ -156,7 +180,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     const warm = this.pool.shift();
     if (warm) {
       const slot: Slot = { ...warm, owner: sandboxId, policy };
-      await nft(removeSlotScript(this.table, warm.owner, warm.address) + addSlotScript(this.table, sandboxId, slot.address, policy), signal);
+      await nft(removeSlotScript(this.table, warm.owner, warm.address, warm.policy) + addSlotScript(this.table, sandboxId, slot.address, policy, this.nextGeneration()), signal);
       this.slots.set(sandboxId, slot);
       await rm(this.recordPath(warm.owner), { force: true });
       await this.writeRecord(slot);
@@ -208,7 +232,8 @@ export class LinuxNetworkSlots implements NetworkSlots {
       // stays valid (a random MAC would leave it stale for up to a minute).
       await ip(["-n", slot.netns, "-b", "-"], signal,
         `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
-      await nft(addSlotScript(this.table, owner, slot.address, policy), signal);
+      await this.loopbackPorts(slot, signal);
+      await nft(addSlotScript(this.table, owner, slot.address, policy, this.nextGeneration()), signal);
       return slot;
     } catch (e) {
       await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
@@ -219,9 +244,61 @@ export class LinuxNetworkSlots implements NetworkSlots {
   async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
     const s = this.slots.get(sandboxId);
     if (!s) throw new SpaceError("not_found", `sandbox ${sandboxId} has no network slot on this node`);
-    await nft(setPolicyScript(this.table, sandboxId, policy), signal);
+    await nft(setPolicyScript(this.table, sandboxId, policy, s.policy, this.nextGeneration()), signal);
     s.policy = policy;
     await this.writeRecord(s);
+    // Names resolved under the previous policy keep working under the new one while their TTL runs.
+    const now = Date.now();
+    for (const [name, r] of this.resolvedNames.get(sandboxId) ?? []) {
+      if (r.expires > now) await this.bindName(s, name, r.addresses, (r.expires - now) / 1000, signal);
+    }
+  }
+
+  private nextGeneration(): number {
+    this.generation = (this.generation + 1) >>> 0 || 1;
+    return this.generation;
+  }
+
+  /**
+   * Public ports bound to 127.0.0.1 inside the sandbox: connections from the node (the
+   * gateway address, i.e. the node-api proxy) to any port but envd's are redirected to the
+   * sandbox's loopback, where a server bound to 0.0.0.0 answers as well.
+   */
+  private async loopbackPorts(slot: Slot, signal: AbortSignal): Promise<void> {
+    await exec("ip", ["netns", "exec", slot.netns, "sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1"], { timeoutMs: T, signal });
+    await exec("ip", ["netns", "exec", slot.netns, "nft", "-f", "-"], {
+      timeoutMs: T,
+      signal,
+      input: `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
+    });
+  }
+
+  /** The node resolver's question: is this a sandbox of this node? */
+  owns(address: string): boolean {
+    for (const s of this.slots.values()) if (s.address === address) return true;
+    return false;
+  }
+
+  /** The node resolver's answer for a sandbox: binds it to every domain rule the name matches. */
+  async resolved(address: string, name: string, records: ARecord[]): Promise<void> {
+    const s = [...this.slots.values()].find((x) => x.address === address);
+    if (!s || !records.length) return;
+    const ttl = Math.max(this.o.minBindSec ?? 5, Math.min(...records.map((r) => r.ttl)));
+    const addresses = [...new Set(records.map((r) => r.address))];
+    let names = this.resolvedNames.get(s.owner);
+    if (!names) this.resolvedNames.set(s.owner, (names = new Map()));
+    const now = Date.now();
+    for (const [n, r] of names) if (r.expires <= now) names.delete(n);
+    if (names.size < 4096) names.set(name, { addresses, expires: now + ttl * 1000 });
+    await this.bindName(s, name, addresses, ttl, AbortSignal.timeout(T));
+  }
+
+  private async bindName(s: Slot, name: string, addresses: string[], ttlSec: number, signal: AbortSignal): Promise<void> {
+    const script = domainRules(s.policy)
+      .filter(({ rule }) => domainMatches(rule.domain!, name))
+      .map(({ index }) => bindScript(this.table, s.owner, index, addresses, ttlSec))
+      .join("");
+    if (script) await nft(script, signal);
   }
 
   async release(sandboxId: string, signal: AbortSignal): Promise<void> {
@@ -234,11 +311,12 @@ export class LinuxNetworkSlots implements NetworkSlots {
       return;
     }
     this.slots.delete(sandboxId);
+    this.resolvedNames.delete(sandboxId);
     if (this.pool.length < this.o.pool.retainReady) {
       // Retained warm: back to the pool under a pool name, with a default (open) policy.
       const owner = `pool${s.index}`;
-      const pooled: Slot = { ...s, owner, policy: { allowInternetAccess: true } };
-      await nft(removeSlotScript(this.table, sandboxId, s.address) + addSlotScript(this.table, owner, s.address, pooled.policy), signal);
+      const pooled: Slot = { ...s, owner, policy: OPEN_POLICY };
+      await nft(removeSlotScript(this.table, sandboxId, s.address, s.policy) + addSlotScript(this.table, owner, s.address, pooled.policy, this.nextGeneration()), signal);
       await rm(this.recordPath(sandboxId), { force: true });
       await this.writeRecord(pooled);
       this.pool.push(pooled);
@@ -255,6 +333,9 @@ export class LinuxNetworkSlots implements NetworkSlots {
     await exec("ip", ["neigh", "del", s.address, "dev", this.bridge], { timeoutMs: T, signal, allowFailure: true });
     await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, s.owner, s.address) });
     await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, s.owner, undefined) });
+    for (const line of removeSlotScript(this.table, s.owner, undefined, s.policy).split("\n").filter((l) => l.startsWith("delete set"))) {
+      await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: `${line}\n` });
+    }
     this.usedIndexes.delete(s.index);
     await rm(this.recordPath(s.owner), { force: true });
   }
@@ -267,7 +348,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
         while (this.pool.length < this.o.pool.target && this.slots.size + this.pool.length < this.o.maxSlots) {
           const index = [...Array(this.o.maxSlots).keys()].find((i) => !this.usedIndexes.has(i));
           if (index === undefined) break;
-          const s = await this.build(`pool${index}`, { allowInternetAccess: true }, AbortSignal.timeout(T));
+          const s = await this.build(`pool${index}`, OPEN_POLICY, AbortSignal.timeout(T));
           this.pool.push(s);
         }
       } catch (e) {
@@ -296,7 +377,13 @@ export class LinuxNetworkSlots implements NetworkSlots {
     for (const f of await readdir(this.o.stateDir).catch(() => [] as string[])) {
       if (!f.endsWith(".json")) continue;
       const s = await readFile(join(this.o.stateDir, f), "utf8").then((t) => JSON.parse(t) as Slot).catch(() => undefined);
-      if (s) out.push(s);
+      if (!s) continue;
+      try {
+        s.policy = toEgressPolicy(s.policy);
+      } catch {
+        s.policy = OPEN_POLICY;
+      }
+      out.push(s);
     }
     return out;
   }

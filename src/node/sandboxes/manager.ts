@@ -14,6 +14,7 @@ import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import { ENVD_PORT, type SandboxMetrics, type SandboxSpec, type SandboxStatus } from "../api/contract.ts";
 import type { Disks } from "../disk/disks.ts";
+import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy } from "../network/policy.ts";
 import type { NetworkSlots } from "../network/slots.ts";
 import { CleanupStack } from "./cleanup-stack.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
@@ -223,7 +224,7 @@ export class SandboxManager {
   }
   private async claimSlot(s: Live, signal: AbortSignal): Promise<void> {
     if (this.o.slots) {
-      const slot = await this.o.slots.claim(s.spec.sandboxId, { allowInternetAccess: s.spec.allowInternetAccess }, signal);
+      const slot = await this.o.slots.claim(s.spec.sandboxId, egressOf(s.spec), signal);
       s.address = slot.address;
       s.envdPort = ENVD_PORT;
     } else {
@@ -302,11 +303,15 @@ export class SandboxManager {
     await writeFile(join(rootfs, "etc/hosts"), `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n${s.address}\t${id}\n`);
     await writeFile(join(rootfs, "etc/hostname"), `${id}\n`);
     const resolv = await readFile(this.o.resolvConf ?? "/etc/resolv.conf", "utf8").catch(() => "");
-    // A loopback resolver of the node is unreachable (and refused) from a sandbox.
-    const usable = resolv
-      .split("\n")
-      .filter((l) => !/^nameserver\s+(127\.|::1)/.test(l))
-      .join("\n");
+    // A loopback resolver of the node is unreachable (and refused) from a sandbox. With a
+    // network slot, the node resolver on the slot gateway is the only DNS a sandbox reaches.
+    const gateway = this.o.slots?.get(id)?.gateway;
+    const usable = gateway
+      ? `nameserver ${gateway}\n`
+      : resolv
+          .split("\n")
+          .filter((l) => !/^nameserver\s+(127\.|::1)/.test(l))
+          .join("\n");
     await rm(join(rootfs, "etc/resolv.conf"), { force: true });
     await writeFile(join(rootfs, "etc/resolv.conf"), usable);
   }
@@ -399,10 +404,11 @@ export class SandboxManager {
     return this.toStatus(s);
   }
 
-  async setEgress(id: string, allowInternetAccess: boolean, signal: AbortSignal): Promise<void> {
+  async setEgress(id: string, allowInternetAccess: boolean, signal: AbortSignal, policy?: EgressPolicy): Promise<void> {
     const s = this.mustGet(id);
     s.spec.allowInternetAccess = allowInternetAccess;
-    if (this.o.slots && this.o.slots.get(id)) await this.o.slots.setPolicy(id, { allowInternetAccess }, signal);
+    s.spec.network = policy;
+    if (this.o.slots && this.o.slots.get(id)) await this.o.slots.setPolicy(id, egressOf(s.spec), signal);
     await this.saveRecord(s);
   }
 
@@ -569,4 +575,9 @@ function freePort(): Promise<number> {
     });
     srv.on("error", reject);
   });
+}
+
+/** The egress policy of a spec: its compiled policy, else all-or-nothing. */
+export function egressOf(spec: Pick<SandboxSpec, "allowInternetAccess" | "network">): EgressPolicy {
+  return spec.network ?? (spec.allowInternetAccess ? OPEN_POLICY : CLOSED_POLICY);
 }

@@ -1,0 +1,80 @@
+/**
+ * The egress policy a node enforces for one sandbox: an ordered, first-match rule list
+ * and a default. Both front doors (ECW/E2B semantics, Native policy v1) compile to this
+ * form in src/api/network; the node only evaluates it (nft.ts, dns/resolver.ts).
+ *
+ *   { default: "deny", rules: [{ action: "allow", domain: "*.example.com", protocol: "tcp", ports: [[443, 443]] }] }
+ *
+ * Domain rules hold the addresses the node resolver answered for a matching name (for
+ * the answer's TTL); platform guardrails run before any rule (nft.ts base ruleset).
+ */
+import { z } from "zod";
+
+const OCTET = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+const IPV4 = new RegExp(`^${OCTET}(\\.${OCTET}){3}$`);
+const DOMAIN = /^(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+
+export function isIpv4(s: string): boolean {
+  return IPV4.test(s);
+}
+/** `a.b.c.d` or `a.b.c.d/n` (0..32). */
+export function isIpv4Cidr(s: string): boolean {
+  const [ip, bits, extra] = s.split("/");
+  if (extra !== undefined || !ip || !isIpv4(ip)) return false;
+  if (bits === undefined) return true;
+  return /^\d{1,2}$/.test(bits) && Number(bits) <= 32;
+}
+/** `example.com` or `*.example.com` (lowercase; no trailing dot). */
+export function isDomainPattern(s: string): boolean {
+  return s.length <= 253 && !isIpv4(s) && DOMAIN.test(s) && s.includes(".");
+}
+export function normalizeDomain(s: string): string {
+  return s.trim().toLowerCase().replace(/\.$/, "");
+}
+/** `*.example.com` matches any name below example.com (not example.com itself). */
+export function domainMatches(pattern: string, name: string): boolean {
+  const n = normalizeDomain(name);
+  if (pattern.startsWith("*.")) return n.endsWith(pattern.slice(1)) && n.length > pattern.length - 1;
+  return n === pattern;
+}
+
+export const PortRange = z.tuple([z.number().int().min(1).max(65535), z.number().int().min(1).max(65535)]).refine(([a, b]) => a <= b, "port range start above end");
+
+export const EgressRule = z
+  .object({
+    action: z.enum(["allow", "deny"]),
+    /** Exactly one of cidr / domain. */
+    cidr: z.string().refine(isIpv4Cidr, "an IPv4 address or CIDR").optional(),
+    domain: z.string().transform(normalizeDomain).refine(isDomainPattern, "a domain or *.wildcard").optional(),
+    protocol: z.enum(["any", "tcp", "udp"]).default("any"),
+    /** Inclusive ranges; absent = every port (tcp/udp only). */
+    ports: z.array(PortRange).max(64).optional(),
+  })
+  .strict()
+  .refine((r) => (r.cidr === undefined) !== (r.domain === undefined), "a rule has exactly one of cidr or domain");
+export type EgressRule = z.infer<typeof EgressRule>;
+
+export const EgressPolicy = z
+  .object({
+    default: z.enum(["allow", "deny"]).default("allow"),
+    /** First match wins. */
+    rules: z.array(EgressRule).max(1024).default([]),
+  })
+  .strict();
+export type EgressPolicy = z.infer<typeof EgressPolicy>;
+
+export const OPEN_POLICY: EgressPolicy = { default: "allow", rules: [] };
+export const CLOSED_POLICY: EgressPolicy = { default: "deny", rules: [] };
+
+/** The policy of a slot, accepting the older all-or-nothing record form `{ allowInternetAccess }`. */
+export function toEgressPolicy(p: unknown): EgressPolicy {
+  if (p && typeof p === "object" && "allowInternetAccess" in p && !("rules" in p)) {
+    return (p as { allowInternetAccess: boolean }).allowInternetAccess ? OPEN_POLICY : CLOSED_POLICY;
+  }
+  return EgressPolicy.parse(p ?? OPEN_POLICY);
+}
+
+/** Indexes of the rules that bind resolved names (each has its own nft set). */
+export function domainRules(p: EgressPolicy): { index: number; rule: EgressRule }[] {
+  return p.rules.flatMap((rule, index) => (rule.domain ? [{ index, rule }] : []));
+}
