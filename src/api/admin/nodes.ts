@@ -97,7 +97,11 @@ const base = "/admin/api/v1/nodes";
 
 export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDeps): void {
   const admin = async (req: FastifyRequest) => {
-    const p = await authenticateBearer(deps.db, bearerOf(req), deps.adminToken);
+    const bearer = bearerOf(req);
+    if (bearer && deps.internalToken && sameSecret(bearer, deps.internalToken)) {
+      throw new SpaceError("permission_denied", "the node credential may register and heartbeat only; this route needs an admin credential");
+    }
+    const p = await authenticateBearer(deps.db, bearer, deps.adminToken);
     requireScope(p, "admin");
   };
   /** The node credential (internal token) or an admin one. */
