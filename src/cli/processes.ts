@@ -23,6 +23,8 @@ import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts
 import { registerEcwRoutes } from "../api/ecw/routes.ts";
 import { registerNativeRoutes } from "../api/native/routes.ts";
 import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
+import { registerEcwTemplateRoutes } from "../api/ecw/templates.ts";
+import { BuildCoordinator } from "../controller/builds.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
 import { parseSelector } from "../substrate/placement.ts";
 
@@ -101,10 +103,12 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
 export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
+  const builds = new BuildCoordinator({ db, blobs: cp.blobs, internalToken: cp.internalToken, log });
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
     (a) => registerNodeAdminRoutes(a, { db, adminToken: cp.adminToken, internalToken: cp.internalToken, log }),
     (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
+    (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys: layer.apiKeys, log }),
     (a) =>
       registerNativeRoutes(a, {
         db,
@@ -115,6 +119,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
   ];
   const app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });
   const url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
+  await builds.resume();
   const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain, log });
   let gatewayPort: number;
   try {
@@ -132,6 +137,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
     async stop() {
       await gateway.close();
       await app.close();
+      await builds.close();
     },
   };
 }

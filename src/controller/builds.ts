@@ -1,0 +1,373 @@
+/**
+ * Template builds on the control plane: turns a client's build request (E2B's
+ * TemplateBuildStartV2, which `space template build` also sends) into a node BuildRecipe,
+ * starts it on a ready node, follows it (logs into the store, status, result), and on
+ * success releases it (alias tags → build) and points the node's template-id subvolume at
+ * it so `Sandbox.create('<alias>')` boots it. A build is immutable once ready; its row
+ * records rootfs size, environment binding, digest and logs.
+ *
+ * Logs are stored as JSON lines in `builds.logs` (one BuildLogEntry per line); E2B's
+ * `logsOffset` is an index into them.
+ */
+import { createHmac, timingSafeEqual } from "node:crypto";
+import { z } from "zod";
+import type { Db } from "../store/db.ts";
+import type { BlobStore } from "../blob/blob-store.ts";
+import type { Logger } from "../core/log.ts";
+import { invalid, notFound, SpaceError, errorCodes, fromHttpStatus, type ErrorCode } from "../core/errors.ts";
+import { randomId, type TenantId } from "../core/ids.ts";
+import { listNodes, type NodeRecord } from "../store/nodes.ts";
+import {
+  appendBuildLogs,
+  createBuild,
+  createTemplate,
+  getBuild,
+  resolveTemplate,
+  setRelease,
+  updateBuild,
+  type Build,
+  type Template,
+} from "../store/templates.ts";
+import { nodeTemplateName, type BuildRecipeInput, type BuildStep } from "../node/templates/recipe.ts";
+import { IMAGE_TRANSPORTS } from "../node/templates/recipe.ts";
+import type { BuildLogEntry } from "../node/templates/builder.ts";
+import { NodeBuildStatusSchema, type NodeBuildStatusWire } from "../node/templates/routes.ts";
+
+/** The E2B build body (TemplateBuildStartV2). */
+export const TemplateBuildStart = z.object({
+  fromImage: z.string().optional(),
+  fromTemplate: z.string().optional(),
+  fromImageRegistry: z.unknown().optional(),
+  startCmd: z.string().optional(),
+  readyCmd: z.string().optional(),
+  force: z.boolean().optional(),
+  steps: z
+    .array(z.object({ type: z.string(), args: z.array(z.string()).default([]), filesHash: z.string().optional(), force: z.boolean().optional() }).passthrough())
+    .default([]),
+});
+export type TemplateBuildStart = z.infer<typeof TemplateBuildStart>;
+
+/** The SDK's default image (`fromBaseImage()`, or no `from*` at all): SPACE's `base` template. */
+export const E2B_BASE_IMAGES = new Set(["e2bdev/base", "e2bdev/base:latest"]);
+
+export const filesBlobKey = (templateId: string, hash: string) => `template-files/${templateId}/${hash.replace(/[^A-Za-z0-9_=+@,:.-]/g, "_")}`;
+
+export interface BuildSpecRecord {
+  alias: string;
+  tags: string[];
+  tenantId: string;
+  nodeId?: string;
+  nodeUrl?: string;
+  request?: TemplateBuildStart;
+  logsTotal?: number;
+  [k: string]: unknown;
+}
+
+export interface BuildCoordinatorDeps {
+  db: Db;
+  blobs: BlobStore;
+  internalToken: string;
+  log: Logger;
+  pollMs?: number;
+}
+
+/** Splits `name[:tag]`. */
+export function splitNameTag(name: string): { alias: string; tag: string | undefined } {
+  const i = name.lastIndexOf(":");
+  return i > 0 ? { alias: name.slice(0, i), tag: name.slice(i + 1) } : { alias: name, tag: undefined };
+}
+
+const ALIAS = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+export class BuildCoordinator {
+  private readonly d: BuildCoordinatorDeps;
+  private readonly following = new Map<string, Promise<void>>();
+  private closed = false;
+
+  constructor(d: BuildCoordinatorDeps) {
+    this.d = d;
+  }
+
+  /** Follows builds a previous process left running (their node may still have them). */
+  async resume(): Promise<void> {
+    const rows = await this.d.db.query<{ id: string }>(`SELECT id FROM builds WHERE status = 'building'`);
+    for (const r of rows) this.follow(r.id);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.following.values()].map((p) => p.catch(() => undefined)));
+  }
+
+  /** POST /v3/templates: the template (created on first use) and a new waiting build. */
+  async request(tenantId: TenantId, input: { name: string; tags?: string[]; cpuCount?: number; memoryMB?: number }): Promise<{ template: Template; build: Build; tags: string[] }> {
+    const { alias, tag } = splitNameTag(input.name);
+    if (!ALIAS.test(alias)) throw invalid(`template name ${JSON.stringify(alias)} is not valid: lower-case letters, digits, '.', '_' and '-' (at most 63)`);
+    const tags = [...new Set([...(tag ? [tag] : []), ...(input.tags ?? [])])];
+    for (const t of tags) if (!ALIAS.test(t)) throw invalid(`tag ${JSON.stringify(t)} is not valid`);
+    return this.d.db.transaction(async (tx) => {
+      let template = await tx.maybeOne<Template>(
+        `SELECT id, tenant_id, name, public, created_at, updated_at, deleted_at FROM templates WHERE tenant_id = $1 AND name = $2 AND deleted_at IS NULL`,
+        [tenantId, alias],
+      );
+      if (!template) {
+        const clash = await tx.maybeOne<{ id: string }>(`SELECT r.id FROM releases r WHERE r.alias = $1 AND r.tenant_id IS DISTINCT FROM $2`, [alias, tenantId]);
+        if (clash) throw new SpaceError("already_exists", `template name ${alias} is taken by another team`);
+        template = await createTemplate(tx, { tenantId, name: alias });
+      }
+      const spec: BuildSpecRecord = { alias, tags, tenantId };
+      const build = await createBuild(tx, {
+        id: `bd_${randomId(16)}`,
+        templateId: template.id,
+        spec,
+        ...(input.cpuCount ? { vcpu: input.cpuCount } : {}),
+        ...(input.memoryMB ? { memoryMib: input.memoryMB } : {}),
+      });
+      return { template, build, tags };
+    });
+  }
+
+  /** The build of `templateId` owned by `tenantId`, or not_found. */
+  async ownBuild(tenantId: TenantId, templateId: string, buildId: string): Promise<Build> {
+    const b = await getBuild(this.d.db, buildId).catch(() => undefined);
+    const spec = b?.spec as BuildSpecRecord | undefined;
+    if (!b || b.templateId !== templateId || spec?.tenantId !== tenantId) throw notFound(`build ${buildId} of template ${templateId} not found`);
+    return b;
+  }
+
+  /** POST /v2/templates/{id}/builds/{buildID}: validates, converts and starts the build on a node. */
+  async start(tenantId: TenantId, templateId: string, buildId: string, body: TemplateBuildStart): Promise<void> {
+    const build = await this.ownBuild(tenantId, templateId, buildId);
+    if (build.status !== "waiting") throw new SpaceError("failed_precondition", `build ${buildId} was already started (${build.status})`);
+    const recipe = await this.toRecipe(tenantId, templateId, body, build);
+    const node = await this.pickNode();
+    const nodeUrl = nodeUrlOf(node);
+    await updateBuild(this.d.db, buildId, {
+      status: "building",
+      spec: { ...(build.spec as BuildSpecRecord), request: body, nodeId: node.id, nodeUrl, logsTotal: 0 },
+    });
+    try {
+      await this.call(nodeUrl, "POST", "/v1/builds", { buildId, name: nodeTemplateName(buildId), recipe });
+    } catch (e) {
+      await this.fail(buildId, SpaceError.from(e).message, "base");
+      throw e;
+    }
+    this.follow(buildId);
+  }
+
+  /** Converts an E2B build body to a node recipe (the `from` resolved for the tenant). */
+  async toRecipe(tenantId: TenantId, templateId: string, body: TemplateBuildStart, build: Pick<Build, "vcpu" | "memoryMib">): Promise<BuildRecipeInput> {
+    let from: BuildRecipeInput["from"];
+    if (body.fromTemplate) {
+      const ref = body.fromTemplate;
+      const resolved = await resolveTemplate(this.d.db, tenantId, ref).catch((e: unknown) => {
+        if (e instanceof SpaceError && e.code === "not_found" && ref === "base") return undefined;
+        throw e;
+      });
+      from = { kind: "template", name: resolved ? nodeTemplateName(resolved.build.id) : "base" };
+    } else if (!body.fromImage || E2B_BASE_IMAGES.has(body.fromImage)) {
+      from = { kind: "template", name: "base" };
+    } else if (IMAGE_TRANSPORTS.some((t) => body.fromImage!.startsWith(t))) {
+      from = { kind: "image", ref: body.fromImage };
+    } else if (body.fromImage.startsWith("rootfs-tar:")) {
+      from = { kind: "rootfs-tar", path: body.fromImage.slice("rootfs-tar:".length) };
+    } else {
+      throw invalid(
+        `image ${JSON.stringify(body.fromImage)} is a registry image; SPACE nodes pull from no registry. Use fromTemplate('base'), fromBaseImage(), or a local image: oci-archive:<path>, oci:<dir>[:tag], docker-archive:<path>`,
+      );
+    }
+    const steps: BuildStep[] = body.steps.map((s, i): BuildStep => {
+      const a = s.args;
+      const force = s.force || undefined;
+      switch (s.type.toUpperCase()) {
+        case "RUN":
+          if (!a[0]) throw invalid(`step ${i + 1}: RUN needs a command`);
+          return { type: "RUN", cmd: a[0], ...(a[1] ? { user: a[1] } : {}), ...(force ? { force } : {}) };
+        case "COPY":
+          if (!a[0] || !a[1] || !s.filesHash) throw invalid(`step ${i + 1}: COPY needs src, dest and filesHash`);
+          return {
+            type: "COPY",
+            src: a[0],
+            dest: a[1],
+            filesHash: s.filesHash,
+            blobKey: filesBlobKey(templateId, s.filesHash),
+            ...(a[2] ? { user: a[2] } : {}),
+            ...(a[3] ? { mode: a[3] } : {}),
+            ...(force ? { force } : {}),
+          };
+        case "ENV": {
+          const env: Record<string, string> = {};
+          for (let k = 0; k + 1 < a.length; k += 2) env[a[k]!] = a[k + 1]!;
+          return { type: "ENV", env, ...(force ? { force } : {}) };
+        }
+        case "WORKDIR":
+          if (!a[0]) throw invalid(`step ${i + 1}: WORKDIR needs a path`);
+          return { type: "WORKDIR", path: a[0], ...(force ? { force } : {}) };
+        case "USER":
+          if (!a[0]) throw invalid(`step ${i + 1}: USER needs a user`);
+          return { type: "USER", user: a[0], ...(force ? { force } : {}) };
+        default:
+          throw invalid(`step ${i + 1}: unsupported step type ${JSON.stringify(s.type)} (RUN, COPY, ENV, WORKDIR, USER)`);
+      }
+    });
+    return {
+      from,
+      steps,
+      ...(body.startCmd ? { startCmd: body.startCmd } : {}),
+      ...(body.readyCmd ? { readyCmd: body.readyCmd } : {}),
+      force: body.force ?? false,
+      ...(build.vcpu ? { vcpu: build.vcpu } : {}),
+      ...(build.memoryMib ? { memoryMib: Math.max(128, build.memoryMib) } : {}),
+    };
+  }
+
+  /** Log entries of a build from `offset` (E2B logsOffset). */
+  static entries(b: Build, offset = 0): BuildLogEntry[] {
+    return b.logs
+      .split("\n")
+      .filter(Boolean)
+      .slice(Math.max(0, offset))
+      .map((l) => {
+        try {
+          return JSON.parse(l) as BuildLogEntry;
+        } catch {
+          return { timestamp: b.createdAt.toISOString(), level: "info" as const, message: l };
+        }
+      });
+  }
+
+  private async pickNode(): Promise<NodeRecord> {
+    const nodes = await listNodes(this.d.db, { status: ["ready"] });
+    const n = nodes[0];
+    if (!n) throw new SpaceError("unavailable", "no ready node can build templates");
+    return n;
+  }
+
+  private follow(buildId: string): void {
+    if (this.following.has(buildId)) return;
+    const p = this.followLoop(buildId).finally(() => this.following.delete(buildId));
+    this.following.set(buildId, p);
+  }
+
+  private async followLoop(buildId: string): Promise<void> {
+    let misses = 0;
+    while (!this.closed) {
+      const b = await getBuild(this.d.db, buildId);
+      if (b.status !== "building") return;
+      const spec = b.spec as BuildSpecRecord;
+      if (!spec.nodeUrl) return this.fail(buildId, "build has no node", "base");
+      let st: NodeBuildStatusWire;
+      try {
+        st = NodeBuildStatusSchema.parse(await this.call(spec.nodeUrl, "GET", `/v1/builds/${encodeURIComponent(buildId)}?logsOffset=${spec.logsTotal ?? 0}`));
+        misses = 0;
+      } catch (e) {
+        const err = SpaceError.from(e);
+        if (err.code === "not_found" || ++misses > 100) return this.fail(buildId, `the build was lost on node ${spec.nodeId ?? "?"} (node restarted?): ${err.message}`, "base");
+        await sleep(1000);
+        continue;
+      }
+      if (st.logEntries.length) {
+        await appendBuildLogs(this.d.db, buildId, st.logEntries.map((e) => `${JSON.stringify(e)}\n`).join(""));
+        await updateBuild(this.d.db, buildId, { spec: { ...spec, logsTotal: (spec.logsTotal ?? 0) + st.logEntries.length } });
+      }
+      if (st.status === "ready" && st.result) {
+        await this.complete(b, spec, st.result);
+        return;
+      }
+      if (st.status === "failed") {
+        await updateBuild(this.d.db, buildId, { status: "failed", error: JSON.stringify({ message: st.error?.message ?? "build failed", step: st.error?.step }) });
+        return;
+      }
+      await sleep(this.d.pollMs ?? 250);
+    }
+  }
+
+  private async complete(b: Build, spec: BuildSpecRecord, result: NonNullable<NodeBuildStatusWire["result"]>): Promise<void> {
+    // The node's template-id subvolume is what sandboxes of this template boot from.
+    await this.call(spec.nodeUrl!, "PUT", `/v1/templates/${nodeTemplateName(b.templateId)}`, { name: nodeTemplateName(b.id) });
+    await this.d.db.transaction(async (tx) => {
+      await updateBuild(tx, b.id, {
+        status: "ready",
+        rootfsSizeMib: result.rootfsSizeMib,
+        environment: result.environment,
+        digest: result.digest,
+        spec: { ...spec, result: { cachedSteps: result.cachedSteps, builtSteps: result.builtSteps, durationMs: result.durationMs, config: result.config } },
+      });
+      const tenantId = spec.tenantId as TenantId;
+      for (const tag of new Set(["default", ...spec.tags])) await setRelease(tx, { tenantId, templateId: b.templateId, alias: spec.alias, tag, buildId: b.id });
+    });
+    this.d.log.info({ buildId: b.id, templateId: b.templateId, alias: spec.alias, ms: result.durationMs }, "template build released");
+  }
+
+  private async fail(buildId: string, message: string, step?: string): Promise<void> {
+    await appendBuildLogs(this.d.db, buildId, `${JSON.stringify({ timestamp: new Date().toISOString(), level: "error", message, step })}\n`).catch(() => undefined);
+    await updateBuild(this.d.db, buildId, { status: "failed", error: JSON.stringify({ message, step }) });
+  }
+
+  /** Removes a template's node subvolumes (best effort; the store is the source of truth). */
+  async forgetOnNodes(templateId: string, buildIds: string[]): Promise<void> {
+    for (const n of await listNodes(this.d.db, { status: ["ready"] })) {
+      for (const name of [templateId, ...buildIds].map(nodeTemplateName)) {
+        await this.call(nodeUrlOf(n), "DELETE", `/v1/templates/${name}`).catch((e: unknown) => this.d.log.warn({ err: e, node: n.id, name }, "removing a template from a node failed"));
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ COPY uploads
+
+  /** An upload URL for COPY files (the SDK PUTs there without its API key): HMAC-signed. */
+  uploadToken(templateId: string, hash: string, expiresAtSec: number): string {
+    return createHmac("sha256", this.d.internalToken).update(`files\0${templateId}\0${hash}\0${expiresAtSec}`).digest("base64url");
+  }
+  checkUploadToken(templateId: string, hash: string, expiresAtSec: number, token: string): boolean {
+    if (!Number.isFinite(expiresAtSec) || expiresAtSec * 1000 < Date.now()) return false;
+    const want = Buffer.from(this.uploadToken(templateId, hash, expiresAtSec));
+    const got = Buffer.from(token);
+    return want.length === got.length && timingSafeEqual(want, got);
+  }
+
+  // ------------------------------------------------------------------ node calls
+
+  private async call(baseUrl: string, method: string, path: string, body?: unknown): Promise<unknown> {
+    const res = await fetch(`${baseUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${this.d.internalToken}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      signal: AbortSignal.timeout(120_000),
+    }).catch((e: unknown) => {
+      throw new SpaceError("unavailable", `node ${baseUrl} unreachable: ${(e as Error).message}`);
+    });
+    const text = await res.text();
+    if (!res.ok) {
+      let code: ErrorCode = fromHttpStatus(res.status);
+      let message = text;
+      try {
+        const j = JSON.parse(text) as { code?: string; message?: string };
+        if (j.code && (errorCodes as readonly string[]).includes(j.code)) code = j.code as ErrorCode;
+        message = j.message ?? text;
+      } catch {
+        /* not JSON */
+      }
+      throw new SpaceError(code, message);
+    }
+    return text ? (JSON.parse(text) as unknown) : undefined;
+  }
+}
+
+function nodeUrlOf(n: NodeRecord): string {
+  return /^https?:\/\//.test(n.address) ? n.address.replace(/\/+$/, "") : `http://${n.address}`;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The stored error of a failed build: `{message, step}` JSON (older rows: plain text). */
+export function buildError(b: Build): { message: string; step?: string } | undefined {
+  if (!b.error) return undefined;
+  try {
+    const j = JSON.parse(b.error) as { message?: string; step?: string };
+    if (typeof j.message === "string") return { message: j.message, ...(j.step ? { step: j.step } : {}) };
+  } catch {
+    /* plain text */
+  }
+  return { message: b.error };
+}
