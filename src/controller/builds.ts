@@ -110,11 +110,8 @@ export class BuildCoordinator {
         `SELECT id, tenant_id, name, public, created_at, updated_at, deleted_at FROM templates WHERE tenant_id = $1 AND name = $2 AND deleted_at IS NULL`,
         [tenantId, alias],
       );
-      if (!template) {
-        const clash = await tx.maybeOne<{ id: string }>(`SELECT r.id FROM releases r WHERE r.alias = $1 AND r.tenant_id IS DISTINCT FROM $2`, [alias, tenantId]);
-        if (clash) throw new SpaceError("already_exists", `template name ${alias} is taken by another team`);
-        template = await createTemplate(tx, { tenantId, name: alias });
-      }
+      // Names are per team (as E2B's): another team's `oci-tpl` is a different template.
+      template ??= await createTemplate(tx, { tenantId, name: alias });
       const spec: BuildSpecRecord = { alias, tags, tenantId };
       const build = await createBuild(tx, {
         id: `bd_${randomId(16)}`,
