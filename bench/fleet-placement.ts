@@ -41,7 +41,15 @@ const stats = (xs: number[]) => {
 };
 
 const nodes = Array.from({ length: N }, (_, i) => simNode(i));
-const work = { templateId: "base", vcpu: 2, memoryMib: 1024, diskMib: 2048, nodeGroup: "g1", nodeSelector: { tier: "cpu" }, environment: { kind: "bound" as const, environment: ENVS[1]!, source: "bench" } };
+const work = {
+  templateId: "base",
+  vcpu: 2,
+  memoryMib: 1024,
+  diskMib: 2048,
+  nodeGroup: "g1",
+  nodeSelector: { tier: "cpu" },
+  environment: { kind: "bound" as const, environment: ENVS[1]!, source: "bench" },
+};
 for (const gate of ["off", "on"] as const) {
   const t: number[] = [];
   for (let i = 0; i < 500; i++) {

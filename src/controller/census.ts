@@ -26,7 +26,10 @@ export function computeCensus(
   sandboxes: ReadonlyArray<{ state: string; nodeId: string | null; binding: EnvironmentBinding }>,
   nodes: ReadonlyArray<{ id: string; status: string; usableEnvironments: readonly string[] }>,
 ): CensusCounts {
-  const out: CensusCounts = { running: { admitted: 0, no_evidence: 0, environment_not_usable: 0 }, pending: { no_evidence: 0, environment_not_usable: 0 } };
+  const out: CensusCounts = {
+    running: { admitted: 0, no_evidence: 0, environment_not_usable: 0 },
+    pending: { no_evidence: 0, environment_not_usable: 0 },
+  };
   const byId = new Map(nodes.map((n) => [n.id, n]));
   const published = new Set(nodes.filter((n) => n.status === "ready").flatMap((n) => n.usableEnvironments));
   for (const s of sandboxes) {
@@ -73,8 +76,16 @@ export function createCensusMetrics(registry: Registry, log: Logger): CensusMetr
     pending,
     onGate(o) {
       decisions.inc({ gate: o.gate, placement: o.placement, shadow_would_fail: o.wouldFail ? "true" : "false" });
-      if (o.wouldFail) log.warn({ sandboxId: o.sandboxId, node: o.nodeId, reason: o.wouldFail }, "environment gate (shadow): `on` would have refused this placement");
-      else if (o.placement === "environment_not_usable") log.info({ sandboxId: o.sandboxId, node: o.nodeId }, "environment gate (shadow): placed on a node not publishing the environment");
+      if (o.wouldFail)
+        log.warn(
+          { sandboxId: o.sandboxId, node: o.nodeId, reason: o.wouldFail },
+          "environment gate (shadow): `on` would have refused this placement",
+        );
+      else if (o.placement === "environment_not_usable")
+        log.info(
+          { sandboxId: o.sandboxId, node: o.nodeId },
+          "environment gate (shadow): placed on a node not publishing the environment",
+        );
     },
   };
 }

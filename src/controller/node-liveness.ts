@@ -26,17 +26,23 @@ export function startNodeLiveness(deps: NodeLivenessDeps): { stop(): Promise<voi
   const tick = async () => {
     try {
       const silent = await markSilentNodesUnavailable(deps.db, deps.graceMs);
-      for (const n of silent) deps.log.warn({ node: n.id, name: n.name, lastHeartbeatAt: n.lastHeartbeatAt }, "node stopped heartbeating: unavailable");
+      for (const n of silent)
+        deps.log.warn({ node: n.id, name: n.name, lastHeartbeatAt: n.lastHeartbeatAt }, "node stopped heartbeating: unavailable");
       // Level-triggered: every unavailable node's remaining live sandboxes, so a report
       // interrupted by a leader change is finished by the next leader.
-      if (deps.repo) for (const n of await listNodes(deps.db, { status: ["unavailable"] })) await reportLostSandboxes(deps.db, deps.repo, n, deps.log);
+      if (deps.repo)
+        for (const n of await listNodes(deps.db, { status: ["unavailable"] }))
+          await reportLostSandboxes(deps.db, deps.repo, n, deps.log);
     } catch (e) {
       deps.log.error({ err: e }, "node liveness check failed");
     }
   };
-  const timer = setInterval(() => {
-    running = running.then(tick);
-  }, deps.intervalMs ?? Math.max(250, Math.min(5000, Math.floor(deps.graceMs / 3))));
+  const timer = setInterval(
+    () => {
+      running = running.then(tick);
+    },
+    deps.intervalMs ?? Math.max(250, Math.min(5000, Math.floor(deps.graceMs / 3))),
+  );
   timer.unref();
   return {
     tick,

@@ -15,7 +15,12 @@ import type { SandboxRepo } from "../api/sandboxes/model.ts";
 /** States whose sandbox needs its node alive: lost with it. */
 export const lostWithNode: readonly SandboxState[] = ["running", "pausing", "paused", "suspending", "stopping", "resuming"];
 
-export async function reportLostSandboxes(db: Db, repo: SandboxRepo, node: Pick<NodeRecord, "id" | "name" | "lastHeartbeatAt">, log: Logger): Promise<string[]> {
+export async function reportLostSandboxes(
+  db: Db,
+  repo: SandboxRepo,
+  node: Pick<NodeRecord, "id" | "name" | "lastHeartbeatAt">,
+  log: Logger,
+): Promise<string[]> {
   const lost: string[] = [];
   const since = new Date(node.lastHeartbeatAt).toISOString();
   for (const s of await listSandboxesOnNode(db, node.id, lostWithNode)) {

@@ -23,14 +23,34 @@ export interface FleetNode extends NodeRecord {
 }
 
 const COLS = columns([
-  "id", "name", "address", "node_group", "labels", "status", "capacity", "used", "usable_environments", "templates",
-  "substrate", "version", "last_heartbeat_at", "registered_at", "updated_at", "drain_mode", "verified_at", "status_reason",
+  "id",
+  "name",
+  "address",
+  "node_group",
+  "labels",
+  "status",
+  "capacity",
+  "used",
+  "usable_environments",
+  "templates",
+  "substrate",
+  "version",
+  "last_heartbeat_at",
+  "registered_at",
+  "updated_at",
+  "drain_mode",
+  "verified_at",
+  "status_reason",
   "status_changed_at",
 ]);
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export async function findFleetNode(q: Queryable, id: string, opts: { forUpdate?: boolean } = {}): Promise<FleetNode | undefined> {
+export async function findFleetNode(
+  q: Queryable,
+  id: string,
+  opts: { forUpdate?: boolean } = {},
+): Promise<FleetNode | undefined> {
   if (!UUID_RE.test(id)) return undefined;
   return q.maybeOne<FleetNode>(`SELECT ${COLS} FROM nodes WHERE id = $1 ${opts.forUpdate ? "FOR UPDATE" : ""}`, [id]);
 }
@@ -70,7 +90,11 @@ export interface FleetRegistration {
  *   another node that is still ready; a kubernetes node with this id.
  * - 403 (permission_denied): the node is fenced.
  */
-export async function registrationConflict(q: Queryable, r: FleetRegistration, existing: FleetNode | undefined): Promise<SpaceError | null> {
+export async function registrationConflict(
+  q: Queryable,
+  r: FleetRegistration,
+  existing: FleetNode | undefined,
+): Promise<SpaceError | null> {
   if (existing) {
     if (existing.substrate !== "direct") {
       return new SpaceError("already_exists", `node id ${r.id} is registered as a ${existing.substrate} node`);
@@ -82,11 +106,21 @@ export async function registrationConflict(q: Queryable, r: FleetRegistration, e
       );
     }
     if (existing.status === "fenced") {
-      return new SpaceError("permission_denied", `node ${r.id} (${r.name}) is fenced: registration refused until an operator readies it`);
+      return new SpaceError(
+        "permission_denied",
+        `node ${r.id} (${r.name}) is fenced: registration refused until an operator readies it`,
+      );
     }
   }
-  const other = await q.maybeOne<{ id: string }>(`SELECT id FROM nodes WHERE name = $1 AND id <> $2 AND status = 'ready' LIMIT 1`, [r.name, r.id]);
-  if (other) return new SpaceError("already_exists", `node name '${r.name}' is held by ready node ${other.id}; names are unique among ready nodes`);
+  const other = await q.maybeOne<{ id: string }>(
+    `SELECT id FROM nodes WHERE name = $1 AND id <> $2 AND status = 'ready' LIMIT 1`,
+    [r.name, r.id],
+  );
+  if (other)
+    return new SpaceError(
+      "already_exists",
+      `node name '${r.name}' is held by ready node ${other.id}; names are unique among ready nodes`,
+    );
   return null;
 }
 
@@ -111,8 +145,17 @@ export async function upsertRegistration(q: Queryable, r: FleetRegistration, ver
        last_heartbeat_at = now(), updated_at = now()
      RETURNING ${COLS}`,
     [
-      r.id, r.name, r.address, r.nodeGroup, json(r.labels), json(r.capacity ?? {}), json(r.used ?? {}), r.usableEnvironments ?? [],
-      json(r.templates ?? []), r.version ?? "", verified,
+      r.id,
+      r.name,
+      r.address,
+      r.nodeGroup,
+      json(r.labels),
+      json(r.capacity ?? {}),
+      json(r.used ?? {}),
+      r.usableEnvironments ?? [],
+      json(r.templates ?? []),
+      r.version ?? "",
+      verified,
     ],
   );
 }
@@ -135,7 +178,8 @@ export interface FleetHeartbeat {
 export async function recordHeartbeat(q: Queryable, id: string, hb: FleetHeartbeat): Promise<FleetNode> {
   const n = await findFleetNode(q, id);
   if (!n) throw new SpaceError("not_found", `node ${id} is not registered: register again`);
-  if (n.status === "fenced") throw new SpaceError("permission_denied", `node ${id} (${n.name}) is fenced: its writes are refused`);
+  if (n.status === "fenced")
+    throw new SpaceError("permission_denied", `node ${id} (${n.name}) is fenced: its writes are refused`);
   if (n.address !== hb.address) {
     throw new SpaceError(
       "already_exists",
@@ -193,7 +237,12 @@ export async function setFleetNodeStatus(
     `UPDATE nodes SET status = $2, drain_mode = $3, status_reason = $4, updated_at = now(),
             status_changed_at = CASE WHEN status = $2 THEN status_changed_at ELSE now() END
       WHERE id = $1 RETURNING ${COLS}`,
-    [id, effective, status === "draining" ? (opts.drainMode ?? "gentle") : status === "fenced" ? n.drainMode : null, opts.reason ?? null],
+    [
+      id,
+      effective,
+      status === "draining" ? (opts.drainMode ?? "gentle") : status === "fenced" ? n.drainMode : null,
+      opts.reason ?? null,
+    ],
     `node ${id}`,
   );
 }

@@ -1,6 +1,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { decidePlacement, requirePlacement, parseSelector, type PlacementNode, type PlacementWork, type GateMode } from "./placement.ts";
+import {
+  decidePlacement,
+  requirePlacement,
+  parseSelector,
+  type PlacementNode,
+  type PlacementWork,
+  type GateMode,
+} from "./placement.ts";
 import { computeCensus } from "../controller/census.ts";
 
 const ENV_A = "sha256:aaaaaaaaaaaaaaaa";
@@ -19,7 +26,13 @@ function node(id: string, o: Partial<PlacementNode> = {}): PlacementNode {
     ...o,
   };
 }
-const work = (o: Partial<PlacementWork> = {}): PlacementWork => ({ templateId: "base", vcpu: 2, memoryMib: 1024, diskMib: 2048, ...o });
+const work = (o: Partial<PlacementWork> = {}): PlacementWork => ({
+  templateId: "base",
+  vcpu: 2,
+  memoryMib: 1024,
+  diskMib: 2048,
+  ...o,
+});
 
 const fleet = [
   node("a1", { nodeGroup: "a", labels: { zone: "z1", disk: "ssd" } }),
@@ -30,13 +43,43 @@ const fleet = [
   node("u1", { status: "unavailable" }),
 ];
 
-const cases: Array<{ name: string; nodes: PlacementNode[]; work: PlacementWork; gate?: GateMode; want: string | RegExp; code?: string }> = [
+const cases: Array<{
+  name: string;
+  nodes: PlacementNode[];
+  work: PlacementWork;
+  gate?: GateMode;
+  want: string | RegExp;
+  code?: string;
+}> = [
   { name: "node group boundary: a", nodes: fleet, work: work({ nodeGroup: "b" }), want: "b1" },
-  { name: "node group without nodes explains", nodes: fleet, work: work({ nodeGroup: "gpu" }), want: /3 nodes outside node group gpu, 1 node unavailable, 1 node draining, 1 node fenced/, code: "failed_precondition" },
+  {
+    name: "node group without nodes explains",
+    nodes: fleet,
+    work: work({ nodeGroup: "gpu" }),
+    want: /3 nodes outside node group gpu, 1 node unavailable, 1 node draining, 1 node fenced/,
+    code: "failed_precondition",
+  },
   { name: "selector picks the labelled node", nodes: fleet, work: work({ nodeSelector: { zone: "z2" } }), want: "a2" },
-  { name: "selector + group intersect", nodes: fleet, work: work({ nodeGroup: "a", nodeSelector: { zone: "z1", disk: "ssd" } }), want: "a1" },
-  { name: "selector nobody matches", nodes: fleet, work: work({ nodeSelector: { gpu: "h100" } }), want: /3 nodes not matching node selector gpu=h100/, code: "failed_precondition" },
-  { name: "drain/fence/unavailable never chosen", nodes: [fleet[3]!, fleet[4]!, fleet[5]!], work: work(), want: /unavailable.*draining.*fenced/, code: "unavailable" },
+  {
+    name: "selector + group intersect",
+    nodes: fleet,
+    work: work({ nodeGroup: "a", nodeSelector: { zone: "z1", disk: "ssd" } }),
+    want: "a1",
+  },
+  {
+    name: "selector nobody matches",
+    nodes: fleet,
+    work: work({ nodeSelector: { gpu: "h100" } }),
+    want: /3 nodes not matching node selector gpu=h100/,
+    code: "failed_precondition",
+  },
+  {
+    name: "drain/fence/unavailable never chosen",
+    nodes: [fleet[3]!, fleet[4]!, fleet[5]!],
+    work: work(),
+    want: /unavailable.*draining.*fenced/,
+    code: "unavailable",
+  },
   { name: "no nodes at all", nodes: [], work: work(), want: /no node is registered/, code: "unavailable" },
   {
     name: "full node: slots",
@@ -52,7 +95,13 @@ const cases: Array<{ name: string; nodes: PlacementNode[]; work: PlacementWork; 
     want: /full \(memory\)/,
     code: "resource_exhausted",
   },
-  { name: "gate on: bound work only on nodes publishing it", nodes: fleet, work: work({ environment: { kind: "bound", environment: ENV_B, source: "t" } }), gate: "on", want: "a2" },
+  {
+    name: "gate on: bound work only on nodes publishing it",
+    nodes: fleet,
+    work: work({ environment: { kind: "bound", environment: ENV_B, source: "t" } }),
+    gate: "on",
+    want: "a2",
+  },
   {
     name: "gate on: nobody publishes → explained",
     nodes: [node("x"), node("y")],
@@ -61,7 +110,13 @@ const cases: Array<{ name: string; nodes: PlacementNode[]; work: PlacementWork; 
     want: /2 nodes lack environment sha256:bbbb/,
     code: "failed_precondition",
   },
-  { name: "gate on: unbound work never refused", nodes: [node("x", { usableEnvironments: [] })], work: work(), gate: "on", want: "x" },
+  {
+    name: "gate on: unbound work never refused",
+    nodes: [node("x", { usableEnvironments: [] })],
+    work: work(),
+    gate: "on",
+    want: "x",
+  },
   {
     name: "gate on: unreadable binding fails before placing",
     nodes: [node("x")],
@@ -70,9 +125,27 @@ const cases: Array<{ name: string; nodes: PlacementNode[]; work: PlacementWork; 
     want: /unreadable: garbled/,
     code: "failed_precondition",
   },
-  { name: "gate off ignores environments", nodes: [node("x", { usableEnvironments: [] })], work: work({ environment: { kind: "bound", environment: ENV_B, source: "t" } }), gate: "off", want: "x" },
-  { name: "gate shadow places as off", nodes: [node("x", { usableEnvironments: [] })], work: work({ environment: { kind: "bound", environment: ENV_B, source: "t" } }), gate: "shadow", want: "x" },
-  { name: "gate shadow: unreadable placed as off", nodes: [node("x")], work: work({ environment: { kind: "unreadable", reason: "garbled" } }), gate: "shadow", want: "x" },
+  {
+    name: "gate off ignores environments",
+    nodes: [node("x", { usableEnvironments: [] })],
+    work: work({ environment: { kind: "bound", environment: ENV_B, source: "t" } }),
+    gate: "off",
+    want: "x",
+  },
+  {
+    name: "gate shadow places as off",
+    nodes: [node("x", { usableEnvironments: [] })],
+    work: work({ environment: { kind: "bound", environment: ENV_B, source: "t" } }),
+    gate: "shadow",
+    want: "x",
+  },
+  {
+    name: "gate shadow: unreadable placed as off",
+    nodes: [node("x")],
+    work: work({ environment: { kind: "unreadable", reason: "garbled" } }),
+    gate: "shadow",
+    want: "x",
+  },
   {
     name: "template locality wins between equal nodes",
     nodes: [node("cold"), node("warm", { templates: ["base"] })],
@@ -138,14 +211,24 @@ test("placement: shadow records what on would do", () => {
   const ok = decidePlacement([node("x"), node("y", { usableEnvironments: [ENV_B] })], bound, { gate: "shadow" });
   assert.equal(ok.shadowWouldFail, undefined);
   assert.equal(decidePlacement([node("x")], work(), { gate: "shadow" }).gatePlacement, "no_evidence");
-  assert.equal(decidePlacement([node("x")], work({ environment: { kind: "bound", environment: ENV_A, source: "t" } }), { gate: "on" }).gatePlacement, "admitted");
+  assert.equal(
+    decidePlacement([node("x")], work({ environment: { kind: "bound", environment: ENV_A, source: "t" } }), { gate: "on" })
+      .gatePlacement,
+    "admitted",
+  );
   assert.equal(decidePlacement([node("x")], work(), { gate: "off" }).gatePlacement, undefined);
 });
 
 test("placement: rejected ids are reported per reason", () => {
   const d = decidePlacement(fleet, work({ nodeGroup: "a", nodeSelector: { zone: "z1" } }), { gate: "off" });
   assert.equal(d.nodeId, "a1");
-  assert.deepEqual(d.rejected, { other_node_group: ["b1"], selector_mismatch: ["a2"], draining: ["d1"], fenced: ["f1"], unavailable: ["u1"] });
+  assert.deepEqual(d.rejected, {
+    other_node_group: ["b1"],
+    selector_mismatch: ["a2"],
+    draining: ["d1"],
+    fenced: ["f1"],
+    unavailable: ["u1"],
+  });
 });
 
 test("parseSelector", () => {
@@ -171,5 +254,8 @@ test("census: running and pending classes", () => {
     ],
     nodes,
   );
-  assert.deepEqual(c, { running: { admitted: 1, no_evidence: 1, environment_not_usable: 1 }, pending: { no_evidence: 1, environment_not_usable: 1 } });
+  assert.deepEqual(c, {
+    running: { admitted: 1, no_evidence: 1, environment_not_usable: 1 },
+    pending: { no_evidence: 1, environment_not_usable: 1 },
+  });
 });

@@ -24,9 +24,7 @@ export type GateMode = (typeof gateModes)[number];
  *   `on` fails such work before placing, `shadow` logs it and places as `off`.
  */
 export type EnvironmentBinding =
-  | { kind: "none" }
-  | { kind: "bound"; environment: string; source: string }
-  | { kind: "unreadable"; reason: string };
+  { kind: "none" } | { kind: "bound"; environment: string; source: string } | { kind: "unreadable"; reason: string };
 
 export interface PlacementConstraints {
   /** Only nodes of this group; undefined = any group. */
@@ -183,18 +181,30 @@ export function decidePlacement(nodes: readonly PlacementNode[], work: Placement
  * stood in the way, failed_precondition when constraints nobody meets did, unavailable
  * when no node is ready at all.
  */
-export function requirePlacement(nodes: readonly PlacementNode[], work: PlacementWork, opts: PlacementOptions): PlacementDecision & { nodeId: string } {
+export function requirePlacement(
+  nodes: readonly PlacementNode[],
+  work: PlacementWork,
+  opts: PlacementOptions,
+): PlacementDecision & { nodeId: string } {
   const binding = work.environment ?? { kind: "none" };
   if (opts.gate === "on" && binding.kind === "unreadable") {
-    throw new SpaceError("failed_precondition", `environment placement gate is on and the work's environment binding is unreadable: ${binding.reason}`);
+    throw new SpaceError(
+      "failed_precondition",
+      `environment placement gate is on and the work's environment binding is unreadable: ${binding.reason}`,
+    );
   }
   const d = decidePlacement(nodes, work, opts);
   if (d.nodeId !== null) return d as PlacementDecision & { nodeId: string };
   const reasons = Object.keys(d.rejected) as RejectReason[];
   const onlyStatus = reasons.every((r) => r === "unavailable" || r === "draining" || r === "fenced");
-  const capacityOnly = reasons.some(isCapacityReason) && reasons.every((r) => isCapacityReason(r) || r === "unavailable" || r === "draining" || r === "fenced");
+  const capacityOnly =
+    reasons.some(isCapacityReason) &&
+    reasons.every((r) => isCapacityReason(r) || r === "unavailable" || r === "draining" || r === "fenced");
   const code = onlyStatus ? "unavailable" : capacityOnly ? "resource_exhausted" : "failed_precondition";
-  throw new SpaceError(code, d.explanation, { retryable: code !== "failed_precondition", details: { rejected: countRejected(d.rejected) } });
+  throw new SpaceError(code, d.explanation, {
+    retryable: code !== "failed_precondition",
+    details: { rejected: countRejected(d.rejected) },
+  });
 }
 
 const isCapacityReason = (r: RejectReason) => r === "no_network_slots" || r === "no_memory" || r === "no_vcpu" || r === "no_disk";
@@ -229,7 +239,12 @@ function fits(n: PlacementNode, w: PlacementWork, inflight: number, oc: Readonly
 }
 
 /** Higher is better. Free fractions in [0,1] each; locality adds 0.25. */
-export function scoreNode(n: PlacementNode, w: PlacementWork, inflight: number, oc: Readonly<Overcommit> = DEFAULT_OVERCOMMIT): number {
+export function scoreNode(
+  n: PlacementNode,
+  w: PlacementWork,
+  inflight: number,
+  oc: Readonly<Overcommit> = DEFAULT_OVERCOMMIT,
+): number {
   const locality = n.templates.includes(w.templateId) ? 0.25 : 0;
   const cap = n.capacity;
   const used = n.used;
@@ -282,7 +297,10 @@ export function formatSelector(s: Record<string, string>): string {
 /** `a=b,c=d` → {a: "b", c: "d"} (config and CLI form of a selector). */
 export function parseSelector(s: string): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const part of s.split(",").map((p) => p.trim()).filter(Boolean)) {
+  for (const part of s
+    .split(",")
+    .map((p) => p.trim())
+    .filter(Boolean)) {
     const i = part.indexOf("=");
     if (i <= 0) throw new SpaceError("invalid_argument", `selector entry '${part}' must be key=value`);
     out[part.slice(0, i)] = part.slice(i + 1);

@@ -38,12 +38,16 @@ interface Proc {
 
 function baseEnv(): Record<string, string> {
   const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) env[k] = v;
+  for (const [k, v] of Object.entries(process.env))
+    if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) env[k] = v;
   return env;
 }
 
 function run(args: string[], env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, [resolve("bin/space.mjs"), ...args], { env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [resolve("bin/space.mjs"), ...args], {
+    env: { ...baseEnv(), ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   const append = (b: Buffer) => {
     out += b.toString("utf8");
@@ -103,17 +107,24 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
     const text = await r.text();
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON bodies read field by field in assertions
     return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, any> };
   };
   const ecwCreate = async (placement?: object) => {
     const r = await fetch(`${apiUrl}/sandboxes`, {
       method: "POST",
       headers: { "x-api-key": apiKey, "content-type": "application/json" },
-      body: JSON.stringify({ templateID: "base", timeout: 170, metadata: placement ? { "space.placement": JSON.stringify(placement) } : {} }),
+      body: JSON.stringify({
+        templateID: "base",
+        timeout: 170,
+        metadata: placement ? { "space.placement": JSON.stringify(placement) } : {},
+      }),
     });
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON bodies read field by field in assertions
     return { status: r.status, body: (await r.json()) as Record<string, any> };
   };
-  const nodeOf = async (sandboxId: string) => (await db.db.one<{ nodeId: string }>(`SELECT node_id AS "nodeId" FROM sandboxes WHERE id = $1`, [sandboxId])).nodeId;
+  const nodeOf = async (sandboxId: string) =>
+    (await db.db.one<{ nodeId: string }>(`SELECT node_id AS "nodeId" FROM sandboxes WHERE id = $1`, [sandboxId])).nodeId;
 
   function startNode(n: FleetNode) {
     n.proc = run(["node"], n.env);
@@ -132,7 +143,12 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
       SPACE_NODE_HEARTBEAT_MS: "1000",
       SPACE_NODE_HEARTBEAT_GRACE_MS: "4000",
     };
-    api = run(["api"], { ...common, SPACE_DATA_DIR: ctlDir, SPACE_API_PORT: String(apiPort), SPACE_GATEWAY_PORT: String(gwPort) });
+    api = run(["api"], {
+      ...common,
+      SPACE_DATA_DIR: ctlDir,
+      SPACE_API_PORT: String(apiPort),
+      SPACE_GATEWAY_PORT: String(gwPort),
+    });
     controller = run(["controller"], { ...common, SPACE_DATA_DIR: ctlDir });
     await api.waitFor("api listening", 60_000);
     await controller.waitFor("controller elected leader", 60_000);
@@ -178,8 +194,11 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
 
   after(async () => {
     // Kill what is left, then stop the processes and remove each node's host scope.
-    const left = await db?.db.query<{ id: string }>(`SELECT id FROM sandboxes WHERE state IN ('running', 'paused')`).catch(() => []);
-    for (const s of left ?? []) await fetch(`${apiUrl}/sandboxes/${s.id}`, { method: "DELETE", headers: { "x-api-key": apiKey } }).catch(() => {});
+    const left = await db?.db
+      .query<{ id: string }>(`SELECT id FROM sandboxes WHERE state IN ('running', 'paused')`)
+      .catch(() => []);
+    for (const s of left ?? [])
+      await fetch(`${apiUrl}/sandboxes/${s.id}`, { method: "DELETE", headers: { "x-api-key": apiKey } }).catch(() => {});
     for (const n of nodes) await n.proc?.stop();
     await controller?.stop();
     await api?.stop();
@@ -206,7 +225,12 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
       assert.equal(rec.address, `http://127.0.0.1:${n.port}`);
       n.id = rec.id;
     }
-    const impostor = await admin("POST", "/nodes", { id: crypto.randomUUID(), name: `impostor-${RUN}`, address: `http://127.0.0.1:${nodes[0]!.port}`, verify: true }, INTERNAL);
+    const impostor = await admin(
+      "POST",
+      "/nodes",
+      { id: crypto.randomUUID(), name: `impostor-${RUN}`, address: `http://127.0.0.1:${nodes[0]!.port}`, verify: true },
+      INTERNAL,
+    );
     assert.equal(impostor.status, 422);
     assert.match(impostor.body.message, new RegExp(`answered with id ${nodes[0]!.id}`));
     assert.equal((await admin("GET", "/nodes")).body.nodes.length, 2, "nothing stored for the refused registration");
@@ -232,7 +256,9 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
 
   test("gentle_drain_leaves_sandbox_resident: new creates avoid the drained node", async () => {
     const [a, b] = nodes as [FleetNode, FleetNode];
-    const residents = await db.db.query<{ id: string }>(`SELECT id FROM sandboxes WHERE node_id = $1 AND state = 'running'`, [a.id]);
+    const residents = await db.db.query<{ id: string }>(`SELECT id FROM sandboxes WHERE node_id = $1 AND state = 'running'`, [
+      a.id,
+    ]);
     assert.ok(residents.length >= 2);
     const d = await admin("POST", `/nodes/${a.id}/drain`, { mode: "gentle" });
     assert.equal(d.status, 200, JSON.stringify(d.body));
@@ -267,11 +293,19 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
     assert.ok(onB.length > 0);
     await b.proc!.stop("SIGKILL");
     const t0 = Date.now();
-    await waitFor(async () => (await admin("GET", `/nodes/${b.id}`)).body.status === "unavailable", "node b unavailable", 20_000, 250);
+    await waitFor(
+      async () => (await admin("GET", `/nodes/${b.id}`)).body.status === "unavailable",
+      "node b unavailable",
+      20_000,
+      250,
+    );
     const tookMs = Date.now() - t0;
     const rows = await waitFor(
       async () => {
-        const r = await db.db.query<{ state: string; reason: string | null }>(`SELECT state, failure_message AS reason FROM sandboxes WHERE id = ANY($1::text[])`, [onB.map((s) => s.id)]);
+        const r = await db.db.query<{ state: string; reason: string | null }>(
+          `SELECT state, failure_message AS reason FROM sandboxes WHERE id = ANY($1::text[])`,
+          [onB.map((s) => s.id)],
+        );
         return r.every((x) => x.state === "failed") ? r : null;
       },
       "sandboxes of node b reported lost",

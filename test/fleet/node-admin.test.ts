@@ -43,13 +43,36 @@ for (const engine of testEngines()) {
       });
       await app.ready();
       const call = async (method: "GET" | "POST" | "DELETE", url: string, body?: unknown, token = INTERNAL) => {
-        const r = await app.inject({ method, url, headers: { authorization: `Bearer ${token}` }, ...(body !== undefined ? { payload: body as object } : {}) });
+        const r = await app.inject({
+          method,
+          url,
+          headers: { authorization: `Bearer ${token}` },
+          ...(body !== undefined ? { payload: body as object } : {}),
+        });
+        // eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON bodies read field by field in assertions
         return { status: r.statusCode, body: r.body ? (JSON.parse(r.body) as Record<string, any>) : {} };
       };
-      return { t, app, answers, call, async close() { await app.close(); await t.drop(); } };
+      return {
+        t,
+        app,
+        answers,
+        call,
+        async close() {
+          await app.close();
+          await t.drop();
+        },
+      };
     }
 
-    const reg = (id: string, address: string, o: Record<string, unknown> = {}) => ({ id, name: `node-${id.slice(0, 4)}`, address, verify: true, node_group: "g1", labels: { zone: "a" }, ...o });
+    const reg = (id: string, address: string, o: Record<string, unknown> = {}) => ({
+      id,
+      name: `node-${id.slice(0, 4)}`,
+      address,
+      verify: true,
+      node_group: "g1",
+      labels: { zone: "a" },
+      ...o,
+    });
 
     test("registration with verify; refusals store nothing", async () => {
       const s = await setup();
@@ -66,7 +89,11 @@ for (const engine of testEngines()) {
         assert.equal(wrong.status, 422);
         assert.match(wrong.body.message, new RegExp(`answered with id ${other}, not ${id}`));
         assert.equal((await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.0.3:3002"))).status, 422);
-        assert.equal((await s.call("GET", "/admin/api/v1/nodes", undefined, ADMIN)).body.nodes.length, 0, "refusals store nothing");
+        assert.equal(
+          (await s.call("GET", "/admin/api/v1/nodes", undefined, ADMIN)).body.nodes.length,
+          0,
+          "refusals store nothing",
+        );
 
         const ok = await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.0.1:3002"));
         assert.equal(ok.status, 201, JSON.stringify(ok.body));
@@ -82,7 +109,11 @@ for (const engine of testEngines()) {
         assert.match(dup.body.message, /registered as 'node-/);
         // 409: another id under a ready node's name.
         s.answers.set("http://10.9.0.4:3002", other);
-        assert.equal((await s.call("POST", "/admin/api/v1/nodes", { ...reg(other, "http://10.9.0.4:3002"), name: `node-${id.slice(0, 4)}` })).status, 409);
+        assert.equal(
+          (await s.call("POST", "/admin/api/v1/nodes", { ...reg(other, "http://10.9.0.4:3002"), name: `node-${id.slice(0, 4)}` }))
+            .status,
+          409,
+        );
         const stored = (await s.call("GET", `/admin/api/v1/nodes/${id}`, undefined, ADMIN)).body;
         assert.equal(stored.name, `node-${id.slice(0, 4)}`);
         assert.equal((await s.call("GET", "/admin/api/v1/nodes", undefined, ADMIN)).body.nodes.length, 1);
@@ -99,7 +130,10 @@ for (const engine of testEngines()) {
         const id = randomUUID();
         s.answers.set("http://10.9.1.1:3002", id);
         assert.equal((await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.1.1:3002"))).status, 201);
-        const hb = await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.1.1:3002", capacity: { networkSlots: 5, vcpu: 4, memoryMib: 4096, diskMib: 1000 } });
+        const hb = await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, {
+          address: "http://10.9.1.1:3002",
+          capacity: { networkSlots: 5, vcpu: 4, memoryMib: 4096, diskMib: 1000 },
+        });
         assert.equal(hb.status, 200);
         assert.equal(hb.body.status, "ready");
         const moved = await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.1.2:3002" });
@@ -109,7 +143,10 @@ for (const engine of testEngines()) {
 
         // New address, verify not even asked: verified anyway. A wrong answer there is refused and the old address kept.
         s.answers.set("http://10.9.1.2:3002", randomUUID());
-        assert.equal((await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.1.2:3002", { verify: false }))).status, 422);
+        assert.equal(
+          (await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.1.2:3002", { verify: false }))).status,
+          422,
+        );
         assert.equal((await s.call("GET", `/admin/api/v1/nodes/${id}`, undefined, ADMIN)).body.address, "http://10.9.1.1:3002");
         s.answers.set("http://10.9.1.2:3002", id);
         const re = await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.1.2:3002", { verify: false }));
@@ -129,21 +166,34 @@ for (const engine of testEngines()) {
         const forced = await s.call("POST", `/admin/api/v1/nodes/${id}/drain`, { mode: "forced" }, ADMIN);
         assert.equal(forced.status, 501);
         assert.match(forced.body.message, /suspend\/restore/);
-        assert.equal((await s.call("POST", `/admin/api/v1/nodes/${id}/drain`, { mode: "gentle" })).status, 403, "nodes cannot drain themselves");
+        assert.equal(
+          (await s.call("POST", `/admin/api/v1/nodes/${id}/drain`, { mode: "gentle" })).status,
+          403,
+          "nodes cannot drain themselves",
+        );
         const d = await s.call("POST", `/admin/api/v1/nodes/${id}/drain`, { mode: "gentle" }, ADMIN);
         assert.equal(d.body.status, "draining");
         assert.equal(d.body.drain_mode, "gentle");
         // Heartbeats and re-registration keep the drain.
-        assert.equal((await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.2.1:3002" })).body.status, "draining");
+        assert.equal(
+          (await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.2.1:3002" })).body.status,
+          "draining",
+        );
         assert.equal((await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.2.1:3002"))).body.status, "draining");
         // Fence: node writes refused.
-        assert.equal((await s.call("POST", `/admin/api/v1/nodes/${id}/fence`, { reason: "disk errors" }, ADMIN)).body.status, "fenced");
+        assert.equal(
+          (await s.call("POST", `/admin/api/v1/nodes/${id}/fence`, { reason: "disk errors" }, ADMIN)).body.status,
+          "fenced",
+        );
         const hb = await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.2.1:3002" });
         assert.equal(hb.status, 403);
         assert.match(hb.body.message, /fenced/);
         assert.equal((await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.2.1:3002"))).status, 403);
         assert.equal((await s.call("POST", `/admin/api/v1/nodes/${id}/ready`, {}, ADMIN)).body.status, "ready");
-        assert.equal((await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.2.1:3002" })).status, 200);
+        assert.equal(
+          (await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.2.1:3002" })).status,
+          200,
+        );
         assert.equal((await s.call("DELETE", `/admin/api/v1/nodes/${id}`, undefined, ADMIN)).status, 204);
       } finally {
         await s.close();
@@ -157,23 +207,49 @@ for (const engine of testEngines()) {
         s.answers.set("http://10.9.3.1:3002", id);
         await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.3.1:3002"));
         const tenant = await createTenant(s.t.db, { name: `t${Date.now()}` });
-        const sb = await insertSandbox(s.t.db, { tenantId: tenant.id, templateId: "base", vcpu: 1, memoryMib: 256, diskMib: 1024, nodeId: id as NodeId });
+        const sb = await insertSandbox(s.t.db, {
+          tenantId: tenant.id,
+          templateId: "base",
+          vcpu: 1,
+          memoryMib: 256,
+          diskMib: 1024,
+          nodeId: id as NodeId,
+        });
         await transitionSandbox(s.t.db, sb.id, "creating", "running");
-        const stopped = await insertSandbox(s.t.db, { tenantId: tenant.id, templateId: "base", vcpu: 1, memoryMib: 256, diskMib: 1024, nodeId: id as NodeId });
+        const stopped = await insertSandbox(s.t.db, {
+          tenantId: tenant.id,
+          templateId: "base",
+          vcpu: 1,
+          memoryMib: 256,
+          diskMib: 1024,
+          nodeId: id as NodeId,
+        });
         await s.t.db.execute(`UPDATE nodes SET last_heartbeat_at = now() - interval '1 hour' WHERE id = $1`, [id]);
-        const liveness = startNodeLiveness({ db: s.t.db, log, graceMs: 1000, intervalMs: 60_000, repo: new StoreSandboxRepo(s.t.db) });
+        const liveness = startNodeLiveness({
+          db: s.t.db,
+          log,
+          graceMs: 1000,
+          intervalMs: 60_000,
+          repo: new StoreSandboxRepo(s.t.db),
+        });
         await liveness.tick();
         await liveness.stop();
         const n = (await s.call("GET", `/admin/api/v1/nodes/${id}`, undefined, ADMIN)).body;
         assert.equal(n.status, "unavailable");
         assert.match(n.status_reason, /no heartbeat since/);
-        const row = await s.t.db.one<{ state: string; failureMessage: string }>(`SELECT state, failure_message AS "failureMessage" FROM sandboxes WHERE id = $1`, [sb.id]);
+        const row = await s.t.db.one<{ state: string; failureMessage: string }>(
+          `SELECT state, failure_message AS "failureMessage" FROM sandboxes WHERE id = $1`,
+          [sb.id],
+        );
         assert.equal(row.state, "failed");
         assert.match(row.failureMessage, /^lost: node .* stopped heartbeating/);
         const still = await s.t.db.one<{ state: string }>(`SELECT state FROM sandboxes WHERE id = $1`, [stopped.id]);
         assert.equal(still.state, "creating", "a create in flight is left to its create");
         // It heartbeats again: ready.
-        assert.equal((await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.3.1:3002" })).body.status, "ready");
+        assert.equal(
+          (await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.3.1:3002" })).body.status,
+          "ready",
+        );
       } finally {
         await s.close();
       }

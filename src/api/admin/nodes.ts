@@ -68,7 +68,10 @@ const RegisterBody = z
     id: z.uuid("id must be the node's UUID (from its node-id file)"),
     name: z.string().min(1).max(253),
     address: z.url("address must be node-api's URL, e.g. http://10.0.0.5:3002"),
-    node_group: z.string().regex(/^[A-Za-z0-9._-]{1,63}$/, "1-63 letters, digits, . _ -").default("default"),
+    node_group: z
+      .string()
+      .regex(/^[A-Za-z0-9._-]{1,63}$/, "1-63 letters, digits, . _ -")
+      .default("default"),
     labels: z.record(LabelKey, LabelValue).default({}),
     verify: z.boolean().default(false),
     capacity: Numbers.optional(),
@@ -99,7 +102,10 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
   const admin = async (req: FastifyRequest) => {
     const bearer = bearerOf(req);
     if (bearer && deps.internalToken && sameSecret(bearer, deps.internalToken)) {
-      throw new SpaceError("permission_denied", "the node credential may register and heartbeat only; this route needs an admin credential");
+      throw new SpaceError(
+        "permission_denied",
+        "the node credential may register and heartbeat only; this route needs an admin credential",
+      );
     }
     const p = await authenticateBearer(deps.db, bearer, deps.adminToken);
     requireScope(p, "admin");
@@ -107,16 +113,21 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
   /** The node credential (internal token) or an admin one. */
   const nodeWriter = async (req: FastifyRequest) => {
     const bearer = bearerOf(req);
-    if (!bearer) throw new SpaceError("unauthenticated", "missing credentials: send Authorization: Bearer <SPACE_INTERNAL_TOKEN>");
+    if (!bearer)
+      throw new SpaceError("unauthenticated", "missing credentials: send Authorization: Bearer <SPACE_INTERNAL_TOKEN>");
     if (deps.internalToken && sameSecret(bearer, deps.internalToken)) return;
     const p = await authenticateBearer(deps.db, bearer, deps.adminToken).catch(() => null);
     if (!p || !p.scopes.includes("admin")) {
-      throw new SpaceError("permission_denied", "wrong credential: nodes register with the internal token (SPACE_INTERNAL_TOKEN) or an admin credential");
+      throw new SpaceError(
+        "permission_denied",
+        "wrong credential: nodes register with the internal token (SPACE_INTERNAL_TOKEN) or an admin credential",
+      );
     }
   };
   const verify =
     deps.verifyNode ??
-    ((address: string, signal: AbortSignal) => new NodeClient({ baseUrl: address, internalToken: deps.internalToken, timeoutMs: 5_000 }).health(signal));
+    ((address: string, signal: AbortSignal) =>
+      new NodeClient({ baseUrl: address, internalToken: deps.internalToken, timeoutMs: 5_000 }).health(signal));
 
   app.post(base, async (req, reply) => {
     await nodeWriter(req);
@@ -153,7 +164,11 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
       return upsertRegistration(tx, reg, mustVerify);
     });
     if (addressChanged) deps.log.info({ node: reg.id, from: before.address, to: reg.address }, "node address changed (verified)");
-    else if (!before) deps.log.info({ node: reg.id, name: reg.name, address: reg.address, group: reg.nodeGroup, verified: mustVerify }, "node registered");
+    else if (!before)
+      deps.log.info(
+        { node: reg.id, name: reg.name, address: reg.address, group: reg.nodeGroup, verified: mustVerify },
+        "node registered",
+      );
     return reply.status(before ? 200 : 201).send(present(node));
   });
 
@@ -238,7 +253,13 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
     if (!n) return reply.status(204).send();
     const rows = await listSandboxesOnNode(deps.db, n.id);
     if (rows.length) {
-      throw new SpaceError("failed_precondition", `node ${id} still holds ${rows.length} sandboxes (${rows.slice(0, 5).map((r) => r.id).join(", ")}…); kill or drain them first`);
+      throw new SpaceError(
+        "failed_precondition",
+        `node ${id} still holds ${rows.length} sandboxes (${rows
+          .slice(0, 5)
+          .map((r) => r.id)
+          .join(", ")}…); kill or drain them first`,
+      );
     }
     await deleteNode(deps.db, n.id);
     return reply.status(204).send();

@@ -114,13 +114,19 @@ export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlane
         attempt++;
         try {
           await registerOnce(await inventory(), signal);
-          log.info({ controlUrl: o.controlUrl, address: o.address(), group: o.nodeGroup, status, attempt }, "node registered with the control plane (verified)");
+          log.info(
+            { controlUrl: o.controlUrl, address: o.address(), group: o.nodeGroup, status, attempt },
+            "node registered with the control plane (verified)",
+          );
           return;
         } catch (e) {
           const err = SpaceError.from(e);
           if (signal?.aborted) throw err;
           if (Date.now() + delay > deadline) {
-            throw new SpaceError("deadline_exceeded", `node registration did not succeed before the deadline (${attempt} attempts): ${err.message}`);
+            throw new SpaceError(
+              "deadline_exceeded",
+              `node registration did not succeed before the deadline (${attempt} attempts): ${err.message}`,
+            );
           }
           log.warn({ attempt, retryInMs: delay, reason: err.message }, "node registration refused or failed; retrying");
           await new Promise((r) => setTimeout(r, delay));

@@ -4,7 +4,6 @@
  * prefix, cgroup parent, runtime state dir, slot range, node dir) come from the config,
  * so several agents can share a machine (tests, `space lab`).
  */
-import { hostname } from "node:os";
 import type { Config } from "../../core/config.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -24,7 +23,10 @@ export function hostScopeOf(config: Config): NonNullable<NodeAgentDeps["hostScop
 
 export async function startStandaloneNode(config: Config, token: string, logger: Logger): Promise<() => Promise<void>> {
   if (!config.SPACE_NODE_CONTROL_URL) {
-    throw new SpaceError("invalid_argument", "SPACE_NODE_CONTROL_URL must be set: the control-plane URL a standalone `space node` registers with");
+    throw new SpaceError(
+      "invalid_argument",
+      "SPACE_NODE_CONTROL_URL must be set: the control-plane URL a standalone `space node` registers with",
+    );
   }
   let address = config.SPACE_NODE_ADVERTISE_URL || `http://${config.SPACE_NODE_HOST}:${config.SPACE_NODE_PORT}`;
   const link = createControlPlaneLink({

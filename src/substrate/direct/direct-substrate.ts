@@ -7,7 +7,7 @@
  * instead of piling on one node. A failed placement says why, per node class.
  */
 import type { PlacementRequest, ProxyTarget, SandboxRef, Substrate } from "../substrate.ts";
-import type { SandboxMetrics, SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
+import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
 import { NodeClient } from "./node-client.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import {
@@ -93,7 +93,11 @@ export class DirectSubstrate implements Substrate {
       ...(Object.keys(selector).length ? { nodeSelector: selector } : {}),
       ...(req.environment ? { environment: req.environment } : {}),
     };
-    const opts: PlacementOptions = { gate: this.#gate, inflight: this.#inflight, ...(this.#overcommit ? { overcommit: this.#overcommit } : {}) };
+    const opts: PlacementOptions = {
+      gate: this.#gate,
+      inflight: this.#inflight,
+      ...(this.#overcommit ? { overcommit: this.#overcommit } : {}),
+    };
     if (req.pinnedNodeId !== undefined) return this.#pinned(req, nodes, work, opts);
     return requirePlacement(nodes, work, opts);
   }
@@ -130,7 +134,10 @@ export class DirectSubstrate implements Substrate {
     if (!node) return base;
     const env = req.environment;
     if (this.#gate === "on" && env?.kind === "unreadable") {
-      throw new SpaceError("failed_precondition", `environment placement gate is on and the restore's environment binding is unreadable: ${env.reason}`);
+      throw new SpaceError(
+        "failed_precondition",
+        `environment placement gate is on and the restore's environment binding is unreadable: ${env.reason}`,
+      );
     }
     const envOk = env?.kind !== "bound" || node.usableEnvironments.includes(env.environment);
     if (this.#gate === "on" && !envOk && env?.kind === "bound") {
@@ -141,7 +148,12 @@ export class DirectSubstrate implements Substrate {
       );
     }
     const d = requirePlacement([node], work, opts);
-    return { ...d, ...(this.#gate !== "off" ? { gatePlacement: env?.kind !== "bound" ? "no_evidence" : envOk ? "admitted" : "environment_not_usable" } : {}) };
+    return {
+      ...d,
+      ...(this.#gate !== "off"
+        ? { gatePlacement: env?.kind !== "bound" ? "no_evidence" : envOk ? "admitted" : "environment_not_usable" }
+        : {}),
+    };
   }
 
   async start(ref: SandboxRef, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
@@ -190,7 +202,7 @@ export class DirectSubstrate implements Substrate {
     return (await this.#client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
   }
 
-  async setEgress(ref: SandboxRef, egress: { allowInternetAccess: boolean }, signal: AbortSignal): Promise<void> {
+  async setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void> {
     await (await this.#client(ref.nodeId, signal)).egress(ref.sandboxId, egress, signal);
   }
 
