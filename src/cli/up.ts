@@ -11,6 +11,7 @@ import { bootstrapDefaultTenant } from "./bootstrap.ts";
 import { openControlPlane, startApiServer } from "./processes.ts";
 import { controllerLoops, startController } from "./controller.ts";
 import { createNodeAgent } from "../node/agent.ts";
+import { hostScopeOf } from "../node/ctl/standalone.ts";
 import { storePublisher, wantedOnNode } from "./node-link.ts";
 import type { ControlPlane } from "./processes.ts";
 
@@ -68,6 +69,8 @@ async function startLocalNode(cp: ControlPlane) {
     internalToken: cp.internalToken,
     publish,
     wanted: wantedOnNode(cp.db, () => agent.nodeId),
+    hostScope: hostScopeOf(config),
+    ...(config.SPACE_NODE_RUNTIME_STATE_DIR ? { runtimeStateDir: config.SPACE_NODE_RUNTIME_STATE_DIR } : {}),
   });
   await agent.start();
   const listening = await agent.app.listen({ host: config.SPACE_NODE_HOST, port: config.SPACE_NODE_PORT });
