@@ -109,6 +109,25 @@ export async function main(argv: string[]): Promise<void> {
       process.stdout.write(describeConfig() + "\n");
     });
 
+  program
+    .command("template")
+    .description("templates")
+    .command("build <dir>")
+    .description("build a template from <dir>/Dockerfile (FROM base|oci-archive:<path>, RUN, COPY, ENV, WORKDIR, USER, CMD)")
+    .requiredOption("--name <name>", "template name[:tag]")
+    .option("--file <file>", "Dockerfile name in <dir>", "Dockerfile")
+    .option("--api-url <url>", "SPACE API URL (default $E2B_API_URL)")
+    .option("--api-key <key>", "API key (default $E2B_API_KEY)")
+    .option("--force", "rebuild every step (ignore the layer cache)")
+    .action(async (dir: string, o: { name: string; file: string; apiUrl?: string; apiKey?: string; force?: boolean }) => {
+      const { runTemplateBuild } = await import("./template.ts");
+      const apiUrl = o.apiUrl ?? process.env.E2B_API_URL ?? "";
+      const apiKey = o.apiKey ?? process.env.E2B_API_KEY ?? "";
+      if (!apiUrl || !apiKey) throw new Error("set --api-url/--api-key or E2B_API_URL/E2B_API_KEY (printed by `space up`)");
+      const r = await runTemplateBuild({ dir, name: o.name, file: o.file, apiUrl, apiKey, ...(o.force ? { force: true } : {}) });
+      process.stdout.write(`${JSON.stringify(r)}\n`);
+    });
+
   try {
     await program.parseAsync(argv);
   } catch (e: unknown) {

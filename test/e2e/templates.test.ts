@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Sandbox, Template, type ConnectionOpts, type LogEntry } from "e2b";
 import { randomBytes } from "node:crypto";
+import { spawnSync } from "node:child_process";
 import { startStack, type Stack } from "../support/stack.ts";
 import { makeOciArchive, type OciFixture } from "../templates/fixtures.ts";
 
@@ -127,6 +128,23 @@ describe("templates with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
     // The other tenant may use the same name for its own template.
     const own = await Template.build(Template().fromTemplate("base").runCmd("true"), "oci-tpl", other);
     assert.notEqual(own.templateId, mine.templateID);
+  });
+
+  test("space template build <dir> --name: Dockerfile with FROM oci-archive, COPY, RUN; live logs", async () => {
+    await writeFile(join(ctx, "image.tar"), await import("node:fs/promises").then((f) => f.readFile(oci.archive)));
+    await writeFile(join(ctx, "Dockerfile"), "FROM oci-archive:image.tar\nCOPY hello.txt /opt/\nRUN cat /opt/hello.txt > /etc/from-cli\nENV MODE=cli\n");
+    const r = spawnSync(process.execPath, ["bin/space.mjs", "template", "build", ctx, "--name", "cli-tpl"], {
+      env: { ...process.env, E2B_API_URL: stack.apiUrl, E2B_API_KEY: stack.apiKey },
+      encoding: "utf8",
+      timeout: 300_000,
+    });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /\[2\] \[2\/3\] RUN cat/);
+    assert.match(r.stderr, /ready: template/);
+    const sb = await Sandbox.create("cli-tpl", opts);
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("cat /etc/from-cli")).stdout, "hello from copy\n");
+    await sb.kill();
   });
 
   test("DELETE /templates/{id}: gone for creates; 404 the second time", async () => {
