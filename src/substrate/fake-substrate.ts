@@ -3,7 +3,7 @@
  * to fail the next start with a given error. Not for production use.
  */
 import { SpaceError } from "../core/errors.ts";
-import type { SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
 import type { PlacementRequest, ProxyTarget, SandboxRef, Substrate } from "./substrate.ts";
 
 export class FakeSubstrate implements Substrate {
@@ -68,7 +68,9 @@ export class FakeSubstrate implements Substrate {
     return { timestamp: new Date().toISOString(), cpuCount: 2, cpuUsedPct: 1.5, memUsed: 1e7, memTotal: 1e9, memCache: 0, diskUsed: 1e6, diskTotal: 1e9 };
   }
   readonly egress = new Map<string, boolean>();
-  async setEgress(ref: SandboxRef, e: { allowInternetAccess: boolean }): Promise<void> {
+  readonly policies = new Map<string, SandboxEgress["policy"]>();
+  async setEgress(ref: SandboxRef, e: SandboxEgress): Promise<void> {
+    this.policies.set(ref.sandboxId, e.policy);
     this.calls.push(`egress ${ref.sandboxId} ${e.allowInternetAccess}`);
     this.egress.set(ref.sandboxId, e.allowInternetAccess);
   }

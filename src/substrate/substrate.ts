@@ -6,7 +6,7 @@
  *
  * Every verb takes an AbortSignal; `kill` is idempotent (absent = ok).
  */
-import type { SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
 import type { EnvironmentBinding } from "./placement.ts";
 
 export type { SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding };
@@ -57,8 +57,8 @@ export interface Substrate {
   /** What the node sees now; null when the node does not know the sandbox. */
   observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null>;
   metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics>;
-  /** Applies egress to a running sandbox (today: all or nothing; richer policy later). */
-  setEgress(ref: SandboxRef, egress: { allowInternetAccess: boolean }, signal: AbortSignal): Promise<void>;
+  /** Replaces the egress policy of a running sandbox (`policy`, compiled by src/api/network; else all or nothing). */
+  setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void>;
   /** Where the gateway forwards traffic for `port` of this sandbox. */
   proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget>;
 }

@@ -15,7 +15,9 @@ export type Check =
   | { kind: "http"; host: string; port: number; hostHeader?: string }
   | { kind: "udp"; host: string; port: number; source?: string }
   | { kind: "dns"; name: string; server: string; tcp?: boolean }
-  | { kind: "loopback" };
+  | { kind: "loopback" }
+  /** Benchmarks: median and p99 in microseconds (`total` ms for the whole run). */
+  | { kind: "bench"; what: "tcp" | "http" | "dns"; host: string; port: number; n: number; name?: string };
 
 const TIMEOUT = 1500;
 const code = (e: unknown) => (e as NodeJS.ErrnoException).code ?? String(e);
@@ -87,6 +89,20 @@ async function loopback(): Promise<string> {
   return v;
 }
 
+async function bench(c: Extract<Check, { kind: "bench" }>): Promise<string> {
+  const times: number[] = [];
+  const t0 = performance.now();
+  for (let i = 0; i < c.n; i++) {
+    const t = performance.now();
+    const v = c.what === "tcp" ? await tcp(c.host, c.port) : c.what === "http" ? await http(c.host, c.port) : await dns(c.name!, c.host);
+    if (v === "open" || v.startsWith("ok") || /^\d/.test(v)) times.push((performance.now() - t) * 1000);
+    else return `failed: ${v}`;
+  }
+  const total = performance.now() - t0;
+  times.sort((a, b) => a - b);
+  return JSON.stringify({ n: c.n, medianUs: Math.round(times[times.length >> 1]!), p99Us: Math.round(times[Math.floor(times.length * 0.99)]!), totalMs: Math.round(total) });
+}
+
 const checks = JSON.parse(process.argv[2] ?? "[]") as Check[];
 const out: string[] = [];
 for (const c of checks) {
@@ -94,6 +110,7 @@ for (const c of checks) {
   else if (c.kind === "http") out.push(await http(c.host, c.port, c.hostHeader));
   else if (c.kind === "udp") out.push(await udp(c.host, c.port, c.source));
   else if (c.kind === "dns") out.push(await dns(c.name, c.server, c.tcp));
+  else if (c.kind === "bench") out.push(await bench(c));
   else out.push(await loopback());
 }
 process.stdout.write(JSON.stringify(out));

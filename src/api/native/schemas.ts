@@ -4,6 +4,7 @@
  * are strict, so an unknown field is refused with its name.
  */
 import { z } from "zod";
+import { NativeRule } from "../network/policy.ts";
 
 // ---------------------------------------------------------------- shared
 
@@ -72,6 +73,9 @@ export const NetworkSpec = z
     allow_out: z.array(z.string()).optional(),
     deny_out: z.array(z.string()).optional(),
     allow_public_traffic: z.boolean().optional(),
+    /** Native policy v1: every deny precedes every allow, then `default`. */
+    rules: z.array(NativeRule).max(1000).optional(),
+    default: z.enum(["allow", "deny"]).optional().meta({ description: "verdict when no rule matches (default allow, deny when allow_internet_access is false)" }),
   })
   .strict()
   .meta({ id: "NetworkSpec" });

@@ -74,6 +74,19 @@ export function validateEcw(allowInternetAccess: boolean, network: EcwNetwork | 
   compileEcw(allowInternetAccess, network);
 }
 
+/**
+ * The policy a stored sandbox runs under: a Native-compiled policy stored with it
+ * (`network.spacePolicy`), else the ECW fields. The one function every create, update and
+ * re-creation (restore, fork, restart) calls, so the rules follow the sandbox.
+ */
+export function egressPolicyOf(allowInternetAccess: boolean, network: (EcwNetwork & { spacePolicy?: unknown }) | null | undefined): EgressPolicy {
+  if (network?.spacePolicy) {
+    const p = EgressPolicy.parse(network.spacePolicy);
+    return allowInternetAccess ? p : { ...p, default: "deny" };
+  }
+  return compileEcw(allowInternetAccess, network);
+}
+
 // ------------------------------------------------------------------ Native v1
 
 const PortSpec = z.union([

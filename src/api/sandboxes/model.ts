@@ -4,6 +4,7 @@
  * tests use the in-memory double in `memory-repo.ts`.
  */
 import type { SandboxId, TenantId } from "../../core/ids.ts";
+import type { EgressPolicy } from "../../node/network/policy.ts";
 import type { EnvironmentBinding } from "../../substrate/placement.ts";
 
 /**
@@ -30,6 +31,8 @@ export interface NetworkPolicy {
   httpsPorts?: number[];
   rules?: unknown;
   egressProxy?: unknown;
+  /** Native policy v1, compiled (src/api/network/policy.ts); replaces allowOut/denyOut when present. */
+  spacePolicy?: EgressPolicy;
 }
 
 export type OnTimeout = "kill" | "pause";

@@ -10,6 +10,7 @@ import { SpaceError, invalid, notFound, unimplemented } from "../../core/errors.
 import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../../core/ids.ts";
 import type { SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
+import { egressPolicyOf } from "../network/policy.ts";
 import {
   isLive,
   killableStates,
@@ -119,6 +120,7 @@ export class SandboxService {
     const diskMib = input.resources.diskMib ?? this.#defaults.diskMib;
     validateResources({ vcpu, memoryMib, diskMib }, template.rootfsSizeMib, template.templateId);
     validateTimeout(input.timeoutSec);
+    egressPolicyOf(input.allowInternetAccess, input.network); // 400 on a bad network policy
     const placement = input.placement ?? parsePlacement(input.metadata[PLACEMENT_METADATA_KEY]);
 
     const now = this.#now();
@@ -177,6 +179,7 @@ export class SandboxService {
         envVars: input.envVars,
         ...(rec.envdAccessToken ? { accessToken: rec.envdAccessToken } : {}),
         allowInternetAccess: effectiveInternetAccess(rec),
+        network: egressPolicyOf(rec.allowInternetAccess, rec.network),
       };
       const status = await this.#substrate.start(ref, spec, signal);
       // The timeout counts from when the sandbox is usable, like E2B's.
@@ -326,8 +329,8 @@ export class SandboxService {
   }
 
   /**
-   * Replaces the egress policy. Stored now; enforced by the node once it exposes policy
-   * updates (network-policy issue).
+   * Replaces the whole egress policy: validated (400), stored with the sandbox (so every
+   * re-creation applies it), and applied by the node to a running sandbox.
    */
   async updateNetwork(tenantId: TenantId, id: string, network: NetworkPolicy, allowInternetAccess: boolean | undefined): Promise<SandboxRecord> {
     const rec = await this.get(tenantId, id);
@@ -335,6 +338,7 @@ export class SandboxService {
     // Public-traffic settings are create-time properties; an egress update keeps them.
     if (rec.network?.allowPublicTraffic !== undefined) merged.allowPublicTraffic = rec.network.allowPublicTraffic;
     if (rec.network?.maskRequestHost !== undefined) merged.maskRequestHost = rec.network.maskRequestHost;
+    egressPolicyOf(allowInternetAccess ?? rec.allowInternetAccess, merged);
     const updated = await this.#repo.update(rec.id, {
       network: merged,
       ...(allowInternetAccess === undefined ? {} : { allowInternetAccess }),
@@ -345,7 +349,7 @@ export class SandboxService {
       // the network-policy issue.
       await this.#substrate.setEgress(
         { sandboxId: updated.id, nodeId: updated.nodeId },
-        { allowInternetAccess: effectiveInternetAccess(updated) },
+        { allowInternetAccess: effectiveInternetAccess(updated), policy: egressPolicyOf(updated.allowInternetAccess, updated.network) },
         AbortSignal.timeout(30_000),
       );
     }

@@ -9,6 +9,7 @@ import type { SandboxId, TenantId } from "../../core/ids.ts";
 import type { CreateInput } from "../../api/sandboxes/service.ts";
 import { toSandbox } from "../../api/native/present.ts";
 import type { CreateSandboxBody } from "../../api/native/schemas.ts";
+import { compileNative } from "../../api/network/policy.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
 import { SandboxCreateRequest, parseTarget, readRequest, sandboxTarget } from "./requests.ts";
@@ -17,14 +18,15 @@ export const DEFAULT_SANDBOX_TIMEOUT_S = 300;
 
 export function toCreateInput(body: CreateSandboxBody): CreateInput {
   const net = body.network;
-  const network =
-    net && (net.allow_out || net.deny_out || net.allow_public_traffic !== undefined)
-      ? {
-          ...(net.allow_out ? { allowOut: net.allow_out } : {}),
-          ...(net.deny_out ? { denyOut: net.deny_out } : {}),
-          ...(net.allow_public_traffic !== undefined ? { allowPublicTraffic: net.allow_public_traffic } : {}),
-        }
-      : null;
+  // Native policy v1 (deny precedes allow) is compiled here and stored with the sandbox.
+  const network = net
+    ? {
+        ...(net.allow_out ? { allowOut: net.allow_out } : {}),
+        ...(net.deny_out ? { denyOut: net.deny_out } : {}),
+        ...(net.allow_public_traffic !== undefined ? { allowPublicTraffic: net.allow_public_traffic } : {}),
+        spacePolicy: compileNative(net),
+      }
+    : null;
   return {
     template: body.template,
     metadata: body.metadata ?? {},
