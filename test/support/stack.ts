@@ -9,6 +9,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
+import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
@@ -61,6 +62,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     SPACE_GATEWAY_PORT: String(gatewayPort),
     SPACE_NODE_PORT: String(nodePort),
     SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "warn",
+    ...hostScopeFor(dataDir),
     ...opts.env,
   });
   const child: ChildProcess = spawn(process.execPath, [resolve("bin/space.mjs"), "up"], {
@@ -112,6 +114,26 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     await stop();
     throw e;
   }
+}
+
+/**
+ * A host scope of its own for a stack's node (bridge, nft table, veth prefix, cgroup
+ * parent, runtime state, slot range), derived from its data directory, so stacks started
+ * by different suites or engineers on one machine never see or sweep each other.
+ */
+export function hostScopeFor(dataDir: string): Record<string, string> {
+  const h = createHash("sha256").update(dataDir).digest();
+  const tag = h.toString("hex").slice(0, 6);
+  return {
+    SPACE_NODE_BRIDGE: `sx${tag}`,
+    SPACE_NODE_NFT_TABLE: `space_${tag}`,
+    SPACE_NODE_VETH_PREFIX: `x${tag.slice(0, 3)}`,
+    SPACE_NODE_CGROUP_PARENT: `space-${tag}`,
+    SPACE_NODE_RUNTIME_STATE_DIR: join(dataDir, "runc"),
+    SPACE_NODE_SLOT_CIDR: `10.${210 + (h[3]! % 40)}.${h[4]!}.0/24`,
+    SPACE_NODE_MAX_SLOTS: "200",
+    SPACE_NODE_DISK_RESERVE_MIB: "1024",
+  };
 }
 
 /** Removes a stack's data directory, unmounting what its node left mounted first (never deleting through a mount). */
