@@ -9,7 +9,10 @@ VERSION=4.1.1
 SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 TARBALL="criu_${VERSION}.orig.tar.xz"
 
-if [ -x "$OUT/criu" ] && "$OUT/criu" --version 2>/dev/null | grep -q "Version: $VERSION"; then
+# Local patches (scripts/setup/criu-patches): their digest is part of the cache key.
+PATCHES="$(cat "$REPO"/scripts/setup/criu-patches/*.patch 2>/dev/null | sha256sum | cut -c1-16)"
+if [ -x "$OUT/criu" ] && "$OUT/criu" --version 2>/dev/null | grep -q "Version: $VERSION" \
+   && [ "$(cat "$OUT/patches" 2>/dev/null)" = "$PATCHES" ]; then
   echo "criu $VERSION: cached at $OUT/criu"
   exit 0
 fi
@@ -35,9 +38,13 @@ fi
 rm -rf "criu-$VERSION"
 tar -xJf "$TARBALL"
 cd "criu-$VERSION"
+for p in "$REPO"/scripts/setup/criu-patches/*.patch; do
+  [ -e "$p" ] && patch -p1 -s < "$p"
+done
 echo "criu: building (about 40 s on 2 cores)"
 make -j"$(nproc)" criu >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" >&2; exit 1; }
 install -m 0755 criu/criu "$OUT/criu.new"
 mv "$OUT/criu.new" "$OUT/criu"
+echo "$PATCHES" > "$OUT/patches"
 cd "$OUT/src" && rm -rf "criu-$VERSION"
 "$OUT/criu" --version | head -1

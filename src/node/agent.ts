@@ -26,6 +26,9 @@ import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./di
 import { NodeResolver, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
 import { LinuxNetworkSlots } from "./network/slots.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
+import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
+import type { BlobStore } from "../blob/open.ts";
+import { parseClusterKey } from "../core/envelope.ts";
 import { BASE_TEMPLATE, ensureBaseTemplateTarball } from "./templates/base-template.ts";
 import { resolveDebianMirror } from "./templates/debian-mirror.ts";
 import { cpuFeatures, environmentDigest } from "./templates/environment.ts";
@@ -74,6 +77,8 @@ export interface NodeAgent {
   readonly disks: Disks | undefined;
   /** Template builds on this node (isolated runtimes only). */
   readonly builder: TemplateBuilder | undefined;
+  /** Memory checkpoints (runc + CRIU only). */
+  readonly snapshots: NodeSnapshots | undefined;
   readonly nodeId: string | undefined;
   /** The token node-api expects (after start()). */
   readonly token: string;
@@ -88,6 +93,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let slots: LinuxNetworkSlots | undefined;
   let disks: Disks | undefined;
   let builder: TemplateBuilder | undefined;
+  let snapshots: NodeSnapshots | undefined;
+  let blob: BlobStore | undefined;
   let cache: NodeCache | undefined;
   let nodeId: string | undefined;
   let environment = "";
@@ -129,7 +136,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   };
 
   // The token may only be known after start() (token file): node-api reads it per request.
-  const app = createNodeApi({ token: () => token, manager: () => manager, inventory, health, logger: log });
+  const app = createNodeApi({ token: () => token, manager: () => manager, snapshots: () => snapshots, inventory, health, logger: log });
   registerTemplateRoutes(app, () => builder);
 
   const agent: NodeAgent = {
@@ -149,6 +156,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     },
     get builder() {
       return builder;
+    },
+    get snapshots() {
+      return snapshots;
     },
     get nodeId() {
       return nodeId;
@@ -230,6 +240,10 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           resolver = new NodeResolver({ listen: slots.range.gateway, upstream, binder: slots, logger: log });
           await resolver.start();
         }
+        if (disks) {
+          blob = openBlobStore(config);
+          snapshots = NodeSnapshots.create({ nodeDir, runtime, disks, manager: m, blob, clusterKey: parseClusterKey(config.SPACE_ENCRYPTION_KEY), logger: log });
+        }
         manager = m;
         if (cache && disks) {
           builder = new TemplateBuilder({
@@ -261,6 +275,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       await app.close();
       await slots?.drainPool(AbortSignal.timeout(60_000));
       await disks?.close();
+      await blob?.close();
       if (opts.unmountCache && cache) await unmountNodeCache(cache);
       manager = undefined;
     },

@@ -12,12 +12,16 @@ import type { Logger } from "../../core/log.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
 import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory } from "./contract.ts";
 import { proxyToSandbox } from "./proxy.ts";
+import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
+import { registerSnapshotRoutes } from "../snapshots/routes.ts";
 
 export interface NodeApiDeps {
   /** The internal token (read per request: the agent resolves it at start). */
   token: () => string;
   /** undefined until the agent has started (routes answer 503 meanwhile). */
   manager: () => SandboxManager | undefined;
+  /** Memory checkpoints (node/snapshots); undefined where the runtime cannot checkpoint. */
+  snapshots?: () => NodeSnapshots | undefined;
   inventory: () => Promise<NodeInventory>;
   health: () => Promise<NodeHealth>;
   logger: Logger;
@@ -113,6 +117,8 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
     const { id } = parse(Params, req.params, "path");
     return mgr().metrics(id, signalOf(req));
   });
+
+  registerSnapshotRoutes(app, deps.snapshots ?? (() => undefined), signalOf);
 
   // The proxy lives in its own scope whose body parser leaves the body unread, so it can
   // be streamed as is.

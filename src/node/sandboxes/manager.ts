@@ -53,6 +53,14 @@ interface Live extends Record_ {
   cpuSample?: { at: number; usageNs: number };
 }
 
+/** How a sandbox is restored instead of created (node/snapshots). */
+export interface RestoreVia {
+  /** Sets up the sandbox's disk; returns its root path. */
+  disk(signal: AbortSignal): Promise<string>;
+  /** Starts the prepared bundle from the memory checkpoint. */
+  start(id: string, signal: AbortSignal): Promise<void>;
+}
+
 export const ENVD_ARGS = ["/opt/space/bin/node", "/opt/space/envd/envd.mjs", "--port", String(ENVD_PORT)];
 
 export class SandboxManager {
@@ -151,7 +159,11 @@ export class SandboxManager {
 
   // ---------------------------------------------------------------- create
 
-  async create(spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+  /**
+   * `via` (snapshots): the disk comes from a snapshot and the processes from a memory
+   * checkpoint instead of the template and a cold boot (node/snapshots).
+   */
+  async create(spec: SandboxSpec, signal: AbortSignal, via?: RestoreVia): Promise<SandboxStatus> {
     const t0 = performance.now();
     const id = spec.sandboxId;
     const existing = this.sandboxes.get(id);
@@ -163,7 +175,9 @@ export class SandboxManager {
       throw new SpaceError("already_exists", `sandbox ${id} already exists on this node`);
     }
     // Refuse at once, before any work: a disk below the template's rootfs, a full node.
-    if (this.o.disks) await this.o.disks.admit(spec.template, spec.diskMib);
+    if (via) {
+      /* admitted by the snapshot layer (its parent may not be a template of this node) */
+    } else if (this.o.disks) await this.o.disks.admit(spec.template, spec.diskMib);
     else if (spec.template !== "base") throw new SpaceError("not_found", `template ${spec.template} is not available to the process runtime`);
 
     const s: Live = { spec, state: "creating", address: "", envdPort: ENVD_PORT, startedAt: new Date().toISOString(), lock: Promise.resolve() };
@@ -179,7 +193,7 @@ export class SandboxManager {
         const timings: Record<string, number> = {};
         // Disk and slot are independent: set them up in parallel.
         const tDisk = performance.now();
-        const diskP = this.ensureDisk(spec, signal).then((d) => {
+        const diskP = (via ? via.disk(signal).then((root) => ({ root, limited: Promise.resolve() })) : this.ensureDisk(spec, signal)).then((d) => {
           timings.diskMs = ms(tDisk);
           return d;
         });
@@ -192,7 +206,7 @@ export class SandboxManager {
         if (disk.status === "rejected") throw disk.reason;
         if (slot.status === "rejected") throw slot.reason;
         stack.defer("runtime", () => this.o.runtime.delete(id, AbortSignal.timeout(60_000)));
-        await this.boot(s, disk.value.root, timings, signal);
+        await this.boot(s, disk.value.root, timings, signal, via);
         await disk.value.limited; // the qgroup limit, overlapped with the boot
         timings.totalMs = ms(t0);
         s.timings = timings;
@@ -237,7 +251,7 @@ export class SandboxManager {
   }
 
   /** Bundle, runtime start, envd health, envd init. */
-  private async boot(s: Live, rootfs: string, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
+  private async boot(s: Live, rootfs: string, timings: Record<string, number>, signal: AbortSignal, via?: RestoreVia): Promise<void> {
     const id = s.spec.sandboxId;
     const t = performance.now();
     if (this.isolated) await this.writeSandboxFiles(s, rootfs);
@@ -263,10 +277,13 @@ export class SandboxManager {
       ],
       ...(this.o.slots ? { netnsPath: this.o.slots.get(id)!.netnsPath } : {}),
       resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024 },
-      logPath: join(this.logsDir, `${id}.log`),
+      // runc: stdio on /dev/null, because CRIU cannot dump a host file the container's mount
+      // namespace does not see (memory checkpoints, node/snapshots).
+      logPath: this.o.runtime.kind === "runc" ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
-    await this.o.runtime.start(id, signal);
+    if (via) await via.start(id, signal);
+    else await this.o.runtime.start(id, signal);
     timings.runtimeMs = ms(t);
     const tEnvd = performance.now();
     await waitEnvdHealthy(s.address, s.envdPort, {
@@ -281,7 +298,7 @@ export class SandboxManager {
       throw new SpaceError("unavailable", `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`);
     });
     timings.envdMs = ms(tEnvd);
-    if (s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
+    if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
       await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
     }
   }
@@ -343,6 +360,36 @@ export class SandboxManager {
       s.state = "running";
       await this.saveRecord(s);
       return this.toStatus(s);
+    });
+  }
+
+  /**
+   * Suspend (node/snapshots): `capture` checkpoints the memory (the processes end) and
+   * snapshots the disk; then everything the sandbox holds here is released. When capture
+   * fails the sandbox is left running (CRIU resumes the processes on a failed dump).
+   */
+  async suspend(id: string, capture: () => Promise<void>, signal: AbortSignal): Promise<void> {
+    const s = this.mustGet(id);
+    await this.withLock(s, async () => {
+      if (s.state === "paused") {
+        await this.o.runtime.resume(id, signal);
+        s.state = "running";
+      }
+      if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
+      await capture();
+      s.state = "killing";
+      this.events.emit(`dead:${id}`);
+      await this.reclaim(id, signal);
+      this.sandboxes.delete(id);
+    });
+  }
+
+  /** Runs `fn` (a live checkpoint: fork, named snapshot) while no other lifecycle call runs on `id`. */
+  async withRunning<T>(id: string, fn: (st: SandboxStatus) => Promise<T>): Promise<T> {
+    const s = this.mustGet(id);
+    return this.withLock(s, async () => {
+      if (s.state !== "running" && s.state !== "paused") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
+      return fn(this.toStatus(s));
     });
   }
 

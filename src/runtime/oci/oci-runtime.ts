@@ -48,6 +48,10 @@ export class OciRuntime implements Runtime {
   bundleDir(id: string): string {
     return join(this.o.bundlesDir, id);
   }
+  /** For runtime/oci/checkpoint.ts (runc --criu). */
+  get checkpointConfig(): { stateDir: string; criuPath?: string } {
+    return { stateDir: this.o.stateDir, criuPath: this.o.criuPath };
+  }
 
   async version(signal: AbortSignal): Promise<string> {
     if (!this.versionCache) {

@@ -1,0 +1,44 @@
+/**
+ * node-api wire of snapshots (added to contract.ts's routes):
+ *
+ *   POST   /v1/sandboxes/:id/suspend     SnapshotRequest → SnapshotDescriptor (sandbox gone from the node)
+ *   POST   /v1/sandboxes/:id/checkpoint  SnapshotRequest → SnapshotDescriptor (sandbox keeps running)
+ *   POST   /v1/restores                  RestoreRequest  → SandboxStatus (201; a new id for forks)
+ *   GET    /v1/snapshots                 → { snapshots: { snapshotId, createdAt }[] } (local copies)
+ *   DELETE /v1/snapshots/:snapshotId     → 204 (local copy freed; absent = ok)
+ */
+import { z } from "zod";
+import { SandboxSpec } from "../api/contract.ts";
+
+export const SnapshotId = z.string().regex(/^sn_[a-z0-9]{16}$/, "a snapshot id");
+
+export const SnapshotRequest = z
+  .object({
+    snapshotId: SnapshotId,
+    /** Publish the parts to the blob store before answering (durable). */
+    upload: z.boolean().default(true),
+  })
+  .strict();
+export type SnapshotRequest = z.infer<typeof SnapshotRequest>;
+
+export const SnapshotPartInfo = z.object({
+  kind: z.enum(["memory", "disk"]),
+  key: z.string(),
+  sizeBytes: z.number().int().nonnegative(),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
+
+export const SnapshotDescriptor = z.object({
+  snapshotId: SnapshotId,
+  sourceSandboxId: z.string(),
+  template: z.string(),
+  parentUuid: z.string(),
+  parts: z.array(SnapshotPartInfo),
+  wrappedKey: z.string().optional(),
+  sizeBytes: z.number().int().nonnegative(),
+  timings: z.record(z.string(), z.number()).default({}),
+});
+export type SnapshotDescriptorWire = z.infer<typeof SnapshotDescriptor>;
+
+export const RestoreRequest = z.object({ spec: SandboxSpec, snapshot: SnapshotDescriptor }).strict();
+export type RestoreRequest = z.infer<typeof RestoreRequest>;

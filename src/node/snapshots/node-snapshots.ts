@@ -1,0 +1,439 @@
+/**
+ * Node-side snapshots: suspend (memory checkpoint + read-only disk snapshot, node freed),
+ * live captures (fork, named snapshots: the source keeps running), publication to the
+ * blob store, and restore — from the local copy, or from the blob store on any node.
+ *
+ * Layout (node cache, btrfs):
+ *   <cache>/snapshots/<snapshotId>/disk     read-only subvolume of the sandbox's disk
+ *   <cache>/snapshots/parents/<uuid>/<name>  a parent (template) received from the blob store
+ *   <nodeDir>/snapshots/<snapshotId>/image   CRIU images; meta.json beside it
+ *
+ * Blob store (one key per part; sha256 of the stored bytes recorded in the descriptor):
+ *   snapshots/<snapshotId>/memory.tar[.enc]  the CRIU image dir as tar
+ *   snapshots/<snapshotId>/disk.btrfs[.enc]  `btrfs send -p <parent>` of the disk
+ *   parents/<uuid>.btrfs                      full `btrfs send` of a parent (template)
+ *
+ * Consistency: the container is frozen, the disk snapshotted, then the memory dumped while
+ * still frozen, so disk and memory are of the same instant. A failed suspend thaws the
+ * container and leaves it running (never half).
+ */
+import { createHash } from "node:crypto";
+import { createReadStream, createWriteStream } from "node:fs";
+import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { join } from "node:path";
+import { PassThrough, Readable, Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type { BlobStore } from "../../blob/blob-store.ts";
+import { decryptStream, encryptStream, newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
+import { exec } from "../../core/exec.ts";
+import { SpaceError } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import { checkpointerFor, writeMeta, type CheckpointMeta, type Checkpointer } from "../../runtime/oci/checkpoint.ts";
+import type { Runtime } from "../../runtime/runtime.ts";
+import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
+import * as btrfs from "../disk/btrfs.ts";
+import type { Disks } from "../disk/disks.ts";
+import { exists } from "../disk/node-cache.ts";
+import type { SandboxManager } from "../sandboxes/manager.ts";
+
+export interface SnapshotPartInfo {
+  kind: "memory" | "disk";
+  key: string;
+  sizeBytes: number;
+  sha256: string;
+}
+
+/** What the control plane keeps of a snapshot and hands back to restore it. */
+export interface SnapshotDescriptor {
+  snapshotId: string;
+  sourceSandboxId: string;
+  template: string;
+  /** btrfs identity (received uuid, else uuid) of the disk stream's parent subvolume. */
+  parentUuid: string;
+  parts: SnapshotPartInfo[];
+  /** Data key wrapped by the cluster key; absent = parts are plaintext. */
+  wrappedKey?: string;
+  sizeBytes: number;
+  /** ms spent per phase, for benchmarks. */
+  timings: Record<string, number>;
+}
+
+interface LocalMeta {
+  snapshotId: string;
+  sourceSandboxId: string;
+  template: string;
+  parentPath: string;
+  parentUuid: string;
+  checkpoint: CheckpointMeta;
+}
+
+export interface NodeSnapshotsOptions {
+  nodeDir: string;
+  runtime: Runtime;
+  disks: Disks;
+  manager: SandboxManager;
+  blob?: BlobStore;
+  /** Cluster key (SPACE_ENCRYPTION_KEY); absent = no encryption at rest. */
+  clusterKey?: Buffer;
+  logger: Logger;
+}
+
+const T = 10 * 60_000;
+const SNAP = /^sn_[a-z0-9]{16}$/;
+
+export class NodeSnapshots {
+  private readonly o: NodeSnapshotsOptions;
+  private readonly cp: Checkpointer;
+  private readonly fetching = new Map<string, Promise<void>>();
+
+  constructor(o: NodeSnapshotsOptions, cp: Checkpointer) {
+    this.o = o;
+    this.cp = cp;
+  }
+
+  static create(o: NodeSnapshotsOptions): NodeSnapshots | undefined {
+    const cp = checkpointerFor(o.runtime);
+    return cp ? new NodeSnapshots(o, cp) : undefined;
+  }
+
+  private get cacheSnaps(): string {
+    return join(this.o.disks.cache.mountPath, "snapshots");
+  }
+  private diskPath(snapshotId: string): string {
+    return join(this.cacheSnaps, snapshotId, "disk");
+  }
+  private localDir(snapshotId: string): string {
+    return join(this.o.nodeDir, "snapshots", snapshotId);
+  }
+  private parentRecord(sandboxId: string): string {
+    return join(this.o.nodeDir, "snapshots", "sandbox-parents", `${sandboxId}.json`);
+  }
+
+  /** The subvolume a sandbox's disk descends from (its template, or a received parent). */
+  private async parentOf(sandboxId: string, template: string): Promise<{ path: string; uuid: string }> {
+    const rec = await readFile(this.parentRecord(sandboxId), "utf8").then((t) => JSON.parse(t) as { path: string; uuid: string }, () => undefined);
+    if (rec && (await exists(rec.path))) return rec;
+    const path = this.o.disks.templatePath(template);
+    return { path, uuid: await identity(path) };
+  }
+
+  // ------------------------------------------------------------------ capture
+
+  /**
+   * Suspend: freeze, disk snapshot, memory dump (the processes end), node resources
+   * released; then the parts are published when a blob store is configured.
+   */
+  async suspend(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    const timings: Record<string, number> = {};
+    let meta: LocalMeta | undefined;
+    const t0 = performance.now();
+    await this.o.manager.suspend(
+      sandboxId,
+      async () => {
+        const st = this.o.manager.get(sandboxId);
+        meta = await this.capture(sandboxId, st.template, snapshotId, false, signal);
+      },
+      signal,
+    );
+    timings.captureMs = ms(t0);
+    await rm(this.parentRecord(sandboxId), { force: true }).catch(() => undefined);
+    return this.finish(meta!, opts.upload, timings, signal);
+  }
+
+  /** A checkpoint of a running sandbox that keeps running (fork, named snapshots). */
+  async checkpointLive(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    const timings: Record<string, number> = {};
+    const t0 = performance.now();
+    const meta = await this.o.manager.withRunning(sandboxId, (st) => this.capture(sandboxId, st.template, snapshotId, true, signal));
+    timings.captureMs = ms(t0);
+    return this.finish(meta, opts.upload, timings, signal);
+  }
+
+  private async capture(sandboxId: string, template: string, snapshotId: string, leaveRunning: boolean, signal: AbortSignal): Promise<LocalMeta> {
+    if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
+    const dir = this.localDir(snapshotId);
+    const image = join(dir, "image");
+    const parent = await this.parentOf(sandboxId, template);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { recursive: true });
+    await mkdir(join(this.cacheSnaps, snapshotId), { recursive: true });
+    const rt = this.o.runtime;
+    const wasPaused = (await rt.state(sandboxId, signal))?.status === "paused";
+    if (!wasPaused) await rt.pause(sandboxId, signal);
+    try {
+      await exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal });
+      const checkpoint = await this.cp.checkpoint(sandboxId, image, { leaveRunning, signal });
+      await writeMeta(image, checkpoint);
+      const meta: LocalMeta = { snapshotId, sourceSandboxId: sandboxId, template, parentPath: parent.path, parentUuid: parent.uuid, checkpoint };
+      await writeFile(join(dir, "meta.json"), JSON.stringify(meta));
+      return meta;
+    } catch (e) {
+      await this.dropLocal(snapshotId).catch(() => undefined);
+      throw e;
+    } finally {
+      // CRIU thaws what it dumped with --leave-running; a failed dump leaves it frozen.
+      const st = await rt.state(sandboxId, AbortSignal.timeout(30_000)).catch(() => null);
+      if (st?.status === "paused" && !wasPaused) await rt.resume(sandboxId, AbortSignal.timeout(30_000)).catch(() => undefined);
+    }
+  }
+
+  private async finish(meta: LocalMeta, upload: boolean, timings: Record<string, number>, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    const desc: SnapshotDescriptor = {
+      snapshotId: meta.snapshotId,
+      sourceSandboxId: meta.sourceSandboxId,
+      template: meta.template,
+      parentUuid: meta.parentUuid,
+      parts: [],
+      sizeBytes: 0,
+      timings,
+    };
+    if (!upload || !this.o.blob) return desc;
+    const t0 = performance.now();
+    const blob = this.o.blob;
+    const dataKey = this.o.clusterKey ? newDataKey() : undefined;
+    if (dataKey) desc.wrappedKey = wrapKey(this.o.clusterKey!, dataKey);
+    const ext = dataKey ? ".enc" : "";
+    await this.publishParent(meta.parentPath, meta.parentUuid, signal);
+    const put = async (kind: "memory" | "disk", key: string, argv: string[]) => {
+      const src = spawnStream(argv, signal);
+      const body = dataKey ? src.stdout.pipe(encryptStream(dataKey, key)) : src.stdout;
+      const [info] = await Promise.all([blob.put(key, body as Readable, signal), src.done]);
+      desc.parts.push({ kind, key, sizeBytes: info.sizeBytes, sha256: info.sha256 });
+      desc.sizeBytes += info.sizeBytes;
+    };
+    const base = `snapshots/${meta.snapshotId}`;
+    await Promise.all([
+      put("memory", `${base}/memory.tar${ext}`, ["tar", "-C", join(this.localDir(meta.snapshotId), "image"), "-cf", "-", "."]),
+      put("disk", `${base}/disk.btrfs${ext}`, ["btrfs", "send", "-q", "-p", meta.parentPath, this.diskPath(meta.snapshotId)]),
+    ]);
+    desc.parts.sort((a, b) => a.kind.localeCompare(b.kind));
+    timings.uploadMs = ms(t0);
+    return desc;
+  }
+
+  /** A full send stream of the parent, once per parent identity. */
+  private async publishParent(path: string, uuid: string, signal: AbortSignal): Promise<void> {
+    const key = `parents/${uuid}.btrfs`;
+    if (await this.o.blob!.head(key, signal)) return;
+    const src = spawnStream(["btrfs", "send", "-q", path], signal);
+    await Promise.all([this.o.blob!.put(key, src.stdout as Readable, signal), src.done]);
+  }
+
+  // ------------------------------------------------------------------ restore
+
+  /**
+   * Restores `desc` as sandbox `spec.sandboxId` (a new id for forks): from the local copy
+   * when this node has it, else from the blob store (checksums verified before use, the
+   * parent fetched when missing, refused when it cannot be found).
+   */
+  async restore(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal): Promise<SandboxStatus> {
+    const t0 = performance.now();
+    await this.ensureLocal(desc, signal);
+    const fetchMs = ms(t0);
+    const meta = JSON.parse(await readFile(join(this.localDir(desc.snapshotId), "meta.json"), "utf8")) as LocalMeta;
+    const id = spec.sandboxId;
+    const image = join(this.localDir(desc.snapshotId), "image");
+    const st = await this.o.manager.create(spec, signal, {
+      disk: async (sig) => {
+        const path = this.o.disks.sandboxPath(id);
+        if (!(await exists(path))) {
+          await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
+          await btrfs.qgroupLimit(path, spec.diskMib, sig).catch(async (e: unknown) => {
+            await btrfs.subvolumeDelete(path).catch(() => undefined);
+            throw e;
+          });
+        }
+        return this.o.disks.sandboxRoot(id);
+      },
+      start: (cid, sig) => this.cp.restore(cid, image, meta.checkpoint, sig),
+    });
+    await mkdir(join(this.o.nodeDir, "snapshots", "sandbox-parents"), { recursive: true });
+    await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
+    return { ...st, timings: { ...(st.timings ?? {}), fetchMs, restoreTotalMs: ms(t0) } };
+  }
+
+  async hasLocal(snapshotId: string): Promise<boolean> {
+    return (await exists(join(this.localDir(snapshotId), "meta.json"))) && (await exists(this.diskPath(snapshotId)));
+  }
+
+  private async ensureLocal(desc: SnapshotDescriptor, signal: AbortSignal): Promise<void> {
+    if (await this.hasLocal(desc.snapshotId)) return;
+    const running = this.fetching.get(desc.snapshotId);
+    if (running) return running;
+    const p = this.fetch(desc, signal).finally(() => this.fetching.delete(desc.snapshotId));
+    this.fetching.set(desc.snapshotId, p);
+    return p;
+  }
+
+  private async fetch(desc: SnapshotDescriptor, signal: AbortSignal): Promise<void> {
+    const blob = this.o.blob;
+    if (!blob) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is not on this node and the node has no blob store`);
+    const mem = desc.parts.find((p) => p.kind === "memory");
+    const disk = desc.parts.find((p) => p.kind === "disk");
+    if (!mem || !disk) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is not durable (its parts are not in the blob store)`);
+    let dataKey: Buffer | undefined;
+    if (desc.wrappedKey) {
+      if (!this.o.clusterKey) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is encrypted and this node has no SPACE_ENCRYPTION_KEY`);
+      dataKey = unwrapKey(this.o.clusterKey, desc.wrappedKey);
+    }
+    const dir = this.localDir(desc.snapshotId);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(join(dir, "image"), { recursive: true });
+    const scratch = join(this.o.nodeDir, "snapshots", `.dl-${desc.snapshotId}`);
+    await mkdir(scratch, { recursive: true });
+    try {
+      // 1. Both parts downloaded and checked before anything is unpacked.
+      const memFile = join(scratch, "memory");
+      const diskFile = join(scratch, "disk");
+      await Promise.all([this.download(mem, memFile, signal), this.download(disk, diskFile, signal)]);
+      // 2. The parent of the disk stream: present, or received from the blob store, or refused.
+      await this.ensureParent(desc.parentUuid, scratch, signal);
+      // 3. Unpack (decrypting: a failed tag aborts the pipeline, and the partial result is dropped).
+      const plain = (file: string, key: string) => {
+        const r = createReadStream(file);
+        return dataKey ? r.pipe(decryptStream(dataKey, key)) : r;
+      };
+      await pipeInto(plain(memFile, mem.key), ["tar", "-C", join(dir, "image"), "-xf", "-"], signal);
+      const target = join(this.cacheSnaps, desc.snapshotId);
+      await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
+      await mkdir(target, { recursive: true });
+      await pipeInto(plain(diskFile, disk.key), ["btrfs", "receive", "-q", target], signal).catch(async (e: unknown) => {
+        await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
+        throw e;
+      });
+      const parentPath = await this.findParent(desc.parentUuid);
+      const checkpoint = JSON.parse(await readFile(join(dir, "image", "space-checkpoint.json"), "utf8").catch(() => "null")) as CheckpointMeta | null;
+      const meta: LocalMeta = {
+        snapshotId: desc.snapshotId,
+        sourceSandboxId: desc.sourceSandboxId,
+        template: desc.template,
+        parentPath: parentPath ?? "",
+        parentUuid: desc.parentUuid,
+        checkpoint: checkpoint ?? { logPath: "/dev/null", logSize: 0, config: {} },
+      };
+      await writeFile(join(dir, "meta.json"), JSON.stringify(meta));
+      this.o.logger.info({ snapshotId: desc.snapshotId }, "snapshot fetched from the blob store");
+    } catch (e) {
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      throw e;
+    } finally {
+      await rm(scratch, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+
+  /** Downloads a part to `file`, refusing it when its sha256 or size differs from the descriptor. */
+  private async download(part: SnapshotPartInfo, file: string, signal: AbortSignal): Promise<void> {
+    const src = await this.o.blob!.get(part.key, signal);
+    const hash = createHash("sha256");
+    let size = 0;
+    const tap = new Transform({
+      transform(chunk: Buffer, _e, cb) {
+        hash.update(chunk);
+        size += chunk.length;
+        cb(null, chunk);
+      },
+    });
+    await pipeline(src, tap, createWriteStream(file), { signal });
+    const sha = hash.digest("hex");
+    if (sha !== part.sha256 || size !== part.sizeBytes) {
+      throw new SpaceError(
+        "failed_precondition",
+        `snapshot part ${part.key} fails its checksum (sha256 ${sha.slice(0, 12)}…, ${size} bytes; expected ${part.sha256.slice(0, 12)}…, ${part.sizeBytes} bytes): refusing the corrupted stream`,
+        { details: { key: part.key, reason: "checksum_mismatch" } },
+      );
+    }
+  }
+
+  private async findParent(uuid: string): Promise<string | undefined> {
+    const out = await exec("btrfs", ["subvolume", "list", "-u", "-R", this.o.disks.cache.mountPath], { timeoutMs: 60_000, allowFailure: true });
+    for (const line of out.stdout.split("\n")) {
+      const m = /received_uuid (\S+) uuid (\S+) path (.+)$/.exec(line);
+      if (m && (m[1] === uuid || m[2] === uuid)) return join(this.o.disks.cache.mountPath, m[3]!);
+    }
+    return undefined;
+  }
+
+  private async ensureParent(uuid: string, scratch: string, signal: AbortSignal): Promise<void> {
+    if (await this.findParent(uuid)) return;
+    const key = `parents/${uuid}.btrfs`;
+    const head = await this.o.blob!.head(key, signal);
+    if (!head) {
+      throw new SpaceError(
+        "failed_precondition",
+        `the disk stream's parent subvolume ${uuid} is neither on this node nor in the blob store (${key}): refusing to restore without it`,
+        { details: { parentUuid: uuid, reason: "parent_missing" } },
+      );
+    }
+    const file = join(scratch, "parent");
+    await this.download({ kind: "disk", key, sizeBytes: head.sizeBytes, sha256: head.sha256 }, file, signal);
+    const dir = join(this.cacheSnaps, "parents", uuid);
+    await mkdir(dir, { recursive: true });
+    await pipeInto(createReadStream(file), ["btrfs", "receive", "-q", dir], signal);
+    this.o.logger.info({ parentUuid: uuid }, "snapshot parent received from the blob store");
+  }
+
+  /** Frees the local copy (memory image and disk snapshot). Absent = ok. */
+  async dropLocal(snapshotId: string): Promise<void> {
+    if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
+    await btrfs.subvolumeDelete(this.diskPath(snapshotId)).catch(() => undefined);
+    await rm(join(this.cacheSnaps, snapshotId), { recursive: true, force: true });
+    await rm(this.localDir(snapshotId), { recursive: true, force: true });
+  }
+
+  /** Local snapshots with their size on disk (the reaper's view). */
+  async listLocal(): Promise<{ snapshotId: string; createdAt: Date }[]> {
+    const { readdir } = await import("node:fs/promises");
+    const out: { snapshotId: string; createdAt: Date }[] = [];
+    for (const n of await readdir(join(this.o.nodeDir, "snapshots")).catch(() => [] as string[])) {
+      if (!SNAP.test(n)) continue;
+      const s = await stat(join(this.o.nodeDir, "snapshots", n)).catch(() => undefined);
+      if (s) out.push({ snapshotId: n, createdAt: s.mtime });
+    }
+    return out;
+  }
+}
+
+/** The identity btrfs send writes for a parent: its received uuid, else its uuid. */
+export async function identity(path: string): Promise<string> {
+  const r = await exec("btrfs", ["subvolume", "show", path], { timeoutMs: 60_000 });
+  const rec = /Received UUID:\s+(\S+)/.exec(r.stdout)?.[1];
+  if (rec && rec !== "-") return rec;
+  const u = /^\s*UUID:\s+(\S+)/m.exec(r.stdout)?.[1];
+  if (!u) throw new SpaceError("internal", `no UUID in btrfs subvolume show ${path}`);
+  return u;
+}
+
+function spawnStream(argv: string[], signal: AbortSignal): { stdout: NodeJS.ReadableStream; done: Promise<void> } {
+  const child = spawn(argv[0]!, argv.slice(1), { stdio: ["ignore", "pipe", "pipe"], signal });
+  let err = "";
+  child.stderr!.on("data", (b: Buffer) => (err += b.toString()).length > 4000 && (err = err.slice(-4000)));
+  const done = new Promise<void>((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code) => (code === 0 ? resolve() : reject(new SpaceError("internal", `${argv.slice(0, 2).join(" ")} exited ${code}: ${err.trim().slice(-800)}`))));
+  });
+  const out = new PassThrough();
+  child.stdout!.pipe(out);
+  return { stdout: out, done };
+}
+
+async function pipeInto(src: NodeJS.ReadableStream, argv: string[], signal: AbortSignal): Promise<void> {
+  const child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "ignore", "pipe"], signal });
+  let err = "";
+  child.stderr!.on("data", (b: Buffer) => (err += b.toString()).length > 4000 && (err = err.slice(-4000)));
+  const closed = new Promise<number | null>((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", resolve);
+  });
+  try {
+    await pipeline(src, child.stdin!);
+  } catch (e) {
+    child.kill("SIGKILL");
+    await closed.catch(() => undefined);
+    throw SpaceError.from(e);
+  }
+  const code = await closed;
+  if (code !== 0) throw new SpaceError("failed_precondition", `${argv.slice(0, 2).join(" ")} refused the stream (exit ${code}): ${err.trim().slice(-800)}`);
+}
+
+const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;

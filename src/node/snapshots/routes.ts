@@ -1,0 +1,46 @@
+/** node-api routes of snapshots (see ./contract.ts), registered by node/api/app.ts. */
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { z } from "zod";
+import { SpaceError } from "../../core/errors.ts";
+import { RestoreRequest, SnapshotId, SnapshotRequest } from "./contract.ts";
+import type { NodeSnapshots } from "./node-snapshots.ts";
+
+const Params = z.object({ id: z.string().regex(/^[a-z0-9]{20}$/, "a sandbox id") });
+const SnapParams = z.object({ snapshotId: SnapshotId });
+
+function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
+  const r = schema.safeParse(value);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0];
+  const field = issue?.path.join(".") || what;
+  throw new SpaceError("invalid_argument", `${what}: ${field}: ${issue?.message ?? "invalid"}`, { details: { field } });
+}
+
+export function registerSnapshotRoutes(app: FastifyInstance, snapshots: () => NodeSnapshots | undefined, signalOf: (req: FastifyRequest) => AbortSignal): void {
+  const snaps = (): NodeSnapshots => {
+    const s = snapshots();
+    if (!s) throw new SpaceError("unimplemented", "memory checkpoints need the runc runtime, CRIU 4.1+ (.tools/criu) and the btrfs node cache on this node");
+    return s;
+  };
+  app.post("/v1/sandboxes/:id/suspend", async (req) => {
+    const { id } = parse(Params, req.params, "path");
+    const body = parse(SnapshotRequest, req.body ?? {}, "suspend");
+    return snaps().suspend(id, body.snapshotId, { upload: body.upload }, signalOf(req));
+  });
+  app.post("/v1/sandboxes/:id/checkpoint", async (req) => {
+    const { id } = parse(Params, req.params, "path");
+    const body = parse(SnapshotRequest, req.body ?? {}, "checkpoint");
+    return snaps().checkpointLive(id, body.snapshotId, { upload: body.upload }, signalOf(req));
+  });
+  app.post("/v1/restores", async (req, reply) => {
+    const body = parse(RestoreRequest, req.body ?? {}, "restore");
+    const st = await snaps().restore(body.spec, body.snapshot, signalOf(req));
+    return reply.status(201).send(st);
+  });
+  app.get("/v1/snapshots", async () => ({ snapshots: await snaps().listLocal() }));
+  app.delete("/v1/snapshots/:snapshotId", async (req, reply) => {
+    const { snapshotId } = parse(SnapParams, req.params, "path");
+    await snaps().dropLocal(snapshotId);
+    return reply.status(204).send();
+  });
+}

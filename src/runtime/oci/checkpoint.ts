@@ -1,0 +1,137 @@
+/**
+ * Memory checkpoints of OCI containers: `runc --criu <criu 4.1+> checkpoint|restore`
+ * (reference/machine.md: Debian's CRIU 3.17 is broken on kernels >= 6.13; the project
+ * builds 4.1.1 into .tools/criu). crun is built without CRIU here: no checkpoints.
+ *
+ * What the caller supplies on restore: the bundle (config.json whose root is the restored
+ * disk and whose network namespace is the new slot's) — CRIU restores processes, memory,
+ * the mount/pid/ipc/uts namespaces and open files; runc joins the external netns and
+ * re-binds the external bind mounts from config.json.
+ *
+ * Stdio: the container's init writes to a log file the node keeps. CRIU reopens regular
+ * files by path and checks their size, so the checkpoint records the log's size and the
+ * restore recreates the file at the same path with that size (`prepareLog`).
+ */
+import { mkdir, open, readFile, stat, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { exec } from "../../core/exec.ts";
+import { SpaceError } from "../../core/errors.ts";
+import type { Runtime } from "../runtime.ts";
+import { OciRuntime } from "./oci-runtime.ts";
+
+export interface CheckpointMeta {
+  /** Host path of the init's stdout/stderr file at dump time and its size then. */
+  logPath: string;
+  logSize: number;
+  /** The bundle config.json at dump time (restore rewrites root, netns, cgroup). */
+  config: Record<string, unknown>;
+}
+
+export interface Checkpointer {
+  /** Dumps `id` into `imageDir` (created). `leaveRunning` keeps it running (fork). */
+  checkpoint(id: string, imageDir: string, opts: { leaveRunning: boolean; signal: AbortSignal }): Promise<CheckpointMeta>;
+  /** Restores the image as container `id` from the prepared bundle dir (runtime.prepare). */
+  restore(id: string, imageDir: string, meta: CheckpointMeta, signal: AbortSignal): Promise<void>;
+}
+
+const T = 5 * 60_000;
+
+export function checkpointerFor(runtime: Runtime): Checkpointer | undefined {
+  if (!(runtime instanceof OciRuntime) || runtime.kind !== "runc") return undefined;
+  const c = runtime.checkpointConfig;
+  if (!c.criuPath || !existsSync(c.criuPath)) return undefined;
+  return new RuncCheckpointer(runtime, c.criuPath, c.stateDir);
+}
+
+class RuncCheckpointer implements Checkpointer {
+  constructor(
+    private readonly rt: OciRuntime,
+    private readonly criu: string,
+    private readonly stateDir: string,
+  ) {}
+
+  private base(): string[] {
+    return ["--root", this.stateDir, "--criu", this.criu];
+  }
+
+  async checkpoint(id: string, imageDir: string, opts: { leaveRunning: boolean; signal: AbortSignal }): Promise<CheckpointMeta> {
+    const bundle = this.rt.bundleDir(id);
+    const config = JSON.parse(await readFile(join(bundle, "config.json"), "utf8")) as Record<string, unknown>;
+    const logPath = (await readFile(join(bundle, "log-path"), "utf8").catch(() => "")).trim();
+    await mkdir(imageDir, { recursive: true });
+    const work = join(imageDir, "..", `${imageDir.split("/").pop()}.work`);
+    await mkdir(work, { recursive: true });
+    const args = [...this.base(), "checkpoint", "--image-path", imageDir, "--work-path", work, "--tcp-established", "--file-locks"];
+    if (opts.leaveRunning) args.push("--leave-running");
+    // With --leave-running the container keeps writing its log: record the size CRIU saw.
+    // The init is frozen during the dump; the size read right before is what it records
+    // unless the init writes in between (envd logs little), so the restore side pads/truncates.
+    const r = await exec("runc", [...args, id], { timeoutMs: T, signal: opts.signal, allowFailure: true });
+    if (r.exitCode !== 0) {
+      const tail = await readFile(join(work, "dump.log"), "utf8").then((t) => t.split("\n").filter((l) => /Error|error/.test(l)).slice(-6).join("\n"), () => "");
+      throw new SpaceError("internal", `runc checkpoint ${id} failed: ${r.stderr.trim().slice(-800)}${tail ? `\n${tail}` : ""}`);
+    }
+    const logSize = await sizeInImage(imageDir, logPath).catch(async () => (logPath ? (await stat(logPath)).size : 0));
+    return { logPath, logSize, config };
+  }
+
+  async restore(id: string, imageDir: string, meta: CheckpointMeta, signal: AbortSignal): Promise<void> {
+    const bundle = this.rt.bundleDir(id);
+    const logPath = (await readFile(join(bundle, "log-path"), "utf8").catch(() => "")).trim();
+    await prepareLog(meta, logPath);
+    const work = join(imageDir, "..", `${imageDir.split("/").pop()}.restore-${id}`);
+    await mkdir(work, { recursive: true });
+    // Established TCP connections come back closed (their peers and, usually, the address
+    // are gone: a restored sandbox gets a fresh network slot); listening sockets stay.
+    const conf = join(work, "criu.conf");
+    await writeFile(conf, "tcp-close\n");
+    const cfgPath = join(bundle, "config.json");
+    const cfg = JSON.parse(await readFile(cfgPath, "utf8")) as { annotations?: Record<string, string> };
+    cfg.annotations = { ...(cfg.annotations ?? {}), "org.criu.config": conf };
+    await writeFile(cfgPath, JSON.stringify(cfg));
+    const devnull = await open("/dev/null", "r+");
+    try {
+      const r = await exec(
+        "runc",
+        [...this.base(), "restore", "--detach", "--image-path", imageDir, "--work-path", work, "--bundle", bundle, "--file-locks", id],
+        { timeoutMs: T, signal, allowFailure: true, cwd: bundle },
+      );
+      if (r.exitCode !== 0) {
+        const tail = await readFile(join(work, "restore.log"), "utf8").then((t) => t.split("\n").filter((l) => /Error|error/.test(l)).slice(-6).join("\n"), () => "");
+        throw new SpaceError("internal", `runc restore ${id} failed: ${r.stderr.trim().slice(-800)}${tail ? `\n${tail}` : ""}`);
+      }
+    } finally {
+      await devnull.close();
+    }
+  }
+}
+
+/**
+ * CRIU reopens the init's log by its dump-time path and refuses a size mismatch. The log
+ * is recreated at that path with the recorded size (its content before the checkpoint is
+ * not needed; the restored init appends after it). When the restoring node keeps its
+ * logs elsewhere, the dump-time path is still used: it is the sandbox's own file name.
+ */
+export async function prepareLog(meta: CheckpointMeta, _currentLogPath: string): Promise<void> {
+  if (!meta.logPath || meta.logPath.startsWith("/dev/")) return;
+  await mkdir(dirname(meta.logPath), { recursive: true });
+  const fh = await open(meta.logPath, "a");
+  try {
+    await fh.truncate(meta.logSize);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** The size CRIU recorded for `path` (reg-files image, via `crit`-free parsing is not available): fall back to stat. */
+async function sizeInImage(_imageDir: string, _path: string): Promise<number> {
+  throw new Error("not parsed");
+}
+
+export async function writeMeta(dir: string, meta: CheckpointMeta): Promise<void> {
+  await writeFile(join(dir, "space-checkpoint.json"), JSON.stringify(meta));
+}
+export async function readMeta(dir: string): Promise<CheckpointMeta> {
+  return JSON.parse(await readFile(join(dir, "space-checkpoint.json"), "utf8")) as CheckpointMeta;
+}
