@@ -1,4 +1,5 @@
 /** Shared setup of node tests: a fresh node dir, a small node cache, a started agent. */
+import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -15,9 +16,20 @@ export const STUB_ENVD_DIR = join(REPO_DIR, "test", "node", "fixtures", "envd-st
 export const REAL_ENVD_DIR = join(REPO_DIR, "dist", "envd");
 export const hasRealEnvd = existsSync(join(REAL_ENVD_DIR, "envd.mjs"));
 
-/** Tests own their host objects, so a `space up` on the same machine is left alone (and vice versa). */
-export const TEST_SCOPE = { bridge: "spacet0", nftTable: "space_test", vethPrefix: "vt", cgroupParent: "space-test" };
-export const TEST_CIDR = "10.200.128.0/17";
+/**
+ * Each test node owns its host objects (bridge, nft table, veth names, cgroup parent, a /24
+ * of 10.200.128.0/17), derived from its dir: test processes running at the same time, and a
+ * `space up` on the same machine, never sweep each other's. A restart reuses the dir, so
+ * the same scope.
+ */
+export function testScope(dir: string) {
+  const h = createHash("sha256").update(dir).digest();
+  const tag = h.toString("hex").slice(0, 4);
+  return {
+    scope: { bridge: `spt${tag}`, nftTable: `space_t${tag}`, vethPrefix: `t${tag}`, cgroupParent: `space-test-${tag}` },
+    cidr: `10.200.${128 + (h[4]! % 128)}.0/24`,
+  };
+}
 
 export interface TestNode {
   agent: NodeAgent;
@@ -29,6 +41,7 @@ export async function startTestNode(
   o: { dir?: string; env?: Partial<Record<VarName, string>>; deps?: NodeAgentDeps; realEnvd?: boolean } = {},
 ): Promise<TestNode> {
   const dir = o.dir ?? (await mkdtemp(join(tmpdir(), "space-node-test-")));
+  const scoped = testScope(dir);
   const config = loadConfig({}, {
     SPACE_DATA_DIR: dir,
     SPACE_NODE_DIR: join(dir, "node"),
@@ -36,7 +49,8 @@ export async function startTestNode(
     SPACE_NODE_DISK_RESERVE_MIB: "1024",
     SPACE_INTERNAL_TOKEN: "test-token",
     SPACE_LOG_LEVEL: "warn",
-    SPACE_NODE_SLOT_CIDR: TEST_CIDR,
+    SPACE_NODE_SLOT_CIDR: scoped.cidr,
+    SPACE_NODE_MAX_SLOTS: "200",
     ...o.env,
   });
   const stateDir = join("/run/space-test", dir.split("/").pop()!);
@@ -44,7 +58,7 @@ export async function startTestNode(
   const agent = createNodeAgent(config, logger, {
     envdDir: o.realEnvd && hasRealEnvd ? REAL_ENVD_DIR : STUB_ENVD_DIR,
     runtimeStateDir: stateDir,
-    hostScope: TEST_SCOPE,
+    hostScope: scoped.scope,
     ...o.deps,
   });
   await agent.start();
@@ -58,6 +72,8 @@ export async function startTestNode(
       if (!c.keepDir) {
         await rm(dir, { recursive: true, force: true });
         await rm(stateDir, { recursive: true, force: true });
+        await exec("nft", ["delete", "table", "inet", scoped.scope.nftTable], { allowFailure: true });
+        await exec("ip", ["link", "delete", scoped.scope.bridge], { allowFailure: true });
       }
     },
   };
@@ -96,10 +112,10 @@ export async function hostObjects(node: TestNode, ids?: Set<string>): Promise<Re
   return {
     mounts,
     netns: await count(["ip", "netns", "list"], (l) => mine(l.split(" ")[0]!)),
-    veths: await count(["ip", "-br", "link"], (l) => /^vt\d+/.test(l)),
+    veths: await count(["ip", "-br", "link"], (l) => new RegExp(`^${testScope(node.dir).scope.vethPrefix}\\d+`).test(l)),
     cgroupsMemory: await cg("memory"),
     cgroupsPids: await cg("pids"),
-    nftLines: await count(["nft", "list", "table", "inet", TEST_SCOPE.nftTable], () => true),
+    nftLines: await count(["nft", "list", "table", "inet", testScope(node.dir).scope.nftTable], () => true),
     subvolumes: await count(["btrfs", "subvolume", "list", join(node.dir, "node", "cache")], () => true),
     qgroups: await count(["btrfs", "qgroup", "show", join(node.dir, "node", "cache")], (l) => /^0\//.test(l)),
     containers: runc,

@@ -44,7 +44,7 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     assert.equal(r.statusCode, 201, r.body);
     const st = r.json();
     assert.equal(st.state, "running");
-    assert.match(st.address, /^10\.200\.1\d\d\./);
+    assert.match(st.address, /^10\.200\.(1[2-9]\d|2\d\d)\./);
     for (const k of ["diskMs", "slotMs", "runtimeMs", "envdMs", "totalMs"]) assert.equal(typeof st.timings[k], "number", k);
     // idempotent on the same execution
     assert.equal((await call("POST", "/v1/sandboxes", s)).statusCode, 201);
@@ -54,7 +54,7 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
 
   it("publishes an inventory per contract", async () => {
     const inv = (await call("GET", "/v1/inventory")).json();
-    assert.equal(inv.capacity.networkSlots, 300);
+    assert.equal(inv.capacity.networkSlots, 200); // SPACE_NODE_MAX_SLOTS of test nodes
     assert.equal(inv.used.sandboxes, 1);
     assert.match(inv.usableEnvironments[0], /^sha256:[0-9a-f]{64}$/);
     assert.equal(inv.templates[0].templateId, "base");
@@ -118,9 +118,9 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     const r = await call("POST", `/v1/sandboxes/${s.sandboxId}/egress`, { allowInternetAccess: false });
     assert.equal(r.statusCode, 200, r.body);
     const chain = await exec("nft", ["list", "chain", "inet", node.agent.slots!.table, `sb_${s.sandboxId}`]);
-    assert.match(chain.stdout, /drop/);
+    assert.match(chain.stdout, /\b(drop|reject)\b/);
     await call("POST", `/v1/sandboxes/${s.sandboxId}/egress`, { allowInternetAccess: true });
-    assert.doesNotMatch((await exec("nft", ["list", "chain", "inet", node.agent.slots!.table, `sb_${s.sandboxId}`])).stdout, /drop/);
+    assert.doesNotMatch((await exec("nft", ["list", "chain", "inet", node.agent.slots!.table, `sb_${s.sandboxId}`])).stdout, /\b(drop|reject)\b/);
   });
 
   it("stops (processes end, disk kept, slot released) and starts again with the same disk", async () => {

@@ -36,7 +36,7 @@ describe("node restart", { skip, timeout: 300_000 }, () => {
     const ghost = newSandboxId();
     const slotsDir = join(n1.dir, "node", "slots");
     await exec("ip", ["netns", "add", ghost]);
-    await writeFile(join(slotsDir, `${ghost}.json`), JSON.stringify({ owner: ghost, index: 250, address: "10.200.128.252", gateway: "10.200.128.1", prefix: 17, netns: ghost, netnsPath: `/run/netns/${ghost}`, hostVeth: "vt250", policy: { allowInternetAccess: true } }));
+    await writeFile(join(slotsDir, `${ghost}.json`), JSON.stringify({ owner: ghost, index: 150, address: n1.agent.slots!.range.address(150), gateway: n1.agent.slots!.range.gateway, prefix: 24, netns: ghost, netnsPath: `/run/netns/${ghost}`, hostVeth: `${n1.agent.slots!.vethPrefix}150`, policy: { allowInternetAccess: true } }));
     const orphanDisk = newSandboxId();
     await exec("btrfs", ["subvolume", "snapshot", join(n1.dir, "node", "cache", "templates", "base"), join(n1.dir, "node", "cache", "sandboxes", orphanDisk)]);
 
