@@ -28,7 +28,7 @@ try {
     results[`http_1000_${label}`] = parse(http!);
   }
   // DNS: through the node resolver (binding allowed.test for a domain rule) vs upstream direct.
-  const dnsSlot = await rig.claim(compileEcw(false, ["allowed.test"]));
+  const dnsSlot = await rig.claim(compileEcw(false, { allowOut: ["allowed.test"] }));
   const [viaNode] = await probe(dnsSlot.netns, [{ kind: "bench", what: "dns", host: rig.gateway, port: 53, n: 300, name: "allowed.test" }]);
   results.dns_via_node_resolver_bound = parse(viaNode!);
   const [viaNodeUnbound] = await probe(dnsSlot.netns, [{ kind: "bench", what: "dns", host: rig.gateway, port: 53, n: 300, name: "other.test" }]);
