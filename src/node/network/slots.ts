@@ -289,6 +289,9 @@ export class LinuxNetworkSlots implements NetworkSlots {
     if (!names) this.resolvedNames.set(s.owner, (names = new Map()));
     const now = Date.now();
     for (const [n, r] of names) if (r.expires <= now) names.delete(n);
+    // Repeated lookups of a name still bound for more than half its TTL skip the nft call.
+    const prev = names.get(name);
+    if (prev && prev.expires - now > ttl * 500 && prev.addresses.length === addresses.length && addresses.every((a) => prev.addresses.includes(a))) return;
     if (names.size < 4096) names.set(name, { addresses, expires: now + ttl * 1000 });
     await this.bindName(s, name, addresses, ttl, AbortSignal.timeout(T));
   }
