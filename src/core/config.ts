@@ -83,6 +83,7 @@ const vars = {
   SPACE_NODE_NETWORK_POOL_TARGET: [int(0, 10_000), "0", "warm network slots to keep"],
   SPACE_NODE_NETWORK_POOL_RETAIN_READY: [int(0, 10_000), "0", "released slots kept ready for reuse"],
   SPACE_NODE_NETWORK_POOL_MIN_READY: [int(0, 10_000), "0", "slots below which the pool reports unhealthy"],
+  SPACE_NODE_RELEASE_ON_STOP: [bool(), "false", "on stop, kill this node's sandboxes and remove its host objects (bridge, nft tables, cache mount): retiring a host, or test stacks; default keeps sandboxes running for the next start to adopt"],
   SPACE_NODE_HEARTBEAT_MS: [int(100, 600_000), "5000", "node-ctl heartbeat interval"],
   SPACE_DEFAULT_VCPU: [int(1, 256), "2", "vCPUs of a sandbox that asks for none"],
   SPACE_DEFAULT_MEMORY_MIB: [int(64, 1_048_576), "1024", "memory of a sandbox that asks for none"],

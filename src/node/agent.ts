@@ -273,10 +273,18 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       resolver = undefined;
       await builder?.close();
       await app.close();
-      await slots?.drainPool(AbortSignal.timeout(60_000));
+      const release = config.SPACE_NODE_RELEASE_ON_STOP;
+      const signal = AbortSignal.timeout(120_000);
+      if (release && manager) {
+        for (const s of manager.list()) {
+          await manager.kill(s.sandboxId, signal).catch((e: unknown) => log.warn({ sandboxId: s.sandboxId, err: e }, "kill on release failed"));
+        }
+      }
+      if (release) await slots?.destroy(signal);
+      else await slots?.drainPool(signal);
       await disks?.close();
       await blob?.close();
-      if (opts.unmountCache && cache) await unmountNodeCache(cache);
+      if ((opts.unmountCache || release) && cache) await unmountNodeCache(cache);
       manager = undefined;
     },
   };

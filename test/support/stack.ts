@@ -132,6 +132,7 @@ export function hostScopeFor(dataDir: string): Record<string, string> {
     SPACE_NODE_RUNTIME_STATE_DIR: join(dataDir, "runc"),
     SPACE_NODE_SLOT_CIDR: `10.${210 + (h[3]! % 40)}.${h[4]!}.0/24`,
     SPACE_NODE_MAX_SLOTS: "200",
+    SPACE_NODE_RELEASE_ON_STOP: "true",
     SPACE_NODE_DISK_RESERVE_MIB: "1024",
   };
 }

@@ -363,6 +363,18 @@ export class LinuxNetworkSlots implements NetworkSlots {
     return this.filling;
   }
 
+  /**
+   * Removes this node's host objects (every slot, the nft tables, the bridge): a node
+   * that is retired, or a test node being cleaned up. Idempotent.
+   */
+  async destroy(signal: AbortSignal): Promise<void> {
+    await this.drainPool(signal);
+    for (const s of [...this.slots.values()]) await this.release(s.owner, signal);
+    await exec("nft", ["delete", "table", "inet", this.table], { timeoutMs: T, signal, allowFailure: true });
+    await exec("nft", ["delete", "table", "bridge", this.table], { timeoutMs: T, signal, allowFailure: true });
+    await exec("ip", ["link", "delete", this.bridge], { timeoutMs: T, signal, allowFailure: true });
+  }
+
   /** Tears down the warm pool (node shutdown in tests). */
   async drainPool(signal: AbortSignal): Promise<void> {
     await this.filling;
