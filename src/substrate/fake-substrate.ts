@@ -4,7 +4,7 @@
  */
 import { SpaceError } from "../core/errors.ts";
 import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
-import type { PlacementRequest, ProxyTarget, SandboxRef, Substrate } from "./substrate.ts";
+import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "./substrate.ts";
 
 export class FakeSubstrate implements Substrate {
   readonly calls: string[] = [];
@@ -76,5 +76,64 @@ export class FakeSubstrate implements Substrate {
   }
   async proxyTarget(ref: SandboxRef, port: number): Promise<ProxyTarget> {
     return { baseUrl: new URL(`${this.proxyBase}/v1/sandboxes/${ref.sandboxId}/proxy/${port}`), headers: { "x-space-node-token": "internal" } };
+  }
+  /** Snapshots taken (by id), as the node would describe them. */
+  readonly snapshots = new Map<string, SnapshotDescriptor>();
+  failNextSuspend: SpaceError | null = null;
+  restoreDelayMs = 0;
+  #describe(ref: SandboxRef, opts: SnapshotOptions): SnapshotDescriptor {
+    const s = this.running.get(ref.sandboxId);
+    if (!s) throw new SpaceError("not_found", `sandbox ${ref.sandboxId} not on node`);
+    const d: SnapshotDescriptor = {
+      snapshotId: opts.snapshotId,
+      sourceSandboxId: ref.sandboxId,
+      template: s.template,
+      parentUuid: "00000000-0000-0000-0000-000000000000",
+      parts: opts.upload
+        ? [
+            { kind: "disk", key: `snapshots/${opts.snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) },
+            { kind: "memory", key: `snapshots/${opts.snapshotId}/memory.tar`, sizeBytes: 1, sha256: "0".repeat(64) },
+          ]
+        : [],
+      sizeBytes: opts.upload ? 2 : 0,
+      timings: {},
+    };
+    this.snapshots.set(opts.snapshotId, d);
+    return d;
+  }
+  async suspend(ref: SandboxRef, opts: SnapshotOptions): Promise<SnapshotDescriptor> {
+    this.calls.push(`suspend ${ref.sandboxId}`);
+    if (this.failNextSuspend) {
+      const e = this.failNextSuspend;
+      this.failNextSuspend = null;
+      throw e;
+    }
+    const d = this.#describe(ref, opts);
+    this.running.delete(ref.sandboxId);
+    return d;
+  }
+  async checkpoint(ref: SandboxRef, opts: SnapshotOptions): Promise<SnapshotDescriptor> {
+    this.calls.push(`checkpoint ${ref.sandboxId}`);
+    return this.#describe(ref, opts);
+  }
+  async restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec): Promise<SandboxStatus> {
+    this.calls.push(`restore ${ref.sandboxId} ${snapshot.snapshotId}`);
+    if (this.restoreDelayMs) await new Promise((r) => setTimeout(r, this.restoreDelayMs));
+    const s: SandboxStatus = {
+      sandboxId: spec.sandboxId,
+      executionId: spec.executionId,
+      template: spec.template,
+      state: "running",
+      address: "10.200.0.3",
+      vcpu: spec.vcpu,
+      memoryMib: spec.memoryMib,
+      diskMib: spec.diskMib,
+      startedAt: new Date().toISOString(),
+    };
+    this.running.set(ref.sandboxId, s);
+    return s;
+  }
+  async dropSnapshot(_nodeId: string, snapshotId: string): Promise<void> {
+    this.calls.push(`drop ${snapshotId}`);
   }
 }

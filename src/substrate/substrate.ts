@@ -7,9 +7,20 @@
  * Every verb takes an AbortSignal; `kill` is idempotent (absent = ok).
  */
 import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+import type { SnapshotDescriptorWire } from "../node/snapshots/contract.ts";
 import type { EnvironmentBinding } from "./placement.ts";
 
 export type { SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding };
+
+/** What a node returns for a memory checkpoint + disk snapshot; kept by the control plane to restore it. */
+export type SnapshotDescriptor = SnapshotDescriptorWire;
+
+export interface SnapshotOptions {
+  /** `sn_` + 16 chars, chosen by the control plane (its snapshot row id). */
+  snapshotId: string;
+  /** Publish every part to the blob store before answering (durable, restorable anywhere). */
+  upload: boolean;
+}
 
 /** Where a sandbox lives once placed. Opaque beyond `nodeId` to callers. */
 export interface SandboxRef {
@@ -61,4 +72,18 @@ export interface Substrate {
   setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void>;
   /** Where the gateway forwards traffic for `port` of this sandbox. */
   proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget>;
+  /**
+   * Suspend: memory checkpoint + disk snapshot; the sandbox is gone from its node when it
+   * resolves. A failure leaves it running on the node (the node thaws it).
+   */
+  suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor>;
+  /** A checkpoint of a running sandbox that keeps running (fork source, named snapshots). */
+  checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor>;
+  /**
+   * Restores `snapshot` as `spec.sandboxId` (a new id for forks) where `place` put it;
+   * resolves once envd answers (re-initialised with the spec's token and env).
+   */
+  restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus>;
+  /** Frees a node's local copy of a snapshot (absent = ok; the blob store keeps its parts). */
+  dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void>;
 }

@@ -6,7 +6,7 @@
  * locality, and counts its own in-flight placements so a burst of creates spreads
  * instead of piling on one node. A failed placement says why, per node class.
  */
-import type { PlacementRequest, ProxyTarget, SandboxRef, Substrate } from "../substrate.ts";
+import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
 import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
 import { NodeClient } from "./node-client.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
@@ -161,9 +161,40 @@ export class DirectSubstrate implements Substrate {
       const client = await this.#client(ref.nodeId, signal);
       return await client.createSandbox(spec, signal);
     } finally {
-      const n = (this.#inflight.get(ref.nodeId) ?? 1) - 1;
-      if (n <= 0) this.#inflight.delete(ref.nodeId);
-      else this.#inflight.set(ref.nodeId, n);
+      this.#settled(ref.nodeId);
+    }
+  }
+
+  /** A placement handed out by `place` is started (or failed): it no longer counts as in flight. */
+  #settled(nodeId: string): void {
+    const n = (this.#inflight.get(nodeId) ?? 1) - 1;
+    if (n <= 0) this.#inflight.delete(nodeId);
+    else this.#inflight.set(nodeId, n);
+  }
+
+  async suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.#client(ref.nodeId, signal)).suspend(ref.sandboxId, opts, signal);
+  }
+
+  async checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.#client(ref.nodeId, signal)).checkpoint(ref.sandboxId, opts, signal);
+  }
+
+  async restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+    try {
+      const client = await this.#client(ref.nodeId, signal);
+      return await client.restore(spec, snapshot, signal);
+    } finally {
+      this.#settled(ref.nodeId);
+    }
+  }
+
+  async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {
+    try {
+      await (await this.#client(nodeId, signal)).dropSnapshot(snapshotId, signal);
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return;
+      throw e;
     }
   }
 

@@ -15,6 +15,7 @@ import {
   type SandboxInit,
   type SandboxSpec,
 } from "../../node/api/contract.ts";
+import { SnapshotDescriptor, type SnapshotDescriptorWire } from "../../node/snapshots/contract.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
 
 export interface NodeClientOptions {
@@ -82,6 +83,21 @@ export class NodeClient {
   }
   metrics(id: string, signal: AbortSignal) {
     return this.#call("GET", `/v1/sandboxes/${enc(id)}/metrics`, undefined, SandboxMetrics, signal);
+  }
+  /** Memory checkpoint + disk snapshot; the sandbox leaves the node. Upload may take minutes. */
+  suspend(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/suspend`, body, SnapshotDescriptor, signal, 600_000);
+  }
+  /** A live checkpoint (the sandbox keeps running): fork source. */
+  checkpoint(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/checkpoint`, body, SnapshotDescriptor, signal, 600_000);
+  }
+  restore(spec: SandboxSpec, snapshot: SnapshotDescriptorWire, signal: AbortSignal) {
+    return this.#call("POST", "/v1/restores", { spec, snapshot }, SandboxStatus, signal, 600_000);
+  }
+  /** Idempotent: frees the node's local copy. */
+  async dropSnapshot(snapshotId: string, signal: AbortSignal): Promise<void> {
+    await this.#call("DELETE", `/v1/snapshots/${enc(snapshotId)}`, undefined, null, signal);
   }
   proxyUrl(id: string, port: number): URL {
     return new URL(`${this.baseUrl}/v1/sandboxes/${enc(id)}/proxy/${port}`);
