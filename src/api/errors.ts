@@ -4,7 +4,8 @@
  * E2B SDK reads (it looks at the numeric `code`), with the taxonomy code beside it.
  */
 import type { FastifyError, FastifyInstance } from "fastify";
-import { ZodError, type z } from "zod";
+import { ZodError } from "zod";
+import { fromZod } from "../core/validate.ts";
 import { SpaceError, httpStatus } from "../core/errors.ts";
 
 export interface ErrorBody {
@@ -17,21 +18,7 @@ export function toErrorBody(e: SpaceError): ErrorBody {
   return { code: httpStatus[e.code], message: e.message, reason: e.code };
 }
 
-/** Zod issues → one message naming each offending field and what was wrong. */
-export function fromZod(e: ZodError, where = "body"): SpaceError {
-  const parts = e.issues.map((i) => {
-    const path = i.path.length ? i.path.join(".") : where;
-    return `${path}: ${i.message}`;
-  });
-  return new SpaceError("invalid_argument", `invalid ${where}: ${parts.join("; ")}`, { details: { issues: e.issues } });
-}
-
-/** Validates one input (body, query, path, header) against its schema; 400 names the fields. */
-export function parseInput<T extends z.ZodType>(schema: T, value: unknown, where: string): z.output<T> {
-  const r = schema.safeParse(value ?? {});
-  if (!r.success) throw fromZod(r.error, where);
-  return r.data;
-}
+export { fromZod, parseInput } from "../core/validate.ts";
 
 export function installErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError | Error, req, reply) => {
@@ -42,7 +29,7 @@ export function installErrorHandler(app: FastifyInstance): void {
         : undefined;
     const e =
       err instanceof ZodError
-        ? fromZod(err)
+        ? fromZod(err, "request")
         : frameworkStatus !== undefined
           ? new SpaceError("invalid_argument", err.message)
           : SpaceError.from(err);

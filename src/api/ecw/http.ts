@@ -3,7 +3,6 @@
  * (`{"code":<status>,"message"}`), and API-key authentication to a tenant.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { z } from "zod";
 import { SpaceError, httpStatus, invalid } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { TenantId } from "../../core/ids.ts";
@@ -16,20 +15,7 @@ declare module "fastify" {
   }
 }
 
-/** Parses `value` or throws invalid_argument naming the field and the offending value. */
-export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
-  const r = schema.safeParse(value ?? {});
-  if (r.success) return r.data;
-  const issue = r.error.issues[0];
-  const path = issue?.path.length ? issue.path.join(".") : where;
-  let got = "";
-  if (issue?.path.length && value && typeof value === "object") {
-    let v: unknown = value;
-    for (const k of issue.path) v = v && typeof v === "object" ? (v as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
-    if (v !== undefined) got = ` (got ${JSON.stringify(v)?.slice(0, 100)})`;
-  }
-  throw invalid(`invalid ${where}: ${path}: ${issue?.message ?? "invalid"}${got}`, { field: path });
-}
+export { parseInput as parse } from "../../core/validate.ts";
 
 export function tenantOf(req: FastifyRequest): TenantId {
   if (!req.ecwTenant) throw new SpaceError("unauthenticated", "Invalid API key");

@@ -3,23 +3,17 @@
  * 202-with-an-operation answer, and Idempotency-Key handling for every mutation.
  */
 import type { FastifyReply, FastifyRequest } from "fastify";
-import type { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { Queryable } from "../../store/db.ts";
 import { enqueueOperation, getOperation, requestHash, type Operation as OperationRow } from "../../store/operations.ts";
 import { requireScope, requireTenant, type Principal, type Scope } from "../auth.ts";
-import { fromZod } from "../errors.ts";
 import type { NativeDeps } from "./deps.ts";
 import { toOperation } from "./present.ts";
 
 export const IDEMPOTENCY_HEADER = "idempotency-key";
 
-export function parse<S extends z.ZodType>(schema: S, value: unknown, where: string): z.output<S> {
-  const r = schema.safeParse(value ?? {});
-  if (!r.success) throw fromZod(r.error, where);
-  return r.data;
-}
+export { parseInput as parse } from "../../core/validate.ts";
 
 /** Authenticates and checks one scope; returns the tenant the request acts for. */
 export async function tenantWith(deps: NativeDeps, req: FastifyRequest, scope: Scope): Promise<{ principal: Principal; tenantId: TenantId }> {

@@ -14,6 +14,7 @@ import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHe
 import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
 import { registerSnapshotRoutes } from "../snapshots/routes.ts";
+import { parseInput as parse } from "../../core/validate.ts";
 
 export interface NodeApiDeps {
   /** The internal token (read per request: the agent resolves it at start). */
@@ -37,13 +38,6 @@ function tokenMatches(given: string | undefined, want: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
-  const r = schema.safeParse(value);
-  if (r.success) return r.data;
-  const issue = r.error.issues[0];
-  const field = issue?.path.join(".") || what;
-  throw new SpaceError("invalid_argument", `${what}: ${field}: ${issue?.message ?? "invalid"}`, { details: { field } });
-}
 
 export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
   const app = Fastify({ loggerInstance: deps.logger as FastifyBaseLogger, bodyLimit: 16 * 1024 * 1024 }) as unknown as FastifyInstance;

@@ -4,17 +4,11 @@ import { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
 import { RestoreRequest, SnapshotId, SnapshotRequest } from "./contract.ts";
 import type { NodeSnapshots } from "./node-snapshots.ts";
+import { parseInput as parse } from "../../core/validate.ts";
 
 const Params = z.object({ id: z.string().regex(/^[a-z0-9]{20}$/, "a sandbox id") });
 const SnapParams = z.object({ snapshotId: SnapshotId });
 
-function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
-  const r = schema.safeParse(value);
-  if (r.success) return r.data;
-  const issue = r.error.issues[0];
-  const field = issue?.path.join(".") || what;
-  throw new SpaceError("invalid_argument", `${what}: ${field}: ${issue?.message ?? "invalid"}`, { details: { field } });
-}
 
 export function registerSnapshotRoutes(app: FastifyInstance, snapshots: () => NodeSnapshots | undefined, signalOf: (req: FastifyRequest) => AbortSignal): void {
   const snaps = (): NodeSnapshots => {

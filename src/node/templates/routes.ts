@@ -13,6 +13,7 @@ import { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
 import type { TemplateBuilder } from "./builder.ts";
 import { BuildRecipe } from "./recipe.ts";
+import { parseInput as parse } from "../../core/validate.ts";
 
 const NAME = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "a node template name");
 
@@ -41,12 +42,6 @@ export const NodeBuildStatusSchema = z.object({
 });
 export type NodeBuildStatusWire = z.infer<typeof NodeBuildStatusSchema>;
 
-function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
-  const r = schema.safeParse(value);
-  if (r.success) return r.data;
-  const issue = r.error.issues[0];
-  throw new SpaceError("invalid_argument", `${what}: ${issue?.path.join(".") || what}: ${issue?.message ?? "invalid"}`);
-}
 
 export function registerTemplateRoutes(app: FastifyInstance, builder: () => TemplateBuilder | undefined): void {
   const b = (): TemplateBuilder => {
