@@ -11,6 +11,7 @@ import { startCensus } from "../controller/census.ts";
 import { templateBinding } from "../api/sandboxes/queries.ts";
 import { startDispatcher } from "../controller/dispatcher.ts";
 import { startTimeoutEnforcer } from "../controller/timeouts.ts";
+import { warmPoolLoop } from "../controller/warm-pools/index.ts";
 
 export interface Loop {
   stop(): Promise<void>;
@@ -38,6 +39,7 @@ export const controllerLoops: readonly LoopFactory[] = [
     }),
   (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes }),
   (cp) => startTimeoutEnforcer({ sandboxes: cp.layer.sandboxes, log: cp.log }),
+  (cp) => warmPoolLoop(cp),
 ];
 
 export async function startController(cp: ControlPlane, loops: readonly LoopFactory[] = []): Promise<Loop> {

@@ -18,6 +18,7 @@ import type { BlobStore } from "../blob/blob-store.ts";
 import { createApiApp } from "../api/app.ts";
 import { registerAdminRoutes } from "../api/admin/routes.ts";
 import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
+import { warmPoolSurface } from "../api/admin/warm-pools.ts";
 import { authenticateBearer, bearerOf } from "../api/auth.ts";
 import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts";
 import { registerEcwRoutes } from "../api/ecw/routes.ts";
@@ -107,6 +108,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
     (a) => registerNodeAdminRoutes(a, { db, adminToken: cp.adminToken, internalToken: cp.internalToken, log }),
+    warmPoolSurface(cp),
     (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
     (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys: layer.apiKeys, log }),
     (a) =>

@@ -88,6 +88,7 @@ const vars = {
   SPACE_DEFAULT_VCPU: [int(1, 256), "2", "vCPUs of a sandbox that asks for none"],
   SPACE_DEFAULT_MEMORY_MIB: [int(64, 1_048_576), "1024", "memory of a sandbox that asks for none"],
   SPACE_DEFAULT_DISK_MIB: [int(64, 10_000_000), "2048", "disk of a sandbox that asks for none"],
+  SPACE_WARM_POOLS: [z.string().regex(/^$|^[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?(,[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?)*$/, "template=size[:vcpu/memoryMib/diskMib],…"), "", "warm pools kept by the controller, e.g. base=5 (admin API pools of the same name win); empty = none"],
   SPACE_DEBIAN_MIRROR: [z.string(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
   SPACE_ENCRYPTION_KEY: [z.string().regex(/^$|^[0-9a-f]{64}$/, "64 hex characters (a 256-bit key) or empty"), "", "cluster key wrapping snapshot data keys; empty = no encryption"],
 } as const satisfies Record<string, readonly [z.ZodType<unknown, string>, string, string]>;

@@ -1,0 +1,118 @@
+/**
+ * Admin: warm pools (`/admin/api/v1/warm-pools`). The spec is desired state; the
+ * controller leader's reconciler converges members to it and writes `status`.
+ *
+ *   GET    /admin/api/v1/warm-pools                    → { pools: [...] }
+ *   GET    /admin/api/v1/warm-pools/{template}         → pool with members
+ *   PUT    /admin/api/v1/warm-pools/{template}         { size, vcpu?, memory_mib?, disk_mib?, tenant_id? } → pool
+ *   DELETE /admin/api/v1/warm-pools/{template}         → 204 (members drain)
+ *
+ * `{template}` is an alias (URL-encoded `alias:tag` too) or a template id; `tenant_id`
+ * names whose private template it is (NULL: platform/public, any tenant adopts).
+ */
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { z } from "zod";
+import type { Db } from "../../store/db.ts";
+import type { TenantId } from "../../core/ids.ts";
+import { notFound } from "../../core/errors.ts";
+import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
+import { parseInput as parse } from "../errors.ts";
+import { deleteWarmPool, getWarmPool, listSlots, listWarmPools, upsertWarmPool, type WarmPool } from "../../store/warm-pools.ts";
+import { getTenant } from "../../store/tenants.ts";
+import type { ControlPlane } from "../../cli/processes.ts";
+import { installWarmPools } from "../../controller/warm-pools/index.ts";
+
+/** The API surface for processes.ts: turns on adoption for this process's creates and serves the admin routes. */
+export function warmPoolSurface(cp: ControlPlane): (app: FastifyInstance) => void {
+  installWarmPools(cp);
+  const c = cp.config;
+  return (app) =>
+    registerWarmPoolAdminRoutes(app, {
+      db: cp.db,
+      adminToken: cp.adminToken,
+      defaults: { vcpu: c.SPACE_DEFAULT_VCPU, memoryMib: c.SPACE_DEFAULT_MEMORY_MIB, diskMib: c.SPACE_DEFAULT_DISK_MIB },
+    });
+}
+
+export interface WarmPoolAdminDeps {
+  db: Db;
+  adminToken: string;
+  /** Sandbox defaults: a pool without a shape gets what a create asking for none gets. */
+  defaults: { vcpu: number; memoryMib: number; diskMib: number };
+}
+
+const PoolParams = z.object({ template: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "a template id or alias[:tag]") });
+const PoolBody = z
+  .object({
+    size: z.number().int().min(0).max(1000),
+    vcpu: z.number().int().min(1).max(256).optional(),
+    memory_mib: z.number().int().min(64).max(1_048_576).optional(),
+    disk_mib: z.number().int().min(64).max(10_000_000).optional(),
+    tenant_id: z.string().min(1).nullable().optional(),
+  })
+  .strict();
+
+export function present(p: WarmPool) {
+  return {
+    template: p.name,
+    tenant_id: p.tenantId,
+    size: p.size,
+    vcpu: p.vcpu,
+    memory_mib: p.memoryMib,
+    disk_mib: p.diskMib,
+    source: p.source,
+    template_id: p.templateId,
+    build_id: p.buildId,
+    status: p.status,
+    created_at: p.createdAt,
+    updated_at: p.updatedAt,
+  };
+}
+
+export function registerWarmPoolAdminRoutes(app: FastifyInstance, deps: WarmPoolAdminDeps): void {
+  const admin = async (req: FastifyRequest) => requireScope(await authenticateBearer(deps.db, bearerOf(req), deps.adminToken), "admin");
+  const base = "/admin/api/v1/warm-pools";
+
+  app.get(base, async (req) => {
+    await admin(req);
+    return { pools: (await listWarmPools(deps.db)).map(present) };
+  });
+  app.get(`${base}/:template`, async (req) => {
+    await admin(req);
+    const { template } = parse(PoolParams, req.params, "path");
+    const p = await getWarmPool(deps.db, template);
+    if (!p) throw notFound(`warm pool '${template}' not found`);
+    const members = (await listSlots(deps.db, template)).map((s) => ({
+      id: s.id,
+      state: s.state,
+      sandbox_id: s.sandboxId,
+      node_id: s.nodeId,
+      build_id: s.buildId,
+      reason: s.reason,
+      ready_at: s.readyAt,
+    }));
+    return { ...present(p), members };
+  });
+  app.put(`${base}/:template`, async (req) => {
+    await admin(req);
+    const { template } = parse(PoolParams, req.params, "path");
+    const b = parse(PoolBody, req.body, "body");
+    if (b.tenant_id) await getTenant(deps.db, b.tenant_id as TenantId); // not_found names it
+    const p = await upsertWarmPool(deps.db, {
+      name: template,
+      tenantId: (b.tenant_id ?? null) as TenantId | null,
+      size: b.size,
+      vcpu: b.vcpu ?? deps.defaults.vcpu,
+      memoryMib: b.memory_mib ?? deps.defaults.memoryMib,
+      diskMib: b.disk_mib ?? deps.defaults.diskMib,
+      source: "api",
+    });
+    return present(p!);
+  });
+  app.delete(`${base}/:template`, async (req, reply) => {
+    await admin(req);
+    const { template } = parse(PoolParams, req.params, "path");
+    if (!(await deleteWarmPool(deps.db, template))) throw notFound(`warm pool '${template}' not found`);
+    return reply.status(204).send();
+  });
+}

@@ -1,0 +1,255 @@
+/**
+ * Adoption: a create takes a ready warm member instead of booting one. Runs in whichever
+ * process serves creates (API for ECW, the dispatcher for Native), through the shared
+ * SandboxService (`WarmAdopter`).
+ *
+ * 1. Pools matching (template, exact shape, tenant) and the build the template boots now.
+ * 2. Claim one ready member of that build in one statement (SKIP LOCKED; never two
+ *    creates for one member; an old build's member is never returned).
+ * 3. Check its node (behaviours.md C): unknown to the directory → back to the pool;
+ *    draining/fenced/unavailable, or gate `on` and the node does not publish the build's
+ *    environment → refused: it leaves the pool (retiring) and the pool refills; a node
+ *    outside the create's group/selector → back.
+ * 4. Personalise without restarting: env vars + envd access token (node-api `init`, which
+ *    calls envd `/init`), egress policy (live), then hand the row to the caller's tenant
+ *    with metadata, timeout, lifecycle and tokens in one statement. Members keep their
+ *    sandbox id: it was never shown to anyone, and the node, its hostname and
+ *    E2B_SANDBOX_ID already carry it.
+ * Any failure personalising kills the member and falls back to a cold create.
+ */
+import { randomBytes } from "node:crypto";
+import type { Db } from "../../store/db.ts";
+import type { Logger } from "../../core/log.ts";
+import { SpaceError } from "../../core/errors.ts";
+import type { SandboxId, TenantId } from "../../core/ids.ts";
+import type { SandboxInit } from "../../node/api/contract.ts";
+import { NodeClient } from "../../substrate/direct/node-client.ts";
+import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
+import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";
+import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
+import { egressPolicyOf } from "../../api/network/policy.ts";
+import type { SandboxRecord, TemplateResolver } from "../../api/sandboxes/model.ts";
+import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../api/sandboxes/service.ts";
+import {
+  claimReadySlot,
+  currentBuildOf,
+  handOverSandbox,
+  matchingWarmPools,
+  moveSlot,
+  reservedSlotOf,
+  type WarmSlot,
+} from "../../store/warm-pools.ts";
+import { ensureTenant } from "../../store/tenants.ts";
+import type { WarmPoolMetrics } from "./metrics.ts";
+
+/** The tenant warm members belong to until adopted (no API key: nobody sees them). */
+export const POOL_TENANT_NAME = "space-warm-pools";
+/** Metadata key a member carries while it waits (removed by the hand-over). */
+export const WARM_POOL_METADATA_KEY = "space.warm-pool";
+
+/** Sends env vars and the access token to a running member's envd, without restarting it. */
+export interface MemberPersonaliser {
+  init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal): Promise<void>;
+}
+
+/** Direct substrate: node-api `POST /v1/sandboxes/:id/init` (the node calls envd `/init` and keeps the spec). */
+export class NodeApiPersonaliser implements MemberPersonaliser {
+  constructor(
+    private readonly nodes: NodeDirectory,
+    private readonly internalToken: string,
+  ) {}
+  async init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal): Promise<void> {
+    const node = await this.nodes.get(ref.nodeId, signal);
+    if (!node) throw new SpaceError("not_found", `node ${ref.nodeId} of warm member ${ref.sandboxId} is not registered`);
+    await new NodeClient({ baseUrl: node.url, internalToken: this.internalToken, timeoutMs: 10_000 }).init(ref.sandboxId, body, signal);
+  }
+}
+
+/** What to do with a claimed member (pure; behaviours.md C). */
+export type MemberVerdict = { kind: "adopt" } | { kind: "back"; reason: string } | { kind: "refuse"; reason: "node_not_ready" | "environment_not_usable" };
+
+export function checkMember(
+  node: Pick<NodeEntry, "status" | "usableEnvironments" | "nodeGroup" | "labels"> | undefined,
+  gate: GateMode,
+  binding: EnvironmentBinding,
+  placement: PlacementInput,
+): MemberVerdict {
+  if (!node) return { kind: "back", reason: "node_unknown" };
+  if (node.status !== "ready") return { kind: "refuse", reason: "node_not_ready" };
+  if (gate === "on" && binding.kind === "bound" && !node.usableEnvironments.includes(binding.environment)) {
+    return { kind: "refuse", reason: "environment_not_usable" };
+  }
+  if (placement.nodeGroup !== undefined && node.nodeGroup !== placement.nodeGroup) return { kind: "back", reason: "other_node_group" };
+  if (placement.nodeSelector && !matchesSelector(node.labels, placement.nodeSelector)) return { kind: "back", reason: "selector_mismatch" };
+  return { kind: "adopt" };
+}
+
+export interface WarmPoolAdoptionDeps {
+  db: Db;
+  sandboxes: SandboxService;
+  nodes: NodeDirectory;
+  templates: TemplateResolver;
+  personaliser: MemberPersonaliser;
+  gate: GateMode;
+  metrics: WarmPoolMetrics;
+  log: Logger;
+  now?: () => Date;
+}
+
+/** Claims tried per create before it goes cold (members put back or refused on the way). */
+const MAX_CLAIMS = 8;
+
+export class WarmPoolAdoption implements WarmAdopter {
+  readonly #d: WarmPoolAdoptionDeps;
+  readonly #now: () => Date;
+  #poolTenant: Promise<TenantId> | null = null;
+
+  constructor(deps: WarmPoolAdoptionDeps) {
+    this.#d = deps;
+    this.#now = deps.now ?? (() => new Date());
+  }
+
+  poolTenant(): Promise<TenantId> {
+    this.#poolTenant ??= ensureTenant(this.#d.db, { name: POOL_TENANT_NAME })
+      .then((t) => t.id)
+      .catch((e: unknown) => {
+        this.#poolTenant = null;
+        throw e;
+      });
+    return this.#poolTenant;
+  }
+
+  async adopt(tenantId: TenantId, req: AdoptRequest, signal: AbortSignal): Promise<SandboxRecord | null> {
+    const { db, metrics, log } = this.#d;
+    const poolTenant = await this.poolTenant();
+    if (tenantId === poolTenant) return null; // refills never adopt
+    const t0 = performance.now();
+    // A caller-chosen id (Native) adopts only the member reserved for it at admission.
+    if (req.input.id !== undefined) {
+      const slot = await reservedSlotOf(db, req.input.id, tenantId);
+      if (!slot || !(await moveSlot(db, slot.id, ["reserved"], "adopted", { reservedFor: null }))) return null;
+      const rec = await this.#personalise(tenantId, poolTenant, slot, req, t0, signal);
+      // Its id is taken by the failed member: a retry (the dispatcher's, on `unavailable`) creates cold under a new id.
+      if (!rec) throw new SpaceError("unavailable", `warm member ${req.input.id} reserved for this create could not be personalised; retrying cold`, { retryable: true });
+      return rec;
+    }
+    const pools = await matchingWarmPools(db, req.template.templateId, req, tenantId);
+    if (!pools.length) return null;
+    const names = pools.map((p) => p.name);
+    const label = names[0]!;
+    const buildId = await currentBuildOf(db, req.template.templateId);
+    const binding: EnvironmentBinding =
+      this.#d.gate === "on" && this.#d.templates.binding ? await this.#d.templates.binding(req.template.templateId) : { kind: "none" };
+    if (this.#d.gate === "on" && binding.kind === "unreadable") {
+      metrics.misses.inc({ pool: label, reason: "binding_unreadable" });
+      return null; // the cold path fails it with the placement error
+    }
+    const nodes = new Map((await this.#d.nodes.list(signal)).map((n) => [n.id, n]));
+    const tried: string[] = [];
+    for (let i = 0; i < MAX_CLAIMS; i++) {
+      const slot = await claimReadySlot(db, names, buildId, tried);
+      if (!slot) break;
+      tried.push(slot.id);
+      const verdict = checkMember(slot.nodeId ? nodes.get(slot.nodeId) : undefined, this.#d.gate, binding, req.placement);
+      if (verdict.kind === "back") {
+        await moveSlot(db, slot.id, ["adopted"], "ready");
+        log.debug({ slot: slot.id, reason: verdict.reason }, "warm member put back");
+        continue;
+      }
+      if (verdict.kind === "refuse") {
+        // It leaves the pool; the reconciler kills it and refills (placement then requires the environment).
+        await moveSlot(db, slot.id, ["adopted"], "retiring", { reason: verdict.reason });
+        metrics.retired.inc({ pool: slot.pool, reason: verdict.reason });
+        log.info({ slot: slot.id, sandboxId: slot.sandboxId, nodeId: slot.nodeId, reason: verdict.reason }, "warm member refused");
+        continue;
+      }
+      const rec = await this.#personalise(tenantId, poolTenant, slot, req, t0, signal);
+      if (rec) return rec;
+    }
+    metrics.misses.inc({ pool: label, reason: tried.length ? "all_refused" : "empty" });
+    return null;
+  }
+
+  /**
+   * Native admission: claims a ready member for `tenantId` and returns its id, which the
+   * operation then names; the create adopts it (`input.id`). null = none (cold).
+   */
+  async reserve(tenantId: TenantId, templateRef: string, resources: { vcpu?: number; memoryMib?: number; diskMib?: number }, defaults: { vcpu: number; memoryMib: number; diskMib: number }): Promise<SandboxId | null> {
+    const { db } = this.#d;
+    const template = await this.#d.templates.resolve(tenantId, templateRef);
+    if (!template) return null;
+    const shape = { vcpu: resources.vcpu ?? defaults.vcpu, memoryMib: resources.memoryMib ?? defaults.memoryMib, diskMib: resources.diskMib ?? defaults.diskMib };
+    const pools = await matchingWarmPools(db, template.templateId, shape, tenantId);
+    if (!pools.length) return null;
+    const buildId = await currentBuildOf(db, template.templateId);
+    const nodes = new Map((await this.#d.nodes.list(AbortSignal.timeout(10_000))).map((n) => [n.id, n]));
+    const binding: EnvironmentBinding =
+      this.#d.gate === "on" && this.#d.templates.binding ? await this.#d.templates.binding(template.templateId) : { kind: "none" };
+    const tried: string[] = [];
+    for (let i = 0; i < MAX_CLAIMS; i++) {
+      const slot = await claimReadySlot(db, pools.map((p) => p.name), buildId, tried, "reserved", tenantId);
+      if (!slot) return null;
+      tried.push(slot.id);
+      const v = checkMember(slot.nodeId ? nodes.get(slot.nodeId) : undefined, this.#d.gate, binding, {});
+      if (v.kind === "adopt") return slot.sandboxId as SandboxId;
+      if (v.kind === "back") await moveSlot(db, slot.id, ["reserved"], "ready", { reservedFor: null });
+      else await moveSlot(db, slot.id, ["reserved"], "retiring", { reason: v.reason, reservedFor: null });
+    }
+    return null;
+  }
+
+  async #personalise(tenantId: TenantId, poolTenant: TenantId, slot: WarmSlot, req: AdoptRequest, t0: number, signal: AbortSignal): Promise<SandboxRecord | null> {
+    const { db, sandboxes, metrics, log } = this.#d;
+    const input = req.input;
+    const sandboxId = slot.sandboxId as SandboxId;
+    const ref: SandboxRef = { sandboxId, nodeId: slot.nodeId! };
+    const envdAccessToken = input.secure ? token() : null;
+    const trafficAccessToken = input.secure || input.network?.allowPublicTraffic === false ? token() : null;
+    try {
+      if (Object.keys(input.envVars).length || envdAccessToken) {
+        await this.#d.personaliser.init(ref, { envVars: input.envVars, ...(envdAccessToken ? { accessToken: envdAccessToken } : {}) }, signal);
+      }
+      const policy = egressPolicyOf(input.allowInternetAccess, input.network);
+      if (JSON.stringify(policy) !== JSON.stringify(egressPolicyOf(true, null))) {
+        await sandboxes.substrate.setEgress(
+          ref,
+          { allowInternetAccess: effectiveInternetAccess({ allowInternetAccess: input.allowInternetAccess, network: input.network }), policy },
+          signal,
+        );
+      }
+      const startedAt = this.#now();
+      const handed = await handOverSandbox(db, {
+        sandboxId,
+        fromTenant: poolTenant,
+        toTenant: tenantId,
+        alias: req.template.alias,
+        metadata: input.metadata,
+        envVars: input.envVars,
+        envdAccessToken,
+        trafficAccessToken,
+        allowInternetAccess: input.allowInternetAccess,
+        network: (input.network ?? {}) as Record<string, unknown>,
+        lifecycle: { onTimeout: input.onTimeout, autoResume: input.autoResume },
+        startedAt,
+        endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
+      });
+      if (!handed) {
+        log.warn({ slot: slot.id, sandboxId }, "warm member vanished before hand-over; trying another");
+        return null;
+      }
+      const rec = await sandboxes.repo.getById(sandboxId);
+      metrics.adoptions.inc({ pool: slot.pool });
+      metrics.adoptSeconds.observe({ pool: slot.pool }, (performance.now() - t0) / 1000);
+      log.info({ sandboxId, pool: slot.pool, tenantId, ms: Math.round(performance.now() - t0) }, "warm member adopted");
+      return rec;
+    } catch (e: unknown) {
+      // Half-personalised: it must not serve anyone. Kill it (still the pool's) and go cold.
+      log.warn({ err: e, slot: slot.id, sandboxId }, "personalising a warm member failed; killing it, creating cold");
+      await moveSlot(db, slot.id, ["adopted"], "failed", { reason: `personalise: ${SpaceError.from(e).message.slice(0, 300)}` });
+      await sandboxes.kill(poolTenant, sandboxId, "warm member failed personalisation").catch(() => undefined);
+      return null;
+    }
+  }
+}
+
+const token = () => randomBytes(24).toString("base64url");

@@ -1,0 +1,30 @@
+/**
+ * `SPACE_WARM_POOLS`: pools from configuration, `template=size[:vcpu/memoryMib/diskMib]`
+ * separated by commas, e.g. `base=5,python=2:1/512/2048`. A pool without a shape takes
+ * the sandbox defaults (SPACE_DEFAULT_VCPU/_MEMORY_MIB/_DISK_MIB), which is what a create
+ * that asks for nothing gets, so it adopts.
+ */
+import { SpaceError } from "../../core/errors.ts";
+import type { WarmPoolSpec } from "../../store/warm-pools.ts";
+
+const ENTRY = /^([A-Za-z0-9._:/-]{1,200})=(\d{1,4})(?::(\d{1,3})\/(\d{2,7})\/(\d{2,8}))?$/;
+
+export function parseWarmPoolsConfig(raw: string, defaults: { vcpu: number; memoryMib: number; diskMib: number }): WarmPoolSpec[] {
+  const out: WarmPoolSpec[] = [];
+  for (const part of raw.split(",").map((p) => p.trim()).filter(Boolean)) {
+    const m = ENTRY.exec(part);
+    if (!m) throw new SpaceError("invalid_argument", `SPACE_WARM_POOLS entry '${part}' must be template=size or template=size:vcpu/memoryMib/diskMib`);
+    const size = Number(m[2]);
+    if (size > 1000) throw new SpaceError("invalid_argument", `SPACE_WARM_POOLS entry '${part}': size ${size} is above 1000`);
+    if (out.some((p) => p.name === m[1])) throw new SpaceError("invalid_argument", `SPACE_WARM_POOLS names template '${m[1]}' twice`);
+    out.push({
+      name: m[1]!,
+      size,
+      vcpu: m[3] ? Number(m[3]) : defaults.vcpu,
+      memoryMib: m[4] ? Number(m[4]) : defaults.memoryMib,
+      diskMib: m[5] ? Number(m[5]) : defaults.diskMib,
+      source: "config",
+    });
+  }
+  return out;
+}

@@ -1,0 +1,55 @@
+/**
+ * Warm pools (issue 10): wiring for a control-plane process. `installWarmPools` turns on
+ * adoption in the shared SandboxService (every process that serves creates);
+ * `warmPoolLoop` is the leader's reconciler (src/cli/controller.ts).
+ */
+import type { ControlPlane } from "../../cli/processes.ts";
+import { StoreNodeDirectory, StoreTemplates } from "../../api/sandboxes/queries.ts";
+import { NodeApiPersonaliser, WarmPoolAdoption } from "./adoption.ts";
+import { parseWarmPoolsConfig } from "./config.ts";
+import { warmPoolMetrics } from "./metrics.ts";
+import { startWarmPoolReconciler, type WarmPoolReconciler } from "./reconciler.ts";
+
+export { WarmPoolAdoption, NodeApiPersonaliser, POOL_TENANT_NAME, WARM_POOL_METADATA_KEY, checkMember } from "./adoption.ts";
+export { createWarmPoolReconciler, startWarmPoolReconciler } from "./reconciler.ts";
+export { parseWarmPoolsConfig } from "./config.ts";
+export { warmPoolMetrics } from "./metrics.ts";
+
+const adoptions = new WeakMap<ControlPlane, WarmPoolAdoption>();
+
+/** Adoption for this process's sandbox service (idempotent per control plane). */
+export function installWarmPools(cp: ControlPlane): WarmPoolAdoption {
+  const existing = adoptions.get(cp);
+  if (existing) return existing;
+  const nodes = new StoreNodeDirectory(cp.db);
+  const adoption = new WarmPoolAdoption({
+    db: cp.db,
+    sandboxes: cp.layer.sandboxes,
+    nodes,
+    templates: new StoreTemplates(cp.db),
+    personaliser: new NodeApiPersonaliser(nodes, cp.internalToken),
+    gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
+    metrics: warmPoolMetrics(cp.metrics),
+    log: cp.log.child({ component: "warm-pools" }),
+  });
+  cp.layer.sandboxes.useWarmPools(adoption);
+  adoptions.set(cp, adoption);
+  return adoption;
+}
+
+/** The leader loop (controllerLoops). */
+export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
+  const adoption = installWarmPools(cp);
+  const defaults = { vcpu: cp.config.SPACE_DEFAULT_VCPU, memoryMib: cp.config.SPACE_DEFAULT_MEMORY_MIB, diskMib: cp.config.SPACE_DEFAULT_DISK_MIB };
+  return startWarmPoolReconciler({
+    db: cp.db,
+    sandboxes: cp.layer.sandboxes,
+    templates: new StoreTemplates(cp.db),
+    nodes: new StoreNodeDirectory(cp.db),
+    gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
+    metrics: warmPoolMetrics(cp.metrics),
+    log: cp.log.child({ component: "warm-pools" }),
+    poolTenant: () => adoption.poolTenant(),
+    configPools: parseWarmPoolsConfig(cp.config.SPACE_WARM_POOLS, defaults),
+  });
+}

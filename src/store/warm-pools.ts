@@ -1,0 +1,255 @@
+/**
+ * Warm pools (desired state) and the slot queries the reconciler and adoption need
+ * beyond `warm-pool.ts`: a claim that only takes members of the pool's current build,
+ * hand-back, conditional state moves, the hand-over of a member sandbox to its adopter.
+ *
+ * Slot states: creating → ready → adopted (terminal; the row is history) | retiring →
+ * (deleted once its sandbox is killed); creating → failed → (deleted). `reserved` is a
+ * ready member claimed by a Native admission for one tenant, adopted by its create.
+ */
+import { randomId, type TenantId } from "../core/ids.ts";
+import type { Queryable } from "./db.ts";
+import { columns, json } from "./sql.ts";
+import type { WarmPoolSlot, WarmSlotState } from "./warm-pool.ts";
+
+export interface WarmPool {
+  name: string;
+  tenantId: TenantId | null;
+  size: number;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+  source: "api" | "config";
+  templateId: string | null;
+  buildId: string | null;
+  status: Record<string, unknown>;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export type WarmSlot = Omit<WarmPoolSlot, "state"> & { state: WarmSlotState | "reserved"; reason: string | null; reservedFor: string | null };
+
+const PCOLS = columns(["name", "tenant_id", "size", "vcpu", "memory_mib", "disk_mib", "source", "template_id", "build_id", "status", "created_at", "updated_at"]);
+const SCOLS = columns([
+  "id", "pool", "build_id", "sandbox_id", "node_id", "state", "created_at", "updated_at", "ready_at", "adopted_at", "reason", "reserved_for",
+]);
+
+export interface WarmPoolSpec {
+  name: string;
+  tenantId?: TenantId | null;
+  size: number;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+  source?: "api" | "config";
+}
+
+/**
+ * Creates or replaces a pool's spec. `onlyIfSource`: a config pool never overwrites one an
+ * operator set through the admin API (the API wins until the pool is deleted).
+ */
+export async function upsertWarmPool(q: Queryable, s: WarmPoolSpec, opts: { onlyIfSource?: "config" } = {}): Promise<WarmPool | undefined> {
+  return q.maybeOne<WarmPool>(
+    `INSERT INTO warm_pools (name, tenant_id, size, vcpu, memory_mib, disk_mib, source) VALUES ($1, $2, $3, $4, $5, $6, $7)
+     ON CONFLICT (name) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, size = EXCLUDED.size, vcpu = EXCLUDED.vcpu,
+       memory_mib = EXCLUDED.memory_mib, disk_mib = EXCLUDED.disk_mib, source = EXCLUDED.source, updated_at = now()
+       WHERE $8::text IS NULL OR warm_pools.source = $8
+     RETURNING ${PCOLS}`,
+    [s.name, s.tenantId ?? null, s.size, s.vcpu, s.memoryMib, s.diskMib, s.source ?? "api", opts.onlyIfSource ?? null],
+  );
+}
+
+export async function getWarmPool(q: Queryable, name: string): Promise<WarmPool | undefined> {
+  return q.maybeOne<WarmPool>(`SELECT ${PCOLS} FROM warm_pools WHERE name = $1`, [name]);
+}
+
+export async function listWarmPools(q: Queryable): Promise<WarmPool[]> {
+  return q.query<WarmPool>(`SELECT ${PCOLS} FROM warm_pools ORDER BY name`);
+}
+
+/** Absent = ok. Its slots are drained by the reconciler (a pool that is gone retires its members). */
+export async function deleteWarmPool(q: Queryable, name: string): Promise<boolean> {
+  return (await q.execute(`DELETE FROM warm_pools WHERE name = $1`, [name])) > 0;
+}
+
+/** What the reconciler resolved: the template and the build members must come from. */
+export async function setWarmPoolTarget(q: Queryable, name: string, templateId: string | null, buildId: string | null): Promise<void> {
+  await q.execute(
+    `UPDATE warm_pools SET template_id = $2, build_id = $3, updated_at = now()
+      WHERE name = $1 AND (template_id IS DISTINCT FROM $2 OR build_id IS DISTINCT FROM $3)`,
+    [name, templateId, buildId],
+  );
+}
+
+export async function setWarmPoolStatus(q: Queryable, name: string, status: Record<string, unknown>): Promise<void> {
+  await q.execute(`UPDATE warm_pools SET status = $2::jsonb WHERE name = $1`, [name, json(status)]);
+}
+
+/** Pools whose members a create of (template, shape) by `tenantId` may adopt. */
+export async function matchingWarmPools(
+  q: Queryable,
+  templateId: string,
+  shape: { vcpu: number; memoryMib: number; diskMib: number },
+  tenantId: TenantId,
+): Promise<WarmPool[]> {
+  return q.query<WarmPool>(
+    `SELECT ${PCOLS} FROM warm_pools
+      WHERE template_id = $1 AND vcpu = $2 AND memory_mib = $3 AND disk_mib = $4 AND (tenant_id IS NULL OR tenant_id = $5)
+      ORDER BY (tenant_id IS NULL), name`,
+    [templateId, shape.vcpu, shape.memoryMib, shape.diskMib, tenantId],
+  );
+}
+
+/**
+ * The build sandboxes of `templateId` boot today: nodes point the template's subvolume at
+ * the build released last (controller/builds.ts), else the newest ready build; null for
+ * templates the store has no build of (e.g. `base`, built by each node).
+ */
+export async function currentBuildOf(q: Queryable, templateId: string): Promise<string | null> {
+  const r = await q.maybeOne<{ id: string }>(
+    `SELECT id FROM (
+        (SELECT r.build_id AS id, 0 AS k, r.updated_at AS at FROM releases r WHERE r.template_id = $1 ORDER BY r.updated_at DESC LIMIT 1)
+        UNION ALL
+        (SELECT b.id, 1, b.created_at FROM builds b WHERE b.template_id = $1 AND b.status = 'ready' ORDER BY b.created_at DESC LIMIT 1)
+     ) x ORDER BY k LIMIT 1`,
+    [templateId],
+  );
+  return r?.id ?? null;
+}
+
+export async function insertWarmSlot(q: Queryable, pool: string, buildId: string | null): Promise<WarmSlot> {
+  return q.one<WarmSlot>(`INSERT INTO warm_pool_slots (id, pool, build_id) VALUES ($1, $2, $3) RETURNING ${SCOLS}`, [
+    `wp_${randomId(16)}`,
+    pool,
+    buildId,
+  ]);
+}
+
+export async function listSlots(q: Queryable, pool?: string): Promise<WarmSlot[]> {
+  return q.query<WarmSlot>(`SELECT ${SCOLS} FROM warm_pool_slots WHERE ($1::text IS NULL OR pool = $1) ORDER BY created_at, id`, [pool ?? null]);
+}
+
+/** Pool names that still have slots (a deleted pool's members are drained by name). */
+export async function slotPoolNames(q: Queryable): Promise<string[]> {
+  return (await q.query<{ pool: string }>(`SELECT DISTINCT pool FROM warm_pool_slots`)).map((r) => r.pool);
+}
+
+/** Moves a slot only if it is in one of `from`; false when another actor moved it first. */
+export async function moveSlot(
+  q: Queryable,
+  id: string,
+  from: readonly WarmSlot["state"][],
+  to: WarmSlot["state"],
+  patch: { sandboxId?: string; nodeId?: string; reason?: string; reservedFor?: string | null } = {},
+): Promise<boolean> {
+  const n = await q.execute(
+    `UPDATE warm_pool_slots SET state = $3, updated_at = now(),
+        sandbox_id = coalesce($4, sandbox_id), node_id = coalesce($5::uuid, node_id), reason = coalesce($6, reason),
+        reserved_for = CASE WHEN $8 THEN $7 ELSE reserved_for END,
+        ready_at = CASE WHEN $3 = 'ready' THEN coalesce(ready_at, now()) ELSE ready_at END,
+        adopted_at = CASE WHEN $3 = 'adopted' THEN now() ELSE adopted_at END
+      WHERE id = $1 AND state = ANY($2::text[])`,
+    [id, [...from], to, patch.sandboxId ?? null, patch.nodeId ?? null, patch.reason ?? null, patch.reservedFor ?? null, patch.reservedFor !== undefined],
+  );
+  return n > 0;
+}
+
+export async function deleteSlot(q: Queryable, id: string): Promise<void> {
+  await q.execute(`DELETE FROM warm_pool_slots WHERE id = $1`, [id]);
+}
+
+/**
+ * Claims one ready member of `pools` from build `buildId` (oldest first), skipping
+ * `exclude`. One statement: the row lock (SKIP LOCKED) plus `state = 'ready'` in the
+ * outer WHERE mean two concurrent claims never return the same slot. A member of any
+ * other build is never returned, whether or not the reconciler has drained it yet.
+ */
+export async function claimReadySlot(
+  q: Queryable,
+  pools: readonly string[],
+  buildId: string | null,
+  exclude: readonly string[],
+  to: "adopted" | "reserved" = "adopted",
+  reservedFor: string | null = null,
+): Promise<WarmSlot | undefined> {
+  return q.maybeOne<WarmSlot>(
+    `UPDATE warm_pool_slots SET state = $4, updated_at = now(), reserved_for = $5,
+        adopted_at = CASE WHEN $4 = 'adopted' THEN now() ELSE adopted_at END
+      WHERE id = (SELECT id FROM warm_pool_slots
+                   WHERE pool = ANY($1::text[]) AND state = 'ready' AND sandbox_id IS NOT NULL
+                     AND build_id IS NOT DISTINCT FROM $2 AND NOT (id = ANY($3::text[]))
+                   ORDER BY ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+        AND state = 'ready'
+      RETURNING ${SCOLS}`,
+    [[...pools], buildId, [...exclude], to, reservedFor],
+  );
+}
+
+/** The slot holding `sandboxId` in state `reserved` for `tenantId` (Native admission → create). */
+export async function reservedSlotOf(q: Queryable, sandboxId: string, tenantId: string): Promise<WarmSlot | undefined> {
+  return q.maybeOne<WarmSlot>(`SELECT ${SCOLS} FROM warm_pool_slots WHERE sandbox_id = $1 AND state = 'reserved' AND reserved_for = $2`, [
+    sandboxId,
+    tenantId,
+  ]);
+}
+
+export interface Handover {
+  sandboxId: string;
+  fromTenant: TenantId;
+  toTenant: TenantId;
+  alias: string | null;
+  metadata: Record<string, string>;
+  envVars: Record<string, string>;
+  envdAccessToken: string | null;
+  trafficAccessToken: string | null;
+  allowInternetAccess: boolean;
+  network: Record<string, unknown>;
+  lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
+  startedAt: Date;
+  endAt: Date;
+}
+
+/**
+ * Gives a running member sandbox to its adopter in one statement (only while it is still
+ * the pool's and running); false when it is not (killed under us, lost node).
+ */
+export async function handOverSandbox(q: Queryable, h: Handover): Promise<boolean> {
+  const n = await q.execute(
+    `UPDATE sandboxes SET tenant_id = $2, alias = $3, metadata = $4::jsonb, env_vars = $5::jsonb, envd_access_token = $6::text,
+        traffic_access_token = $7, secure = ($6::text IS NOT NULL), allow_internet_access = $8, network = $9::jsonb, lifecycle = $10::jsonb,
+        started_at = $11, end_at = $12, created_at = now(), generation = generation + 1, updated_at = now()
+      WHERE id = $1 AND tenant_id = $13 AND state = 'running'`,
+    [
+      h.sandboxId, h.toTenant, h.alias, json(h.metadata), json(h.envVars), h.envdAccessToken, h.trafficAccessToken,
+      h.allowInternetAccess, json(h.network), json(h.lifecycle), h.startedAt, h.endAt, h.fromTenant,
+    ],
+  );
+  return n > 0;
+}
+
+/** State, node and shape of the sandboxes behind slots (one query per reconcile). */
+export async function slotSandboxes(
+  q: Queryable,
+  ids: readonly string[],
+): Promise<Map<string, { state: string; tenantId: string; nodeId: string | null; templateId: string | null; vcpu: number; memoryMib: number; diskMib: number }>> {
+  if (!ids.length) return new Map();
+  const rows = await q.query<{ id: string; state: string; tenantId: string; nodeId: string | null; templateId: string | null; vcpu: number; memoryMib: number; diskMib: number }>(
+    `SELECT id, state, tenant_id AS "tenantId", node_id AS "nodeId", template_id AS "templateId", vcpu, memory_mib AS "memoryMib", disk_mib AS "diskMib"
+       FROM sandboxes WHERE id = ANY($1::text[])`,
+    [[...ids]],
+  );
+  return new Map(rows.map((r) => [r.id, r]));
+}
+
+/** Live sandboxes of the pool tenant no slot references, older than `olderThanMs` (a controller died mid-refill). */
+export async function orphanMembers(q: Queryable, poolTenant: TenantId, olderThanMs: number): Promise<string[]> {
+  const rows = await q.query<{ id: string }>(
+    `SELECT s.id FROM sandboxes s
+      WHERE s.tenant_id = $1 AND s.state IN ('creating', 'running', 'paused', 'failed')
+        AND s.created_at < now() - $2 * interval '1 millisecond'
+        AND NOT EXISTS (SELECT 1 FROM warm_pool_slots w WHERE w.sandbox_id = s.id)
+      LIMIT 100`,
+    [poolTenant, olderThanMs],
+  );
+  return rows.map((r) => r.id);
+}

@@ -1,0 +1,447 @@
+/**
+ * Warm pools against the real store (PGlite; Postgres too with SPACE_TEST_DATABASE_URL)
+ * and a fake substrate: refill, adoption with personalisation, atomic adoption under
+ * parallel creates, cold fallback, release change drains, the environment gate
+ * (warm_pool_environment at the store level), config parsing and the pure planner.
+ */
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { pino } from "pino";
+import { freshDb, testEngines } from "../support/db.ts";
+import { createTenant } from "../../src/store/tenants.ts";
+import { deleteNode, registerNode, setNodeStatus } from "../../src/store/nodes.ts";
+import { createBuild, createTemplate, setRelease, updateBuild } from "../../src/store/templates.ts";
+import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
+import type { PlacementRequest, SandboxRef } from "../../src/substrate/substrate.ts";
+import { createSandboxLayer } from "../../src/api/sandboxes/index.ts";
+import { StoreNodeDirectory, StoreTemplates } from "../../src/api/sandboxes/queries.ts";
+import type { CreateInput } from "../../src/api/sandboxes/service.ts";
+import type { NodeId } from "../../src/core/ids.ts";
+import type { GateMode } from "../../src/substrate/placement.ts";
+import type { SandboxInit } from "../../src/node/api/contract.ts";
+import { Registry } from "prom-client";
+import { WarmPoolAdoption, checkMember, type MemberPersonaliser } from "../../src/controller/warm-pools/adoption.ts";
+import { createWarmPoolReconciler } from "../../src/controller/warm-pools/reconciler.ts";
+import { warmPoolMetrics } from "../../src/controller/warm-pools/metrics.ts";
+import { parseWarmPoolsConfig } from "../../src/controller/warm-pools/config.ts";
+import { planPool, type PlanInput } from "../../src/controller/warm-pools/plan.ts";
+import { listSlots, upsertWarmPool, type WarmSlot } from "../../src/store/warm-pools.ts";
+
+const log = pino({ level: "silent" });
+const N1 = "00000000-0000-4000-8000-000000000001" as NodeId;
+const N2 = "00000000-0000-4000-8000-000000000002" as NodeId;
+const ENV = "sha256-0123456789abcdef0123";
+const SHAPE = { vcpu: 1, memoryMib: 256, diskMib: 1024 };
+
+const input = (o: Partial<CreateInput> = {}): CreateInput => ({
+  template: "base", metadata: {}, envVars: {}, timeoutSec: 300, secure: true, allowInternetAccess: true,
+  network: null, onTimeout: "kill", autoResume: false, resources: {}, ...o,
+});
+
+/** Places on the given nodes in turn (the real placement is tested elsewhere). */
+class RoundRobinSubstrate extends FakeSubstrate {
+  nodes: string[] = [N1];
+  #i = 0;
+  override async place(req: PlacementRequest): Promise<SandboxRef> {
+    this.calls.push(`place ${req.sandboxId}`);
+    return { sandboxId: req.sandboxId, nodeId: this.nodes[this.#i++ % this.nodes.length]! };
+  }
+}
+
+class RecordingPersonaliser implements MemberPersonaliser {
+  readonly inits: Array<{ sandboxId: string; body: SandboxInit }> = [];
+  failNext = false;
+  async init(ref: SandboxRef, body: SandboxInit): Promise<void> {
+    if (this.failNext) {
+      this.failNext = false;
+      throw new Error("envd /init refused");
+    }
+    this.inits.push({ sandboxId: ref.sandboxId, body });
+  }
+}
+
+async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?: number } = {}) {
+  const t = await freshDb(engine);
+  const tenant = await createTenant(t.db, { name: "a" });
+  for (const [id, name, envs] of [[N1, "n1", [ENV]], [N2, "n2", []]] as const) {
+    await registerNode(t.db, {
+      id, name, address: "http://127.0.0.1:9",
+      capacity: { networkSlots: 100, memoryMib: 65536, vcpu: 32, diskMib: 1_000_000 },
+      usableEnvironments: [...envs],
+      templates: [{ templateId: "base", rootfsSizeMib: 451, environment: ENV }],
+    });
+  }
+  const substrate = new RoundRobinSubstrate();
+  const layer = createSandboxLayer({ db: t.db, log, internalToken: "x", defaults: SHAPE, substrate });
+  const registry = new Registry();
+  const metrics = warmPoolMetrics(registry);
+  const personaliser = new RecordingPersonaliser();
+  const gate = o.gate ?? "off";
+  const nodes = new StoreNodeDirectory(t.db);
+  const templates = new StoreTemplates(t.db);
+  const adoption = new WarmPoolAdoption({ db: t.db, sandboxes: layer.sandboxes, nodes, templates, personaliser, gate, metrics, log });
+  layer.sandboxes.useWarmPools(adoption);
+  const reconciler = createWarmPoolReconciler({
+    db: t.db, sandboxes: layer.sandboxes, templates, nodes, gate, metrics, log, poolTenant: () => adoption.poolTenant(), maxParallelCreates: 10,
+  });
+  await upsertWarmPool(t.db, { name: "base", size: o.size ?? 3, ...SHAPE });
+  /** Reconcile until the pool holds `n` ready members (level-triggered: a few passes). */
+  const fill = async (n = o.size ?? 3) => {
+    for (let i = 0; i < 20; i++) {
+      await reconciler.reconcileAll();
+      await reconciler.settle();
+      const ready = (await listSlots(t.db, "base")).filter((s) => s.state === "ready").length;
+      if (ready >= n) return;
+    }
+    assert.fail(`pool never reached ${n} ready members: ${JSON.stringify(await listSlots(t.db, "base"))}`);
+  };
+  const counter = async (name: string) => (await registry.getSingleMetric(name)!.get()).values.reduce((a, v) => a + v.value, 0);
+  return { ...t, tenant, substrate, ...layer, adoption, reconciler, personaliser, fill, registry, counter, poolTenant: await adoption.poolTenant() };
+}
+
+for (const engine of testEngines()) {
+  describe(`warm pools on ${engine.name}`, { skip: engine.skip }, () => {
+    test("fills to size; a create adopts a member, personalised without a restart; the pool refills", async () => {
+      const s = await setup(engine.name);
+      try {
+        await s.fill();
+        const members = (await listSlots(s.db, "base")).map((x) => x.sandboxId);
+        const startsBefore = s.substrate.calls.filter((c) => c.startsWith("start")).length;
+        const t0 = Date.now();
+        const sb = await s.sandboxes.create(
+          s.tenant.id,
+          input({ envVars: { WARM: "yes" }, metadata: { who: "caller" }, timeoutSec: 120, allowInternetAccess: false }),
+          AbortSignal.timeout(5000),
+        );
+        assert.ok(members.includes(sb.id), "the sandbox is a pool member (keeps its id)");
+        assert.equal(s.substrate.calls.filter((c) => c.startsWith("start")).length, startsBefore, "no start: adopted, not booted");
+        assert.equal(sb.tenantId, s.tenant.id);
+        assert.equal(sb.state, "running");
+        assert.deepEqual(sb.metadata, { who: "caller" }, "pool metadata replaced by the caller's");
+        assert.ok(Math.abs(sb.endAt.getTime() - (t0 + 120_000)) < 2000, "timeout counts from adoption");
+        assert.ok(sb.envdAccessToken, "a secure create gets its own access token");
+        const init = s.personaliser.inits.find((i) => i.sandboxId === sb.id);
+        assert.deepEqual(init?.body, { envVars: { WARM: "yes" }, accessToken: sb.envdAccessToken });
+        assert.ok(s.substrate.calls.includes(`egress ${sb.id} false`), "egress policy applied live");
+        const row = await s.db.one<{ envVars: Record<string, string> }>(`SELECT env_vars AS "envVars" FROM sandboxes WHERE id = $1`, [sb.id]);
+        assert.deepEqual(row.envVars, { WARM: "yes" });
+        assert.equal((await s.sandboxes.get(s.tenant.id, sb.id)).id, sb.id, "the caller sees it");
+        await assert.rejects(s.sandboxes.get(s.poolTenant, sb.id), /not found/, "the pool no longer owns it");
+        assert.equal(await s.counter("space_warm_pool_adoptions_total"), 1);
+        await s.fill(3);
+        const after = await listSlots(s.db, "base");
+        assert.equal(after.filter((x) => x.state === "ready").length, 3);
+        assert.ok(!after.some((x) => x.sandboxId === sb.id), "the adopted member left the pool");
+        // Killing the adopted sandbox is the caller's business now.
+        await s.sandboxes.kill(s.tenant.id, sb.id);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("parallel creates never share a member; the rest fall back cold", async () => {
+      const s = await setup(engine.name, { size: 5 });
+      try {
+        await s.fill(5);
+        const members = new Set((await listSlots(s.db, "base")).map((x) => x.sandboxId));
+        const made = await Promise.all(
+          Array.from({ length: 12 }, (_, i) => s.sandboxes.create(s.tenant.id, input({ metadata: { i: String(i) } }), AbortSignal.timeout(10_000))),
+        );
+        const ids = made.map((m) => m.id);
+        assert.equal(new Set(ids).size, 12, "12 distinct sandboxes");
+        const adopted = ids.filter((id) => members.has(id));
+        assert.equal(adopted.length, 5, "every member adopted exactly once");
+        for (const m of made) assert.equal(m.metadata.i !== undefined, true);
+        const owners = await s.db.query<{ id: string; tenant: string }>(`SELECT id, tenant_id AS tenant FROM sandboxes WHERE id = ANY($1::text[])`, [adopted]);
+        assert.ok(owners.every((o) => o.tenant === s.tenant.id));
+        assert.equal(await s.counter("space_warm_pool_adoptions_total"), 5);
+        assert.equal(await s.counter("space_warm_pool_misses_total"), 7);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("an empty pool (or a shape no pool has) creates cold, transparently", async () => {
+      const s = await setup(engine.name, { size: 0 });
+      try {
+        await s.reconciler.reconcileAll();
+        const sb = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        assert.ok(s.substrate.calls.includes(`start ${sb.id}`), "booted cold");
+        assert.equal(await s.counter("space_warm_pool_misses_total"), 1);
+        await upsertWarmPool(s.db, { name: "base", size: 1, ...SHAPE });
+        await s.fill(1);
+        const other = await s.sandboxes.create(s.tenant.id, input({ resources: { memoryMib: 512 } }), AbortSignal.timeout(5000));
+        assert.ok(s.substrate.calls.includes(`start ${other.id}`), "another shape boots cold");
+        assert.equal((await listSlots(s.db, "base")).filter((x) => x.state === "ready").length, 1, "the member is untouched");
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("a failed personalisation kills the member and falls back cold", async () => {
+      const s = await setup(engine.name, { size: 1 });
+      try {
+        await s.fill(1);
+        const [member] = await listSlots(s.db, "base");
+        s.personaliser.failNext = true;
+        const sb = await s.sandboxes.create(s.tenant.id, input({ envVars: { A: "1" } }), AbortSignal.timeout(5000));
+        assert.notEqual(sb.id, member!.sandboxId);
+        assert.ok(s.substrate.calls.includes(`kill ${member!.sandboxId}`), "half-personalised member killed");
+        const row = await s.db.one<{ state: string; tenant: string }>(`SELECT state, tenant_id AS tenant FROM sandboxes WHERE id = $1`, [member!.sandboxId]);
+        assert.equal(row.tenant, s.poolTenant, "never handed over");
+        assert.equal(row.state, "killed");
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("a release change: no old-build member is adopted; old members drain, new ones fill", async () => {
+      const s = await setup(engine.name, { size: 2 });
+      try {
+        await s.db.execute(`DELETE FROM warm_pools`);
+        const tpl = await createTemplate(s.db, { tenantId: null, name: "py", public: true });
+        const b1 = await createBuild(s.db, { templateId: tpl.id });
+        await updateBuild(s.db, b1.id, { status: "ready", rootfsSizeMib: 400 });
+        await setRelease(s.db, { tenantId: null, templateId: tpl.id, alias: "py", buildId: b1.id });
+        await upsertWarmPool(s.db, { name: "py", size: 2, ...SHAPE });
+        for (let i = 0; i < 10 && (await listSlots(s.db, "py")).filter((x) => x.state === "ready").length < 2; i++) {
+          await s.reconciler.reconcileAll();
+          await s.reconciler.settle();
+        }
+        const old = await listSlots(s.db, "py");
+        assert.deepEqual(old.map((x) => [x.state, x.buildId]), [["ready", b1.id], ["ready", b1.id]]);
+
+        const b2 = await createBuild(s.db, { templateId: tpl.id });
+        await updateBuild(s.db, b2.id, { status: "ready", rootfsSizeMib: 400 });
+        await setRelease(s.db, { tenantId: null, templateId: tpl.id, alias: "py", buildId: b2.id });
+        // Before the reconciler has run: the create must not get a b1 member.
+        const cold = await s.sandboxes.create(s.tenant.id, input({ template: "py" }), AbortSignal.timeout(5000));
+        assert.ok(!old.some((x) => x.sandboxId === cold.id), "an old-build member was adopted after the release moved");
+        assert.ok(s.substrate.calls.includes(`start ${cold.id}`));
+
+        for (let i = 0; i < 10; i++) {
+          await s.reconciler.reconcileAll();
+          await s.reconciler.settle();
+          const now = await listSlots(s.db, "py");
+          if (now.length === 2 && now.every((x) => x.state === "ready" && x.buildId === b2.id)) break;
+        }
+        const fresh = await listSlots(s.db, "py");
+        assert.deepEqual(fresh.map((x) => [x.state, x.buildId]), [["ready", b2.id], ["ready", b2.id]]);
+        for (const o of old) {
+          const row = await s.db.one<{ state: string }>(`SELECT state FROM sandboxes WHERE id = $1`, [o.sandboxId]);
+          assert.equal(row.state, "killed", "old-build members are killed");
+        }
+        const warm = await s.sandboxes.create(s.tenant.id, input({ template: "py" }), AbortSignal.timeout(5000));
+        assert.ok(fresh.some((x) => x.sandboxId === warm.id), "a new-build member is adopted");
+        assert.equal(await s.counter("space_warm_pool_retired_total"), 2);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("warm_pool_environment (gate on): refused members leave and are replaced; unknown node goes back; draining never adopted", async () => {
+      const s = await setup(engine.name, { gate: "on", size: 2 });
+      try {
+        // Members land on n1 (publishes ENV) and n2 (does not) — as if n2 lost it after they were made.
+        s.substrate.nodes = [N1, N2];
+        await s.fill(2);
+        const slots = await listSlots(s.db, "base");
+        const onN2 = slots.find((x) => x.nodeId === N2)!;
+        const onN1 = slots.find((x) => x.nodeId === N1)!;
+        assert.ok(onN1 && onN2);
+        // Make the n2 member the oldest so a claim reaches it first.
+        await s.db.execute(`UPDATE warm_pool_slots SET ready_at = now() - interval '1 hour' WHERE id = $1`, [onN2.id]);
+        const a = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        assert.equal(a.id, onN1.sandboxId, "adopted only from the node publishing the environment");
+        const refused = (await listSlots(s.db, "base")).find((x) => x.id === onN2.id);
+        assert.equal(refused?.state, "retiring", "the refused member left the pool");
+        s.substrate.nodes = [N1];
+        await s.fill(2);
+        const now = await listSlots(s.db, "base");
+        assert.ok(now.every((x) => x.nodeId === N1 && x.state === "ready"), "refilled on a node publishing the environment");
+        assert.equal((await s.db.one<{ state: string }>(`SELECT state FROM sandboxes WHERE id = $1`, [onN2.sandboxId])).state, "killed");
+
+        // A member whose node the directory lacks goes back to the pool (not adopted, not retired).
+        const [first, second] = now;
+        const N3 = "00000000-0000-4000-8000-000000000003";
+        await s.db.execute(`UPDATE warm_pool_slots SET node_id = $2, ready_at = now() - interval '2 hour' WHERE id = $1`, [first!.id, N3]);
+        await s.db.execute(`UPDATE sandboxes SET node_id = $2 WHERE id = $1`, [first!.sandboxId, N3]);
+        const b = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        assert.equal(b.id, second!.sandboxId);
+        assert.equal((await listSlots(s.db, "base")).find((x) => x.id === first!.id)?.state, "ready", "unknown node: back in the pool");
+
+        // Draining: never adopted.
+        await s.fill(2);
+        await setNodeStatus(s.db, N1, "draining");
+        const c = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000)).catch((e: unknown) => e);
+        // No ready node left for a cold create either (n2 lacks the environment): refused, not adopted.
+        assert.ok(c instanceof Error || !(await listSlots(s.db, "base")).some((x) => x.sandboxId === (c as { id: string }).id));
+        const st = await listSlots(s.db, "base");
+        assert.ok(!st.some((x) => x.state === "adopted"), "nothing adopted on a draining node");
+        await deleteNode(s.db, N2);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("pool tenant refills never adopt; a deleted pool drains", async () => {
+      const s = await setup(engine.name, { size: 2 });
+      try {
+        await s.fill(2);
+        await s.db.execute(`DELETE FROM warm_pools WHERE name = 'base'`);
+        await s.reconciler.reconcileAll();
+        await s.reconciler.settle();
+        assert.equal((await listSlots(s.db, "base")).length, 0);
+        const live = await s.db.one<{ n: number }>(`SELECT count(*)::int AS n FROM sandboxes WHERE tenant_id = $1 AND state = 'running'`, [s.poolTenant]);
+        assert.equal(live.n, 0);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+  });
+}
+
+describe("warm pools: pure parts", () => {
+  test("SPACE_WARM_POOLS parsing", () => {
+    const d = { vcpu: 2, memoryMib: 1024, diskMib: 2048 };
+    assert.deepEqual(parseWarmPoolsConfig("", d), []);
+    assert.deepEqual(parseWarmPoolsConfig("base=5, py:v2=2:1/512/4096", d), [
+      { name: "base", size: 5, ...d, source: "config" },
+      { name: "py:v2", size: 2, vcpu: 1, memoryMib: 512, diskMib: 4096, source: "config" },
+    ]);
+    assert.throws(() => parseWarmPoolsConfig("base", d), /template=size/);
+    assert.throws(() => parseWarmPoolsConfig("base=1,base=2", d), /twice/);
+  });
+
+  test("checkMember: environment gate, node status, unknown node, placement", () => {
+    const node = { status: "ready", usableEnvironments: [ENV], nodeGroup: "default", labels: { zone: "a" } };
+    const bound = { kind: "bound", environment: ENV, source: "t" } as const;
+    assert.deepEqual(checkMember(node, "on", bound, {}), { kind: "adopt" });
+    assert.deepEqual(checkMember(undefined, "on", bound, {}), { kind: "back", reason: "node_unknown" });
+    assert.deepEqual(checkMember({ ...node, usableEnvironments: [] }, "on", bound, {}), { kind: "refuse", reason: "environment_not_usable" });
+    assert.deepEqual(checkMember({ ...node, usableEnvironments: [] }, "shadow", bound, {}), { kind: "adopt" });
+    assert.deepEqual(checkMember({ ...node, status: "draining" }, "off", bound, {}), { kind: "refuse", reason: "node_not_ready" });
+    assert.deepEqual(checkMember({ ...node, status: "unavailable" }, "off", bound, {}), { kind: "refuse", reason: "node_not_ready" });
+    assert.deepEqual(checkMember(node, "off", bound, { nodeGroup: "gpu" }), { kind: "back", reason: "other_node_group" });
+    assert.deepEqual(checkMember(node, "off", bound, { nodeSelector: { zone: "b" } }), { kind: "back", reason: "selector_mismatch" });
+  });
+
+  test("planPool: table", () => {
+    const now = new Date("2026-01-01T12:00:00Z");
+    const slot = (id: string, state: WarmSlot["state"], o: Partial<WarmSlot> = {}): WarmSlot => ({
+      id, pool: "p", buildId: "b1", sandboxId: `sb${id}`, nodeId: N1, state, createdAt: new Date(now.getTime() - 1000),
+      updatedAt: new Date(now.getTime() - 1000), readyAt: new Date(now.getTime() - 1000), adoptedAt: null, reason: null, reservedFor: null, ...o,
+    });
+    const sb = (o: Partial<{ state: string; tenantId: string; nodeId: string; templateId: string; vcpu: number }> = {}) => ({
+      state: "running", tenantId: "pool", nodeId: N1, templateId: "t", vcpu: 1, memoryMib: 256, diskMib: 1024, ...o,
+    });
+    const base = (o: Partial<PlanInput>): PlanInput => ({
+      target: { size: 3, templateId: "t", buildId: "b1", ...SHAPE },
+      slots: [], sandboxes: new Map(), nodes: new Map([[N1, { status: "ready", usableEnvironments: [ENV] }]]),
+      gate: "off", binding: { kind: "none" }, poolTenant: "pool", inflight: new Set(), now,
+      creatingTimeoutMs: 60_000, reservationTtlMs: 60_000, maxAgeMs: 3_600_000, maxParallelCreates: 4, ...o,
+    });
+    const cases: Array<[string, Partial<PlanInput>, (p: ReturnType<typeof planPool>) => void]> = [
+      ["empty pool creates size", {}, (p) => assert.equal(p.create, 3)],
+      ["parallel cap", { target: { size: 10, templateId: "t", buildId: "b1", ...SHAPE } }, (p) => assert.equal(p.create, 4)],
+      [
+        "build changed retires",
+        { slots: [slot("1", "ready", { buildId: "b0" })], sandboxes: new Map([["sb1", sb()]]) },
+        (p) => {
+          assert.deepEqual(p.retire, [{ slotId: "1", reason: "build_changed" }]);
+          assert.equal(p.create, 3);
+        },
+      ],
+      [
+        "shape changed retires",
+        { slots: [slot("1", "ready")], sandboxes: new Map([["sb1", sb({ vcpu: 2 })]]) },
+        (p) => assert.deepEqual(p.retire, [{ slotId: "1", reason: "shape_changed" }]),
+      ],
+      [
+        "gate on, node without the environment: retired",
+        {
+          gate: "on", binding: { kind: "bound", environment: ENV, source: "x" },
+          nodes: new Map([[N1, { status: "ready", usableEnvironments: [] }]]),
+          slots: [slot("1", "ready")], sandboxes: new Map([["sb1", sb()]]),
+        },
+        (p) => assert.deepEqual(p.retire, [{ slotId: "1", reason: "environment_not_usable" }]),
+      ],
+      [
+        "unknown node: kept",
+        { nodes: new Map(), slots: [slot("1", "ready")], sandboxes: new Map([["sb1", sb()]]) },
+        (p) => {
+          assert.deepEqual(p.retire, []);
+          assert.equal(p.status.ready, 1);
+          assert.equal(p.create, 2);
+        },
+      ],
+      [
+        "draining node: retired",
+        { nodes: new Map([[N1, { status: "draining", usableEnvironments: [] }]]), slots: [slot("1", "ready")], sandboxes: new Map([["sb1", sb()]]) },
+        (p) => assert.deepEqual(p.retire, [{ slotId: "1", reason: "node_not_ready" }]),
+      ],
+      [
+        "sandbox gone: forgotten",
+        { slots: [slot("1", "ready")], sandboxes: new Map([["sb1", sb({ state: "killed" })]]) },
+        (p) => assert.deepEqual(p.forget, ["1"]),
+      ],
+      [
+        "adopted and handed over: forgotten; fresh claim still ours: kept",
+        { slots: [slot("1", "adopted"), slot("2", "adopted", { adoptedAt: now })], sandboxes: new Map([["sb1", sb({ tenantId: "t1" })], ["sb2", sb()]]) },
+        (p) => assert.deepEqual(p.forget, ["1"]),
+      ],
+      [
+        "excess retires the newest",
+        {
+          target: { size: 1, templateId: "t", buildId: "b1", ...SHAPE },
+          slots: [slot("1", "ready", { readyAt: new Date(now.getTime() - 5000) }), slot("2", "ready")],
+          sandboxes: new Map([["sb1", sb()], ["sb2", sb()]]),
+        },
+        (p) => {
+          assert.deepEqual(p.retire, [{ slotId: "2", reason: "excess" }]);
+          assert.equal(p.create, 0);
+        },
+      ],
+      [
+        "stuck creating fails; in-flight creating counts",
+        { slots: [slot("1", "creating", { sandboxId: null, createdAt: new Date(now.getTime() - 120_000) }), slot("2", "creating", { sandboxId: null })], inflight: new Set(["2"]) },
+        (p) => {
+          assert.deepEqual(p.fail, ["1"]);
+          assert.equal(p.create, 2);
+        },
+      ],
+      [
+        "pool deleted: everything drains",
+        { target: null, slots: [slot("1", "ready"), slot("2", "retiring")], sandboxes: new Map([["sb1", sb()], ["sb2", sb()]]) },
+        (p) => {
+          assert.deepEqual(p.retire, [{ slotId: "1", reason: "pool_deleted" }]);
+          assert.deepEqual(p.kill, [{ slotId: "2", sandboxId: "sb2" }]);
+          assert.equal(p.create, 0);
+          assert.equal(p.status.conditions[0]!.reason, "PoolDeletedOrUnresolved");
+        },
+      ],
+      [
+        "full pool is Ready",
+        { target: { size: 1, templateId: "t", buildId: "b1", ...SHAPE }, slots: [slot("1", "ready")], sandboxes: new Map([["sb1", sb()]]) },
+        (p) => assert.deepEqual(p.status.conditions, [{ type: "Ready", status: true, reason: "Full" }]),
+      ],
+    ];
+    for (const [name, o, check] of cases) {
+      try {
+        check(planPool(base(o)));
+      } catch (e) {
+        throw new Error(`case '${name}': ${(e as Error).message}`);
+      }
+    }
+  });
+});
+
+
+
