@@ -123,16 +123,60 @@ test("kill: 204, then 404 with JSON code", async () => {
   assert.deepEqual(u.statusCode, 404);
 });
 
-test("pause answers a clear 501, never a fake success; fork/snapshots too", async () => {
+test("pause = suspend: 204, listed paused, second pause 409; connect restores (201); kill drops the snapshot", async () => {
+  const { call, substrate, sandboxes } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", { envVars: { A: "1" } })).json();
+  const r = await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {});
+  assert.equal(r.statusCode, 204, r.body);
+  assert.ok(substrate.calls.includes(`suspend ${sb.sandboxID}`));
+  assert.equal(substrate.running.has(sb.sandboxID), false);
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "paused");
+  const listed = (await call("GET", `/v2/sandboxes?state=paused`)).json();
+  assert.deepEqual(listed.map((x: { sandboxID: string }) => x.sandboxID), [sb.sandboxID]);
+  const again = await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {});
+  assert.equal(again.statusCode, 409);
+  assert.equal(again.json().code, 409);
+  assert.match(again.json().message, /already paused/);
+  // Concurrent connects converge on one restore.
+  substrate.restoreDelayMs = 100;
+  const [c1, c2, c3] = await Promise.all([1, 2, 3].map(() => call("POST", `/v2/sandboxes/${sb.sandboxID}/connect`, { timeout: 60 })));
+  assert.deepEqual([c1!.statusCode, c2!.statusCode, c3!.statusCode].sort(), [201, 201, 201]);
+  assert.equal(substrate.calls.filter((c) => c.startsWith(`restore ${sb.sandboxID}`)).length, 1);
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "running");
+  assert.equal((await call("POST", `/v2/sandboxes/${sb.sandboxID}/connect`, {})).statusCode, 200);
+  // Second cycle; then a kill of the suspended sandbox deletes its snapshots.
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {})).statusCode, 204);
+  assert.equal((await call("DELETE", `/sandboxes/${sb.sandboxID}`)).statusCode, 204);
+  const live = [...(sandboxes.snapshots as unknown as { rows: Map<string, { sandboxId: string; state: string }> }).rows.values()].filter(
+    (x) => x.sandboxId === sb.sandboxID && x.state !== "deleted" && x.state !== "failed",
+  );
+  assert.deepEqual(live, []);
+});
+
+test("a failed suspend leaves the sandbox running", async () => {
+  const { call, substrate } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  substrate.failNextSuspend = new SpaceError("internal", "criu said no");
+  const r = await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {});
+  assert.equal(r.statusCode, 500);
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "running");
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {})).statusCode, 204);
+});
+
+test("fork: 201 with one entry per fork; named snapshots answer 501", async () => {
   const { call } = await setup();
   const sb = (await call("POST", "/v2/sandboxes", {})).json();
-  const r = await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {});
-  assert.equal(r.statusCode, 501);
-  assert.match(r.json().message, /^suspend is not available yet: /);
-  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/fork`, {})).statusCode, 501);
+  const f = await call("POST", `/sandboxes/${sb.sandboxID}/fork`, { count: 2, timeout: 60 });
+  assert.equal(f.statusCode, 201, f.body);
+  const forks = f.json() as Array<{ sandbox?: { sandboxID: string } }>;
+  assert.equal(forks.length, 2);
+  for (const x of forks) {
+    assert.ok(x.sandbox?.sandboxID && x.sandbox.sandboxID !== sb.sandboxID);
+    assert.equal((await call("GET", `/sandboxes/${x.sandbox.sandboxID}`)).json().state, "running");
+  }
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "running");
   assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/snapshots`, {})).statusCode, 501);
   assert.equal((await call("POST", `/sandboxes/aaaaaaaaaaaaaaaaaaaa/fork`, {})).statusCode, 404);
-  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "running");
 });
 
 test("connect: 200 when running, timeout only extended", async () => {

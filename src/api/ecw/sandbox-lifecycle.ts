@@ -28,10 +28,12 @@ export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
     return reply.code(204).send();
   });
 
-  app.post("/sandboxes/:sandboxID/pause", async (req) => {
+  // E2B pause = suspend (memory checkpoint + disk snapshot, node freed): 204; 409 when already paused.
+  app.post("/sandboxes/:sandboxID/pause", async (req, reply) => {
     const { sandboxID } = parse(IdParams, req.params, "path");
-    parse(PauseBody, req.body, "pause body");
-    return sandboxes.suspend(tenantOf(req), sandboxID);
+    parse(PauseBody, req.body ?? {}, "pause body");
+    await sandboxes.suspend(tenantOf(req), sandboxID);
+    return reply.code(204).send();
   });
 
   for (const path of ["/sandboxes/:sandboxID/connect", "/v2/sandboxes/:sandboxID/connect", "/sandboxes/:sandboxID/resume"]) {

@@ -10,6 +10,7 @@ import { DirectSubstrate, type DirectSubstrateDeps } from "../../substrate/direc
 import { SandboxService, type SandboxDefaults } from "./service.ts";
 import { StoreApiKeys, StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import type { ApiKeyAuth } from "./model.ts";
+import { StoreSnapshotRepo } from "./snapshot-repo.ts";
 
 export interface SandboxLayerDeps {
   db: Db;
@@ -39,6 +40,7 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
     substrate,
     defaults: deps.defaults,
     log: deps.log,
+    snapshots: new StoreSnapshotRepo(deps.db),
   });
   return { sandboxes, apiKeys: new StoreApiKeys(deps.db), substrate };
 }

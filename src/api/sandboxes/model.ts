@@ -52,6 +52,8 @@ export interface SandboxRecord {
   memoryMib: number;
   diskMib: number;
   metadata: Record<string, string>;
+  /** Secrets: never log. Kept so a restore re-initialises envd with them. */
+  envVars?: Record<string, string>;
   envdAccessToken: string | null;
   trafficAccessToken: string | null;
   allowInternetAccess: boolean;

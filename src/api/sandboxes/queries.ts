@@ -51,6 +51,7 @@ export function toRecord(s: Sandbox): SandboxRecord {
     memoryMib: s.memoryMib,
     diskMib: s.diskMib,
     metadata: s.metadata ?? {},
+    envVars: s.envVars ?? {},
     envdAccessToken: s.envdAccessToken,
     trafficAccessToken: s.trafficAccessToken,
     allowInternetAccess: s.allowInternetAccess,
@@ -92,6 +93,7 @@ export class StoreSandboxRepo implements SandboxRepo {
         memoryMib: rec.memoryMib,
         diskMib: rec.diskMib,
         metadata: rec.metadata,
+        envVars: rec.envVars ?? {},
         envdAccessToken: rec.envdAccessToken,
         trafficAccessToken: rec.trafficAccessToken,
         secure: rec.envdAccessToken !== null,
@@ -143,9 +145,9 @@ export class StoreSandboxRepo implements SandboxRepo {
     }
   }
 
-  /** Executions follow their sandbox: running → running; killed → ended; failed → failed. */
+  /** Executions follow their sandbox: running → running; killed or suspended → ended; failed → failed. */
   async #syncExecution(tx: Queryable, sandboxId: string, to: SandboxState, nodeId: string | null, error: string | null) {
-    const next = to === "running" ? "running" : to === "killed" ? "ended" : to === "failed" ? "failed" : null;
+    const next = to === "running" ? "running" : to === "killed" || to === "suspended" ? "ended" : to === "failed" ? "failed" : null;
     if (!next) return;
     const from = next === "running" ? ["pending", "starting"] : ["pending", "starting", "running", "stopping"];
     await tx.execute(

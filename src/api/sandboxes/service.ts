@@ -6,10 +6,11 @@
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
 import type { Logger } from "../../core/log.ts";
-import { SpaceError, invalid, notFound, unimplemented } from "../../core/errors.ts";
+import { SpaceError, invalid, notFound } from "../../core/errors.ts";
 import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../../core/ids.ts";
 import type { SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
-import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
+import type { SandboxRef, SandboxStatus, SnapshotDescriptor, Substrate } from "../../substrate/substrate.ts";
+import { MemorySnapshotRepo, type SnapshotRepo, type SnapshotRow } from "./snapshot-repo.ts";
 import { egressPolicyOf } from "../network/policy.ts";
 import {
   isLive,
@@ -18,7 +19,6 @@ import {
   type ListQuery,
   type NetworkPolicy,
   type OnTimeout,
-  type ResolvedTemplate,
   type SandboxRecord,
   type SandboxRepo,
   type TemplateResolver,
@@ -50,29 +50,6 @@ export interface CreateInput {
    * both ECW and Native pass through unchanged.
    */
   placement?: PlacementInput;
-  /**
-   * Warm pools (src/controller/warm-pools): false = never adopt a warm member (the pool's
-   * own refills). Creates with a caller-chosen `id` adopt only a member reserved for
-   * that id at admission (Native).
-   */
-  adopt?: boolean;
-  /** Trusted internal callers (warm-pool refills) that already resolved the template. */
-  resolvedTemplate?: ResolvedTemplate;
-}
-
-/** What a create asks a warm pool for (resolved and validated by the service). */
-export interface AdoptRequest {
-  template: ResolvedTemplate;
-  vcpu: number;
-  memoryMib: number;
-  diskMib: number;
-  placement: PlacementInput;
-  input: CreateInput;
-}
-
-/** Warm-pool adoption (src/controller/warm-pools/adoption.ts); null = no member, create cold. */
-export interface WarmAdopter {
-  adopt(tenantId: TenantId, req: AdoptRequest, signal: AbortSignal): Promise<SandboxRecord | null>;
 }
 
 export interface PlacementInput {
@@ -92,9 +69,22 @@ export interface SandboxServiceDeps {
   substrate: Substrate;
   defaults: SandboxDefaults;
   log: Logger;
+  /** Snapshot rows (suspend, fork); defaults to an in-memory repo (tests). */
+  snapshots?: SnapshotRepo;
   /** For tests. */
   now?: () => Date;
+  /** How often a waiter re-reads a sandbox another caller is suspending or restoring (ms). */
+  pollMs?: number;
 }
+
+/** One requested fork: the new sandbox, or why it did not start. */
+export type ForkOutcome = { sandbox: SandboxRecord; error?: undefined } | { sandbox?: undefined; error: SpaceError };
+
+/** States in which ECW `pause` answers 409 "already paused". */
+const pausedStates: readonly string[] = ["pausing", "paused", "suspending", "suspended"];
+/** Upper bound of forks per request. */
+export const MAX_FORKS = 20;
+const SNAPSHOT_CALL_MS = 10 * 60_000;
 
 export type ConnectResult = { sandbox: SandboxRecord; resumed: boolean };
 
@@ -118,9 +108,14 @@ export class SandboxService {
   readonly #defaults: SandboxDefaults;
   readonly #log: Logger;
   readonly #now: () => Date;
-  #warm: WarmAdopter | null = null;
+  readonly #snapshots: SnapshotRepo;
+  readonly #pollMs: number;
+  /** Restores in flight in this process (sandbox id → its running record): concurrent connects share one. */
+  readonly #restores = new Map<string, Promise<SandboxRecord>>();
 
   constructor(deps: SandboxServiceDeps) {
+    this.#snapshots = deps.snapshots ?? new MemorySnapshotRepo();
+    this.#pollMs = deps.pollMs ?? 200;
     this.#repo = deps.repo;
     this.#templates = deps.templates;
     this.#substrate = deps.substrate;
@@ -136,14 +131,12 @@ export class SandboxService {
   get substrate(): Substrate {
     return this.#substrate;
   }
-
-  /** Installs warm-pool adoption (processes.ts); null turns it off. */
-  useWarmPools(warm: WarmAdopter | null): void {
-    this.#warm = warm;
+  get snapshots(): SnapshotRepo {
+    return this.#snapshots;
   }
 
   async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
-    const template = input.resolvedTemplate ?? (await this.#templates.resolve(tenantId, input.template));
+    const template = await this.#templates.resolve(tenantId, input.template);
     if (!template) throw notFound(`template '${input.template}' not found`);
     const vcpu = input.resources.vcpu ?? this.#defaults.vcpu;
     const memoryMib = input.resources.memoryMib ?? this.#defaults.memoryMib;
@@ -152,11 +145,6 @@ export class SandboxService {
     validateTimeout(input.timeoutSec);
     egressPolicyOf(input.allowInternetAccess, input.network); // 400 on a bad network policy
     const placement = input.placement ?? parsePlacement(input.metadata[PLACEMENT_METADATA_KEY]);
-    if (this.#warm && input.adopt !== false) {
-      // A ready member personalised in place; none (or any doubt) → the cold path below.
-      const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
-      if (adopted) return adopted;
-    }
 
     const now = this.#now();
     const id = input.id ?? newSandboxId();
@@ -174,6 +162,7 @@ export class SandboxService {
       memoryMib,
       diskMib,
       metadata: input.metadata,
+      envVars: input.envVars,
       envdAccessToken: secure ? token() : null,
       trafficAccessToken: secure || input.network?.allowPublicTraffic === false ? token() : null,
       allowInternetAccess: input.allowInternetAccess,
@@ -288,7 +277,28 @@ export class SandboxService {
       }
     }
     await this.#repo.transition(rec.id, ["killing"], "killed", { reason });
+    // Its suspend snapshots die with it (named ones outlive it); best effort.
+    await this.#dropSnapshots(rec.id, { purpose: "suspend" });
   }
+
+  /** Marks snapshots deleted and frees the nodes' local copies (best effort; blob parts stay for retention). */
+  async #dropSnapshots(sandboxId: string, filter: Parameters<SnapshotRepo["markDeleted"]>[1]): Promise<void> {
+    try {
+      const gone = await this.#snapshots.markDeleted(sandboxId, filter);
+      await Promise.all(
+        gone
+          .filter((g) => g.nodeId)
+          .map((g) =>
+            this.#substrate.dropSnapshot(g.nodeId!, g.id, AbortSignal.timeout(30_000)).catch((e: unknown) =>
+              this.#log.warn({ err: e, sandboxId, snapshotId: g.id }, "could not free a node's local snapshot copy"),
+            ),
+          ),
+      );
+    } catch (e: unknown) {
+      this.#log.warn({ err: e, sandboxId }, "could not delete snapshots");
+    }
+  }
+
 
   /** E2B `timeout`: the end time becomes now + timeout (may shorten). */
   async setTimeout(tenantId: TenantId, id: string, timeoutSec: number): Promise<SandboxRecord> {
@@ -313,23 +323,122 @@ export class SandboxService {
   }
 
   /**
-   * E2B pause = suspend (memory checkpoint + disk snapshot, node freed). Until suspend
-   * lands this refuses clearly; it never falls back to a resident freeze, whose
-   * semantics (memory held on the node, no cross-node restore) differ.
+   * E2B pause = suspend: running → suspending → (node: memory checkpoint + disk snapshot,
+   * parts uploaded and checksummed, node freed) → suspended. The snapshot row (one per
+   * attempt) is restorable only once the node answered with its descriptor. A failure
+   * leaves the sandbox running (the node thaws it; if the node already let it go, it is
+   * restored from the node's local copy), never half.
    */
-  async suspend(tenantId: TenantId, id: string): Promise<never> {
+  async suspend(tenantId: TenantId, id: string): Promise<SandboxRecord> {
     const rec = await this.get(tenantId, id);
-    if (["pausing", "paused", "suspending", "suspended"].includes(rec.state)) {
-      throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
+    if (pausedStates.includes(rec.state)) throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
+    if (rec.state !== "running" || !rec.nodeId) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be paused`, { retryable: true });
     }
-    throw unimplemented(
-      `suspend is not available yet: sandbox ${id} keeps running (memory checkpoint and restore land with the snapshot issue)`,
+    return this.#suspendRecord(rec);
+  }
+
+  async #suspendRecord(rec: SandboxRecord): Promise<SandboxRecord> {
+    const ref: SandboxRef = { sandboxId: rec.id, nodeId: rec.nodeId! };
+    const suspending = await this.#repo.transition(rec.id, ["running"], "suspending");
+    if (!suspending) {
+      const now = await this.#repo.getById(rec.id);
+      if (now && pausedStates.includes(now.state)) throw new SpaceError("failed_precondition", `sandbox ${rec.id} is already paused`);
+      if (!now || !isLive(now.state)) throw notFound(`sandbox ${rec.id} not found`);
+      throw new SpaceError("failed_precondition", `sandbox ${rec.id} changed state (now ${now.state}); retry`, { retryable: true });
+    }
+    // Routing stops: no new envd stream may start on a sandbox being checkpointed.
+    this.events.emit("ended", rec.id);
+    const snapshotId = await this.#snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend" });
+    let desc: SnapshotDescriptor;
+    try {
+      desc = await this.#substrate.suspend(ref, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#log.warn({ sandboxId: rec.id, snapshotId, code: err.code, err: e }, "suspend failed");
+      await this.#snapshots.fail(snapshotId, `${err.code}: ${err.message}`).catch(() => undefined);
+      await this.#recoverSuspend(rec, ref, snapshotId);
+      throw err;
+    }
+    await this.#snapshots.finish(snapshotId, desc);
+    const suspended = await this.#repo.transition(rec.id, ["suspending"], "suspended", { address: null });
+    if (!suspended) {
+      // Killed while it was being suspended: the snapshot has no owner.
+      await this.#dropSnapshots(rec.id, { snapshotId });
+      throw notFound(`sandbox ${rec.id} was killed while it was being paused`);
+    }
+    // Earlier suspend snapshots are superseded (no restore can use them: it is suspended now).
+    await this.#dropSnapshots(rec.id, { purpose: "suspend", except: snapshotId });
+    return suspended;
+  }
+
+  /** After a failed suspend: back to running where the node still runs it, else restored from the node's local copy, else failed. */
+  async #recoverSuspend(rec: SandboxRecord, ref: SandboxRef, snapshotId: string): Promise<void> {
+    try {
+      const seen = await this.#substrate.observe(ref, AbortSignal.timeout(30_000));
+      if (seen && seen.state === "running") {
+        await this.#repo.transition(rec.id, ["suspending"], "running", { address: seen.address });
+        return;
+      }
+      if (!seen) {
+        const local: SnapshotDescriptor = {
+          snapshotId, sourceSandboxId: rec.id, template: rec.templateId, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
+        };
+        const executionId = newExecutionId();
+        const st = await this.#substrate.restore(ref, local, this.#specOf(rec, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
+        await this.#snapshots.newExecution(rec.id, executionId);
+        await this.#repo.transition(rec.id, ["suspending"], "running", { address: st.address });
+        return;
+      }
+      throw new SpaceError("internal", `the node reports the sandbox ${seen.state}`);
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#log.error({ sandboxId: rec.id, err: e }, "suspend failed and the sandbox could not be brought back");
+      await this.#repo.transition(rec.id, ["suspending"], "failed", { reason: `suspend failed and recovery failed: ${err.code}: ${err.message}` });
+    }
+  }
+
+  /** The node spec of a sandbox (restore, fork): its token, env and network policy re-applied. */
+  #specOf(rec: SandboxRecord, executionId: string): SandboxSpec {
+    return {
+      sandboxId: rec.id,
+      executionId,
+      template: rec.templateId,
+      vcpu: rec.vcpu,
+      memoryMib: rec.memoryMib,
+      diskMib: rec.diskMib,
+      envVars: rec.envVars ?? {},
+      ...(rec.envdAccessToken ? { accessToken: rec.envdAccessToken } : {}),
+      allowInternetAccess: effectiveInternetAccess(rec),
+      network: egressPolicyOf(rec.allowInternetAccess, rec.network),
+    };
+  }
+
+  /** Where a restore of `snap` may run: anywhere that can run its environment when durable, else pinned to its node. */
+  async #placeFor(rec: SandboxRecord, snap: SnapshotRow, signal: AbortSignal): Promise<SandboxRef> {
+    const placement = parsePlacement(rec.metadata[PLACEMENT_METADATA_KEY]);
+    const environment = this.#templates.binding ? await this.#templates.binding(rec.templateId) : undefined;
+    return this.#substrate.place(
+      {
+        sandboxId: rec.id,
+        templateId: rec.templateId,
+        vcpu: rec.vcpu,
+        memoryMib: rec.memoryMib,
+        diskMib: rec.diskMib,
+        ...(placement.nodeGroup !== undefined ? { nodeGroup: placement.nodeGroup } : {}),
+        ...(placement.nodeSelector ? { nodeSelector: placement.nodeSelector } : {}),
+        ...(environment ? { environment } : {}),
+        ...(snap.state !== "durable" && snap.nodeId ? { pinnedNodeId: snap.nodeId } : {}),
+      },
+      signal,
     );
   }
 
   /**
    * E2B connect/resume: running → extend the end time only (resumed=false);
-   * resident-paused → resume on its node (resumed=true); suspended → restore (not yet).
+   * resident-paused → resume on its node; suspended → restore (resumed=true). Concurrent
+   * connects converge on one restore: one caller wins suspended → resuming, the others
+   * wait for it to be running. A connect during a pause waits for the pause, then restores.
    */
   async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
     if (timeoutSec !== undefined) validateTimeout(timeoutSec);
@@ -345,11 +454,158 @@ export class SandboxService {
         if (!resumed) throw new SpaceError("aborted", `sandbox ${id} changed state during resume; retry`);
         return { sandbox: await this.#extend(resumed, timeoutSec ?? 300), resumed: true };
       }
+      case "suspending": {
+        const settled = await this.#awaitSettled(rec.id, ["suspending"]);
+        if (settled.state === "running") return { sandbox: await this.#extend(settled, timeoutSec ?? 300), resumed: false };
+        return this.connect(tenantId, id, timeoutSec);
+      }
       case "suspended":
-      case "suspending":
-        throw unimplemented(`restore is not available yet: sandbox ${id} is suspended and cannot be resumed by this build`);
+      case "resuming": {
+        const running = await this.#restore(rec);
+        return { sandbox: await this.#extend(running, timeoutSec ?? 300), resumed: true };
+      }
       default:
         throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; connect again shortly`, { retryable: true });
+    }
+  }
+
+  /** One restore per sandbox in this process; across processes the guarded transition decides. */
+  #restore(rec: SandboxRecord): Promise<SandboxRecord> {
+    const inflight = this.#restores.get(rec.id);
+    if (inflight) return inflight;
+    const p = (async () => {
+      if (rec.state === "suspended") {
+        const claimed = await this.#repo.transition(rec.id, ["suspended"], "resuming");
+        if (claimed) return this.#restoreClaimed(claimed);
+      }
+      // Another process restores it: wait for the outcome.
+      const settled = await this.#awaitSettled(rec.id, ["resuming"]);
+      if (settled.state === "running") return settled;
+      throw new SpaceError("unavailable", `sandbox ${rec.id} could not be resumed (a concurrent resume left it ${toPublicState(settled.state)}); retry`, { retryable: true });
+    })().finally(() => this.#restores.delete(rec.id));
+    this.#restores.set(rec.id, p);
+    return p;
+  }
+
+  async #restoreClaimed(rec: SandboxRecord): Promise<SandboxRecord> {
+    const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
+    const snap = await this.#snapshots.latest(rec.id, "suspend");
+    if (!snap?.descriptor) {
+      await this.#repo.transition(rec.id, ["resuming"], "failed", { reason: "no restorable snapshot" });
+      throw new SpaceError("internal", `sandbox ${rec.id} is paused but has no restorable snapshot`);
+    }
+    const executionId = newExecutionId();
+    let ref: SandboxRef | null = null;
+    let status: SandboxStatus;
+    try {
+      ref = await this.#placeFor(rec, snap, signal);
+      status = await this.#substrate.restore(ref, snap.descriptor, this.#specOf(rec, executionId), signal);
+      await this.#snapshots.newExecution(rec.id, executionId);
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#log.warn({ sandboxId: rec.id, snapshotId: snap.id, nodeId: ref?.nodeId, code: err.code, err: e }, "restore failed; the sandbox stays paused");
+      if (ref) await this.#substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+      await this.#repo.transition(rec.id, ["resuming"], "suspended");
+      throw err;
+    }
+    const running = await this.#repo.transition(rec.id, ["resuming"], "running", { nodeId: ref.nodeId, address: status.address });
+    if (!running) {
+      await this.#substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+      throw notFound(`sandbox ${rec.id} was killed while it was being resumed`);
+    }
+    return running;
+  }
+
+  /** Waits (polling the store) until the sandbox leaves `states`; not found when it ended. */
+  async #awaitSettled(id: SandboxId, states: readonly string[], timeoutMs = SNAPSHOT_CALL_MS): Promise<SandboxRecord> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const now = await this.#repo.getById(id);
+      if (!now || !isLive(now.state)) throw notFound(`sandbox ${id} not found`);
+      if (!states.includes(now.state)) return now;
+      if (Date.now() > deadline) throw new SpaceError("deadline_exceeded", `sandbox ${id} is still ${now.state}; retry`, { retryable: true });
+      await new Promise((r) => setTimeout(r, this.#pollMs));
+    }
+  }
+
+  /**
+   * E2B fork: one live checkpoint of a running sandbox (it keeps running, id and end time
+   * untouched), then `count` new sandboxes restored from it, each succeeding or failing
+   * on its own. The checkpoint is freed afterwards.
+   */
+  async fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number }): Promise<ForkOutcome[]> {
+    const count = input.count ?? 1;
+    if (!Number.isInteger(count) || count < 1 || count > MAX_FORKS) throw invalid(`count=${count} must be between 1 and ${MAX_FORKS}`, { field: "count" });
+    const timeoutSec = input.timeoutSec ?? 300;
+    validateTimeout(timeoutSec);
+    const rec = await this.get(tenantId, id);
+    if (rec.state !== "running" || !rec.nodeId) throw new SpaceError("failed_precondition", `sandbox ${id} is ${toPublicState(rec.state)}; only a running sandbox can be forked`);
+    const snapshotId = await this.#snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: rec.nodeId, purpose: "fork" });
+    let snap: SnapshotRow;
+    try {
+      const desc = await this.#substrate.checkpoint({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      snap = await this.#snapshots.finish(snapshotId, desc);
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      await this.#snapshots.fail(snapshotId, `${err.code}: ${err.message}`).catch(() => undefined);
+      throw err;
+    }
+    try {
+      return await Promise.all(
+        Array.from({ length: count }, () =>
+          this.#forkOne(rec, snap, timeoutSec).then(
+            (sandbox): ForkOutcome => ({ sandbox }),
+            (e: unknown): ForkOutcome => ({ error: SpaceError.from(e) }),
+          ),
+        ),
+      );
+    } finally {
+      await this.#dropSnapshots(rec.id, { snapshotId });
+    }
+  }
+
+  async #forkOne(src: SandboxRecord, snap: SnapshotRow, timeoutSec: number): Promise<SandboxRecord> {
+    const now = this.#now();
+    const rec: SandboxRecord = {
+      ...structuredClone(src),
+      id: newSandboxId(),
+      state: "creating",
+      nodeId: null,
+      executionId: newExecutionId(),
+      address: null,
+      // The fork's processes keep the source's envd state; envd is re-initialised with these.
+      envdAccessToken: src.envdAccessToken ? token() : null,
+      trafficAccessToken: src.trafficAccessToken ? token() : null,
+      createdAt: now,
+      startedAt: now,
+      endAt: new Date(now.getTime() + timeoutSec * 1000),
+      reason: null,
+    };
+    await this.#repo.insert(rec);
+    let ref: SandboxRef | null = null;
+    try {
+      const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
+      ref = await this.#placeFor(rec, snap, signal);
+      await this.#repo.update(rec.id, { nodeId: ref.nodeId });
+      const status = await this.#substrate.restore(ref, snap.descriptor!, this.#specOf(rec, rec.executionId!), signal);
+      const startedAt = this.#now();
+      const running = await this.#repo.transition(rec.id, ["creating"], "running", {
+        nodeId: ref.nodeId,
+        address: status.address,
+        startedAt,
+        endAt: new Date(startedAt.getTime() + timeoutSec * 1000),
+      });
+      if (!running) {
+        await this.#substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+        throw notFound(`sandbox ${rec.id} was killed while it was being forked`);
+      }
+      return running;
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#log.warn({ sandboxId: rec.id, source: src.id, code: err.code, err: e }, "fork failed");
+      if (ref) await this.#substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+      await this.#repo.transition(rec.id, ["creating"], "failed", { reason: `fork of ${src.id} failed: ${err.code}: ${err.message}` });
+      throw err;
     }
   }
 
@@ -393,18 +649,28 @@ export class SandboxService {
 
   /**
    * Called by the timeout enforcer for a sandbox past its end time. `kill` kills;
-   * `pause` would suspend — until suspend exists the sandbox is killed and the reason
-   * says so (keeping it running forever would leak the node).
+   * `pause` suspends a running sandbox (a suspended one does not time out). If that
+   * suspend fails the sandbox is killed and the reason says so (keeping it running past
+   * its end time would leak the node).
    */
   async expire(rec: SandboxRecord): Promise<void> {
     const fresh = await this.#repo.getById(rec.id);
     if (!fresh || !isLive(fresh.state) || fresh.endAt.getTime() > this.#now().getTime()) return;
     if (fresh.state === "creating") return; // create owns it; its end time starts at running
-    const reason =
-      fresh.onTimeout === "pause"
-        ? "timeout: onTimeout=pause requested but suspend is not available yet; killed"
-        : "timeout";
-    await this.#killRecord(fresh, reason);
+    if (["suspending", "suspended", "resuming"].includes(fresh.state)) return;
+    if (fresh.onTimeout === "pause" && fresh.state === "running" && fresh.nodeId) {
+      try {
+        await this.#suspendRecord(fresh);
+        return;
+      } catch (e: unknown) {
+        const err = SpaceError.from(e);
+        const now = await this.#repo.getById(rec.id);
+        if (!now || !isLive(now.state) || now.state !== "running") return;
+        await this.#killRecord(now, `timeout: onTimeout=pause but suspend failed (${err.code}: ${err.message}); killed`);
+        return;
+      }
+    }
+    await this.#killRecord(fresh, "timeout");
   }
 }
 
@@ -437,6 +703,12 @@ export function effectiveInternetAccess(rec: Pick<SandboxRecord, "allowInternetA
 }
 
 const token = () => randomBytes(24).toString("base64url");
+
+/** How a state reads in messages to callers (suspended is E2B's paused). */
+function toPublicState(s: string): string {
+  return s === "suspended" || s === "suspending" ? "paused" : s === "resuming" ? "resuming" : s;
+}
+
 
 /** Metadata key carrying placement constraints (ECW has no body field for them). */
 export const PLACEMENT_METADATA_KEY = "space.placement";
