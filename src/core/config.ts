@@ -30,7 +30,7 @@ const bool = () =>
   z.enum(["true", "false", "1", "0"], { message: "true|false" }).transform((v) => v === "true" || v === "1");
 const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
   z.enum(values, { message: `one of ${values.join("|")} (case-sensitive)` });
-const url = () => z.string().url("a URL such as http://127.0.0.1:3000");
+const url = () => z.string().regex(/^$|^https?:\/\/[^\s/]+(\/[^\s]*)?$/, "an http(s) URL such as http://127.0.0.1:3000, or empty");
 const path = () => z.string().min(1, "a non-empty path");
 
 /** Every SPACE_* variable: [schema, default (as the string a user would type), what it is]. */
@@ -38,7 +38,7 @@ const vars = {
   SPACE_DATA_DIR: [path(), join(homedir(), ".space"), "data directory of `space up` (database, blobs, node state)"],
   SPACE_DATABASE_URL: [z.string().regex(/^$|^(postgres(ql)?:\/\/|pglite:)/, "postgres://… or pglite:<dir>"), "", "Postgres URL; empty = PGlite in the data directory"],
   SPACE_BLOB_URL: [z.string().regex(/^$|^(s3:\/\/[^/]+|file:\/\/\/|\/)/, "s3://bucket/prefix, file:///dir or /dir"), "", "blob store; empty = <data dir>/blobs"],
-  SPACE_S3_ENDPOINT: [z.string(), "", "S3 endpoint URL (for S3-compatible servers)"],
+  SPACE_S3_ENDPOINT: [url(), "", "S3 endpoint URL (for S3-compatible servers)"],
   SPACE_S3_REGION: [z.string().min(1), "us-east-1", "S3 region"],
   SPACE_S3_ACCESS_KEY_ID: [z.string(), "", "S3 access key id (empty = the AWS default chain)"],
   SPACE_S3_SECRET_ACCESS_KEY: [z.string(), "", "S3 secret access key"],
@@ -49,8 +49,8 @@ const vars = {
   SPACE_API_HOST: [z.string().min(1), "127.0.0.1", "API listen address"],
   SPACE_API_PORT: [int(0, 65535), "3000", "API listen port (ECW, Native, Admin, metrics)"],
   SPACE_GATEWAY_PORT: [int(0, 65535), "3001", "sandbox gateway port (envd and public ports)"],
-  SPACE_PUBLIC_API_URL: [z.string(), "", "URL users reach the API at; empty = http://<host>:<port>"],
-  SPACE_PUBLIC_GATEWAY_URL: [z.string(), "", "URL users reach the gateway at; empty = http://<host>:<gateway port>"],
+  SPACE_PUBLIC_API_URL: [url(), "", "URL users reach the API at; empty = http://<host>:<port>"],
+  SPACE_PUBLIC_GATEWAY_URL: [url(), "", "URL users reach the gateway at; empty = http://<host>:<gateway port>"],
   SPACE_SANDBOX_DOMAIN: [z.string(), "", "wildcard domain for <port>-<id>.<domain> public port URLs; empty = none"],
   SPACE_ADMIN_TOKEN: [z.string(), "", "admin token; empty = generated once and kept in the data directory"],
   SPACE_INTERNAL_TOKEN: [z.string(), "", "token between control plane and nodes; empty = generated once and kept"],
@@ -62,9 +62,9 @@ const vars = {
   SPACE_NODE_NAME: [z.string(), "", "node name; empty = host name"],
   SPACE_NODE_HOST: [z.string().min(1), "127.0.0.1", "node-api listen address"],
   SPACE_NODE_PORT: [int(0, 65535), "3002", "node-api listen port"],
-  SPACE_NODE_ADVERTISE_URL: [z.string(), "", "URL the control plane reaches this node at; empty = http://<host>:<port>"],
+  SPACE_NODE_ADVERTISE_URL: [url(), "", "URL the control plane reaches this node at; empty = http://<host>:<port>"],
   SPACE_NODE_GROUP: [z.string(), "default", "node group"],
-  SPACE_NODE_CONTROL_URL: [z.string(), "", "control-plane URL a standalone `space node` registers with"],
+  SPACE_NODE_CONTROL_URL: [url(), "", "control-plane URL a standalone `space node` registers with"],
   SPACE_NODE_LABELS: [z.string().regex(/^$|^[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*(,[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*)*$/, "key=value,key2=value2"), "", "node labels published at registration (matched by placement node selectors)"],
   SPACE_NODE_REGISTER_DEADLINE_MS: [int(1000, 86_400_000), "300000", "a standalone node retries registration (with backoff) until this deadline, then exits"],
   SPACE_NODE_HEARTBEAT_GRACE_MS: [int(0, 3_600_000), "0", "a node silent this long becomes unavailable and its sandboxes are reported lost; 0 = 3 heartbeat intervals"],
@@ -89,7 +89,7 @@ const vars = {
   SPACE_DEFAULT_MEMORY_MIB: [int(64, 1_048_576), "1024", "memory of a sandbox that asks for none"],
   SPACE_DEFAULT_DISK_MIB: [int(64, 10_000_000), "2048", "disk of a sandbox that asks for none"],
   SPACE_WARM_POOLS: [z.string().regex(/^$|^[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?(,[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?)*$/, "template=size[:vcpu/memoryMib/diskMib],…"), "", "warm pools kept by the controller, e.g. base=5 (admin API pools of the same name win); empty = none"],
-  SPACE_DEBIAN_MIRROR: [z.string(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
+  SPACE_DEBIAN_MIRROR: [url(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
   SPACE_ENCRYPTION_KEY: [z.string().regex(/^$|^[0-9a-f]{64}$/, "64 hex characters (a 256-bit key) or empty"), "", "cluster key wrapping snapshot data keys; empty = no encryption"],
 } as const satisfies Record<string, readonly [z.ZodType<unknown, string>, string, string]>;
 

@@ -54,7 +54,10 @@ export async function serveIn(ns: string, cfg: FakeInternetConfig): Promise<Chil
     const t = setTimeout(() => rej(new Error(`fake servers in ${ns} not ready`)), 20_000);
     child.stdout!.on("data", (d: Buffer) => {
       out += d.toString();
-      if (out.includes("ready")) (clearTimeout(t), res());
+      if (out.includes("ready")) {
+        clearTimeout(t);
+        res();
+      }
     });
     child.once("exit", (c) => (clearTimeout(t), rej(new Error(`fake servers in ${ns} exited ${c}`))));
   });

@@ -64,7 +64,11 @@ async function dns(name: string, server: string, useTcp?: boolean): Promise<stri
         s.on("data", (d: Buffer) => {
           buf = Buffer.concat([buf, d]);
           const m = splitTcp(buf).messages[0];
-          if (m) (clearTimeout(t), s.destroy(), res(Buffer.from(m)));
+          if (m) {
+            clearTimeout(t);
+            s.destroy();
+            res(Buffer.from(m));
+          }
         });
       })
     : await new Promise<Buffer | string>((res) => {

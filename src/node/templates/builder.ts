@@ -202,7 +202,9 @@ export class TemplateBuilder {
       }
       const src = r.recipe.from;
       this.log(r, "info", `FROM ${src.kind === "image" ? src.ref : src.kind === "template" ? src.name : src.path}`, step);
-      let { key, config, cached } = await this.sourceLayer(r, scratch, signal);
+      const source = await this.sourceLayer(r, scratch, signal);
+      const cached = source.cached;
+      let { key, config } = source;
       let rebuilt = !cached;
       let cachedSteps = cached ? 1 : 0;
       let builtSteps = cached ? 0 : 1;
