@@ -573,9 +573,8 @@ export class SandboxService {
       nodeId: null,
       executionId: newExecutionId(),
       address: null,
-      // The fork's processes keep the source's envd state; envd is re-initialised with these.
-      envdAccessToken: src.envdAccessToken ? token() : null,
-      trafficAccessToken: src.trafficAccessToken ? token() : null,
+      // The fork's envd is the source's, restored with its memory: it keeps the source's
+      // access token (its /init accepts only that one), so the tokens are inherited.
       createdAt: now,
       startedAt: now,
       endAt: new Date(now.getTime() + timeoutSec * 1000),
