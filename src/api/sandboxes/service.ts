@@ -19,6 +19,7 @@ import {
   type ListQuery,
   type NetworkPolicy,
   type OnTimeout,
+  type ResolvedTemplate,
   type SandboxRecord,
   type SandboxRepo,
   type TemplateResolver,
@@ -50,6 +51,29 @@ export interface CreateInput {
    * both ECW and Native pass through unchanged.
    */
   placement?: PlacementInput;
+  /**
+   * Warm pools (src/controller/warm-pools): false = never adopt a warm member (the pool's
+   * own refills). Creates with a caller-chosen `id` adopt only a member reserved for
+   * that id at admission (Native).
+   */
+  adopt?: boolean;
+  /** Trusted internal callers (warm-pool refills) that already resolved the template. */
+  resolvedTemplate?: ResolvedTemplate;
+}
+
+/** What a create asks a warm pool for (resolved and validated by the service). */
+export interface AdoptRequest {
+  template: ResolvedTemplate;
+  vcpu: number;
+  memoryMib: number;
+  diskMib: number;
+  placement: PlacementInput;
+  input: CreateInput;
+}
+
+/** Warm-pool adoption (src/controller/warm-pools/adoption.ts); null = no member, create cold. */
+export interface WarmAdopter {
+  adopt(tenantId: TenantId, req: AdoptRequest, signal: AbortSignal): Promise<SandboxRecord | null>;
 }
 
 export interface PlacementInput {
@@ -108,6 +132,7 @@ export class SandboxService {
   readonly #defaults: SandboxDefaults;
   readonly #log: Logger;
   readonly #now: () => Date;
+  #warm: WarmAdopter | null = null;
   readonly #snapshots: SnapshotRepo;
   readonly #pollMs: number;
   /** Restores in flight in this process (sandbox id → its running record): concurrent connects share one. */
@@ -135,8 +160,13 @@ export class SandboxService {
     return this.#snapshots;
   }
 
+  /** Installs warm-pool adoption (processes.ts); null turns it off. */
+  useWarmPools(warm: WarmAdopter | null): void {
+    this.#warm = warm;
+  }
+
   async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
-    const template = await this.#templates.resolve(tenantId, input.template);
+    const template = input.resolvedTemplate ?? (await this.#templates.resolve(tenantId, input.template));
     if (!template) throw notFound(`template '${input.template}' not found`);
     const vcpu = input.resources.vcpu ?? this.#defaults.vcpu;
     const memoryMib = input.resources.memoryMib ?? this.#defaults.memoryMib;
@@ -145,6 +175,11 @@ export class SandboxService {
     validateTimeout(input.timeoutSec);
     egressPolicyOf(input.allowInternetAccess, input.network); // 400 on a bad network policy
     const placement = input.placement ?? parsePlacement(input.metadata[PLACEMENT_METADATA_KEY]);
+    if (this.#warm && input.adopt !== false) {
+      // A ready member personalised in place; none (or any doubt) → the cold path below.
+      const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
+      if (adopted) return adopted;
+    }
 
     const now = this.#now();
     const id = input.id ?? newSandboxId();
@@ -298,7 +333,6 @@ export class SandboxService {
       this.#log.warn({ err: e, sandboxId }, "could not delete snapshots");
     }
   }
-
 
   /** E2B `timeout`: the end time becomes now + timeout (may shorten). */
   async setTimeout(tenantId: TenantId, id: string, timeoutSec: number): Promise<SandboxRecord> {
@@ -707,7 +741,6 @@ const token = () => randomBytes(24).toString("base64url");
 function toPublicState(s: string): string {
   return s === "suspended" || s === "suspending" ? "paused" : s === "resuming" ? "resuming" : s;
 }
-
 
 /** Metadata key carrying placement constraints (ECW has no body field for them). */
 export const PLACEMENT_METADATA_KEY = "space.placement";
