@@ -196,9 +196,5 @@ describe("ECW with the e2b SDK (latest)", { skip, timeout: 20 * 60_000 }, () => 
     assert.ok(Date.now() - t0 < 10_000, `took ${Date.now() - t0} ms`);
   });
 
-  test("pause is a clear 501 until suspend lands (never a fake success)", async () => {
-    const sb = await create();
-    await assert.rejects(sb.pause(), /501|suspend is not available yet/);
-    assert.equal((await sb.commands.run("echo still")).stdout, "still\n");
-  });
+  // pause (= suspend), connect (= restore) and fork: test/e2e/snapshots.test.ts.
 });

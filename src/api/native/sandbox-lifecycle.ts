@@ -1,9 +1,8 @@
 /**
- * POST /v1/sandboxes/:id/{pause,resume,suspend,restore,stop,start,fork}.
- * pause/resume (resident, frozen in memory) and stop/start (processes end, rootfs kept)
- * are operations. The others need node or
- * snapshot support this build does not have yet: they answer 501 before anything is
- * queued, naming what is missing — never a fake success.
+ * POST /v1/sandboxes/:id/{pause,resume,suspend,restore,stop,start,fork}, all operations:
+ * pause/resume (resident, frozen in memory), stop/start (processes end, rootfs kept),
+ * suspend/restore (memory checkpoint + disk snapshot, node freed; the same service as
+ * ECW pause/connect) and fork (a new sandbox from a live checkpoint).
  */
 import type { FastifyInstance } from "fastify";
 import { SpaceError } from "../../core/errors.ts";
@@ -13,14 +12,10 @@ import { parse, submit, tenantWith } from "./http.ts";
 import { DEFAULT_CREATE_DEADLINE_MS, exists } from "./sandboxes.ts";
 import { EmptyBody, ForkSandboxBody, SandboxIdParams } from "./schemas.ts";
 
-const queued = ["pause", "resume", "stop", "start"] as const;
+const queued = ["pause", "resume", "stop", "start", "suspend", "restore"] as const;
 
-/** Why each verb is refused for now (shown to the caller). */
-export const unsupportedVerbs: Record<string, string> = {
-  suspend: "suspend (memory checkpoint + disk snapshot to storage) is not available yet: it lands with the snapshot work; use pause for a resident freeze",
-  restore: "restore is not available yet: no sandbox can be suspended by this build",
-  fork: "fork is not available yet: it needs memory checkpoints (snapshot work)",
-};
+/** Why each verb is refused for now (shown to the caller); none left. */
+export const unsupportedVerbs: Record<string, string> = {};
 
 export function registerLifecycleRoutes(app: FastifyInstance, deps: NativeDeps): void {
   for (const verb of queued) {
@@ -38,6 +33,19 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: NativeDeps):
       });
     });
   }
+  app.post("/v1/sandboxes/:id/fork", async (req, reply) => {
+    const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
+    const { id } = parse(SandboxIdParams, req.params, "path");
+    const body = parse(ForkSandboxBody, req.body ?? {}, "body");
+    return submit(deps, req, reply, {
+      tenantId,
+      kind: "sandbox.fork",
+      target: sandboxTarget(id),
+      request: { sandbox_id: id, ...(body.metadata ? { metadata: body.metadata } : {}), ...(body.timeout_s ? { timeout_s: body.timeout_s } : {}) },
+      deadlineMs: deps.operationDeadlineMs ?? DEFAULT_CREATE_DEADLINE_MS,
+      admit: () => exists(deps, tenantId, id),
+    });
+  });
   for (const [verb, why] of Object.entries(unsupportedVerbs)) {
     app.post(`/v1/sandboxes/:id/${verb}`, async (req) => {
       const { tenantId } = await tenantWith(deps, req, "sandboxes:write");

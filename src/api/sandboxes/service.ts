@@ -567,7 +567,7 @@ export class SandboxService {
    * untouched), then `count` new sandboxes restored from it, each succeeding or failing
    * on its own. The checkpoint is freed afterwards.
    */
-  async fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number }): Promise<ForkOutcome[]> {
+  async fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number; metadata?: Record<string, string> }): Promise<ForkOutcome[]> {
     const count = input.count ?? 1;
     if (!Number.isInteger(count) || count < 1 || count > MAX_FORKS) throw invalid(`count=${count} must be between 1 and ${MAX_FORKS}`, { field: "count" });
     const timeoutSec = input.timeoutSec ?? 300;
@@ -587,7 +587,7 @@ export class SandboxService {
     try {
       return await Promise.all(
         Array.from({ length: count }, () =>
-          this.#forkOne(rec, snap, timeoutSec).then(
+          this.#forkOne(input.metadata ? { ...rec, metadata: input.metadata } : rec, snap, timeoutSec).then(
             (sandbox): ForkOutcome => ({ sandbox }),
             (e: unknown): ForkOutcome => ({ error: SpaceError.from(e) }),
           ),

@@ -7,7 +7,7 @@ import type { SandboxService } from "../../api/sandboxes/service.ts";
 import type { HandlerMap } from "./handler.ts";
 import { sandboxCreate } from "./sandbox-create.ts";
 import { sandboxDelete } from "./sandbox-delete.ts";
-import { sandboxPause, sandboxResume, sandboxStart, sandboxStop } from "./sandbox-lifecycle.ts";
+import { sandboxFork, sandboxPause, sandboxRestore, sandboxResume, sandboxStart, sandboxStop, sandboxSuspend } from "./sandbox-lifecycle.ts";
 import { commandRun } from "./command-run.ts";
 import { commandCancel } from "./command-cancel.ts";
 
@@ -25,6 +25,9 @@ export function createOperationHandlers(deps: HandlerDeps): HandlerMap {
     "sandbox.resume": sandboxResume(deps),
     "sandbox.stop": sandboxStop(deps),
     "sandbox.start": sandboxStart(deps),
+    "sandbox.suspend": sandboxSuspend(deps),
+    "sandbox.restore": sandboxRestore(deps),
+    "sandbox.fork": sandboxFork(deps),
     "command.run": commandRun(deps),
     "command.cancel": commandCancel(deps),
   };

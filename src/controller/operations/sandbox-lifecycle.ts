@@ -4,6 +4,7 @@
  * suspend), so this small module does it with the service's repo and substrate: the node
  * first, then the guarded transition; a lost transition (killed meanwhile) is a conflict.
  */
+import { z } from "zod";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
 import { toSandbox } from "../../api/native/present.ts";
@@ -115,5 +116,55 @@ export function sandboxStart(deps: HandlerDeps): OperationHandler {
     });
     if (!running) throw new SpaceError("failed_precondition", `sandbox ${id} changed state during start`);
     return toSandbox(running);
+  };
+}
+
+/**
+ * `sandbox.suspend`: the service's suspend (ECW pause): memory checkpoint + disk
+ * snapshot, node freed. A re-claimed operation that already suspended it answers it.
+ */
+export function sandboxSuspend(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op }) => {
+    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const tenantId = op.tenantId as TenantId;
+    const rec = await svc.get(tenantId, id);
+    if (rec.state === "suspended" && op.claimCount > 1) return toSandbox(rec);
+    return toSandbox(await svc.suspend(tenantId, id));
+  };
+}
+
+/** `sandbox.restore`: the service's connect of a suspended sandbox (one restore however many callers). */
+export function sandboxRestore(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op }) => {
+    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const tenantId = op.tenantId as TenantId;
+    const rec = await svc.get(tenantId, id);
+    if (rec.state === "running" && op.claimCount > 1) return toSandbox(rec);
+    if (!["suspended", "resuming", "suspending"].includes(rec.state)) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a suspended sandbox can be restored`);
+    }
+    const { sandbox } = await svc.connect(tenantId, id, undefined);
+    const fresh = await svc.repo.get(tenantId, sandbox.id);
+    if (!fresh) throw notFound(`sandbox ${id} not found`);
+    return toSandbox(fresh);
+  };
+}
+
+const ForkRequest = SandboxRequest.extend({ metadata: z.record(z.string(), z.string()).optional(), timeout_s: z.number().int().optional() });
+
+/** `sandbox.fork`: one new sandbox from a live checkpoint of a running one; the result is the new sandbox. */
+export function sandboxFork(deps: HandlerDeps): OperationHandler {
+  const svc = deps.sandboxes;
+  return async ({ op }) => {
+    const r = readRequest(ForkRequest, op.request, op.kind);
+    const [outcome] = await svc.fork(op.tenantId as TenantId, r.sandbox_id, {
+      count: 1,
+      ...(r.timeout_s !== undefined ? { timeoutSec: r.timeout_s } : {}),
+      ...(r.metadata ? { metadata: r.metadata } : {}),
+    });
+    if (!outcome?.sandbox) throw outcome?.error ?? new SpaceError("internal", "fork produced no sandbox");
+    return toSandbox(outcome.sandbox);
   };
 }
