@@ -96,7 +96,7 @@ async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?:
     assert.fail(`pool never reached ${n} ready members: ${JSON.stringify(await listSlots(t.db, "base"))}`);
   };
   const counter = async (name: string) => (await registry.getSingleMetric(name)!.get()).values.reduce((a, v) => a + v.value, 0);
-  return { ...t, tenant, substrate, ...layer, adoption, reconciler, personaliser, fill, registry, counter, poolTenant: await adoption.poolTenant() };
+  return { ...t, tenant, ...layer, substrate, adoption, reconciler, personaliser, fill, registry, counter, poolTenant: await adoption.poolTenant() };
 }
 
 for (const engine of testEngines()) {

@@ -26,7 +26,7 @@ import type { SandboxInit } from "../../node/api/contract.ts";
 import { NodeClient } from "../../substrate/direct/node-client.ts";
 import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
 import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";
-import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
+import type { SandboxRef } from "../../substrate/substrate.ts";
 import { egressPolicyOf } from "../../api/network/policy.ts";
 import type { SandboxRecord, TemplateResolver } from "../../api/sandboxes/model.ts";
 import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../api/sandboxes/service.ts";

@@ -1,0 +1,115 @@
+/**
+ * warm_pool_environment end to end: the real stack (`space up`: api + controller + node
+ * with runc) and the unmodified e2b SDK. A pool of 5 set through the admin API fills;
+ * 5 sequential SDK creates each adopt a member and see their own env var and metadata
+ * inside; the pool refills; 6 concurrent creates take 5 distinct members and 1 goes
+ * cold; a deleted pool drains. (Release change: test/warm-pools, against the store.)
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { Sandbox, type ConnectionOpts } from "e2b";
+import { startStack, waitFor, type Stack } from "../support/stack.ts";
+
+const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
+
+describe("warm pools with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
+  let stack: Stack;
+  let opts: ConnectionOpts & { sandboxUrl: string };
+  const created: Sandbox[] = [];
+
+  const admin = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${stack.apiUrl}/admin/api/v1${path}`, {
+      method,
+      headers: { authorization: `Bearer ${stack.adminToken}`, ...(body ? { "content-type": "application/json" } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+  };
+  const pool = async () => (await admin("GET", "/warm-pools/base")).body as { status: { ready?: number }; members: Array<{ state: string; sandbox_id: string }> };
+  const readyIds = async () => (await pool()).members.filter((m) => m.state === "ready").map((m) => m.sandbox_id);
+  const metric = async (name: string) => {
+    const text = await (await fetch(`${stack.apiUrl}/metrics`)).text();
+    return text
+      .split("\n")
+      .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+      .reduce((a, l) => a + Number(l.split(" ").pop()), 0);
+  };
+
+  before(async () => {
+    // 1 vCPU sandboxes: this suite holds up to 16 at once (5 members, 5 adopted, 5 refills,
+    // 1 cold), and members count against the node's vCPU capacity like any sandbox.
+    stack = await startStack({ env: { SPACE_DEFAULT_VCPU: "1" } });
+    opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 };
+  });
+  after(async () => {
+    await Promise.allSettled(created.map((s) => s.kill()));
+    await stack?.stop();
+  });
+
+  test("admin API: validation and a pool of 5 fills", async () => {
+    assert.equal((await admin("PUT", "/warm-pools/base", { size: -1 })).status, 400);
+    assert.equal((await admin("PUT", "/warm-pools/base", { size: 1, extra: true })).status, 400);
+    const unauth = await fetch(`${stack.apiUrl}/admin/api/v1/warm-pools`);
+    assert.equal(unauth.status, 401);
+    const put = await admin("PUT", "/warm-pools/base", { size: 5 });
+    assert.equal(put.status, 200);
+    assert.equal(put.body.size, 5);
+    await waitFor(async () => (await readyIds()).length === 5, "5 ready members", 120_000, 250);
+    const list = await admin("GET", "/warm-pools");
+    assert.equal((list.body.pools as unknown[]).length, 1);
+    await waitFor(async () => (await metric("space_warm_pool_ready")) === 5, "space_warm_pool_ready = 5", 10_000, 250);
+  });
+
+  test("5 sequential SDK creates each adopt a member; env var and metadata visible inside; timeout applied", async () => {
+    for (let i = 0; i < 5; i++) {
+      const members = new Set(await readyIds());
+      const before = await metric("space_warm_pool_adoptions_total");
+      const sb = await Sandbox.create({ ...opts, envs: { WARM_I: `v${i}` }, metadata: { n: String(i) }, timeoutMs: 90_000 });
+      created.push(sb);
+      assert.equal(await metric("space_warm_pool_adoptions_total"), before + 1, `create ${i} adopted`);
+      assert.ok(members.has(sb.sandboxId), `create ${i} got a ready member (${sb.sandboxId})`);
+      const r = await sb.commands.run("echo $WARM_I; hostname");
+      assert.equal(r.stdout, `v${i}\n${sb.sandboxId}\n`);
+      const info = await sb.getInfo();
+      assert.deepEqual(info.metadata, { n: String(i) });
+      const left = info.endAt.getTime() - Date.now();
+      assert.ok(left > 60_000 && left <= 91_000, `timeout counts from adoption (${left} ms left)`);
+      // A file round trip through envd with the per-sandbox access token.
+      await sb.files.write("/home/user/w.txt", `w${i}`);
+      assert.equal(await sb.files.read("/home/user/w.txt"), `w${i}`);
+      // Members count against node capacity like any sandbox: free it for the refills.
+      await sb.kill();
+    }
+  });
+
+  test("the pool refills; 6 concurrent creates never share a member and the 6th goes cold", async () => {
+    await waitFor(async () => (await readyIds()).length === 5, "refilled to 5", 120_000, 250);
+    const members = new Set(await readyIds());
+    const before = await metric("space_warm_pool_adoptions_total");
+    await waitFor(async () => (await metric("space_warm_pool_creating")) === 0, "no refill in flight", 30_000, 100);
+    const missesBefore = await metric("space_warm_pool_misses_total");
+    const sbs = await Promise.all(Array.from({ length: 6 }, (_, i) => Sandbox.create({ ...opts, envs: { C: `c${i}` } })));
+    created.push(...sbs);
+    const ids = sbs.map((s) => s.sandboxId);
+    assert.equal(new Set(ids).size, 6);
+    assert.equal(ids.filter((id) => members.has(id)).length, 5, "5 members adopted, each once");
+    assert.equal(await metric("space_warm_pool_adoptions_total"), before + 5);
+    assert.equal(await metric("space_warm_pool_misses_total"), missesBefore + 1);
+    const outs = await Promise.all(sbs.map((s) => s.commands.run("echo $C")));
+    assert.deepEqual(outs.map((o) => o.stdout).sort(), ["c0\n", "c1\n", "c2\n", "c3\n", "c4\n", "c5\n"]);
+    // Killing an adopted sandbox is the caller's: the pool is untouched.
+    await Promise.all(sbs.map((s) => s.kill()));
+    assert.equal(await sbs[0]!.isRunning(), false);
+  });
+
+  test("a deleted pool drains its members", async () => {
+    await waitFor(async () => (await readyIds()).length === 5, "refilled to 5", 120_000, 250);
+    assert.equal((await admin("DELETE", "/warm-pools/base")).status, 204);
+    await waitFor(async () => (await admin("GET", "/warm-pools/base")).status === 404, "pool gone");
+    await waitFor(async () => (await metric("space_warm_pool_ready")) === 0, "members drained", 60_000, 250);
+    const sb = await Sandbox.create(opts);
+    created.push(sb);
+    assert.equal((await sb.commands.run("echo cold")).stdout, "cold\n");
+  });
+});
