@@ -42,11 +42,13 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     stops.push(() => cp.db.close());
     await bootstrapDefaultTenant(cp.db, secrets.apiKey);
 
-    const controller = await startController(cp, controllerLoops);
-    stops.push(() => controller.stop());
-
+    // The node first: the controller dispatches queued work (e.g. creates that survived a
+    // restart) as soon as it leads, and that work needs the node.
     const node = await startLocalNode(cp);
     stops.push(() => node.stop());
+
+    const controller = await startController(cp, controllerLoops);
+    stops.push(() => controller.stop());
 
     const api = await startApiServer(cp);
     stops.push(() => api.stop());

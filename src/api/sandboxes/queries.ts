@@ -226,7 +226,10 @@ export class StoreTemplates implements TemplateResolver {
       [idOrAlias, tenantId],
     );
     if (byId) return { templateId: byId.id, alias: byId.id === idOrAlias ? null : idOrAlias, rootfsSizeMib: byId.rootfs };
-    for (const n of await listNodes(this.db, { status: ["ready"] })) {
+    // A template only a node's inventory knows (e.g. `base`): ready nodes first, but a node
+    // that is restarting still counts, so placement answers "unavailable" (retryable), not "not found".
+    const nodes = (await listNodes(this.db)).sort((a, b) => Number(b.status === "ready") - Number(a.status === "ready"));
+    for (const n of nodes) {
       const t = inventory(n).find((t) => t.templateId === idOrAlias);
       if (t) return { templateId: t.templateId, alias: null, rootfsSizeMib: t.rootfsSizeMib ?? null };
     }
