@@ -36,6 +36,9 @@ export const ENVIRONMENT_ANNOTATION = "space.dev/environment";
 /** The SandboxSpec (JSON) the node runs; set by `start` once the pod is bound. */
 export const SPEC_ANNOTATION = "space.dev/sandbox-spec";
 
+/** Restores: the snapshot descriptor (JSON) the node restores the sandbox from. */
+export const RESTORE_ANNOTATION = "space.dev/restore-snapshot";
+
 /** The Event reason a node records when it refuses to run a pod (as kubelet does). */
 export const REFUSAL_REASON = "FailedCreatePodSandBox";
 

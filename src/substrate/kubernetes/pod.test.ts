@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { renderPod, requiredTerms, cpuQuantity, type PodRenderInput } from "./pod.ts";
+import { renderPod, requiredTerms, cpuQuantity, type PodRenderInput, type PodRendered } from "./pod.ts";
 import { podNameOf, toLabelValue, parseRefusalMarker, refusalMarker } from "./names.ts";
 import { environmentLabel } from "../../node/templates/environment.ts";
 import type { EnvironmentBinding } from "../placement.ts";
@@ -55,11 +55,13 @@ test("gate off renders no environment, even for bound work", () => {
   }
 });
 
+const bindings: EnvironmentBinding[] = [bound, { kind: "none" }, { kind: "unreadable", reason: "x" }];
+
 test("gate shadow: exactly off's PodSpec byte for byte, plus the annotation", () => {
   for (const [name, input] of variants) {
-    for (const environment of [bound, { kind: "none" } as const, { kind: "unreadable", reason: "x" } as const]) {
-      const off = renderPod({ ...input, environment }, "off").pod;
-      const shadow = renderPod({ ...input, environment }, "shadow").pod;
+    for (const environment of bindings) {
+      const off: PodRendered = renderPod({ ...input, environment }, "off").pod;
+      const shadow: PodRendered = renderPod({ ...input, environment }, "shadow").pod;
       assert.equal(JSON.stringify(shadow.spec), JSON.stringify(off.spec), `${name} ${environment.kind}`);
       const { ["space.dev/environment"]: ann, ...rest } = shadow.metadata.annotations;
       assert.equal(JSON.stringify({ ...shadow.metadata, annotations: rest }), JSON.stringify(off.metadata));

@@ -1,0 +1,328 @@
+/**
+ * Kubernetes substrate: a sandbox is a Pod (./pod.ts) that kube-scheduler places on one
+ * of the virtual nodes SPACE node agents register (src/node/kubelet). The node agent
+ * plays kubelet: it runs the sandbox and reports the pod's IP and readiness.
+ *
+ *   place  = create the Pod, wait (watch) until the scheduler binds it → the node's id
+ *   start  = hand the node the SandboxSpec (pod annotation), wait (watch) for the pod's
+ *            IP and Ready while watching its FailedCreatePodSandBox events (./wait.ts)
+ *   kill   = the node kills the sandbox; the pod is deleted (absent = ok)
+ *   others = node-api of the pod's node (its URL is a Node annotation), as on Direct
+ *
+ * The failure arm of place/start deletes the pod once; the sandbox service then retires
+ * the execution (marks the create failed).
+ */
+import { SpaceError, notFound } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
+import { environmentLabel } from "../../node/templates/environment.ts";
+import { NodeClient } from "../direct/node-client.ts";
+import type { GateObservation } from "../direct/direct-substrate.ts";
+import type { GateMode, GatePlacement } from "../placement.ts";
+import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
+import { isNotFound, KubeError, type KubeApi } from "./kube.ts";
+import { EXECUTION_LABEL, NODE_API_ANNOTATION, RESTORE_ANNOTATION, SPEC_ANNOTATION, podNameOf, toLabelValue } from "./names.ts";
+import { renderPod } from "./pod.ts";
+import { waitForPod, type PodObject } from "./wait.ts";
+
+export interface KubernetesSubstrateDeps {
+  kube: KubeApi;
+  /** SPACE_KUBE_NAMESPACE: where sandbox pods live. */
+  namespace: string;
+  internalToken: string;
+  gate?: GateMode;
+  /** SPACE_PLACEMENT_NODE_SELECTOR: node labels every sandbox requires. */
+  selectorExtras?: Record<string, string>;
+  onGate?: (o: GateObservation) => void;
+  /** How long a pod may take to be scheduled, and then to be ready (about 120 s each). */
+  scheduleDeadlineMs?: number;
+  readinessDeadlineMs?: number;
+  /** Watch re-open delay (1 s). */
+  reopenMs?: number;
+  log: Logger;
+}
+
+interface NodeObject {
+  metadata?: { name?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+}
+
+export class KubernetesSubstrate implements Substrate {
+  readonly #d: Required<Omit<KubernetesSubstrateDeps, "onGate" | "selectorExtras">> & Pick<KubernetesSubstrateDeps, "onGate"> & { selectorExtras: Record<string, string> };
+  /** sandbox id → its pod's uid (between place and start). */
+  readonly #uids = new Map<string, string>();
+  readonly #clients = new Map<string, { client: NodeClient; at: number }>();
+  #eventsRefusedWarned = false;
+
+  constructor(deps: KubernetesSubstrateDeps) {
+    this.#d = {
+      gate: "off",
+      scheduleDeadlineMs: 120_000,
+      readinessDeadlineMs: 120_000,
+      reopenMs: 1000,
+      ...deps,
+      selectorExtras: deps.selectorExtras ?? {},
+    };
+  }
+
+  get gate(): GateMode {
+    return this.#d.gate;
+  }
+
+  async place(req: PlacementRequest, signal: AbortSignal): Promise<SandboxRef> {
+    const { kube, namespace, gate } = this.#d;
+    const env = req.environment;
+    let shortlist: string[] | undefined;
+    if (req.pinnedNodeId !== undefined) {
+      shortlist = [req.pinnedNodeId];
+      const node = await this.#node(req.pinnedNodeId, signal);
+      // A pinned restore whose node does not publish the environment: 409 before any pod.
+      if (node && gate === "on" && env?.kind === "bound" && node.metadata?.labels?.[environmentLabel(env.environment)] !== "usable") {
+        throw new SpaceError(
+          "failed_precondition",
+          `sandbox ${req.sandboxId} is pinned to node ${req.pinnedNodeId}, which does not publish environment ${env.environment}; ` +
+            `drain the node (POST /admin/api/v1/nodes/${req.pinnedNodeId}/drain) so the snapshot is published to remote storage and restores elsewhere`,
+        );
+      }
+    }
+    const selector = { ...(req.nodeSelector ?? {}), ...this.#d.selectorExtras };
+    const { pod, warnings } = renderPod(
+      {
+        namespace,
+        sandboxId: req.sandboxId,
+        templateId: req.templateId,
+        vcpu: req.vcpu,
+        memoryMib: req.memoryMib,
+        diskMib: req.diskMib,
+        ...(req.nodeGroup !== undefined ? { nodeGroup: req.nodeGroup } : {}),
+        ...(Object.keys(selector).length ? { nodeSelector: selector } : {}),
+        ...(env ? { environment: env } : {}),
+        ...(shortlist ? { shortlist } : {}),
+      },
+      gate,
+    );
+    for (const w of warnings) this.#d.log.warn({ sandboxId: req.sandboxId }, w);
+    const created = await this.#createPod(pod, signal);
+    const uid = created.metadata?.uid ?? "";
+    this.#uids.set(req.sandboxId, uid);
+    try {
+      const nodeName = await waitForPod({
+        kube,
+        namespace,
+        podName: pod.metadata.name,
+        podUid: uid,
+        until: (p) => p.spec?.nodeName || undefined,
+        deadlineMs: this.#d.scheduleDeadlineMs,
+        what: "a node (kube-scheduler)",
+        reopenMs: this.#d.reopenMs,
+        log: this.#d.log,
+        onEventsRefused: (e) => this.#warnEventsRefused(e),
+        signal,
+      });
+      if (gate !== "off") this.#observeGate(req, nodeName, signal);
+      return { sandboxId: req.sandboxId, nodeId: nodeName };
+    } catch (e) {
+      await this.#deletePod(req.sandboxId, uid);
+      throw e;
+    }
+  }
+
+  start(ref: SandboxRef, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+    return this.#run(ref, spec, undefined, signal);
+  }
+
+  /** The node restores `snapshot` for the pod `place` created (annotation beside the spec). */
+  restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+    return this.#run(ref, spec, snapshot, signal);
+  }
+
+  /** Suspend on the node (memory + disk), then the pod goes: the sandbox left its node. */
+  async suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    const d = await (await this.#client(ref.nodeId, signal)).suspend(ref.sandboxId, opts, signal);
+    await this.#deletePod(ref.sandboxId, undefined, signal);
+    return d;
+  }
+
+  async checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.#client(ref.nodeId, signal)).checkpoint(ref.sandboxId, opts, signal);
+  }
+
+  async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {
+    try {
+      await (await this.#client(nodeId, signal)).dropSnapshot(snapshotId, signal);
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return;
+      throw e;
+    }
+  }
+
+  async #run(ref: SandboxRef, spec: SandboxSpec, snapshot: SnapshotDescriptor | undefined, signal: AbortSignal): Promise<SandboxStatus> {
+    const { kube, namespace } = this.#d;
+    const name = podNameOf(ref.sandboxId);
+    const uid = this.#uids.get(ref.sandboxId);
+    this.#uids.delete(ref.sandboxId);
+    try {
+      // The node runs the pod once it carries its spec (the scheduler has bound it already).
+      const patched = await kube.request<PodObject>("PATCH", `/api/v1/namespaces/${enc(namespace)}/pods/${enc(name)}`, {
+        body: {
+          metadata: {
+            ...(uid ? { uid } : {}),
+            labels: { [EXECUTION_LABEL]: toLabelValue(spec.executionId) },
+            annotations: {
+              [SPEC_ANNOTATION]: JSON.stringify(spec),
+              ...(snapshot ? { [RESTORE_ANNOTATION]: JSON.stringify(snapshot) } : {}),
+            },
+          },
+        },
+        patch: "merge",
+        signal,
+      });
+      const podUid = patched.metadata?.uid ?? uid ?? "";
+      await waitForPod({
+        kube,
+        namespace,
+        podName: name,
+        podUid,
+        until: podReady,
+        deadlineMs: this.#d.readinessDeadlineMs,
+        what: "its IP and readiness",
+        reopenMs: this.#d.reopenMs,
+        log: this.#d.log,
+        onEventsRefused: (e) => this.#warnEventsRefused(e),
+        signal,
+      });
+      const client = await this.#client(ref.nodeId, signal);
+      return await client.getSandbox(ref.sandboxId, signal);
+    } catch (e) {
+      await this.#deletePod(ref.sandboxId, uid);
+      throw e;
+    }
+  }
+
+  async pause(ref: SandboxRef, signal: AbortSignal) {
+    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "pause", signal);
+  }
+  async resume(ref: SandboxRef, signal: AbortSignal) {
+    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "resume", signal);
+  }
+  async stop(ref: SandboxRef, signal: AbortSignal) {
+    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "stop", signal);
+  }
+
+  async kill(ref: SandboxRef, signal: AbortSignal): Promise<void> {
+    try {
+      await (await this.#client(ref.nodeId, signal)).killSandbox(ref.sandboxId, signal);
+    } catch (e) {
+      // A node that is gone holds nothing to kill; the pod still goes.
+      if (!(e instanceof SpaceError && e.code === "not_found")) throw e;
+    }
+    await this.#deletePod(ref.sandboxId, undefined, signal);
+  }
+
+  async observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null> {
+    try {
+      return await (await this.#client(ref.nodeId, signal)).getSandbox(ref.sandboxId, signal);
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return null;
+      throw e;
+    }
+  }
+
+  async metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics> {
+    return (await this.#client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
+  }
+
+  async setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void> {
+    await (await this.#client(ref.nodeId, signal)).egress(ref.sandboxId, egress, signal);
+  }
+
+  async proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget> {
+    const client = await this.#client(ref.nodeId, signal);
+    return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.proxyHeaders() };
+  }
+
+  async #createPod(pod: ReturnType<typeof renderPod>["pod"], signal: AbortSignal): Promise<PodObject> {
+    const path = `/api/v1/namespaces/${enc(pod.metadata.namespace)}/pods`;
+    try {
+      return await this.#d.kube.request<PodObject>("POST", path, { body: pod, signal });
+    } catch (e) {
+      if (!(e instanceof KubeError && e.status === 409)) throw toSpaceError(e, `create pod ${pod.metadata.name}`);
+      // A pod left by an earlier execution of this sandbox: it is being retired; replace it.
+      await this.#deletePod(pod.metadata.name.replace(/^sbx-/, ""), undefined, signal, pod.metadata.name);
+      return await this.#d.kube.request<PodObject>("POST", path, { body: pod, signal }).catch((e2: unknown) => {
+        throw toSpaceError(e2, `create pod ${pod.metadata.name}`);
+      });
+    }
+  }
+
+  /** Deletes the sandbox's pod now (grace 0: the node already killed or never ran it). Absent = ok. */
+  async #deletePod(sandboxId: string, uid: string | undefined, signal?: AbortSignal, name = podNameOf(sandboxId)): Promise<void> {
+    try {
+      await this.#d.kube.request("DELETE", `/api/v1/namespaces/${enc(this.#d.namespace)}/pods/${enc(name)}`, {
+        body: { kind: "DeleteOptions", apiVersion: "v1", gracePeriodSeconds: 0, ...(uid ? { preconditions: { uid } } : {}) },
+        signal: signal ?? AbortSignal.timeout(30_000),
+      });
+    } catch (e) {
+      if (isNotFound(e) || (e instanceof KubeError && e.status === 409)) return; // gone, or already another pod
+      this.#d.log.warn({ sandboxId, err: e }, "deleting the sandbox pod failed");
+    }
+  }
+
+  async #node(name: string, signal: AbortSignal): Promise<NodeObject | null> {
+    try {
+      return await this.#d.kube.request<NodeObject>("GET", `/api/v1/nodes/${enc(name)}`, { signal });
+    } catch (e) {
+      if (isNotFound(e)) return null;
+      throw toSpaceError(e, `get node ${name}`);
+    }
+  }
+
+  #observeGate(req: PlacementRequest, nodeName: string, signal: AbortSignal): void {
+    const env = req.environment;
+    void this.#node(nodeName, signal)
+      .then((n) => {
+        const placement: GatePlacement =
+          env?.kind !== "bound" ? "no_evidence" : n?.metadata?.labels?.[environmentLabel(env.environment)] === "usable" ? "admitted" : "environment_not_usable";
+        this.#d.onGate?.({ sandboxId: req.sandboxId, gate: this.#d.gate, nodeId: nodeName, placement });
+      })
+      .catch(() => {});
+  }
+
+  #warnEventsRefused(e: { message: string; status?: number | undefined }): void {
+    if (this.#eventsRefusedWarned) return;
+    this.#eventsRefusedWarned = true;
+    this.#d.log.warn(
+      { status: e.status, err: e.message, namespace: this.#d.namespace },
+      "the apiserver refuses watching events in the sandbox namespace; node refusals now surface only at the readiness deadline (grant watch on events)",
+    );
+  }
+
+  async #client(nodeId: string, signal: AbortSignal): Promise<NodeClient> {
+    const cached = this.#clients.get(nodeId);
+    if (cached && Date.now() - cached.at < 5_000) return cached.client;
+    const node = await this.#node(nodeId, signal);
+    const url = node?.metadata?.annotations?.[NODE_API_ANNOTATION];
+    if (!url) throw notFound(`node ${nodeId} is not registered (no Node with a ${NODE_API_ANNOTATION} annotation)`);
+    const client = new NodeClient({ baseUrl: url, internalToken: this.#d.internalToken });
+    this.#clients.set(nodeId, { client, at: Date.now() });
+    return client;
+  }
+}
+
+/** Ready: an IP and the Ready condition; a Failed pod fails the wait with its message. */
+export function podReady(p: PodObject): true | undefined {
+  if (p.status?.phase === "Failed") {
+    throw new SpaceError("unavailable", `pod ${p.metadata?.name} failed: ${p.status.message ?? p.status.reason ?? "no reason given"}`);
+  }
+  const ready = p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
+  return p.status?.podIP && ready ? true : undefined;
+}
+
+function toSpaceError(e: unknown, what: string): SpaceError {
+  if (e instanceof KubeError) {
+    const code = e.status === 403 || e.status === 401 ? "permission_denied" : e.status === 422 || e.status === 400 ? "invalid_argument" : "unavailable";
+    return new SpaceError(code, `${what}: ${e.message}`, { cause: e });
+  }
+  return SpaceError.from(e);
+}
+
+const enc = encodeURIComponent;
