@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Sandbox, type ConnectionOpts } from "e2b";
 import { startStack, type Stack } from "../support/stack.ts";
+import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
 
@@ -103,5 +104,31 @@ describe("ECW suspend/restore/fork with the e2b SDK", { skip, timeout: 10 * 60_0
     assert.equal(await Sandbox.kill(sb.sandboxId, opts), true);
     await assert.rejects(Sandbox.connect(sb.sandboxId, opts));
     console.log(`# pause ${pauseMs} ms, restore (connect) ${restoreMs} ms`);
+  });
+
+  test("Native: suspend → restore keeps files; fork gives a copy", async (t) => {
+    const why = await nativeSkipReason(stack.apiUrl);
+    if (why) return t.skip(why);
+    const { token } = await tenantWithToken(stack.apiUrl, stack.adminToken, "snap-native", ALL);
+    const n = new NativeClient(stack.apiUrl, token);
+    const sid = await n.create({ metadata: { suite: "snapshots" } });
+    created.push(sid);
+    const w = await n.run(sid, { cmd: "/bin/sh", args: ["-c", `echo ${marker} > /home/user/n.txt`] });
+    assert.equal(w.op.state, "succeeded", JSON.stringify(w.op.failure));
+    const op = async (verb: string, body: unknown = {}) => n.wait((await n.req("POST", `/v1/sandboxes/${sid}/${verb}`, { body })).body.id);
+    const sus = await op("suspend");
+    assert.equal(sus.state, "succeeded", JSON.stringify(sus.failure));
+    const twice = await op("suspend");
+    assert.equal(twice.state, "failed");
+    assert.match(twice.failure.message, /already paused/);
+    const res = await op("restore");
+    assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
+    assert.equal((await n.run(sid, { cmd: "/bin/cat", args: ["/home/user/n.txt"] })).stdout, `${marker}\n`);
+    const fk = await op("fork", { metadata: { forked: "yes" } });
+    assert.equal(fk.state, "succeeded", JSON.stringify(fk.failure));
+    const fid = fk.result.id as string;
+    created.push(fid);
+    assert.notEqual(fid, sid);
+    assert.equal((await n.run(fid, { cmd: "/bin/cat", args: ["/home/user/n.txt"] })).stdout, `${marker}\n`);
   });
 });
