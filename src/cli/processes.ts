@@ -18,6 +18,7 @@ import type { BlobStore } from "../blob/blob-store.ts";
 import { createApiApp } from "../api/app.ts";
 import { registerAdminRoutes } from "../api/admin/routes.ts";
 import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
+import { evacuateNode } from "../api/admin/evacuate.ts";
 import { warmPoolSurface } from "../api/admin/warm-pools.ts";
 import { authenticateBearer, bearerOf } from "../api/auth.ts";
 import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts";
@@ -79,12 +80,30 @@ export async function openControlPlane(
         selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
         onGate: census.onGate,
       },
+      ...(config.SPACE_SUBSTRATE === "kubernetes" ? { substrate: await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate) } : {}),
     });
     return { config, log, metrics, census, db, blobs, layer, ...secrets };
   } catch (e) {
     await db.close();
     throw e;
   }
+}
+
+/** SPACE_SUBSTRATE=kubernetes: sandboxes are pods placed by kube-scheduler (src/substrate/kubernetes). */
+async function kubernetesSubstrateOf(config: Config, log: Logger, internalToken: string, onGate: CensusMetrics["onGate"]) {
+  const { createKubeApi } = await import("../substrate/kubernetes/kube.ts");
+  const { KubernetesSubstrate } = await import("../substrate/kubernetes/kubernetes-substrate.ts");
+  return new KubernetesSubstrate({
+    kube: createKubeApi(config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" }),
+    namespace: config.SPACE_KUBE_NAMESPACE,
+    internalToken,
+    gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
+    selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
+    onGate,
+    scheduleDeadlineMs: config.SPACE_KUBE_READY_DEADLINE_MS,
+    readinessDeadlineMs: config.SPACE_KUBE_READY_DEADLINE_MS,
+    log: log.child({ component: "substrate" }),
+  });
 }
 
 /** A cluster never switches substrate: the first start records it, later starts must match. */
@@ -107,7 +126,14 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
   const builds = new BuildCoordinator({ db, blobs: cp.blobs, internalToken: cp.internalToken, log });
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
-    (a) => registerNodeAdminRoutes(a, { db, adminToken: cp.adminToken, internalToken: cp.internalToken, log }),
+    (a) =>
+      registerNodeAdminRoutes(a, {
+        db,
+        adminToken: cp.adminToken,
+        internalToken: cp.internalToken,
+        log,
+        evacuate: (nodeId, signal) => evacuateNode({ db, sandboxes: layer.sandboxes, log }, nodeId, signal),
+      }),
     warmPoolSurface(cp),
     (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
     (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys: layer.apiKeys, log }),

@@ -22,6 +22,10 @@ export function hostScopeOf(config: Config): NonNullable<NodeAgentDeps["hostScop
 }
 
 export async function startStandaloneNode(config: Config, token: string, logger: Logger): Promise<() => Promise<void>> {
+  if (config.SPACE_SUBSTRATE === "kubernetes") {
+    const { startKubeletNode } = await import("../kubelet/kubelet-node.ts");
+    return startKubeletNode(config, token, logger);
+  }
   if (!config.SPACE_NODE_CONTROL_URL) {
     throw new SpaceError(
       "invalid_argument",
