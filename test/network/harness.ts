@@ -87,24 +87,74 @@ export interface Rig {
   close(): Promise<void>;
 }
 
-async function teardownInternet(): Promise<void> {
-  await shOk("ip", ["route", "del", "198.18.0.0/15"]);
-  await shOk("ip", ["link", "del", UP_HOST_VETH]);
-  await shOk("ip", ["netns", "del", UP_NS]);
+export interface InternetSpec {
+  /** Namespace and host-side veth names. */
+  ns: string;
+  hostVeth: string;
+  /** The /30 link between host and namespace: host gets .1, the namespace .2 (e.g. "198.19.255.0"). */
+  link: string;
+  /** The prefix routed from the host into the namespace (within 198.18.0.0/15, never a real network). */
+  route: string;
+  /** Addresses served (HTTP/TCP/UDP echo); `dns` also answers `names`. */
+  addresses: string[];
+  dns?: string;
+  names?: Record<string, string[]>;
 }
 
-export async function startRig(o: { guardrails?: string[]; guardrailExceptions?: string[]; stateDir?: string } = {}): Promise<Rig> {
-  await teardownInternet();
-  await sh("ip", ["netns", "add", UP_NS]);
+export interface Internet {
+  close(): Promise<void>;
+}
+
+const linkAddr = (link: string, last: number) => link.replace(/\.\d+$/, `.${Number(link.split(".")[3]) + last}`);
+
+async function teardownInternetOf(x: InternetSpec): Promise<void> {
+  await shOk("ip", ["route", "del", x.route]);
+  await shOk("ip", ["link", "del", x.hostVeth]);
+  await shOk("ip", ["netns", "del", x.ns]);
+}
+
+/**
+ * A fake internet namespace routed from the host (so anything the host forwards, e.g. a
+ * node's NATed sandbox traffic, reaches it): the host side of a veth /30, a route for
+ * `route` via the namespace, the served addresses on its loopback, its default route back.
+ */
+export async function startInternet(x: InternetSpec): Promise<Internet> {
+  if (!x.route.startsWith("198.18.") && !x.route.startsWith("198.19.")) throw new Error(`test internet ${x.route} must be within 198.18.0.0/15`);
+  await teardownInternetOf(x);
+  const [host, peer] = [linkAddr(x.link, 1), linkAddr(x.link, 2)];
+  await sh("ip", ["netns", "add", x.ns]);
   await sh("ip", ["-b", "-"],
-    `link add ${UP_HOST_VETH} type veth peer name eth0 netns ${UP_NS}\naddr add 198.19.255.1/30 dev ${UP_HOST_VETH}\nlink set ${UP_HOST_VETH} up\n`);
-  await sh("ip", ["-n", UP_NS, "-b", "-"],
-    `link set lo up\nlink set eth0 up\naddr add 198.19.255.2/30 dev eth0\n${Object.values(INET).map((a) => `addr add ${a}/32 dev lo\n`).join("")}route add default via 198.19.255.1\n`);
-  // The whole test internet is routed to the namespace (more specific than the default route).
-  await sh("ip", ["route", "replace", "198.18.0.0/15", "via", "198.19.255.2", "dev", UP_HOST_VETH]);
-  const route = await sh("ip", ["route", "get", INET.a1]);
-  if (!route.stdout.includes(UP_HOST_VETH)) throw new Error(`test internet is not routed locally: ${route.stdout}`);
-  const inet = await serveIn(UP_NS, { addresses: [INET.a1, INET.a2, INET.b1, INET.w1, INET.w2, INET.apex], dns: INET.dns, names: NAMES, ttl: 60 });
+    `link add ${x.hostVeth} type veth peer name eth0 netns ${x.ns}\naddr add ${host}/30 dev ${x.hostVeth}\nlink set ${x.hostVeth} up\n`);
+  await sh("ip", ["-n", x.ns, "-b", "-"],
+    `link set lo up\nlink set eth0 up\naddr add ${peer}/30 dev eth0\n${[...x.addresses, ...(x.dns ? [x.dns] : [])].map((a) => `addr add ${a}/32 dev lo\n`).join("")}route add default via ${host}\n`);
+  // The test internet is routed to the namespace (more specific than the default route).
+  await sh("ip", ["route", "replace", x.route, "via", peer, "dev", x.hostVeth]);
+  const route = await sh("ip", ["route", "get", x.addresses[0]!]);
+  if (!route.stdout.includes(x.hostVeth)) throw new Error(`test internet is not routed locally: ${route.stdout}`);
+  const srv = await serveIn(x.ns, { addresses: x.addresses, dns: x.dns, names: x.names, ttl: 60 }).catch(async (e: unknown) => {
+    await teardownInternetOf(x);
+    throw e;
+  });
+  return {
+    async close() {
+      await stopServer(srv);
+      await teardownInternetOf(x);
+    },
+  };
+}
+
+const RIG_INTERNET: InternetSpec = {
+  ns: UP_NS,
+  hostVeth: UP_HOST_VETH,
+  link: "198.19.255.0",
+  route: "198.18.0.0/15",
+  addresses: [INET.a1, INET.a2, INET.b1, INET.w1, INET.w2, INET.apex],
+  dns: INET.dns,
+  names: NAMES,
+};
+
+export async function startRig(o: { guardrails?: string[]; guardrailExceptions?: string[]; stateDir?: string } = {}): Promise<Rig> {
+  const inet = await startInternet(RIG_INTERNET);
 
   const stateDir = o.stateDir ?? (await mkdtemp(join(tmpdir(), "space-net-test-")));
   const logger = createLogger(process.env.TEST_LOG_LEVEL ?? "warn", "net-test");
@@ -137,8 +187,7 @@ export async function startRig(o: { guardrails?: string[]; guardrailExceptions?:
     async close() {
       await resolver.stop();
       for (const id of owned) await slots.release(id, AbortSignal.timeout(T)).catch(() => undefined);
-      await stopServer(inet);
-      await teardownInternet();
+      await inet.close();
       await shOk("nft", ["delete", "table", "inet", SCOPE.nftTable]);
       await shOk("nft", ["delete", "table", "bridge", SCOPE.nftTable]);
       await shOk("ip", ["link", "del", SCOPE.bridge]);

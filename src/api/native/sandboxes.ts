@@ -10,6 +10,7 @@ import { sandboxTarget } from "../../controller/operations/requests.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
 import { toSandbox } from "./present.ts";
+import { compileNative } from "../network/policy.ts";
 import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./schemas.ts";
 
 export const DEFAULT_CREATE_DEADLINE_MS = 30 * 60 * 1000;
@@ -19,6 +20,8 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
   app.post("/v1/sandboxes", async (req, reply) => {
     const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
     const body = parse(CreateSandboxBody, req.body, "body");
+    // A policy that does not compile (bad target, port range) is a 400 now, not a failed operation later.
+    if (body.network) compileNative(body.network);
     return submit(deps, req, reply, {
       tenantId,
       kind: "sandbox.create",
