@@ -306,7 +306,7 @@ for (const engine of testEngines()) {
       assert.equal((await h.req("GET", `/v1/sandboxes/${id}`)).status, 404);
     });
 
-    test("resident pause/resume, and unsupported verbs answer 501 before queuing", async () => {
+    test("resident pause/resume, then suspend/restore/fork as operations", async () => {
       const id = await createSandbox(h);
       const p = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/pause`, { body: {} })).body.id);
       assert.equal(p.state, "succeeded");
@@ -320,13 +320,15 @@ for (const engine of testEngines()) {
       const r = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/resume`, { body: {} })).body.id);
       assert.equal(r.state, "succeeded");
       assert.equal(r.result.state, "running");
-      const before = await h.db.one<{ n: number }>("SELECT count(*)::int AS n FROM operations");
-      for (const verb of ["suspend", "restore", "fork"]) {
-        const x = await h.req("POST", `/v1/sandboxes/${id}/${verb}`, { body: {} });
-        assert.equal(x.status, 501, verb);
-        assert.match(x.body.message, new RegExp(`${verb}.* not available`));
-      }
-      assert.equal((await h.db.one<{ n: number }>("SELECT count(*)::int AS n FROM operations")).n, before.n);
+      const sus = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/suspend`, { body: {} })).body.id);
+      assert.equal(sus.state, "succeeded", JSON.stringify(sus.failure));
+      assert.equal((await h.req("GET", `/v1/sandboxes/${id}`)).body.state, "suspended");
+      const twice = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/suspend`, { body: {} })).body.id);
+      assert.equal(twice.state, "failed");
+      assert.equal(twice.failure.code, "conflict");
+      const res = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/restore`, { body: {} })).body.id);
+      assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
+      assert.equal((await h.req("GET", `/v1/sandboxes/${id}`)).body.state, "running");
     });
 
     test("stopped_restart_preserves_rootfs (control plane): stop → stopped, start → running, commands refused while stopped", async () => {
