@@ -177,9 +177,10 @@ export function createKubeApi(conn: KubeConnection | k8s.KubeConfig): KubeApi {
         ...(opts.signal ? { signal: opts.signal } : {}),
       });
       const text = await res.text();
-      const json = text ? (JSON.parse(text) as unknown) : undefined;
+      const isJson = (res.headers.get("content-type") ?? "").includes("json");
+      const json = text && isJson ? (JSON.parse(text) as unknown) : text || undefined;
       if (!res.ok) {
-        const st = (json ?? {}) as { reason?: string; message?: string };
+        const st = (isJson ? json : {}) as { reason?: string; message?: string };
         throw new KubeError(res.status, st.reason ?? "", st.message ?? `${method} ${path}: HTTP ${res.status}`);
       }
       return json as T;

@@ -111,6 +111,10 @@ export class KubernetesSubstrate implements Substrate {
         podName: pod.metadata.name,
         podUid: uid,
         until: (p) => p.spec?.nodeName || undefined,
+        describe: (p) => {
+          const c = p.status?.conditions?.find((x) => x.type === "PodScheduled" && x.status === "False");
+          return c ? `kube-scheduler: ${c.reason ?? ""} ${c.message ?? ""}`.trim() : undefined;
+        },
         deadlineMs: this.#d.scheduleDeadlineMs,
         what: "a node (kube-scheduler)",
         reopenMs: this.#d.reopenMs,

@@ -45,6 +45,8 @@ export interface WaitForPodOptions<T> {
   /** Returns a value when the pod is where the caller wants it; throws to fail the wait. */
   until: (pod: PodObject) => T | undefined;
   deadlineMs: number;
+  /** The pod's last state in words, for the deadline message (e.g. the scheduler's reason). */
+  describe?: (pod: PodObject) => string | undefined;
   /** What is being waited for, for the deadline message ("its IP", "a node"). */
   what: string;
   /** Re-open delay after a watch ends or fails (1 s; tests shorten it). */
@@ -66,6 +68,7 @@ export async function waitForPod<T>(o: WaitForPodOptions<T>): Promise<T> {
   const onAbort = () => stop.abort();
   o.signal.addEventListener("abort", onAbort, { once: true });
   let lastRefusal: string | undefined;
+  let lastState: string | undefined;
   let settle!: { resolve: (v: T) => void; reject: (e: unknown) => void };
   const result = new Promise<T>((resolve, reject) => (settle = { resolve, reject }));
   let done = false;
@@ -82,7 +85,8 @@ export async function waitForPod<T>(o: WaitForPodOptions<T>): Promise<T> {
           new SpaceError(
             "deadline_exceeded",
             `pod ${o.namespace}/${o.podName} did not get ${o.what} within ${Math.round(o.deadlineMs / 1000)} s` +
-              (lastRefusal ? `; the node refused it: ${lastRefusal}` : ""),
+              (lastRefusal ? `; the node refused it: ${lastRefusal}` : "") +
+              (lastState ? `; ${lastState}` : ""),
             { retryable: true },
           ),
         ),
@@ -101,6 +105,7 @@ export async function waitForPod<T>(o: WaitForPodOptions<T>): Promise<T> {
       finish(() => settle.reject(new SpaceError("unavailable", `pod ${o.namespace}/${o.podName} was deleted while waiting for ${o.what}`)));
       return;
     }
+    lastState = o.describe?.(pod) ?? lastState;
     let v: T | undefined;
     try {
       v = o.until(pod);

@@ -1,0 +1,237 @@
+/**
+ * The Kubernetes substrate against a real kube-apiserver + kube-scheduler (+ etcd), with
+ * the node side played by the real VirtualKubelet over an in-memory sandbox manager and
+ * a minimal node-api (the runtime itself is covered by the node suites).
+ */
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { SpaceError } from "../../src/core/errors.ts";
+import { createLogger } from "../../src/core/log.ts";
+import type { NodeInventory, SandboxSpec, SandboxStatus } from "../../src/node/api/contract.ts";
+import { VirtualKubelet, type VirtualKubeletDeps } from "../../src/node/kubelet/virtual-kubelet.ts";
+import { environmentLabel } from "../../src/node/templates/environment.ts";
+import type { KubeApi } from "../../src/substrate/kubernetes/kube.ts";
+import { KubernetesSubstrate } from "../../src/substrate/kubernetes/kubernetes-substrate.ts";
+import { podNameOf } from "../../src/substrate/kubernetes/names.ts";
+import { k8sSkipReason, startCluster, type TestCluster } from "./cluster.ts";
+import { waitFor } from "../support/stack.ts";
+
+const log = createLogger(process.env.SPACE_TEST_LOG ?? "silent", "test");
+const skip = k8sSkipReason;
+const TOKEN = "node-token";
+const ENV_A = `sha256:${"a".repeat(64)}`;
+const ENV_B = `sha256:${"b".repeat(64)}`;
+const NODE = "0b0e6a5e-0000-4000-8000-000000000001";
+
+let cluster: TestCluster;
+let nodeApi: Server;
+let kubelet: VirtualKubelet;
+const sandboxes = new Map<string, SandboxStatus>();
+let refusal: SpaceError | undefined;
+let envs: string[] = [ENV_A];
+let inventoryFails = false;
+
+function inventory(): NodeInventory {
+  if (inventoryFails) throw new Error("inventory unavailable");
+  return {
+    nodeId: NODE,
+    name: "test-node",
+    runtime: "runc",
+    capacity: { networkSlots: 10, vcpu: 2, memoryMib: 4096, diskMib: 10_240 },
+    used: { networkSlots: sandboxes.size, vcpu: 0, memoryMib: 0, diskMib: 0, sandboxes: sandboxes.size },
+    usableEnvironments: envs,
+    templates: [],
+  } as NodeInventory;
+}
+
+const manager = {
+  list: () => [...sandboxes.values()],
+  async create(spec: SandboxSpec): Promise<SandboxStatus> {
+    if (refusal) throw refusal;
+    const st: SandboxStatus = {
+      sandboxId: spec.sandboxId,
+      executionId: spec.executionId,
+      template: spec.template,
+      state: "running",
+      address: `10.77.0.${sandboxes.size + 2}`,
+      vcpu: spec.vcpu,
+      memoryMib: spec.memoryMib,
+      diskMib: spec.diskMib,
+      startedAt: new Date().toISOString(),
+    };
+    sandboxes.set(spec.sandboxId, st);
+    return st;
+  },
+  async kill(id: string) {
+    sandboxes.delete(id);
+  },
+};
+
+/** Records every watch and request (to prove how events are read). */
+function recording(kube: KubeApi) {
+  const watches: Array<{ path: string; query: Record<string, string> }> = [];
+  const requests: Array<{ method: string; path: string }> = [];
+  const k: KubeApi = {
+    watch(path, query, onEvent, signal) {
+      watches.push({ path, query });
+      return kube.watch(path, query, onEvent, signal);
+    },
+    request(method, path, opts) {
+      requests.push({ method, path });
+      return kube.request(method, path, opts);
+    },
+  };
+  return { kube: k, watches, requests };
+}
+
+function substrate(kube: KubeApi, gate: "off" | "shadow" | "on" = "off", deadlineMs = 20_000) {
+  return new KubernetesSubstrate({ kube, namespace: "space-sandboxes", internalToken: TOKEN, gate, scheduleDeadlineMs: deadlineMs, readinessDeadlineMs: deadlineMs, log });
+}
+
+const spec = (sandboxId: string, diskMib = 1024): SandboxSpec =>
+  ({ sandboxId, executionId: `ex_${sandboxId}`, template: "base", vcpu: 1, memoryMib: 256, diskMib, envVars: {}, allowInternetAccess: true }) as SandboxSpec;
+const req = (sandboxId: string) => ({ sandboxId, templateId: "base", vcpu: 1, memoryMib: 256, diskMib: 1024 });
+
+async function nodeLabels(): Promise<Record<string, string>> {
+  const n = await cluster.kube.request<{ metadata: { labels?: Record<string, string> } }>("GET", `/api/v1/nodes/${NODE}`);
+  return n.metadata.labels ?? {};
+}
+
+before(async () => {
+  if (skip) return;
+  cluster = await startCluster();
+  nodeApi = createServer((rq, rs) => {
+    const m = /^\/v1\/sandboxes\/([^/]+)$/.exec(rq.url ?? "");
+    const st = m ? sandboxes.get(decodeURIComponent(m[1]!)) : undefined;
+    if (rq.method === "DELETE" && m) {
+      sandboxes.delete(decodeURIComponent(m[1]!));
+      rs.writeHead(204).end();
+    } else if (st) rs.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(st));
+    else rs.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ code: "not_found", message: "no such sandbox" }));
+  });
+  await new Promise<void>((r) => nodeApi.listen(0, "127.0.0.1", r));
+  const port = (nodeApi.address() as AddressInfo).port;
+  kubelet = new VirtualKubelet({
+    kube: cluster.kube,
+    agent: { inventory: async () => inventory(), manager, snapshots: undefined } as unknown as VirtualKubeletDeps["agent"],
+    identity: { name: NODE, nodeGroup: "default", labels: { zone: "a" }, nodeApiUrl: `http://127.0.0.1:${port}` },
+    address: "127.0.0.1",
+    version: "test",
+    heartbeatMs: 60_000,
+    log,
+  });
+  await kubelet.start();
+});
+
+after(async () => {
+  if (skip) return;
+  await kubelet?.stop();
+  await new Promise((r) => nodeApi?.close(r));
+  await cluster?.stop();
+});
+
+test("a sandbox pod is placed by kube-scheduler on the virtual node and runs (IP, Ready)", { skip }, async () => {
+  const s = substrate(cluster.kube);
+  const t0 = Date.now();
+  const ref = await s.place(req("k8srun1"), AbortSignal.timeout(30_000));
+  assert.equal(ref.nodeId, NODE);
+  const st = await s.start(ref, spec("k8srun1"), AbortSignal.timeout(30_000));
+  assert.equal(st.sandboxId, "k8srun1");
+  const pod = await cluster.kube.request<{ spec: { nodeName: string }; status: { podIP: string; phase: string; conditions: Array<{ type: string; status: string }> } }>(
+    "GET",
+    `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8srun1")}`,
+  );
+  assert.equal(pod.spec.nodeName, NODE);
+  assert.equal(pod.status.phase, "Running");
+  assert.equal(pod.status.podIP, st.address);
+  assert.ok(pod.status.conditions.some((c) => c.type === "Ready" && c.status === "True"));
+  process.stdout.write(`# kubernetes create (API → pod bound → ready): ${Date.now() - t0} ms\n`);
+  await s.kill(ref, AbortSignal.timeout(30_000));
+  assert.equal(sandboxes.has("k8srun1"), false);
+  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8srun1")}`), (e: { status?: number }) => e.status === 404);
+});
+
+test("disk below the rootfs: 400 within seconds via the event watch (every event read a watch from RV 0 for that UID); the pod is deleted", { skip }, async () => {
+  const rec = recording(cluster.kube);
+  const s = substrate(rec.kube);
+  refusal = new SpaceError("invalid_argument", "rootfs_size_mb=300 is smaller than cloned rootfs size 451 MiB");
+  try {
+    const ref = await s.place(req("k8sdisk1"), AbortSignal.timeout(30_000));
+    const t0 = Date.now();
+    await assert.rejects(s.start(ref, spec("k8sdisk1", 300), AbortSignal.timeout(60_000)), (e: SpaceError) => {
+      assert.equal(e.code, "invalid_argument");
+      assert.match(e.message, /rootfs_size_mb=300 is smaller than cloned rootfs size 451 MiB/);
+      return true;
+    });
+    assert.ok(Date.now() - t0 < 10_000, `took ${Date.now() - t0} ms`);
+  } finally {
+    refusal = undefined;
+  }
+  // No event was ever read but by a watch from "0" with the uid+reason selector.
+  assert.ok(!rec.requests.some((r) => r.path.includes("/events")), JSON.stringify(rec.requests));
+  const ev = rec.watches.filter((w) => w.path.endsWith("/events"));
+  assert.ok(ev.length >= 1);
+  for (const w of ev) {
+    assert.equal(w.query.resourceVersion, "0");
+    assert.match(w.query.fieldSelector!, /^involvedObject\.uid=[0-9a-f-]{36},reason=FailedCreatePodSandBox$/);
+  }
+  await waitFor(
+    () => cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8sdisk1")}`).then(() => undefined, (e: { status?: number }) => e.status === 404 || undefined),
+    "the refused pod deleted",
+    10_000,
+  );
+});
+
+test("node labels by server-side apply: stopped labels disappear, empty removes all, unavailable changes nothing, others' labels stay", { skip }, async () => {
+  const la = environmentLabel(ENV_A);
+  const lb = environmentLabel(ENV_B);
+  const signal = AbortSignal.timeout(10_000);
+  await cluster.kube.request("PATCH", `/api/v1/nodes/${NODE}`, { body: { metadata: { labels: { "team.example/owner": "ops" } } }, patch: "merge" });
+  await kubelet.applyLabels([ENV_A, ENV_B], signal);
+  let l = await nodeLabels();
+  assert.equal(l[la], "usable");
+  assert.equal(l[lb], "usable");
+  assert.equal(l.zone, "a");
+  await kubelet.applyLabels([ENV_A], signal);
+  l = await nodeLabels();
+  assert.equal(l[la], "usable");
+  assert.equal(l[lb], undefined);
+  envs = [];
+  await kubelet.heartbeat();
+  l = await nodeLabels();
+  assert.ok(!Object.keys(l).some((k) => k.startsWith("space.dev/env-")), JSON.stringify(l));
+  envs = [ENV_B];
+  await kubelet.heartbeat();
+  inventoryFails = true;
+  try {
+    await kubelet.heartbeat();
+  } finally {
+    inventoryFails = false;
+  }
+  l = await nodeLabels();
+  assert.equal(l[lb], "usable", "an unavailable inventory changes nothing");
+  assert.equal(l["team.example/owner"], "ops", "labels of other field managers stay");
+  assert.equal(l["space.dev/node"], "true");
+  envs = [ENV_A];
+  await kubelet.heartbeat();
+});
+
+test("gate on: a pod requiring an environment no node publishes stays unscheduled (deleted at the deadline); pinned restore → 409 before any pod", { skip }, async () => {
+  const s = substrate(cluster.kube, "on", 3000);
+  await assert.rejects(
+    s.place({ ...req("k8senv1"), environment: { kind: "bound", environment: ENV_B, source: "test" } }, AbortSignal.timeout(30_000)),
+    (e: SpaceError) => e.code === "deadline_exceeded",
+  );
+  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8senv1")}`), (e: { status?: number }) => e.status === 404);
+  // The node publishes ENV_A: a bound pod lands there.
+  const ref = await substrate(cluster.kube, "on").place({ ...req("k8senv2"), environment: { kind: "bound", environment: ENV_A, source: "test" } }, AbortSignal.timeout(30_000));
+  assert.equal(ref.nodeId, NODE);
+  await s.kill(ref, AbortSignal.timeout(10_000));
+  await assert.rejects(
+    s.place({ ...req("k8senv3"), pinnedNodeId: NODE, environment: { kind: "bound", environment: ENV_B, source: "test" } }, AbortSignal.timeout(10_000)),
+    (e: SpaceError) => e.code === "failed_precondition" && /drain the node/.test(e.message),
+  );
+  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8senv3")}`), (e: { status?: number }) => e.status === 404);
+});
