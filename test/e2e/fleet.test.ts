@@ -8,7 +8,10 @@
  * (selector enforced, unmatched selector refused with the reason per node class);
  * gentle_drain_leaves_sandbox_resident (new creates avoid the drained node, residents
  * stay); a node killed with SIGKILL goes unavailable and its sandboxes are reported
- * lost; restarted, it reclaims them.
+ * lost; restarted, it reclaims them; forced_drain_evacuates_sandbox (a sandbox with a file,
+ * an env var and a running process on node A, forced drain of A: it runs on node B with
+ * the same id, file, env and memory). Every process shares one blob store (SPACE_BLOB_URL),
+ * as a real fleet does: evacuation publishes the snapshot there and B fetches it.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -17,6 +20,7 @@ import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
+import { Sandbox } from "e2b";
 import { freePort, removeDataDir, waitFor } from "../support/stack.ts";
 import { freshDb, postgresSkipReason, type TestDb } from "../support/db.ts";
 
@@ -96,6 +100,7 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
   let api: Proc;
   let controller: Proc;
   let apiUrl = "";
+  let gatewayUrl = "";
   let apiKey = "";
   const nodes: FleetNode[] = [];
   const ctlDir = mkdtempSync(join(tmpdir(), "space-fleet-ctl-"));
@@ -135,7 +140,9 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
     db = await freshDb("postgres");
     const [apiPort, gwPort] = [await freePort(), await freePort()];
     apiUrl = `http://127.0.0.1:${apiPort}`;
+    gatewayUrl = `http://127.0.0.1:${gwPort}`;
     const common = {
+      SPACE_BLOB_URL: join(ctlDir, "blobs"),
       SPACE_DATABASE_URL: db.url,
       SPACE_ADMIN_TOKEN: ADMIN,
       SPACE_INTERNAL_TOKEN: INTERNAL,
@@ -170,6 +177,7 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
           SPACE_DATA_DIR: dataDir,
           SPACE_NODE_DIR: join(dataDir, "node"),
           SPACE_INTERNAL_TOKEN: INTERNAL,
+          SPACE_BLOB_URL: join(ctlDir, "blobs"),
           SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "info",
           SPACE_NODE_CONTROL_URL: apiUrl,
           SPACE_NODE_PORT: String(port),
@@ -283,7 +291,6 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
     // Heartbeats keep the drain.
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal((await admin("GET", `/nodes/${a.id}`)).body.status, "draining");
-    assert.equal((await admin("POST", `/nodes/${a.id}/drain`, { mode: "forced" })).status, 501);
     assert.equal((await admin("POST", `/nodes/${a.id}/ready`, {})).body.status, "ready");
   });
 
@@ -323,5 +330,64 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
     await waitFor(async () => (await admin("GET", `/nodes/${b.id}`)).body.status === "ready", "node b ready again", 20_000, 250);
     const ls = spawnSync("runc", ["--root", b.stateDir, "list", "-q"], { encoding: "utf8" });
     for (const s of onB) assert.ok(!ls.stdout.includes(s.id), `lost sandbox ${s.id} reclaimed on restart`);
+  });
+
+  test("forced_drain_evacuates_sandbox: file, env and a running process move from A to B with the same id", async () => {
+    const [a, b] = nodes as [FleetNode, FleetNode];
+    const opts = { apiKey, apiUrl, sandboxUrl: gatewayUrl, requestTimeoutMs: 120_000 };
+    const mark = `evac-${randomBytes(4).toString("hex")}`;
+    // Unconstrained (so it may land anywhere later), put on A by draining B for the create.
+    assert.equal((await admin("POST", `/nodes/${b.id}/drain`, { mode: "gentle" })).status, 200);
+    const sb = await Sandbox.create({ ...opts, envs: { EVAC_MARK: mark }, timeoutMs: 170_000 });
+    assert.equal((await admin("POST", `/nodes/${b.id}/ready`, {})).body.status, "ready");
+    assert.equal(await nodeOf(sb.sandboxId), a.id, "created on node A");
+    await sb.files.write("/home/user/evac.txt", mark);
+    await sb.commands.run(`nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /home/user/n; sleep 0.1; done' >/dev/null 2>&1 &`);
+    await new Promise((r) => setTimeout(r, 500));
+    const before = Number((await sb.files.read("/home/user/n")).trim());
+    assert.ok(before > 0, `the loop runs (${before})`);
+
+    const t0 = Date.now();
+    const d = await admin("POST", `/nodes/${a.id}/drain`, { mode: "forced" });
+    const took = Date.now() - t0;
+    assert.equal(d.status, 200, JSON.stringify(d.body));
+    assert.equal(d.body.status, "draining");
+    assert.equal(d.body.drain_mode, "forced");
+    const mine = d.body.evacuation.sandboxes.find((o: { sandbox_id: string }) => o.sandbox_id === sb.sandboxId);
+    assert.ok(mine, JSON.stringify(d.body.evacuation));
+    assert.equal(mine.outcome, "moved", JSON.stringify(mine));
+    assert.equal(mine.to_node_id, b.id);
+    assert.equal(await nodeOf(sb.sandboxId), b.id, "the sandbox row points at node B");
+    const snap = await db.db.one<{ state: string }>(`SELECT state FROM snapshots WHERE id = $1`, [mine.snapshot_id]);
+    assert.equal(snap.state, "durable", "evacuated through the blob store");
+    // The earlier residents of A pinned to its group (node_group ga) cannot move: they stay, running on A, with the reason.
+    for (const o of d.body.evacuation.sandboxes.filter((x: { sandbox_id: string }) => x.sandbox_id !== sb.sandboxId)) {
+      const row = await db.db.one<{ state: string; nodeId: string; metadata: Record<string, string> }>(
+        `SELECT state, node_id AS "nodeId", metadata FROM sandboxes WHERE id = $1`,
+        [o.sandbox_id],
+      );
+      assert.equal(row.state, "running", JSON.stringify(o));
+      if (o.outcome === "moved") assert.equal(row.nodeId, b.id);
+      else {
+        assert.equal(o.outcome, "stayed", JSON.stringify(o));
+        assert.equal(row.nodeId, a.id);
+        assert.match(o.reason, /restore on another node failed: .*node group ga/, JSON.stringify(o));
+      }
+    }
+
+    // Same id, same handle: running on B, file, env and process memory intact, answers commands.
+    const info = await Sandbox.getInfo(sb.sandboxId, opts);
+    assert.equal(info.state, "running");
+    assert.equal(await sb.files.read("/home/user/evac.txt"), mark);
+    assert.equal((await sb.commands.run("echo $EVAC_MARK")).stdout, `${mark}\n`);
+    const after1 = Number((await sb.files.read("/home/user/n")).trim());
+    await new Promise((r) => setTimeout(r, 400));
+    const after2 = Number((await sb.files.read("/home/user/n")).trim());
+    assert.ok(after1 >= before && after2 > after1, `the loop kept its count and runs on (${before} → ${after1} → ${after2})`);
+    const onA = spawnSync("runc", ["--root", a.stateDir, "list", "-q"], { encoding: "utf8" });
+    assert.ok(!onA.stdout.includes(sb.sandboxId), "no longer on node A");
+    assert.ok(took < 45_000, `forced drain took ${took} ms`);
+    await sb.kill();
+    assert.equal((await admin("POST", `/nodes/${a.id}/ready`, {})).body.status, "ready");
   });
 });

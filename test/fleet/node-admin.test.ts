@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import Fastify from "fastify";
 import { installErrorHandler } from "../../src/api/errors.ts";
-import { registerNodeAdminRoutes } from "../../src/api/admin/nodes.ts";
+import { registerNodeAdminRoutes, type NodeAdminDeps } from "../../src/api/admin/nodes.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { freshDb, testEngines } from "../support/db.ts";
 import { startNodeLiveness } from "../../src/controller/node-liveness.ts";
@@ -24,7 +24,7 @@ const log = createLogger("silent", "test");
 
 for (const engine of testEngines()) {
   describe(`node admin routes on ${engine.name}`, { skip: engine.skip }, () => {
-    async function setup() {
+    async function setup(opts: { evacuate?: NodeAdminDeps["evacuate"] } = {}) {
       const t = await freshDb(engine.name);
       /** address → id the "node" answers with at /health. */
       const answers = new Map<string, string>();
@@ -40,6 +40,7 @@ for (const engine of testEngines()) {
           if (id === undefined) throw new Error("connect ECONNREFUSED");
           return { nodeId: id };
         },
+        ...(opts.evacuate ? { evacuate: opts.evacuate } : {}),
       });
       await app.ready();
       const call = async (method: "GET" | "POST" | "DELETE", url: string, body?: unknown, token = INTERNAL) => {
@@ -157,7 +158,7 @@ for (const engine of testEngines()) {
       }
     });
 
-    test("drain, fence, ready; forced drain without suspend/restore is 501", async () => {
+    test("drain, fence, ready; forced drain without an evacuator (no sandbox service) is 501", async () => {
       const s = await setup();
       try {
         const id = randomUUID();
@@ -195,6 +196,48 @@ for (const engine of testEngines()) {
           200,
         );
         assert.equal((await s.call("DELETE", `/admin/api/v1/nodes/${id}`, undefined, ADMIN)).status, 204);
+      } finally {
+        await s.close();
+      }
+    });
+
+    test("forced drain: the node is draining (forced) before the evacuation runs; the answer reports each sandbox", async () => {
+      const seen: string[] = [];
+      let s: Awaited<ReturnType<typeof setup>>;
+      s = await setup({
+        evacuate: async (nodeId) => {
+          const n = (await s.call("GET", `/admin/api/v1/nodes/${nodeId}`, undefined, ADMIN)).body;
+          seen.push(`${n.status}/${n.drain_mode}`);
+          return {
+            moved: 1,
+            stayed: 1,
+            sandboxes: [
+              { sandboxId: "sbx_a", outcome: "moved", toNodeId: "node-b", snapshotId: "snp_1", durationMs: 12 },
+              { sandboxId: "sbx_b", outcome: "stayed", reason: "restore on another node failed: no capacity", durationMs: 5 },
+            ],
+          };
+        },
+      });
+      try {
+        const id = randomUUID();
+        s.answers.set("http://10.9.4.1:3002", id);
+        await s.call("POST", "/admin/api/v1/nodes", reg(id, "http://10.9.4.1:3002"));
+        const f = await s.call("POST", `/admin/api/v1/nodes/${id}/drain`, { mode: "forced" }, ADMIN);
+        assert.equal(f.status, 200, JSON.stringify(f.body));
+        assert.deepEqual(seen, ["draining/forced"]);
+        assert.equal(f.body.status, "draining");
+        assert.equal(f.body.drain_mode, "forced");
+        assert.equal(f.body.evacuation.moved, 1);
+        assert.equal(f.body.evacuation.stayed, 1);
+        assert.deepEqual(f.body.evacuation.sandboxes[0], {
+          sandbox_id: "sbx_a",
+          outcome: "moved",
+          to_node_id: "node-b",
+          snapshot_id: "snp_1",
+          duration_ms: 12,
+        });
+        assert.match(f.body.evacuation.sandboxes[1].reason, /no capacity/);
+        assert.equal((await s.call("POST", `/admin/api/v1/nodes/${randomUUID()}/drain`, { mode: "forced" }, ADMIN)).status, 404);
       } finally {
         await s.close();
       }

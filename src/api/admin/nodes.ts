@@ -5,7 +5,9 @@
  *   POST   /nodes/:id/heartbeat   publish capacity, environments, templates (node credential)
  *   GET    /nodes/:id/sandboxes   ids the control plane wants on the node (node credential)
  *   GET    /nodes, /nodes/:id     list / show (admin)
- *   POST   /nodes/:id/drain       {mode: gentle|forced} (admin)
+ *   POST   /nodes/:id/drain       {mode: gentle|forced} (admin); forced answers when the
+ *                                 evacuation is over: 200 with `evacuation: {moved, stayed,
+ *                                 sandboxes: [{sandbox_id, outcome, to_node_id?, reason?}]}`
  *   POST   /nodes/:id/fence       refuse the node's writes, place nothing there (admin)
  *   POST   /nodes/:id/ready       clear a drain or fence (admin)
  *   DELETE /nodes/:id             forget a node without resident sandboxes (admin)
@@ -43,6 +45,7 @@ import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
 import { NodeClient } from "../../substrate/direct/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
+import type { Evacuation } from "./evacuate.ts";
 import { parseInput as parse, toErrorBody } from "../errors.ts";
 
 export interface NodeAdminDeps {
@@ -53,10 +56,11 @@ export interface NodeAdminDeps {
   /** Call-back used by verify (default: node-api GET /health with the internal token). */
   verifyNode?: (address: string, signal: AbortSignal) => Promise<{ nodeId: string }>;
   /**
-   * Forced drain: suspend every resident and restore it elsewhere. Absent while the
-   * build has no suspend/restore; forced drain then answers 501 naming what is missing.
+   * Forced drain: suspend every running/paused resident to the blob store and restore it
+   * on another node (src/api/admin/evacuate.ts). Absent (e.g. a test without a sandbox
+   * service): forced drain answers 501 naming what is missing.
    */
-  evacuate?: (nodeId: string, signal: AbortSignal) => Promise<{ sandboxes: string[] }>;
+  evacuate?: (nodeId: string, signal: AbortSignal) => Promise<Evacuation>;
 }
 
 const LabelKey = z.string().regex(/^[A-Za-z0-9._/-]{1,253}$/, "label keys: letters, digits, . _ / -");
@@ -223,8 +227,24 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
     const n = await setFleetNodeStatus(deps.db, id, "draining", { drainMode: mode, reason: `${mode} drain requested` });
     deps.log.info({ node: n.id, name: n.name, mode }, "node drain requested");
     if (mode === "forced" && deps.evacuate) {
-      const evacuation = await deps.evacuate(n.id, AbortSignal.timeout(30 * 60_000));
-      return reply.status(202).send({ ...present(n), evacuating: evacuation.sandboxes });
+      // Synchronous: the answer is the per-sandbox report. The node stays draining (forced)
+      // until POST /ready, whatever moved; a repeated forced drain retries what stayed.
+      const ev = await deps.evacuate(n.id, AbortSignal.timeout(30 * 60_000));
+      return reply.status(200).send({
+        ...present(n),
+        evacuation: {
+          moved: ev.moved,
+          stayed: ev.stayed,
+          sandboxes: ev.sandboxes.map((o) => ({
+            sandbox_id: o.sandboxId,
+            outcome: o.outcome,
+            ...(o.toNodeId ? { to_node_id: o.toNodeId } : {}),
+            ...(o.snapshotId ? { snapshot_id: o.snapshotId } : {}),
+            ...(o.reason ? { reason: o.reason } : {}),
+            duration_ms: o.durationMs,
+          })),
+        },
+      });
     }
     return present(n);
   });

@@ -86,6 +86,8 @@ export class NodeSnapshots {
   private readonly o: NodeSnapshotsOptions;
   private readonly cp: Checkpointer;
   private readonly fetching = new Map<string, Promise<void>>();
+  /** Parents being received (uuid → receive): concurrent restores of one parent share one `btrfs receive`. */
+  private readonly receivingParents = new Map<string, Promise<void>>();
 
   constructor(o: NodeSnapshotsOptions, cp: Checkpointer) {
     this.o = o;
@@ -355,6 +357,14 @@ export class NodeSnapshots {
   }
 
   private async ensureParent(uuid: string, scratch: string, signal: AbortSignal): Promise<void> {
+    const running = this.receivingParents.get(uuid);
+    if (running) return running;
+    const p = this.receiveParent(uuid, scratch, signal).finally(() => this.receivingParents.delete(uuid));
+    this.receivingParents.set(uuid, p);
+    return p;
+  }
+
+  private async receiveParent(uuid: string, scratch: string, signal: AbortSignal): Promise<void> {
     if (await this.findParent(uuid)) return;
     const key = `parents/${uuid}.btrfs`;
     const head = await this.o.blob!.head(key, signal);
