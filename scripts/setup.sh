@@ -41,6 +41,17 @@ if [ "${SPACE_RUNTIME:-runc}" = crun ] && [ -d /sys/fs/cgroup/memory ] && ! moun
   mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb
 fi
 
+# Machine-wide cache: a fresh clone on a machine that built CRIU and the base template
+# once reuses them (their cache keys travel with them, so a changed recipe still rebuilds).
+MACHINE_CACHE="${SPACE_MACHINE_CACHE:-/var/cache/space}"
+mkdir -p "$REPO/.tools/criu" "$REPO/.tools/templates" "$MACHINE_CACHE/criu" "$MACHINE_CACHE/templates"
+cp -n "$MACHINE_CACHE"/criu/criu "$MACHINE_CACHE"/criu/patches "$REPO/.tools/criu/" 2>/dev/null || true
+cp -n "$MACHINE_CACHE"/templates/* "$REPO/.tools/templates/" 2>/dev/null || true
+save_machine_cache() {
+  cp -f "$REPO/.tools/criu/criu" "$REPO/.tools/criu/patches" "$MACHINE_CACHE/criu/" 2>/dev/null || true
+  cp -n "$REPO"/.tools/templates/*.tar "$REPO"/.tools/templates/*.json "$MACHINE_CACHE/templates/" 2>/dev/null || true
+}
+
 # 4. CRIU 4.1.1 (memory checkpoints), cached at .tools/criu/criu.
 if [ "${SPACE_SETUP_SKIP_CRIU:-0}" != 1 ]; then
   bash "$REPO/scripts/setup/criu.sh" "$REPO"
@@ -51,4 +62,5 @@ if [ "${SPACE_SETUP_SKIP_TEMPLATE:-0}" != 1 ]; then
   (cd "$REPO" && node --import tsx scripts/setup/build-base-template.ts)
 fi
 
+save_machine_cache
 echo "setup: done in $(( $(date +%s) - started )) s"
