@@ -48,7 +48,10 @@ export async function ensureBaseTemplateTarball(o: {
   const digest = baseRecipeDigest();
   const stem = join(o.cacheDir, `${BASE_TEMPLATE}-${digest.slice(0, 12)}`);
   const metaPath = `${stem}.json`;
-  const cached = await readFile(metaPath, "utf8").then((t) => JSON.parse(t) as TemplateTarball).catch(() => undefined);
+  // The tarball is the one beside its metadata (the cache may have been copied from the machine cache).
+  const cached = await readFile(metaPath, "utf8")
+    .then((t) => ({ ...(JSON.parse(t) as TemplateTarball), tarPath: `${stem}.tar` }))
+    .catch(() => undefined);
   if (cached && (await stat(cached.tarPath).catch(() => undefined))) return cached;
 
   await mkdir(o.cacheDir, { recursive: true });
