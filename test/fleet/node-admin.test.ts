@@ -203,8 +203,7 @@ for (const engine of testEngines()) {
 
     test("forced drain: the node is draining (forced) before the evacuation runs; the answer reports each sandbox", async () => {
       const seen: string[] = [];
-      let s: Awaited<ReturnType<typeof setup>>;
-      s = await setup({
+      const s: Awaited<ReturnType<typeof setup>> = await setup({
         evacuate: async (nodeId) => {
           const n = (await s.call("GET", `/admin/api/v1/nodes/${nodeId}`, undefined, ADMIN)).body;
           seen.push(`${n.status}/${n.drain_mode}`);
