@@ -136,7 +136,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
       }),
     warmPoolSurface(cp),
     (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
-    (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys: layer.apiKeys, log }),
+    (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys: layer.apiKeys, log, snapshots: layer.sandboxes }),
     (a) =>
       registerNativeRoutes(a, {
         db,

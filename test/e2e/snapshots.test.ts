@@ -4,7 +4,8 @@
  * suspend (memory checkpoint + disk snapshot, node freed) and `connect` restores it:
  * files, environment and a running process's memory survive; a second pause works;
  * pausing a paused sandbox is E2B's 409 (the SDK answers false); a fork is an independent
- * copy with the same past. Needs root.
+ * copy with the same past; a named snapshot lists, starts new sandboxes and deletes.
+ * Needs root.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -104,6 +105,35 @@ describe("ECW suspend/restore/fork with the e2b SDK", { skip, timeout: 10 * 60_0
     assert.equal(await Sandbox.kill(sb.sandboxId, opts), true);
     await assert.rejects(Sandbox.connect(sb.sandboxId, opts));
     console.log(`# pause ${pauseMs} ms, restore (connect) ${restoreMs} ms`);
+  });
+
+  test("named snapshot: create (source keeps running) → listed by sandboxID and name → new sandbox from it has the file → delete → gone", async () => {
+    const sb = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+    created.push(sb.sandboxId);
+    await sb.files.write("/home/user/named.txt", marker);
+    const name = `snap-${randomBytes(4).toString("hex")}`;
+    const snap = await sb.createSnapshot({ ...opts, name });
+    assert.match(snap.snapshotId, /^sn_[a-z0-9]{16}$/);
+    assert.deepEqual(snap.names, [name]);
+    assert.equal((await Sandbox.getInfo(sb.sandboxId, opts)).state, "running", "the source keeps running");
+    await sb.files.write("/home/user/named.txt", "after the snapshot");
+
+    const bySandbox = await sb.listSnapshots(opts).nextItems();
+    assert.deepEqual(bySandbox.map((x) => x.snapshotId), [snap.snapshotId]);
+    const byName = await Sandbox.listSnapshots({ ...opts, name }).nextItems();
+    assert.deepEqual(byName, [{ snapshotId: snap.snapshotId, names: [name] }]);
+
+    const restored = await Sandbox.create(snap.snapshotId, { ...opts, timeoutMs: 300_000 });
+    created.push(restored.sandboxId);
+    assert.notEqual(restored.sandboxId, sb.sandboxId);
+    assert.equal(await restored.files.read("/home/user/named.txt"), marker, "the snapshot's disk, not the source's later write");
+    assert.equal(await sb.files.read("/home/user/named.txt"), "after the snapshot");
+
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), true);
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts), false, "a second delete: not found");
+    assert.deepEqual(await Sandbox.listSnapshots({ ...opts, sandboxId: sb.sandboxId }).nextItems(), []);
+    assert.deepEqual(await Sandbox.listSnapshots({ ...opts, name }).nextItems(), []);
+    assert.equal(await restored.files.read("/home/user/named.txt"), marker, "a sandbox made from it outlives the snapshot");
   });
 
   test("Native: suspend → restore keeps files; fork gives a copy", async (t) => {

@@ -163,7 +163,7 @@ test("a failed suspend leaves the sandbox running", async () => {
   assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/pause`, {})).statusCode, 204);
 });
 
-test("fork: 201 with one entry per fork; named snapshots answer 501", async () => {
+test("fork: 201 with one entry per fork", async () => {
   const { call } = await setup();
   const sb = (await call("POST", "/v2/sandboxes", {})).json();
   const f = await call("POST", `/sandboxes/${sb.sandboxID}/fork`, { count: 2, timeout: 60 });
@@ -175,8 +175,40 @@ test("fork: 201 with one entry per fork; named snapshots answer 501", async () =
     assert.equal((await call("GET", `/sandboxes/${x.sandbox.sandboxID}`)).json().state, "running");
   }
   assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "running");
-  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/snapshots`, {})).statusCode, 501);
   assert.equal((await call("POST", `/sandboxes/aaaaaaaaaaaaaaaaaaaa/fork`, {})).statusCode, 404);
+});
+
+test("named snapshots: create (source keeps running), list by sandbox/name with pages, tenant isolation, create from one", async () => {
+  const { call } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  const a = await call("POST", `/sandboxes/${sb.sandboxID}/snapshots`, { name: "first" });
+  assert.equal(a.statusCode, 201, a.body);
+  assert.match(a.json().snapshotID, /^sn_[a-z0-9]{16}$/);
+  assert.deepEqual(a.json().names, ["first"]);
+  assert.equal((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().state, "running");
+  const b = (await call("POST", `/sandboxes/${sb.sandboxID}/snapshots`, {})).json();
+  assert.deepEqual(b.names, []);
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/snapshots`, { name: "first" })).statusCode, 409);
+  assert.equal((await call("POST", `/sandboxes/aaaaaaaaaaaaaaaaaaaa/snapshots`, {})).statusCode, 404);
+  assert.equal((await call("POST", `/sandboxes/${sb.sandboxID}/snapshots`, {}, "key-b")).statusCode, 404);
+
+  const all = await call("GET", `/snapshots?sandboxID=${sb.sandboxID}`);
+  assert.deepEqual((all.json() as Array<{ snapshotID: string }>).map((x) => x.snapshotID), [b.snapshotID, a.json().snapshotID]);
+  assert.equal(all.headers["x-next-token"], undefined);
+  const p1 = await call("GET", `/snapshots?limit=1`);
+  assert.deepEqual(p1.json(), [b]);
+  const p2 = await call("GET", `/snapshots?limit=1&nextToken=${String(p1.headers["x-next-token"])}`);
+  assert.deepEqual((p2.json() as Array<{ snapshotID: string }>).map((x) => x.snapshotID), [a.json().snapshotID]);
+  assert.deepEqual((await call("GET", `/snapshots?name=first`)).json(), [a.json()]);
+  assert.deepEqual((await call("GET", `/snapshots`, undefined, "key-b")).json(), []);
+
+  // A sandbox from a snapshot, by id and by name: a new id; another tenant's is not found.
+  const c = await call("POST", "/v2/sandboxes", { templateID: a.json().snapshotID, timeout: 60 });
+  assert.equal(c.statusCode, 201, c.body);
+  assert.notEqual(c.json().sandboxID, sb.sandboxID);
+  assert.equal((await call("GET", `/sandboxes/${c.json().sandboxID}`)).json().state, "running");
+  assert.equal((await call("POST", "/v2/sandboxes", { templateID: "first" })).statusCode, 201);
+  assert.equal((await call("POST", "/v2/sandboxes", { templateID: a.json().snapshotID }, "key-b")).statusCode, 404);
 });
 
 test("connect: 200 when running, timeout only extended", async () => {

@@ -1,11 +1,16 @@
 /**
  * fork: one live checkpoint of a running sandbox, then `count` new sandboxes from it;
- * 201 with one `{sandbox}` or `{error}` per requested fork. Named snapshots (create,
- * list) are not built yet: a clear 501 for a sandbox the caller owns (404 otherwise),
- * never a fake success; listing answers the truth: none exist.
+ * 201 with one `{sandbox}` or `{error}` per requested fork.
+ *
+ * Named snapshots (e2b-wire.md §2): `POST /sandboxes/{id}/snapshots {name?}` → 201
+ * `{snapshotID, names}` (a live checkpoint made durable; the source keeps running; 404
+ * unknown sandbox); `GET /snapshots?sandboxID&name&limit&nextToken` → `[SnapshotInfo]`
+ * + `X-Next-Token`. The SDK deletes one with `DELETE /templates/{snapshotID}` (templates.ts)
+ * and starts a sandbox from one with `templateID` = its id or name (the service's create).
  */
 import type { FastifyInstance } from "fastify";
-import { unimplemented } from "../../core/errors.ts";
+import { z } from "zod";
+import type { SnapshotRow } from "../sandboxes/snapshot-repo.ts";
 import { toErrorBody } from "../errors.ts";
 import { parse, tenantOf } from "./http.ts";
 import { toSandbox } from "./present.ts";
@@ -25,12 +30,34 @@ export function registerSandboxSnapshots(app: FastifyInstance, deps: EcwDeps) {
     );
   });
 
-  app.post("/sandboxes/:sandboxID/snapshots", async (req) => {
+  app.post("/sandboxes/:sandboxID/snapshots", async (req, reply) => {
     const { sandboxID } = parse(IdParams, req.params, "path");
-    parse(SnapshotBody, req.body ?? {}, "snapshot body");
-    await deps.sandboxes.get(tenantOf(req), sandboxID);
-    throw unimplemented(`named snapshots are not available yet: no snapshot of sandbox ${sandboxID} was taken (use pause/connect or fork)`);
+    const body = parse(SnapshotBody, req.body ?? {}, "snapshot body");
+    const snap = await deps.sandboxes.createNamedSnapshot(tenantOf(req), sandboxID, body.name);
+    return reply.code(201).send(toSnapshotInfo(snap));
   });
 
-  app.get("/snapshots", async () => []);
+  app.get("/snapshots", async (req, reply) => {
+    const q = parse(SnapshotListQuery, req.query ?? {}, "query");
+    const page = await deps.sandboxes.listNamedSnapshots(tenantOf(req), {
+      limit: q.limit ?? 100,
+      ...(q.sandboxID ? { sandboxId: q.sandboxID } : {}),
+      ...(q.name ? { name: q.name } : {}),
+      ...(q.nextToken ? { nextToken: q.nextToken } : {}),
+    });
+    if (page.nextToken) void reply.header("X-Next-Token", page.nextToken);
+    return page.items.map(toSnapshotInfo);
+  });
+}
+
+const SnapshotListQuery = z.looseObject({
+  sandboxID: z.string().min(1).max(128).optional(),
+  name: z.string().min(1).max(128).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).optional(),
+  nextToken: z.string().regex(/^sn_[a-z0-9]{16}$/, "a token from X-Next-Token").optional(),
+});
+
+/** E2B SnapshotInfo. */
+export function toSnapshotInfo(s: SnapshotRow): { snapshotID: string; names: string[] } {
+  return { snapshotID: s.id, names: s.name ? [s.name] : [] };
 }

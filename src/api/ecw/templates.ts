@@ -11,7 +11,7 @@
  *   DELETE /templates/tags  {name, tags}               → 204
  *   GET    /templates/{id}/tags                        → [{tag, buildID, createdAt}]
  *   GET    /templates                                  → [{templateID, buildID, aliases, public, ...}]
- *   DELETE /templates/{id}                             → 204 | 404
+ *   DELETE /templates/{id}                             → 204 | 404 (a named snapshot's id too: the SDK's deleteSnapshot)
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
@@ -23,6 +23,7 @@ import type { BlobStore } from "../../blob/blob-store.ts";
 import { deleteRelease, deleteTemplate, listBuilds, listReleases, listTemplates, resolveTemplate, setRelease, type Build, type Template } from "../../store/templates.ts";
 import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../controller/builds.ts";
 import type { ApiKeyAuth } from "../sandboxes/model.ts";
+import type { SandboxService } from "../sandboxes/service.ts";
 import { installEcwEdge, parse, sendEcwError, tenantOf } from "./http.ts";
 
 export interface EcwTemplateDeps {
@@ -31,6 +32,8 @@ export interface EcwTemplateDeps {
   builds: BuildCoordinator;
   apiKeys: ApiKeyAuth;
   log: Logger;
+  /** Named snapshots (`sn_` ids), which the SDK deletes through this route. */
+  snapshots?: Pick<SandboxService, "deleteNamedSnapshot">;
 }
 
 const RequestBuild = z.object({
@@ -194,6 +197,16 @@ export async function registerEcwTemplateRoutes(app: FastifyInstance, deps: EcwT
     scope.delete("/templates/:templateID", async (req, reply) => {
       const { templateID } = req.params as { templateID: string };
       const tenantId = tenantOf(req);
+      if (templateID.startsWith("sn_") && deps.snapshots) {
+        const gone = await deps.snapshots.deleteNamedSnapshot(tenantId, templateID);
+        // Its parts are its own (keys under the snapshot); best effort, a leftover is only storage.
+        await Promise.all(
+          (gone.descriptor?.parts ?? []).map((p) =>
+            deps.blobs.delete(p.key).catch((e: unknown) => deps.log.warn({ err: e, snapshotId: gone.id, key: p.key }, "could not delete a snapshot part")),
+          ),
+        );
+        return reply.code(204).send();
+      }
       const t = await ownTemplate(tenantId, templateID);
       const bs = await listBuilds(db, t.id);
       await deleteTemplate(db, t.id, tenantId);

@@ -180,8 +180,15 @@ export class SandboxService {
   }
 
   async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+    const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#snapshots.findNamed(tenantId, input.template) : null;
+    if (fromSnapshot) return this.#createFromSnapshot(tenantId, fromSnapshot, input);
     const template = input.resolvedTemplate ?? (await this.#templates.resolve(tenantId, input.template));
-    if (!template) throw notFound(`template '${input.template}' not found`);
+    if (!template) {
+      // E2B: `Sandbox.create(snapshotName)` starts from a named snapshot too.
+      const named = input.resolvedTemplate ? null : await this.#snapshots.findNamed(tenantId, input.template);
+      if (named) return this.#createFromSnapshot(tenantId, named, input);
+      throw notFound(`template '${input.template}' not found`);
+    }
     const vcpu = input.resources.vcpu ?? this.#defaults.vcpu;
     const memoryMib = input.resources.memoryMib ?? this.#defaults.memoryMib;
     const diskMib = input.resources.diskMib ?? this.#defaults.diskMib;
@@ -687,6 +694,82 @@ export class SandboxService {
     } finally {
       await this.#dropSnapshots(rec.id, { snapshotId });
     }
+  }
+
+  /**
+   * E2B snapshot create: a live checkpoint of a running sandbox (it keeps running) made
+   * durable in the blob store and kept under its name until deleted; it outlives its
+   * source. 409 when the tenant already has a snapshot of that name.
+   */
+  async createNamedSnapshot(tenantId: TenantId, id: string, name?: string): Promise<SnapshotRow> {
+    if (name !== undefined && (name.length < 1 || name.length > 128)) throw invalid(`name must be 1-128 characters`, { field: "name" });
+    const rec = await this.get(tenantId, id);
+    if (rec.state !== "running" || !rec.nodeId) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} is ${toPublicState(rec.state)}; only a running sandbox can be snapshotted`);
+    }
+    if (name !== undefined && (await this.#snapshots.listNamed({ tenantId, name, limit: 1 })).length) {
+      throw new SpaceError("already_exists", `a snapshot named '${name}' already exists`, { details: { field: "name" } });
+    }
+    const snapshotId = await this.#snapshots.begin({
+      sandboxId: rec.id,
+      executionId: rec.executionId,
+      nodeId: rec.nodeId,
+      purpose: "named",
+      tenantId,
+      ...(name !== undefined ? { name } : {}),
+    });
+    try {
+      const desc = await this.#substrate.checkpoint({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const snap = await this.#snapshots.finish(snapshotId, desc);
+      this.#log.info({ sandboxId: rec.id, snapshotId, name, state: snap.state }, "named snapshot taken");
+      return snap;
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      await this.#snapshots.fail(snapshotId, `${err.code}: ${err.message}`).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** The tenant's named snapshots (filters, keyset page of `limit`); `nextToken` when more may follow. */
+  async listNamedSnapshots(
+    tenantId: TenantId,
+    q: { sandboxId?: string; name?: string; limit: number; nextToken?: string },
+  ): Promise<{ items: SnapshotRow[]; nextToken: string | null }> {
+    const rows = await this.#snapshots.listNamed({
+      tenantId,
+      limit: q.limit + 1,
+      ...(q.sandboxId ? { sandboxId: q.sandboxId } : {}),
+      ...(q.name ? { name: q.name } : {}),
+      ...(q.nextToken ? { after: q.nextToken } : {}),
+    });
+    const items = rows.slice(0, q.limit);
+    return { items, nextToken: rows.length > q.limit ? items[items.length - 1]!.id : null };
+  }
+
+  /**
+   * Deletes a named snapshot of the tenant: the row is marked deleted and the node's local
+   * copy freed (best effort); returns the row (its parts, for the caller to drop from the
+   * blob store). Not found for another tenant's, unknown or already deleted ones.
+   */
+  async deleteNamedSnapshot(tenantId: TenantId, snapshotId: string): Promise<SnapshotRow> {
+    const snap = await this.#snapshots.findNamed(tenantId, snapshotId);
+    if (!snap || snap.id !== snapshotId) throw notFound(`snapshot ${snapshotId} not found`);
+    const [gone] = await this.#snapshots.markDeleted(snap.sandboxId, { snapshotId, purpose: "named" });
+    if (!gone) throw notFound(`snapshot ${snapshotId} not found`);
+    if (gone.nodeId) {
+      await this.#substrate.dropSnapshot(gone.nodeId, gone.id, AbortSignal.timeout(30_000)).catch((e: unknown) =>
+        this.#log.warn({ err: e, snapshotId }, "could not free a node's local snapshot copy"),
+      );
+    }
+    return { ...gone, descriptor: gone.descriptor ?? snap.descriptor };
+  }
+
+  /** A new sandbox (new id) restored from a named snapshot: memory and disk; the caller's metadata and timeout. */
+  async #createFromSnapshot(tenantId: TenantId, snap: SnapshotRow, input: CreateInput): Promise<SandboxRecord> {
+    validateTimeout(input.timeoutSec);
+    const src = await this.#repo.getById(snap.sandboxId as SandboxId);
+    if (!src || src.tenantId !== tenantId) throw notFound(`template '${input.template}' not found`);
+    return this.#forkOne({ ...src, metadata: input.metadata }, snap, input.timeoutSec);
   }
 
   async #forkOne(src: SandboxRecord, snap: SnapshotRow, timeoutSec: number): Promise<SandboxRecord> {

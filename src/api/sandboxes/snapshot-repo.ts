@@ -29,7 +29,7 @@ export interface SnapshotRow {
 
 export interface SnapshotRepo {
   /** A new row in `creating` for one attempt. */
-  begin(input: { sandboxId: string; executionId: string | null; nodeId: string; purpose: SnapshotPurpose; name?: string }): Promise<string>;
+  begin(input: BeginInput): Promise<string>;
   /** Records the node's descriptor: `durable` when its parts are in the blob store, else `local`. */
   finish(id: string, desc: SnapshotDescriptor): Promise<SnapshotRow>;
   fail(id: string, error: string): Promise<void>;
@@ -42,6 +42,31 @@ export interface SnapshotRepo {
   markDeleted(sandboxId: string, filter?: DeleteFilter): Promise<SnapshotRow[]>;
   /** The next execution attempt of a sandbox (pending until its transition to running). */
   newExecution(sandboxId: string, executionId: string): Promise<void>;
+  /**
+   * Restorable named snapshots of a tenant's sandboxes (the tenant of the source sandbox),
+   * newest first; `after` = the id of the last row of the previous page (keyset).
+   */
+  listNamed(q: NamedQuery): Promise<SnapshotRow[]>;
+  /** A restorable named snapshot of the tenant by id or, else, by name (newest); null when none. */
+  findNamed(tenantId: string, idOrName: string): Promise<SnapshotRow | null>;
+}
+
+export interface BeginInput {
+  sandboxId: string;
+  executionId: string | null;
+  nodeId: string;
+  purpose: SnapshotPurpose;
+  name?: string;
+  /** The source sandbox's tenant (the store joins the sandbox row; the memory repo keeps it). */
+  tenantId?: string;
+}
+
+export interface NamedQuery {
+  tenantId: string;
+  sandboxId?: string;
+  name?: string;
+  limit: number;
+  after?: string;
 }
 
 export interface DeleteFilter {
@@ -75,7 +100,7 @@ const toRow = (r: Raw): SnapshotRow => ({
 export class StoreSnapshotRepo implements SnapshotRepo {
   constructor(private readonly db: Db) {}
 
-  async begin(input: { sandboxId: string; executionId: string | null; nodeId: string; purpose: SnapshotPurpose; name?: string }): Promise<string> {
+  async begin(input: BeginInput): Promise<string> {
     const id = newSnapshotId();
     await this.db.transaction(async (tx) => {
       await createSnapshot(tx, { id, sandboxId: input.sandboxId, executionId: input.executionId, nodeId: input.nodeId as NodeId, kind: "full" });
@@ -129,15 +154,45 @@ export class StoreSnapshotRepo implements SnapshotRepo {
   async newExecution(sandboxId: string, executionId: string): Promise<void> {
     await createExecution(this.db, { sandboxId, id: executionId as ExecutionId });
   }
+
+  async listNamed(q: NamedQuery): Promise<SnapshotRow[]> {
+    const rows = await this.db.query<Raw>(
+      `SELECT n.id, n.sandbox_id AS "sandboxId", n.node_id AS "nodeId", n.state, n.purpose, n.name, n.created_at AS "createdAt",
+              n.descriptor, n.wrapped_key AS "wrappedKey"
+         FROM snapshots n JOIN sandboxes s ON s.id = n.sandbox_id
+        WHERE s.tenant_id = $1 AND n.purpose = 'named' AND n.state = ANY($2::text[]) AND n.descriptor IS NOT NULL
+          AND ($3::text IS NULL OR n.sandbox_id = $3) AND ($4::text IS NULL OR n.name = $4)
+          AND ($5::text IS NULL OR (n.created_at, n.id) < (SELECT a.created_at, a.id FROM snapshots a WHERE a.id = $5))
+        ORDER BY n.created_at DESC, n.id DESC LIMIT $6`,
+      [q.tenantId, [...RESTORABLE], q.sandboxId ?? null, q.name ?? null, q.after ?? null, q.limit],
+    );
+    return rows.map(toRow);
+  }
+
+  async findNamed(tenantId: string, idOrName: string): Promise<SnapshotRow | null> {
+    const r = await this.db.maybeOne<Raw>(
+      `SELECT n.id, n.sandbox_id AS "sandboxId", n.node_id AS "nodeId", n.state, n.purpose, n.name, n.created_at AS "createdAt",
+              n.descriptor, n.wrapped_key AS "wrappedKey"
+         FROM snapshots n JOIN sandboxes s ON s.id = n.sandbox_id
+        WHERE s.tenant_id = $1 AND n.purpose = 'named' AND n.state = ANY($2::text[]) AND n.descriptor IS NOT NULL
+          AND (n.id = $3 OR n.name = $3)
+        ORDER BY (n.id = $3) DESC, n.created_at DESC, n.id DESC LIMIT 1`,
+      [tenantId, [...RESTORABLE], idOrName],
+    );
+    return r ? toRow(r) : null;
+  }
 }
 
 export class MemorySnapshotRepo implements SnapshotRepo {
   readonly rows = new Map<string, SnapshotRow>();
   readonly executions: string[] = [];
+  /** Snapshot id → the source sandbox's tenant (given at begin). */
+  readonly #tenants = new Map<string, string>();
   #seq = 0;
 
-  async begin(input: { sandboxId: string; executionId: string | null; nodeId: string; purpose: SnapshotPurpose; name?: string }): Promise<string> {
+  async begin(input: BeginInput): Promise<string> {
     const id = newSnapshotId();
+    if (input.tenantId) this.#tenants.set(id, input.tenantId);
     // Strictly increasing times so `latest` is deterministic within a millisecond.
     this.rows.set(id, { id, sandboxId: input.sandboxId, nodeId: input.nodeId, state: "creating", purpose: input.purpose, name: input.name ?? null, createdAt: new Date(Date.now() + this.#seq++), descriptor: null });
     return id;
@@ -178,5 +233,23 @@ export class MemorySnapshotRepo implements SnapshotRepo {
   }
   async newExecution(_sandboxId: string, executionId: string): Promise<void> {
     this.executions.push(executionId);
+  }
+  #named(tenantId: string): SnapshotRow[] {
+    return [...this.rows.values()]
+      .filter((r) => r.purpose === "named" && this.#tenants.get(r.id) === tenantId && RESTORABLE.includes(r.state) && r.descriptor)
+      .sort((a, b) => b.createdAt.getTime() - a.createdAt.getTime() || (a.id < b.id ? 1 : -1));
+  }
+  async listNamed(q: NamedQuery): Promise<SnapshotRow[]> {
+    let rows = this.#named(q.tenantId).filter((r) => (!q.sandboxId || r.sandboxId === q.sandboxId) && (!q.name || r.name === q.name));
+    if (q.after) {
+      const a = this.rows.get(q.after);
+      if (a) rows = rows.filter((r) => r.createdAt < a.createdAt || (r.createdAt.getTime() === a.createdAt.getTime() && r.id < a.id));
+    }
+    return rows.slice(0, q.limit).map((r) => structuredClone(r));
+  }
+  async findNamed(tenantId: string, idOrName: string): Promise<SnapshotRow | null> {
+    const rows = this.#named(tenantId);
+    const r = rows.find((x) => x.id === idOrName) ?? rows.find((x) => x.name === idOrName);
+    return r ? structuredClone(r) : null;
   }
 }
