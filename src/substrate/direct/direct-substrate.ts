@@ -6,8 +6,9 @@
  * locality, and counts its own in-flight placements so a burst of creates spreads
  * instead of piling on one node. A failed placement says why, per node class.
  */
-import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
-import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
+import { NodeApiSubstrate } from "../node-api-substrate.ts";
+import type { PlacementRequest, SandboxRef, SnapshotDescriptor, Substrate } from "../substrate.ts";
+import type { SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
 import { NodeClient } from "./node-client.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import {
@@ -56,7 +57,7 @@ export interface DirectSubstrateDeps {
   onGate?: (o: GateObservation) => void;
 }
 
-export class DirectSubstrate implements Substrate {
+export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   readonly #nodes: NodeDirectory;
   readonly #token: string;
   readonly #gate: GateMode;
@@ -68,6 +69,7 @@ export class DirectSubstrate implements Substrate {
   readonly #inflight = new Map<string, number>();
 
   constructor(deps: DirectSubstrateDeps) {
+    super();
     this.#nodes = deps.nodes;
     this.#token = deps.internalToken;
     this.#gate = deps.gate ?? "off";
@@ -158,7 +160,7 @@ export class DirectSubstrate implements Substrate {
 
   async start(ref: SandboxRef, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
     try {
-      const client = await this.#client(ref.nodeId, signal);
+      const client = await this.client(ref.nodeId, signal);
       return await client.createSandbox(spec, signal);
     } finally {
       this.#settled(ref.nodeId);
@@ -172,46 +174,19 @@ export class DirectSubstrate implements Substrate {
     else this.#inflight.set(nodeId, n);
   }
 
-  async suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
-    return (await this.#client(ref.nodeId, signal)).suspend(ref.sandboxId, opts, signal);
-  }
-
-  async checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
-    return (await this.#client(ref.nodeId, signal)).checkpoint(ref.sandboxId, opts, signal);
-  }
-
   async restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
     try {
-      const client = await this.#client(ref.nodeId, signal);
+      const client = await this.client(ref.nodeId, signal);
       return await client.restore(spec, snapshot, signal);
     } finally {
       this.#settled(ref.nodeId);
     }
   }
 
-  async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {
-    try {
-      await (await this.#client(nodeId, signal)).dropSnapshot(snapshotId, signal);
-    } catch (e) {
-      if (e instanceof SpaceError && e.code === "not_found") return;
-      throw e;
-    }
-  }
-
-  async pause(ref: SandboxRef, signal: AbortSignal) {
-    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "pause", signal);
-  }
-  async resume(ref: SandboxRef, signal: AbortSignal) {
-    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "resume", signal);
-  }
-  async stop(ref: SandboxRef, signal: AbortSignal) {
-    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "stop", signal);
-  }
-
   async kill(ref: SandboxRef, signal: AbortSignal): Promise<void> {
     let client: NodeClient;
     try {
-      client = await this.#client(ref.nodeId, signal);
+      client = await this.client(ref.nodeId, signal);
     } catch (e) {
       // A node that is gone (deregistered) holds nothing to kill.
       if (e instanceof SpaceError && e.code === "not_found") return;
@@ -220,29 +195,7 @@ export class DirectSubstrate implements Substrate {
     await client.killSandbox(ref.sandboxId, signal);
   }
 
-  async observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null> {
-    try {
-      return await (await this.#client(ref.nodeId, signal)).getSandbox(ref.sandboxId, signal);
-    } catch (e) {
-      if (e instanceof SpaceError && e.code === "not_found") return null;
-      throw e;
-    }
-  }
-
-  async metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics> {
-    return (await this.#client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
-  }
-
-  async setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void> {
-    await (await this.#client(ref.nodeId, signal)).egress(ref.sandboxId, egress, signal);
-  }
-
-  async proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget> {
-    const client = await this.#client(ref.nodeId, signal);
-    return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.proxyHeaders() };
-  }
-
-  async #client(nodeId: string, signal: AbortSignal): Promise<NodeClient> {
+  protected async client(nodeId: string, signal: AbortSignal): Promise<NodeClient> {
     const cached = this.#clients.get(nodeId);
     if (cached) return cached;
     const node = await this.#nodes.get(nodeId, signal);

@@ -12,14 +12,15 @@
  * The failure arm of place/start deletes the pod once; the sandbox service then retires
  * the execution (marks the create failed).
  */
+import { NodeApiSubstrate } from "../node-api-substrate.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
+import type { SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
 import { environmentLabel } from "../../node/templates/environment.ts";
 import { NodeClient } from "../direct/node-client.ts";
 import type { GateObservation } from "../direct/direct-substrate.ts";
 import type { GateMode, GatePlacement } from "../placement.ts";
-import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
+import type { PlacementRequest, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
 import { isNotFound, KubeError, type KubeApi } from "./kube.ts";
 import { EXECUTION_LABEL, NODE_API_ANNOTATION, RESTORE_ANNOTATION, SPEC_ANNOTATION, podNameOf, toLabelValue } from "./names.ts";
 import { renderPod } from "./pod.ts";
@@ -46,7 +47,7 @@ interface NodeObject {
   metadata?: { name?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
 }
 
-export class KubernetesSubstrate implements Substrate {
+export class KubernetesSubstrate extends NodeApiSubstrate implements Substrate {
   readonly #d: Required<Omit<KubernetesSubstrateDeps, "onGate" | "selectorExtras">> & Pick<KubernetesSubstrateDeps, "onGate"> & { selectorExtras: Record<string, string> };
   /** sandbox id → its pod's uid (between place and start). */
   readonly #uids = new Map<string, string>();
@@ -54,6 +55,7 @@ export class KubernetesSubstrate implements Substrate {
   #eventsRefusedWarned = false;
 
   constructor(deps: KubernetesSubstrateDeps) {
+    super();
     this.#d = {
       gate: "off",
       scheduleDeadlineMs: 120_000,
@@ -140,23 +142,10 @@ export class KubernetesSubstrate implements Substrate {
   }
 
   /** Suspend on the node (memory + disk), then the pod goes: the sandbox left its node. */
-  async suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
-    const d = await (await this.#client(ref.nodeId, signal)).suspend(ref.sandboxId, opts, signal);
+  override async suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    const d = await super.suspend(ref, opts, signal);
     await this.#deletePod(ref.sandboxId, undefined, signal);
     return d;
-  }
-
-  async checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
-    return (await this.#client(ref.nodeId, signal)).checkpoint(ref.sandboxId, opts, signal);
-  }
-
-  async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {
-    try {
-      await (await this.#client(nodeId, signal)).dropSnapshot(snapshotId, signal);
-    } catch (e) {
-      if (e instanceof SpaceError && e.code === "not_found") return;
-      throw e;
-    }
   }
 
   async #run(ref: SandboxRef, spec: SandboxSpec, snapshot: SnapshotDescriptor | undefined, signal: AbortSignal): Promise<SandboxStatus> {
@@ -194,7 +183,7 @@ export class KubernetesSubstrate implements Substrate {
         onEventsRefused: (e) => this.#warnEventsRefused(e),
         signal,
       });
-      const client = await this.#client(ref.nodeId, signal);
+      const client = await this.client(ref.nodeId, signal);
       return await client.getSandbox(ref.sandboxId, signal);
     } catch (e) {
       await this.#deletePod(ref.sandboxId, uid);
@@ -202,46 +191,14 @@ export class KubernetesSubstrate implements Substrate {
     }
   }
 
-  async pause(ref: SandboxRef, signal: AbortSignal) {
-    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "pause", signal);
-  }
-  async resume(ref: SandboxRef, signal: AbortSignal) {
-    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "resume", signal);
-  }
-  async stop(ref: SandboxRef, signal: AbortSignal) {
-    return (await this.#client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "stop", signal);
-  }
-
   async kill(ref: SandboxRef, signal: AbortSignal): Promise<void> {
     try {
-      await (await this.#client(ref.nodeId, signal)).killSandbox(ref.sandboxId, signal);
+      await (await this.client(ref.nodeId, signal)).killSandbox(ref.sandboxId, signal);
     } catch (e) {
       // A node that is gone holds nothing to kill; the pod still goes.
       if (!(e instanceof SpaceError && e.code === "not_found")) throw e;
     }
     await this.#deletePod(ref.sandboxId, undefined, signal);
-  }
-
-  async observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null> {
-    try {
-      return await (await this.#client(ref.nodeId, signal)).getSandbox(ref.sandboxId, signal);
-    } catch (e) {
-      if (e instanceof SpaceError && e.code === "not_found") return null;
-      throw e;
-    }
-  }
-
-  async metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics> {
-    return (await this.#client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
-  }
-
-  async setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void> {
-    await (await this.#client(ref.nodeId, signal)).egress(ref.sandboxId, egress, signal);
-  }
-
-  async proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget> {
-    const client = await this.#client(ref.nodeId, signal);
-    return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.proxyHeaders() };
   }
 
   async #createPod(pod: ReturnType<typeof renderPod>["pod"], signal: AbortSignal): Promise<PodObject> {
@@ -300,7 +257,7 @@ export class KubernetesSubstrate implements Substrate {
     );
   }
 
-  async #client(nodeId: string, signal: AbortSignal): Promise<NodeClient> {
+  protected async client(nodeId: string, signal: AbortSignal): Promise<NodeClient> {
     const cached = this.#clients.get(nodeId);
     if (cached && Date.now() - cached.at < 5_000) return cached.client;
     const node = await this.#node(nodeId, signal);

@@ -1,0 +1,65 @@
+/**
+ * The verbs every substrate forwards to the node that runs the sandbox (node-api): once
+ * placed, a sandbox is driven the same way whether SPACE or kube-scheduler chose its
+ * node. Substrates say how to reach a node (`client`) and own placement, start and kill.
+ */
+import type { SandboxEgress, SandboxMetrics, SandboxStatus } from "../node/api/contract.ts";
+import { SpaceError } from "../core/errors.ts";
+import type { NodeClient } from "./direct/node-client.ts";
+import type { ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
+
+export abstract class NodeApiSubstrate {
+  /** node-api of a node; not_found when the node is unknown. */
+  protected abstract client(nodeId: string, signal: AbortSignal): Promise<NodeClient>;
+
+  async suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.client(ref.nodeId, signal)).suspend(ref.sandboxId, opts, signal);
+  }
+
+  async checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.client(ref.nodeId, signal)).checkpoint(ref.sandboxId, opts, signal);
+  }
+
+  async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {
+    try {
+      await (await this.client(nodeId, signal)).dropSnapshot(snapshotId, signal);
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return;
+      throw e;
+    }
+  }
+
+  async pause(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus> {
+    return (await this.client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "pause", signal);
+  }
+
+  async resume(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus> {
+    return (await this.client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "resume", signal);
+  }
+
+  async stop(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus> {
+    return (await this.client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "stop", signal);
+  }
+
+  async observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null> {
+    try {
+      return await (await this.client(ref.nodeId, signal)).getSandbox(ref.sandboxId, signal);
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return null;
+      throw e;
+    }
+  }
+
+  async metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics> {
+    return (await this.client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
+  }
+
+  async setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void> {
+    await (await this.client(ref.nodeId, signal)).egress(ref.sandboxId, egress, signal);
+  }
+
+  async proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget> {
+    const client = await this.client(ref.nodeId, signal);
+    return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.proxyHeaders() };
+  }
+}
