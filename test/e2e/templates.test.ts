@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Sandbox, Template, type ConnectionOpts, type LogEntry } from "e2b";
+import { Sandbox, Template, waitForPort, type ConnectionOpts, type LogEntry } from "e2b";
 import { randomBytes } from "node:crypto";
 import { spawnSync } from "node:child_process";
 import { startStack, type Stack } from "../support/stack.ts";
@@ -102,6 +102,24 @@ describe("templates with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
     assert.ok(tags.every((x) => x.buildId === info.buildId));
     await Template.removeTags("from-base", "prod", opts);
     assert.deepEqual((await Template.getTags(info.templateId, opts)).map((x) => x.tag).sort(), ["default", "v1"]);
+  });
+
+  test("template ENV, WORKDIR and start command apply to sandboxes booted from it", async () => {
+    const t = Template()
+      .fromTemplate("base")
+      .setEnvs({ FOO: "bar", KEEP: "template" })
+      .setWorkdir("/srv")
+      .setStartCmd("python3 -m http.server 8080", waitForPort(8080));
+    await Template.build(t, "start-tpl", opts);
+    const sb = await Sandbox.create("start-tpl", { ...opts, envs: { KEEP: "sandbox" } });
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("echo $FOO $KEEP")).stdout, "bar sandbox\n", "template env under the sandbox's own");
+    assert.equal((await sb.commands.run("pwd")).stdout, "/srv\n");
+    assert.equal((await sb.commands.run("whoami")).stdout, "user\n", "no USER step: the sandbox user stays `user`");
+    // The ready command was waited for: the server answers at once.
+    const code = await sb.commands.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/");
+    assert.equal(code.stdout, "200");
+    await sb.kill();
   });
 
   test("a failing step fails fast with its exit code and output", async () => {

@@ -10,6 +10,7 @@ import { registerCommandRoutes } from "./commands.ts";
 import { registerCommandOutputRoutes } from "./command-output.ts";
 import { registerOperationRoutes } from "./operations.ts";
 import { registerOpenApiRoute } from "./openapi.ts";
+import { registerTemplateRoutes } from "./templates.ts";
 
 export type { NativeDeps };
 
@@ -19,5 +20,6 @@ export function registerNativeRoutes(app: FastifyInstance, deps: NativeDeps): vo
   registerCommandRoutes(app, deps);
   registerCommandOutputRoutes(app, deps);
   registerOperationRoutes(app, deps);
+  registerTemplateRoutes(app, deps);
   registerOpenApiRoute(app);
 }

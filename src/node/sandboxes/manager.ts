@@ -18,6 +18,7 @@ import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy } from "../network/policy
 import type { NetworkSlots } from "../network/slots.ts";
 import { CleanupStack } from "./cleanup-stack.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
+import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoot } from "./template-boot.ts";
 import { canTransition, type NodeState } from "./states.ts";
 
 export interface SandboxManagerOptions {
@@ -34,6 +35,8 @@ export interface SandboxManagerOptions {
   resolvConf?: string;
   pidsLimit?: number;
   envdReadyTimeoutMs?: number;
+  /** Bound on a template's ready command after its start command (default 30 s; past it the sandbox runs anyway). */
+  templateReadyTimeoutMs?: number;
   stopGraceMs?: number;
   logger: Logger;
 }
@@ -256,12 +259,20 @@ export class SandboxManager {
     const t = performance.now();
     if (this.isolated) await this.writeSandboxFiles(s, rootfs);
     await mkdir(this.logsDir, { recursive: true });
+    // A restore brings envd's state and the processes back from memory: nothing to apply.
+    const tb: TemplateBoot = via || !this.o.disks ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
+    const templateEnv = Object.fromEntries(Object.entries(tb.env).filter(([k]) => !k.startsWith("SPACE_ENVD_")));
     const env: Record<string, string> = {
       PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       HOME: "/root",
+      // The template's ENV: defaults under the sandbox's own env vars.
+      ...templateEnv,
       E2B_SANDBOX: "true",
       E2B_SANDBOX_ID: id,
       ...s.spec.envVars,
+      // envd's knobs (not passed on to processes): the template's WORKDIR and USER.
+      ...(tb.workdir ? { SPACE_ENVD_DEFAULT_WORKDIR: tb.workdir } : {}),
+      ...(tb.user ? { SPACE_ENVD_DEFAULT_USER: tb.user } : {}),
     };
     const args = this.isolated ? ENVD_ARGS : [...ENVD_ARGS.slice(0, 3), String(s.envdPort)];
     const run: RunSpec = {
@@ -301,14 +312,33 @@ export class SandboxManager {
     if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
       await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
     }
+    if (tb.startCmd) {
+      const tStart = performance.now();
+      await startTemplateCommand(s.address, s.envdPort, s.spec.accessToken, tb.startCmd, signal).catch((e: unknown) => {
+        throw new SpaceError("failed_precondition", `the template's start command could not be started: ${e instanceof Error ? e.message : String(e)}`);
+      });
+      if (tb.readyCmd) {
+        await waitTemplateReady(s.address, s.envdPort, s.spec.accessToken, tb.readyCmd, {
+          deadlineMs: this.o.templateReadyTimeoutMs ?? 30_000,
+          signal,
+          logger: this.o.logger,
+          sandboxId: id,
+        });
+      }
+      timings.startCmdMs = ms(tStart);
+    }
   }
 
-  /** POST /init to envd (env vars, access token), as E2B's orchestrator does. */
+  /**
+   * POST /init to envd (env vars, access token), as E2B's orchestrator does. The default
+   * user and workdir are envd's own (from its boot knobs: `user`, or the template's), and
+   * a restored envd keeps its state, so /init leaves them alone.
+   */
   private async initEnvd(s: Live, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<void> {
     const status = await httpStatusOf(s.address, s.envdPort, "/init", {
       method: "POST",
       timeoutMs: 5000,
-      body: JSON.stringify({ ...body, defaultUser: "user", timestamp: new Date().toISOString() }),
+      body: JSON.stringify({ ...body, timestamp: new Date().toISOString() }),
       headers: { "content-type": "application/json", ...(s.spec.accessToken ? { "x-access-token": s.spec.accessToken } : {}) },
     });
     if (status >= 300 && status !== 404) throw new SpaceError("unavailable", `envd /init of ${s.spec.sandboxId} answered ${status}`);

@@ -56,6 +56,11 @@ export interface BuiltTemplateInfo extends TemplateInfo {
   env: Record<string, string>;
   workdir: string;
   user: string;
+  /**
+   * The sandbox's default user: set only by a USER step of this recipe or of the template
+   * it builds on (steps run as root by default; sandboxes keep `user` unless told).
+   */
+  defaultUser?: string;
   startCmd?: string;
   readyCmd?: string;
 }
@@ -551,6 +556,10 @@ export class TemplateBuilder {
       rootfsSizeMib = Number(du.stdout.split(/\s+/)[0]) || 1;
     }
     const digest = `sha256:${sha256(`${key}\0finalize\0${r.recipe.startCmd ?? ""}\0${r.recipe.readyCmd ?? ""}`)}`;
+    let defaultUser = r.recipe.steps.flatMap((s) => (s.type === "USER" ? [s.user] : [])).at(-1);
+    if (!defaultUser && r.recipe.from.kind === "template") {
+      defaultUser = ((await this.o.disks.templateInfo(r.recipe.from.name)) as BuiltTemplateInfo | undefined)?.defaultUser;
+    }
     const info: BuiltTemplateInfo = {
       name: r.name,
       rootfsSizeMib,
@@ -562,6 +571,7 @@ export class TemplateBuilder {
       env: config.env,
       workdir: config.workdir,
       user: config.user,
+      ...(defaultUser ? { defaultUser } : {}),
       ...(r.recipe.startCmd ? { startCmd: r.recipe.startCmd } : {}),
       ...(r.recipe.readyCmd ? { readyCmd: r.recipe.readyCmd } : {}),
     };
