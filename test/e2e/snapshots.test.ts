@@ -16,11 +16,14 @@ import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-c
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
 
-const COUNTER = `import time
+// Written by rename, so a reader never sees the file truncated mid-write.
+const COUNTER = `import os, time
 i = 0
 while True:
     i += 1
-    open('/home/user/counter', 'w').write(str(i))
+    with open('/home/user/counter.tmp', 'w') as f:
+        f.write(str(i))
+    os.replace('/home/user/counter.tmp', '/home/user/counter')
     time.sleep(0.05)
 `;
 
