@@ -342,7 +342,7 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
     assert.equal((await admin("POST", `/nodes/${b.id}/ready`, {})).body.status, "ready");
     assert.equal(await nodeOf(sb.sandboxId), a.id, "created on node A");
     await sb.files.write("/home/user/evac.txt", mark);
-    await sb.commands.run(`nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /home/user/n; sleep 0.1; done' >/dev/null 2>&1 &`);
+    await sb.commands.run(`nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /home/user/n.tmp; mv -f /home/user/n.tmp /home/user/n; sleep 0.1; done' >/dev/null 2>&1 &`);
     await new Promise((r) => setTimeout(r, 500));
     const before = Number((await sb.files.read("/home/user/n")).trim());
     assert.ok(before > 0, `the loop runs (${before})`);

@@ -64,7 +64,9 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
 
   it("suspend: memory + disk captured, parts durable and checksummed, node freed", async () => {
     await a.agent.manager!.create(s, AbortSignal.timeout(120_000));
-    const py = "import time\ni = 0\nwhile True:\n    i += 1\n    open('/home/user/counter', 'w').write(str(i))\n    time.sleep(0.05)\n";
+    // Written by rename, so a reader never sees the file truncated mid-write.
+    const py =
+      "import os, time\ni = 0\nwhile True:\n    i += 1\n    with open('/home/user/counter.tmp', 'w') as f:\n        f.write(str(i))\n    os.replace('/home/user/counter.tmp', '/home/user/counter')\n    time.sleep(0.05)\n";
     await writeFile(join(a.agent.disks!.sandboxRoot(id), "home/user/count.py"), py);
     const started = await sh(a, id, `nohup python3 /home/user/count.py >/dev/null 2>&1 & echo ${MARKER} > /home/user/note.txt`);
     assert.equal(started.exitCode, 0, started.stderr);
