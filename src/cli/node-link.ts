@@ -10,7 +10,7 @@ import { heartbeatNode, registerNode } from "../store/nodes.ts";
 import { listSandboxesOnNode } from "../store/sandboxes.ts";
 import { VERSION } from "../core/version.ts";
 
-export function storePublisher(db: Db, address: () => string, nodeGroup: string) {
+export function storePublisher(db: Db, address: () => string, nodeGroup: string, labels: Record<string, string>) {
   let registered = false;
   return async (inv: NodeInventory): Promise<void> => {
     const published = {
@@ -33,6 +33,7 @@ export function storePublisher(db: Db, address: () => string, nodeGroup: string)
       name: inv.name,
       address: address(),
       nodeGroup,
+      labels,
       substrate: "direct",
       version: VERSION,
       ...published,

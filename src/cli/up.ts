@@ -13,6 +13,7 @@ import { controllerLoops, startController } from "./controller.ts";
 import { createNodeAgent } from "../node/agent.ts";
 import { hostScopeOf } from "../node/ctl/standalone.ts";
 import { storePublisher, wantedOnNode } from "./node-link.ts";
+import { parseSelector } from "../substrate/placement.ts";
 import type { ControlPlane } from "./processes.ts";
 
 export async function runUp(config: Config): Promise<() => Promise<void>> {
@@ -66,7 +67,7 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
 async function startLocalNode(cp: ControlPlane) {
   const { config } = cp;
   let url = config.SPACE_NODE_ADVERTISE_URL || `http://${config.SPACE_NODE_HOST}:${config.SPACE_NODE_PORT}`;
-  const publish = storePublisher(cp.db, () => url, config.SPACE_NODE_GROUP);
+  const publish = storePublisher(cp.db, () => url, config.SPACE_NODE_GROUP, parseSelector(config.SPACE_NODE_LABELS));
   const agent = createNodeAgent(config, cp.log, {
     internalToken: cp.internalToken,
     publish,
