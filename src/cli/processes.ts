@@ -79,6 +79,7 @@ export async function openControlPlane(
         gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
         selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
         onGate: census.onGate,
+        overcommit: { vcpu: config.SPACE_PLACEMENT_VCPU_OVERCOMMIT, memory: config.SPACE_PLACEMENT_MEMORY_OVERCOMMIT },
       },
       ...(config.SPACE_SUBSTRATE === "kubernetes" ? { substrate: await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate) } : {}),
     });

@@ -76,6 +76,8 @@ const vars = {
   SPACE_NODE_VETH_PREFIX: [z.string().regex(/^$|^[a-z][a-z0-9]{0,3}$/, "1-4 lowercase letters/digits"), "", "host scope: prefix of the node's veth names; empty = vs"],
   SPACE_NODE_CGROUP_PARENT: [z.string().regex(/^$|^[a-z][a-z0-9_.-]{0,62}$/, "a cgroup directory name"), "", "host scope: the node's cgroup parent; empty = space"],
   SPACE_NODE_RUNTIME_STATE_DIR: [z.string(), "", "host scope: runc/crun state dir (the node reclaims every container listed there); empty = /run/space/runc"],
+  SPACE_PLACEMENT_VCPU_OVERCOMMIT: [int(1, 64), "8", "vCPUs placed per host CPU (idle sandboxes use almost none)"],
+  SPACE_PLACEMENT_MEMORY_OVERCOMMIT: [int(1, 8), "2", "memory placed per MiB of host memory"],
   SPACE_PLACEMENT_NODE_SELECTOR: [z.string().regex(/^$|^[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*(,[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*)*$/, "key=value,key2=value2"), "", "node selector extras every sandbox must match (added to each create's own selector)"],
   SPACE_RUNTIME: [oneOf(["runc", "crun", "process"] as const), "runc", "sandbox runtime; `process` isolates nothing"],
   SPACE_NODE_BTRFS_PATH: [z.string(), "", "existing btrfs mount for the node cache; empty = a loop image under the node dir"],
