@@ -1,39 +1,45 @@
 /**
- * Time to first command (TTFC): SDK `Sandbox.create()` → first `commands.run('echo hi')`
- * completes. Median and p99 over N sequential creates and M concurrent ones.
+ * Time to first command with and without a warm pool, in one run on one stack:
+ * SDK `Sandbox.create()` → first `commands.run('echo hi')` done. Median and p99 over N
+ * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
+ * waited full before each phase), and the cold/warm ratio.
  *
- *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--json]
+ *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--size 50] [--json]
  *
- * Targets E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY when set; otherwise starts the
- * real stack (`space up` in a temp data dir) and stops it afterwards. Sandboxes are
- * killed after each sample (not timed).
+ * Targets E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY / SPACE_ADMIN_TOKEN when set;
+ * otherwise starts the real stack (`space up` in a temp data dir). Sandboxes are killed
+ * after each sample (not timed). A warm sample that missed the pool is counted (`cold`).
  */
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
-import { startStack, type Stack } from "../test/support/stack.ts";
+import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
 
-interface Sample {
-  createMs: number;
-  ttfcMs: number;
-}
-
-export function percentile(sorted: readonly number[], p: number): number {
+/** Nearest-rank percentile. */
+function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return NaN;
   const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return sorted[i]!;
 }
 
-function summarize(name: string, samples: Sample[], wallMs: number) {
+interface Sample {
+  createMs: number;
+  ttfcMs: number;
+  /** Sequential warm samples: whether the create adopted (adoption counter moved). */
+  adopted?: boolean;
+}
+
+function summarize(name: string, samples: Sample[], wallMs: number, failed: number, extra: Record<string, number> = {}) {
   const ttfc = samples.map((s) => s.ttfcMs).sort((a, b) => a - b);
   const create = samples.map((s) => s.createMs).sort((a, b) => a - b);
   return {
     name,
     n: samples.length,
-    ttfcMedianMs: Math.round(percentile(ttfc, 50)),
-    ttfcP99Ms: Math.round(percentile(ttfc, 99)),
-    ttfcMaxMs: Math.round(ttfc[ttfc.length - 1] ?? NaN),
-    createMedianMs: Math.round(percentile(create, 50)),
+    ttfcMedianMs: Math.round(percentile(ttfc, 50) * 10) / 10,
+    ttfcP99Ms: Math.round(percentile(ttfc, 99) * 10) / 10,
+    createMedianMs: Math.round(percentile(create, 50) * 10) / 10,
     wallMs: Math.round(wallMs),
+    failed,
+    ...extra,
   };
 }
 
@@ -42,6 +48,7 @@ async function main() {
     options: {
       sequential: { type: "string", default: "50" },
       concurrent: { type: "string", default: "20" },
+      size: { type: "string", default: "50" },
       json: { type: "boolean", default: false },
     },
   });
@@ -49,11 +56,30 @@ async function main() {
   let apiUrl = process.env.E2B_API_URL;
   let sandboxUrl = process.env.E2B_SANDBOX_URL;
   let apiKey = process.env.E2B_API_KEY;
-  if (!apiUrl || !sandboxUrl || !apiKey) {
-    stack = await startStack();
-    ({ apiUrl, sandboxUrl, apiKey } = stack);
+  let adminToken = process.env.SPACE_ADMIN_TOKEN;
+  if (!apiUrl || !sandboxUrl || !apiKey || !adminToken) {
+    // 1 vCPU sandboxes so pool + adopted + refills fit a small machine (members count against capacity).
+    stack = await startStack({ env: { SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1" } });
+    ({ apiUrl, sandboxUrl, apiKey, adminToken } = stack);
   }
   const opts = { apiUrl, sandboxUrl, apiKey, requestTimeoutMs: 300_000 };
+  const admin = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${apiUrl}/admin/api/v1${path}`, {
+      method,
+      headers: { authorization: `Bearer ${adminToken}`, ...(body ? { "content-type": "application/json" } : {}) },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    if (!res.ok && res.status !== 404) throw new Error(`admin ${method} ${path}: ${res.status} ${await res.text()}`);
+    return res.status === 204 || res.status === 404 ? null : ((await res.json()) as { members?: Array<{ state: string }> });
+  };
+  const ready = async () => ((await admin("GET", "/warm-pools/base"))?.members ?? []).filter((m) => m.state === "ready").length;
+  const adoptions = async () => {
+    const text = await (await fetch(`${apiUrl}/metrics`)).text();
+    return text
+      .split("\n")
+      .filter((l) => l.startsWith("space_warm_pool_adoptions_total{"))
+      .reduce((a, l) => a + Number(l.split(" ").pop()), 0);
+  };
 
   const one = async (): Promise<Sample> => {
     const t0 = performance.now();
@@ -67,44 +93,76 @@ async function main() {
       await sb.kill().catch(() => {});
     }
   };
+  const sequential = async (n: number, track = false) => {
+    const out: Sample[] = [];
+    let failed = 0;
+    const w0 = performance.now();
+    for (let i = 0; i < n; i++) {
+      try {
+        const a = track ? await adoptions() : 0;
+        const sample = await one();
+        if (track) sample.adopted = (await adoptions()) > a;
+        out.push(sample);
+      } catch (e) {
+        failed++;
+        process.stderr.write(`sequential sample ${i} failed: ${String(e).slice(0, 300)}\n`);
+      }
+    }
+    return { out, failed, wallMs: performance.now() - w0 };
+  };
+  const concurrent = async (n: number) => {
+    const w0 = performance.now();
+    const settled = await Promise.allSettled(Array.from({ length: n }, () => one()));
+    for (const r of settled) if (r.status === "rejected") process.stderr.write(`concurrent sample failed: ${String(r.reason).slice(0, 300)}\n`);
+    const out = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+    return { out, failed: n - out.length, wallMs: performance.now() - w0 };
+  };
 
+  const nSeq = Number(values.sequential);
+  const nConc = Number(values.concurrent);
+  const size = Number(values.size);
+  const results: Array<ReturnType<typeof summarize>> = [];
   try {
+    await admin("DELETE", "/warm-pools/base");
     await one(); // warm-up (template cache, JIT), not counted
-    const results = [];
-    const nSeq = Number(values.sequential);
-    if (nSeq > 0) {
-      const seq: Sample[] = [];
-      let failed = 0;
-      const w0 = performance.now();
-      for (let i = 0; i < nSeq; i++) {
-        try {
-          seq.push(await one());
-        } catch (e) {
-          failed++;
-          process.stderr.write(`sequential sample ${i} failed: ${String(e).slice(0, 300)}\n`);
-        }
-      }
-      results.push({ ...summarize(`sequential x${nSeq}`, seq, performance.now() - w0), failed });
-    }
-    const nConc = Number(values.concurrent);
-    if (nConc > 0) {
-      const w0 = performance.now();
-      const settled = await Promise.allSettled(Array.from({ length: nConc }, () => one()));
-      const conc = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
-      for (const r of settled) if (r.status === "rejected") process.stderr.write(`concurrent sample failed: ${String(r.reason).slice(0, 300)}\n`);
-      results.push({ ...summarize(`concurrent x${nConc}`, conc, performance.now() - w0), failed: nConc - conc.length });
-    }
-    if (values.json) process.stdout.write(JSON.stringify({ bench: "ttfc", warmPool: false, results }, null, 2) + "\n");
-    else {
-      process.stdout.write("TTFC: Sandbox.create → first commands.run('echo hi') (cold, no warm pool)\n");
-      for (const r of results) {
-        process.stdout.write(
-          `  ${r.name.padEnd(16)} median ${r.ttfcMedianMs} ms  p99 ${r.ttfcP99Ms} ms  max ${r.ttfcMaxMs} ms  (create median ${r.createMedianMs} ms, wall ${r.wallMs} ms, failed ${r.failed})\n`,
-        );
-      }
-    }
+    const cs = await sequential(nSeq);
+    results.push(summarize(`cold sequential x${nSeq}`, cs.out, cs.wallMs, cs.failed));
+    const cc = await concurrent(nConc);
+    results.push(summarize(`cold concurrent x${nConc}`, cc.out, cc.wallMs, cc.failed));
+
+    await admin("PUT", "/warm-pools/base", { size });
+    await waitFor(async () => (await ready()) >= Math.min(size, nSeq), `warm pool of ${size} full`, 15 * 60_000, 500);
+    await one(); // warm-up of the adoption path
+    await waitFor(async () => (await ready()) >= Math.min(size, nSeq), `warm pool of ${size} full`, 15 * 60_000, 500);
+    let a0 = await adoptions();
+    const ws = await sequential(nSeq, true);
+    results.push(summarize(`warm sequential x${nSeq}`, ws.out, ws.wallMs, ws.failed, { adopted: (await adoptions()) - a0 }));
+    const adoptedOnly = ws.out.filter((x) => x.adopted);
+    results.push(summarize(`  of which adopted`, adoptedOnly, ws.wallMs, 0));
+    await waitFor(async () => (await ready()) >= Math.min(size, nConc), `warm pool refilled`, 15 * 60_000, 500);
+    a0 = await adoptions();
+    const wc = await concurrent(nConc);
+    results.push(summarize(`warm concurrent x${nConc}`, wc.out, wc.wallMs, wc.failed, { adopted: (await adoptions()) - a0 }));
+    await admin("DELETE", "/warm-pools/base");
   } finally {
     await stack?.stop();
+  }
+  const ratio = (cold: string, warm: string) => {
+    const c = results.find((r) => r.name.startsWith(cold))!;
+    const w = results.find((r) => r.name.startsWith(warm))!;
+    return Math.round((c.ttfcMedianMs / w.ttfcMedianMs) * 10) / 10;
+  };
+  const ratios = { sequentialMedian: ratio("cold sequential", "warm sequential"), concurrentMedian: ratio("cold concurrent", "warm concurrent") };
+  if (values.json) process.stdout.write(JSON.stringify({ bench: "ttfc", results, coldOverWarm: ratios }, null, 2) + "\n");
+  else {
+    process.stdout.write("TTFC: Sandbox.create → first commands.run('echo hi'), cold vs warm pool (same stack)\n");
+    for (const r of results) {
+      const adopted = "adopted" in r ? `, adopted ${String((r as { adopted: number }).adopted)}/${r.n}` : "";
+      process.stdout.write(
+        `  ${r.name.padEnd(24)} median ${r.ttfcMedianMs} ms  p99 ${r.ttfcP99Ms} ms  (create median ${r.createMedianMs} ms, wall ${r.wallMs} ms, failed ${r.failed}${adopted})\n`,
+      );
+    }
+    process.stdout.write(`  cold/warm median: sequential ${ratios.sequentialMedian}x, concurrent ${ratios.concurrentMedian}x\n`);
   }
 }
 
