@@ -59,7 +59,10 @@ async function main() {
   let adminToken = process.env.SPACE_ADMIN_TOKEN;
   if (!apiUrl || !sandboxUrl || !apiKey || !adminToken) {
     // 1 vCPU sandboxes so pool + adopted + refills fit a small machine (members count against capacity).
-    stack = await startStack({ env: { SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1" } });
+    // 20 concurrent creates plus a full pool exceed this 2-core node at the default 8x vCPU overcommit.
+    stack = await startStack({
+      env: { SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1", SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32" },
+    });
     ({ apiUrl, sandboxUrl, apiKey, adminToken } = stack);
   }
   const opts = { apiUrl, sandboxUrl, apiKey, requestTimeoutMs: 300_000 };
