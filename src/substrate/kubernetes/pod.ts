@@ -13,7 +13,8 @@
  */
 import { SpaceError } from "../../core/errors.ts";
 import { environmentLabel } from "../../node/templates/environment.ts";
-import type { EnvironmentBinding, GateMode } from "../placement.ts";
+import type { GateMode } from "../placement.ts";
+import type { PlacementRequest } from "../substrate.ts";
 import {
   ENVIRONMENT_ANNOTATION,
   NETWORK_SLOTS,
@@ -60,18 +61,9 @@ export interface PodRendered {
   spec: PodSpecRendered;
 }
 
-export interface PodRenderInput {
+/** What placement asks for, rendered as a Pod (a pin becomes a shortlist of one). */
+export interface PodRenderInput extends Omit<PlacementRequest, "pinnedNodeId"> {
   namespace: string;
-  sandboxId: string;
-  templateId: string;
-  vcpu: number;
-  memoryMib: number;
-  diskMib: number;
-  /** Only nodes of this group (node label `space.dev/node-group`). */
-  nodeGroup?: string;
-  /** The request's selector plus the operator's extras (every pair a node label). */
-  nodeSelector?: Record<string, string>;
-  environment?: EnvironmentBinding;
   /**
    * Nodes (Node names) the work may go to, one required term each (a restore's
    * shortlist; a pinned restore is a shortlist of one). Absent = any node.
