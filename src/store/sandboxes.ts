@@ -301,7 +301,27 @@ export async function transitionSandbox(
   const sets = ["state = $3", "generation = generation + 1", "updated_at = now()", ...setClause({ ...patch }, PATCHABLE, params)];
   if (to === "killed" && patch.killedAt === undefined) sets.push("killed_at = coalesce(killed_at, now())");
   if (to === "running" && patch.startedAt === undefined) sets.push("started_at = coalesce(started_at, now())");
-  const where = ["id = $1", "state = ANY($2::text[])"];
+  return guardedUpdate(q, id, sets, params, ["id = $1", "state = ANY($2::text[])"], opts, (cur) =>
+    opts.generation !== undefined && cur.generation !== opts.generation && froms.includes(cur.state)
+      ? `sandbox ${id} changed concurrently (generation ${cur.generation}, expected ${opts.generation})`
+      : `sandbox ${id} is ${cur.state}, cannot move to ${to} (allowed from ${froms.join(", ")})`,
+  );
+}
+
+/**
+ * The one guarded UPDATE behind transitions and patches: adds the generation and tenant
+ * guards, and when no row matched says why — not_found, or failed_precondition with
+ * `refusal(current row)` as the message.
+ */
+async function guardedUpdate(
+  q: Queryable,
+  id: string,
+  sets: readonly string[],
+  params: unknown[],
+  where: string[],
+  opts: TransitionOptions,
+  refusal: (cur: Sandbox) => string,
+): Promise<Sandbox> {
   if (opts.generation !== undefined) {
     params.push(opts.generation);
     where.push(`generation = $${params.length}`);
@@ -314,13 +334,7 @@ export async function transitionSandbox(
   if (row) return row;
   const cur = await findSandbox(q, id, opts.tenantId);
   if (!cur) throw new SpaceError("not_found", `sandbox ${id} not found`);
-  throw new SpaceError(
-    "failed_precondition",
-    opts.generation !== undefined && cur.generation !== opts.generation && froms.includes(cur.state)
-      ? `sandbox ${id} changed concurrently (generation ${cur.generation}, expected ${opts.generation})`
-      : `sandbox ${id} is ${cur.state}, cannot move to ${to} (allowed from ${froms.join(", ")})`,
-    { details: { state: cur.state, generation: cur.generation } },
-  );
+  throw new SpaceError("failed_precondition", refusal(cur), { details: { state: cur.state, generation: cur.generation } });
 }
 
 /**
@@ -340,21 +354,7 @@ export async function patchSandbox(
     params.push([...opts.inStates]);
     where.push(`state = ANY($${params.length}::text[])`);
   }
-  if (opts.generation !== undefined) {
-    params.push(opts.generation);
-    where.push(`generation = $${params.length}`);
-  }
-  if (opts.tenantId !== undefined) {
-    params.push(opts.tenantId);
-    where.push(`tenant_id = $${params.length}`);
-  }
-  const row = await q.maybeOne<Sandbox>(`UPDATE sandboxes SET ${sets.join(", ")} WHERE ${where.join(" AND ")} RETURNING ${COLS}`, params);
-  if (row) return row;
-  const cur = await findSandbox(q, id, opts.tenantId);
-  if (!cur) throw new SpaceError("not_found", `sandbox ${id} not found`);
-  throw new SpaceError("failed_precondition", `sandbox ${id} is ${cur.state} (generation ${cur.generation}); cannot change it now`, {
-    details: { state: cur.state, generation: cur.generation },
-  });
+  return guardedUpdate(q, id, sets, params, where, opts, (cur) => `sandbox ${id} is ${cur.state} (generation ${cur.generation}); cannot change it now`);
 }
 
 /** Sandboxes whose end time passed while running or paused (the controller's timeout sweep). */
