@@ -6,6 +6,7 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
+import { isIpv4, isIpv4Cidr } from "../node/network/policy.ts";
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -31,6 +32,19 @@ const bool = () =>
 const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
   z.enum(values, { message: `one of ${values.join("|")} (case-sensitive)` });
 const url = () => z.string().regex(/^$|^https?:\/\/[^\s/]+(\/[^\s]*)?$/, "an http(s) URL such as http://127.0.0.1:3000, or empty");
+/** A comma-separated list of IPv4 addresses / CIDRs (empty = none), parsed to an array. */
+const cidrList = () =>
+  z
+    .string()
+    .refine((v) => v.trim() === "" || v.split(",").every((x) => isIpv4Cidr(x.trim())), "a comma-separated list of IPv4 addresses or CIDRs such as 10.0.0.5,192.168.0.0/16, or empty")
+    .transform((v) => v.split(",").map((x) => x.trim()).filter(Boolean));
+/** `ip` or `ip:port` of a DNS server (empty = none). */
+const dnsServer = () =>
+  z.string().refine((v) => {
+    if (v === "") return true;
+    const [host, port, extra] = v.split(":");
+    return extra === undefined && !!host && isIpv4(host) && (port === undefined || (/^\d{1,5}$/.test(port) && Number(port) >= 1 && Number(port) <= 65535));
+  }, "an IPv4 address with an optional port such as 10.0.0.2 or 10.0.0.2:5353, or empty");
 const path = () => z.string().min(1, "a non-empty path");
 
 /** Every SPACE_* variable: [schema, default (as the string a user would type), what it is]. */
@@ -85,6 +99,9 @@ const vars = {
   SPACE_NODE_DISK_RESERVE_MIB: [int(0, 10_000_000), "8192", "disk kept free by admission"],
   SPACE_NODE_SLOT_CIDR: [z.string().regex(/^\d+\.\d+\.\d+\.\d+\/\d+$/, "a CIDR such as 10.200.0.0/16"), "10.200.0.0/16", "sandbox address range"],
   SPACE_NODE_MAX_SLOTS: [int(1, 60_000), "300", "max network slots (advertised capacity)"],
+  SPACE_NODE_DNS_UPSTREAM: [dnsServer(), "", "where the node resolver forwards sandboxes' DNS queries (ip or ip:port); empty = the first nameserver of /etc/resolv.conf"],
+  SPACE_NODE_GUARDRAILS: [cidrList(), "", "extra destinations no sandbox may reach whatever its policy (e.g. the control plane, the machine network), comma-separated IPv4/CIDRs"],
+  SPACE_NODE_GUARDRAIL_EXCEPTIONS: [cidrList(), "", "destinations exempt from the platform guardrails (then judged by each sandbox's policy like any other), comma-separated IPv4/CIDRs; e.g. a metadata service the operator wants reachable"],
   SPACE_NODE_NETWORK_POOL_TARGET: [int(0, 10_000), "0", "warm network slots to keep"],
   SPACE_NODE_NETWORK_POOL_RETAIN_READY: [int(0, 10_000), "0", "released slots kept ready for reuse"],
   SPACE_NODE_NETWORK_POOL_MIN_READY: [int(0, 10_000), "0", "slots below which the pool reports unhealthy"],

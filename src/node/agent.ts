@@ -23,7 +23,7 @@ import { startHeartbeat } from "./ctl/heartbeat.ts";
 import { ensureNodeId } from "./ctl/node-id.ts";
 import { Disks } from "./disk/disks.ts";
 import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./disk/node-cache.ts";
-import { NodeResolver, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
+import { NodeResolver, upstreamFromConfig, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
 import { LinuxNetworkSlots } from "./network/slots.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
 import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
@@ -214,6 +214,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
               retainReady: config.SPACE_NODE_NETWORK_POOL_RETAIN_READY,
               minReady: config.SPACE_NODE_NETWORK_POOL_MIN_READY,
             },
+            guardrails: config.SPACE_NODE_GUARDRAILS,
+            guardrailExceptions: config.SPACE_NODE_GUARDRAIL_EXCEPTIONS,
             logger: log,
           });
         }
@@ -236,7 +238,11 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         await m.reconcile(signal, wanted);
         if (slots) {
           await slots.init((owner) => m.keepsSlot(owner), signal);
-          const upstream = deps.dnsUpstream ?? upstreamFromResolvConf(await readFile("/etc/resolv.conf", "utf8").catch(() => "")) ?? { host: "127.0.0.53", port: 53 };
+          const upstream =
+            deps.dnsUpstream ??
+            upstreamFromConfig(config.SPACE_NODE_DNS_UPSTREAM) ??
+            upstreamFromResolvConf(await readFile("/etc/resolv.conf", "utf8").catch(() => "")) ??
+            { host: "127.0.0.53", port: 53 };
           resolver = new NodeResolver({ listen: slots.range.gateway, upstream, binder: slots, logger: log });
           await resolver.start();
         }

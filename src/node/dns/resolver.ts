@@ -1,7 +1,8 @@
 /**
  * The per-node DNS resolver sandboxes must use (nft.ts rejects DNS to anything else): it
- * listens on the bridge address, port 53, UDP and TCP, forwards each query to the host's
- * upstream (first nameserver of /etc/resolv.conf) over the same transport, and before
+ * listens on the bridge address, port 53, UDP and TCP, forwards each query to its upstream
+ * (SPACE_NODE_DNS_UPSTREAM, else the first nameserver of /etc/resolv.conf) over the same
+ * transport, and before
  * answering hands the A records to the binder, which adds them to the asking sandbox's
  * domain-rule sets for their TTL. So a connection made with the answer finds its
  * address already allowed; a name no rule matches binds nothing (its addresses stay
@@ -43,6 +44,13 @@ export function upstreamFromResolvConf(text: string): Upstream | undefined {
     if (m) return { host: m[1]!, port: 53 };
   }
   return undefined;
+}
+
+/** `SPACE_NODE_DNS_UPSTREAM` (`ip` or `ip:port`, validated by the config schema); empty = none. */
+export function upstreamFromConfig(value: string): Upstream | undefined {
+  if (!value) return undefined;
+  const [host, port] = value.split(":");
+  return { host: host!, port: port ? Number(port) : 53 };
 }
 
 const REFUSED = 5;
