@@ -17,13 +17,10 @@
  * still frozen, so disk and memory are of the same instant. A failed suspend thaws the
  * container and leaves it running (never half).
  */
-import { createHash } from "node:crypto";
-import { createReadStream, createWriteStream } from "node:fs";
+import { createReadStream } from "node:fs";
 import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { PassThrough, Readable, Transform } from "node:stream";
-import { pipeline } from "node:stream/promises";
+import type { Readable } from "node:stream";
 import type { BlobStore } from "../../blob/blob-store.ts";
 import { decryptStream, encryptStream, newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
 import { exec } from "../../core/exec.ts";
@@ -33,6 +30,7 @@ import { checkpointerFor, writeMeta, type CheckpointMeta, type Checkpointer } fr
 import type { Runtime } from "../../runtime/runtime.ts";
 import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
 import * as btrfs from "../disk/btrfs.ts";
+import { downloadVerified, pipeInto, spawnStream } from "../disk/send-stream.ts";
 import type { Disks } from "../disk/disks.ts";
 import { exists } from "../disk/node-cache.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
@@ -326,25 +324,7 @@ export class NodeSnapshots {
 
   /** Downloads a part to `file`, refusing it when its sha256 or size differs from the descriptor. */
   private async download(part: SnapshotPartInfo, file: string, signal: AbortSignal): Promise<void> {
-    const src = await this.o.blob!.get(part.key, signal);
-    const hash = createHash("sha256");
-    let size = 0;
-    const tap = new Transform({
-      transform(chunk: Buffer, _e, cb) {
-        hash.update(chunk);
-        size += chunk.length;
-        cb(null, chunk);
-      },
-    });
-    await pipeline(src, tap, createWriteStream(file), { signal });
-    const sha = hash.digest("hex");
-    if (sha !== part.sha256 || size !== part.sizeBytes) {
-      throw new SpaceError(
-        "failed_precondition",
-        `snapshot part ${part.key} fails its checksum (sha256 ${sha.slice(0, 12)}…, ${size} bytes; expected ${part.sha256.slice(0, 12)}…, ${part.sizeBytes} bytes): refusing the corrupted stream`,
-        { details: { key: part.key, reason: "checksum_mismatch" } },
-      );
-    }
+    await downloadVerified(this.o.blob!, part, file, signal);
   }
 
   private async findParent(uuid: string): Promise<string | undefined> {
@@ -412,43 +392,6 @@ export async function identity(path: string): Promise<string> {
   const u = /^\s*UUID:\s+(\S+)/m.exec(r.stdout)?.[1];
   if (!u) throw new SpaceError("internal", `no UUID in btrfs subvolume show ${path}`);
   return u;
-}
-
-function spawnStream(argv: string[], signal: AbortSignal): { stdout: NodeJS.ReadableStream; done: Promise<void> } {
-  const child = spawn(argv[0]!, argv.slice(1), { stdio: ["ignore", "pipe", "pipe"], signal });
-  let err = "";
-  child.stderr!.on("data", (b: Buffer) => (err += b.toString()).length > 4000 && (err = err.slice(-4000)));
-  const done = new Promise<void>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("close", (code) => (code === 0 ? resolve() : reject(new SpaceError("internal", `${argv.slice(0, 2).join(" ")} exited ${code}: ${err.trim().slice(-800)}`))));
-  });
-  const out = new PassThrough();
-  child.stdout!.pipe(out);
-  return { stdout: out, done };
-}
-
-async function pipeInto(src: NodeJS.ReadableStream, argv: string[], signal: AbortSignal): Promise<void> {
-  const child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "ignore", "pipe"], signal });
-  let err = "";
-  child.stderr!.on("data", (b: Buffer) => (err += b.toString()).length > 4000 && (err = err.slice(-4000)));
-  const closed = new Promise<number | null>((resolve, reject) => {
-    child.on("error", reject);
-    child.on("close", resolve);
-  });
-  try {
-    await pipeline(src, child.stdin!);
-  } catch (e) {
-    // tar stops reading at its end-of-archive blocks and may leave record padding unread:
-    // an early close of stdin by a consumer that then exits 0 is success (the bytes were
-    // already checked against the descriptor's sha256 before unpacking).
-    const code = await Promise.race([closed.catch(() => -1), new Promise<number>((r) => setTimeout(() => r(-2), 5000))]);
-    if (code === 0) return;
-    child.kill("SIGKILL");
-    await closed.catch(() => undefined);
-    throw SpaceError.from(e);
-  }
-  const code = await closed;
-  if (code !== 0) throw new SpaceError("failed_precondition", `${argv.slice(0, 2).join(" ")} refused the stream (exit ${code}): ${err.trim().slice(-800)}`);
 }
 
 const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;
