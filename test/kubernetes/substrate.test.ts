@@ -90,8 +90,9 @@ function substrate(kube: KubeApi, gate: "off" | "shadow" | "on" = "off", deadlin
   return new KubernetesSubstrate({ kube, namespace: "space-sandboxes", internalToken: TOKEN, gate, scheduleDeadlineMs: deadlineMs, readinessDeadlineMs: deadlineMs, log });
 }
 
+const ACCESS_TOKEN = "envd-token-must-not-sit-on-the-pod-0123456789";
 const spec = (sandboxId: string, diskMib = 1024): SandboxSpec =>
-  ({ sandboxId, executionId: `ex_${sandboxId}`, template: "base", vcpu: 1, memoryMib: 256, diskMib, envVars: {}, allowInternetAccess: true }) as SandboxSpec;
+  ({ sandboxId, executionId: `ex_${sandboxId}`, template: "base", vcpu: 1, memoryMib: 256, diskMib, envVars: { SECRET_ENV: "s3cr3t-env-value" }, accessToken: ACCESS_TOKEN, allowInternetAccess: true }) as SandboxSpec;
 const req = (sandboxId: string) => ({ sandboxId, templateId: "base", vcpu: 1, memoryMib: 256, diskMib: 1024 });
 
 async function nodeLabels(): Promise<Record<string, string>> {
@@ -132,25 +133,38 @@ after(async () => {
   await cluster?.stop();
 });
 
-test("a sandbox pod is placed by kube-scheduler on the virtual node and runs (IP, Ready)", { skip }, async () => {
+test("a sandbox pod is placed by kube-scheduler on the virtual node and runs (IP, Ready); its envd token is in a Secret it owns, not on the pod", { skip }, async () => {
   const s = substrate(cluster.kube);
   const t0 = Date.now();
-  const ref = await s.place(req("k8srun1"), AbortSignal.timeout(30_000));
+  const ref = await s.place(req("k8srun10000000000000"), AbortSignal.timeout(30_000));
   assert.equal(ref.nodeId, NODE);
-  const st = await s.start(ref, spec("k8srun1"), AbortSignal.timeout(30_000));
-  assert.equal(st.sandboxId, "k8srun1");
+  const st = await s.start(ref, spec("k8srun10000000000000"), AbortSignal.timeout(30_000));
+  assert.equal(st.sandboxId, "k8srun10000000000000");
   const pod = await cluster.kube.request<{ spec: { nodeName: string }; status: { podIP: string; phase: string; conditions: Array<{ type: string; status: string }> } }>(
     "GET",
-    `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8srun1")}`,
+    `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8srun10000000000000")}`,
   );
   assert.equal(pod.spec.nodeName, NODE);
   assert.equal(pod.status.phase, "Running");
   assert.equal(pod.status.podIP, st.address);
   assert.ok(pod.status.conditions.some((c) => c.type === "Ready" && c.status === "True"));
   process.stdout.write(`# kubernetes create (API → pod bound → ready): ${Date.now() - t0} ms\n`);
+  // The envd token and env vars live in a Secret owned by the pod, never on the pod.
+  const podJson = JSON.stringify(await cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8srun10000000000000")}`));
+  assert.ok(!podJson.includes(ACCESS_TOKEN) && !podJson.includes("s3cr3t-env-value"), podJson);
+  const podObj = JSON.parse(podJson) as { metadata: { uid: string; annotations: Record<string, string> } };
+  const secretName = podObj.metadata.annotations["space.dev/sandbox-spec-secret"]!;
+  const secret = await cluster.kube.request<{ type: string; metadata: { ownerReferences: Array<{ kind: string; uid: string }> }; data: Record<string, string> }>(
+    "GET",
+    `/api/v1/namespaces/space-sandboxes/secrets/${secretName}`,
+  );
+  assert.equal(secret.type, "space.dev/sandbox-spec");
+  assert.deepEqual(secret.metadata.ownerReferences.map((o) => [o.kind, o.uid]), [["Pod", podObj.metadata.uid]]);
+  assert.equal((JSON.parse(Buffer.from(secret.data.spec!, "base64").toString()) as SandboxSpec).accessToken, ACCESS_TOKEN);
   await s.kill(ref, AbortSignal.timeout(30_000));
-  assert.equal(sandboxes.has("k8srun1"), false);
-  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8srun1")}`), (e: { status?: number }) => e.status === 404);
+  assert.equal(sandboxes.has("k8srun10000000000000"), false);
+  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8srun10000000000000")}`), (e: { status?: number }) => e.status === 404);
+  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/secrets/${secretName}`), (e: { status?: number }) => e.status === 404, "the secret goes with the pod");
 });
 
 test("disk below the rootfs: 400 within seconds via the event watch (every event read a watch from RV 0 for that UID); the pod is deleted", { skip }, async () => {
@@ -158,9 +172,9 @@ test("disk below the rootfs: 400 within seconds via the event watch (every event
   const s = substrate(rec.kube);
   refusal = new SpaceError("invalid_argument", "rootfs_size_mb=300 is smaller than cloned rootfs size 451 MiB");
   try {
-    const ref = await s.place(req("k8sdisk1"), AbortSignal.timeout(30_000));
+    const ref = await s.place(req("k8sdisk1000000000000"), AbortSignal.timeout(30_000));
     const t0 = Date.now();
-    await assert.rejects(s.start(ref, spec("k8sdisk1", 300), AbortSignal.timeout(60_000)), (e: SpaceError) => {
+    await assert.rejects(s.start(ref, spec("k8sdisk1000000000000", 300), AbortSignal.timeout(60_000)), (e: SpaceError) => {
       assert.equal(e.code, "invalid_argument");
       assert.match(e.message, /rootfs_size_mb=300 is smaller than cloned rootfs size 451 MiB/);
       return true;
@@ -178,7 +192,7 @@ test("disk below the rootfs: 400 within seconds via the event watch (every event
     assert.match(w.query.fieldSelector!, /^involvedObject\.uid=[0-9a-f-]{36},reason=FailedCreatePodSandBox$/);
   }
   await waitFor(
-    () => cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8sdisk1")}`).then(() => undefined, (e: { status?: number }) => e.status === 404 || undefined),
+    () => cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8sdisk1000000000000")}`).then(() => undefined, (e: { status?: number }) => e.status === 404 || undefined),
     "the refused pod deleted",
     10_000,
   );
@@ -221,17 +235,17 @@ test("node labels by server-side apply: stopped labels disappear, empty removes 
 test("gate on: a pod requiring an environment no node publishes stays unscheduled (deleted at the deadline); pinned restore → 409 before any pod", { skip }, async () => {
   const s = substrate(cluster.kube, "on", 3000);
   await assert.rejects(
-    s.place({ ...req("k8senv1"), environment: { kind: "bound", environment: ENV_B, source: "test" } }, AbortSignal.timeout(30_000)),
+    s.place({ ...req("k8senv10000000000000"), environment: { kind: "bound", environment: ENV_B, source: "test" } }, AbortSignal.timeout(30_000)),
     (e: SpaceError) => e.code === "deadline_exceeded",
   );
-  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8senv1")}`), (e: { status?: number }) => e.status === 404);
+  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8senv10000000000000")}`), (e: { status?: number }) => e.status === 404);
   // The node publishes ENV_A: a bound pod lands there.
-  const ref = await substrate(cluster.kube, "on").place({ ...req("k8senv2"), environment: { kind: "bound", environment: ENV_A, source: "test" } }, AbortSignal.timeout(30_000));
+  const ref = await substrate(cluster.kube, "on").place({ ...req("k8senv20000000000000"), environment: { kind: "bound", environment: ENV_A, source: "test" } }, AbortSignal.timeout(30_000));
   assert.equal(ref.nodeId, NODE);
   await s.kill(ref, AbortSignal.timeout(10_000));
   await assert.rejects(
-    s.place({ ...req("k8senv3"), pinnedNodeId: NODE, environment: { kind: "bound", environment: ENV_B, source: "test" } }, AbortSignal.timeout(10_000)),
+    s.place({ ...req("k8senv30000000000000"), pinnedNodeId: NODE, environment: { kind: "bound", environment: ENV_B, source: "test" } }, AbortSignal.timeout(10_000)),
     (e: SpaceError) => e.code === "failed_precondition" && /drain the node/.test(e.message),
   );
-  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8senv3")}`), (e: { status?: number }) => e.status === 404);
+  await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8senv30000000000000")}`), (e: { status?: number }) => e.status === 404);
 });

@@ -7,8 +7,9 @@
  *   labels    re-applied with every inventory: labels it stops sending disappear, an
  *             inventory that cannot be read changes nothing
  *   pods      a watch on pods bound to this node (from RV "0", re-opened a second after
- *             it ends): a pod with its spec annotation is run with the agent's manager
- *             (or restored from the snapshot annotation); its status gets phase Running,
+ *             it ends): a pod naming its spec Secret (owned by the pod; it holds the
+ *             envd token) is run with the agent's manager (or restored from the
+ *             snapshot descriptor in that Secret); its status gets phase Running,
  *             podIP = the sandbox's address and Ready. A refusal becomes a
  *             `FailedCreatePodSandBox` Event with `[space-err=<Code>]`; retryable codes
  *             are retried with backoff as kubelet does, others fail the pod.
@@ -18,7 +19,9 @@
 import { randomBytes } from "node:crypto";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
+import { ZodError } from "zod";
+import { SandboxSpec as SandboxSpecSchema, type SandboxSpec, type SandboxStatus } from "../api/contract.ts";
+import { SnapshotDescriptor as SnapshotDescriptorSchema, type SnapshotDescriptorWire as SnapshotDescriptor } from "../snapshots/contract.ts";
 import type { NodeAgent } from "../agent.ts";
 import type { KubeApi, WatchEvent } from "../../substrate/kubernetes/kube.ts";
 import { isNotFound, markerCodeOf } from "../../substrate/kubernetes/kube.ts";
@@ -26,8 +29,10 @@ import {
   KUBELET_COMPONENT,
   NODE_CTL_FIELD_MANAGER,
   REFUSAL_REASON,
-  RESTORE_ANNOTATION,
-  SPEC_ANNOTATION,
+  RESTORE_SECRET_KEY,
+  SANDBOX_ID_ANNOTATION,
+  SPEC_SECRET_ANNOTATION,
+  SPEC_SECRET_KEY,
   refusalMarker,
 } from "../../substrate/kubernetes/names.ts";
 import type { PodObject } from "../../substrate/kubernetes/wait.ts";
@@ -167,36 +172,63 @@ export class VirtualKubelet {
       }
       return;
     }
-    const specJson = pod.metadata?.annotations?.[SPEC_ANNOTATION];
-    if (!specJson || this.#runs.has(uid)) return;
-    this.#runs.set(uid, this.#run(pod, specJson));
+    const secretName = pod.metadata?.annotations?.[SPEC_SECRET_ANNOTATION];
+    if (!secretName || this.#runs.has(uid)) return;
+    this.#runs.set(uid, this.#run(pod, secretName));
   }
 
-  async #run(pod: PodObject & { metadata?: { namespace?: string } }, specJson: string): Promise<void> {
+  /**
+   * The pod's spec (and restore descriptor) from the Secret it names. A Secret owned by
+   * another pod is an earlier execution's, about to be replaced: unavailable (retried).
+   */
+  async #readSpec(pod: PodObject & { metadata?: { namespace?: string } }, secretName: string): Promise<{ spec: SandboxSpec; snapshot?: SnapshotDescriptor }> {
+    const ns = pod.metadata?.namespace ?? "default";
+    let secret: SecretObject;
+    try {
+      secret = await this.#d.kube.request<SecretObject>("GET", `/api/v1/namespaces/${enc(ns)}/secrets/${enc(secretName)}`, {
+        signal: AbortSignal.any([this.#stop.signal, AbortSignal.timeout(30_000)]),
+      });
+    } catch (e) {
+      throw new SpaceError("unavailable", `cannot read the pod's spec secret ${ns}/${secretName}: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!secret.metadata?.ownerReferences?.some((o) => o.kind === "Pod" && o.uid === pod.metadata?.uid)) {
+      throw new SpaceError("unavailable", `secret ${ns}/${secretName} is not owned by pod ${pod.metadata?.name} (${pod.metadata?.uid})`);
+    }
+    const field = (key: string) => {
+      const b64 = secret.data?.[key];
+      return b64 === undefined ? undefined : Buffer.from(b64, "base64").toString("utf8");
+    };
+    const specJson = field(SPEC_SECRET_KEY);
+    const snapJson = field(RESTORE_SECRET_KEY);
+    try {
+      if (specJson === undefined) throw new Error(`no '${SPEC_SECRET_KEY}' key`);
+      const spec = SandboxSpecSchema.parse(JSON.parse(specJson));
+      return { spec, ...(snapJson !== undefined ? { snapshot: SnapshotDescriptorSchema.parse(JSON.parse(snapJson)) } : {}) };
+    } catch (e) {
+      // The message names what is wrong, never the values (the Secret holds the envd token).
+      const why = e instanceof ZodError ? e.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ") : e instanceof Error ? e.message : String(e);
+      throw new SpaceError("invalid_argument", `secret ${ns}/${secretName} holds no valid sandbox spec: ${why}`);
+    }
+  }
+
+  async #run(pod: PodObject & { metadata?: { namespace?: string } }, secretName: string): Promise<void> {
     const uid = pod.metadata!.uid!;
     const log = this.#d.log.child({ pod: pod.metadata?.name });
-    let spec: SandboxSpec;
-    try {
-      spec = JSON.parse(specJson) as SandboxSpec;
-    } catch {
-      await this.#refuse(pod, new SpaceError("invalid_argument", "the pod's sandbox spec annotation is not JSON"), true);
-      return;
-    }
-    this.#sandboxOf.set(uid, spec.sandboxId);
-    const snapJson = pod.metadata?.annotations?.[RESTORE_ANNOTATION];
     const maxRetries = this.#d.maxRetries ?? 3;
     for (let attempt = 0; !this.#stop.signal.aborted; attempt++) {
       try {
+        const { spec, snapshot } = await this.#readSpec(pod, secretName);
+        this.#sandboxOf.set(uid, spec.sandboxId);
         const manager = this.#d.agent.manager;
         if (!manager) throw new SpaceError("unavailable", "the node agent is still starting");
         const existing = manager.list().find((s) => s.sandboxId === spec.sandboxId);
         const signal = AbortSignal.any([this.#stop.signal, AbortSignal.timeout(300_000)]);
         let st: SandboxStatus;
         if (existing) st = existing; // adopted after a restart, or already run
-        else if (snapJson) {
+        else if (snapshot) {
           const snaps = this.#d.agent.snapshots;
           if (!snaps) throw new SpaceError("failed_precondition", "this node cannot restore memory snapshots (runc + CRIU only)");
-          st = await snaps.restore(spec, JSON.parse(snapJson) as Parameters<typeof snaps.restore>[1], signal);
+          st = await snaps.restore(spec, snapshot, signal);
         } else st = await manager.create(spec, signal);
         await this.#writeRunning(pod, st);
         log.info({ sandboxId: spec.sandboxId, address: st.address }, "pod running");
@@ -268,7 +300,7 @@ export class VirtualKubelet {
   async #retire(pod: PodObject & { metadata?: { namespace?: string } }, sandboxId: string | undefined, finalize: boolean): Promise<void> {
     const uid = pod.metadata?.uid ?? "";
     await this.#runs.get(uid)?.catch(() => {});
-    const id = sandboxId ?? specSandboxId(pod);
+    const id = sandboxId ?? pod.metadata?.annotations?.[SANDBOX_ID_ANNOTATION];
     const manager = this.#d.agent.manager;
     if (id && manager?.list().some((s) => s.sandboxId === id)) {
       await manager.kill(id, AbortSignal.timeout(60_000)).catch((e: unknown) => this.#d.log.warn({ sandboxId: id, err: e }, "kill for a deleted pod failed"));
@@ -285,13 +317,9 @@ export class VirtualKubelet {
   }
 }
 
-function specSandboxId(pod: PodObject): string | undefined {
-  try {
-    const s = pod.metadata?.annotations?.[SPEC_ANNOTATION];
-    return s ? (JSON.parse(s) as SandboxSpec).sandboxId : undefined;
-  } catch {
-    return undefined;
-  }
+interface SecretObject {
+  metadata?: { ownerReferences?: Array<{ kind?: string; uid?: string }> };
+  data?: Record<string, string>;
 }
 
 const podPath = (pod: PodObject & { metadata?: { namespace?: string } }) =>

@@ -4,7 +4,8 @@
  * plays kubelet: it runs the sandbox and reports the pod's IP and readiness.
  *
  *   place  = create the Pod, wait (watch) until the scheduler binds it → the node's id
- *   start  = hand the node the SandboxSpec (pod annotation), wait (watch) for the pod's
+ *   start  = hand the node the SandboxSpec (a Secret owned by the pod, named by a pod
+ *            annotation: the envd token never sits on the pod), wait (watch) for the pod's
  *            IP and Ready while watching its FailedCreatePodSandBox events (./wait.ts)
  *   kill   = the node kills the sandbox; the pod is deleted (absent = ok)
  *   others = node-api of the pod's node (its URL is a Node annotation), as on Direct
@@ -21,8 +22,19 @@ import { NodeClient } from "../direct/node-client.ts";
 import type { GateObservation } from "../direct/direct-substrate.ts";
 import type { GateMode, GatePlacement } from "../placement.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
-import { isNotFound, KubeError, type KubeApi } from "./kube.ts";
-import { EXECUTION_LABEL, NODE_API_ANNOTATION, RESTORE_ANNOTATION, SPEC_ANNOTATION, podNameOf, toLabelValue } from "./names.ts";
+import { isConflict, isNotFound, KubeError, type KubeApi } from "./kube.ts";
+import {
+  EXECUTION_LABEL,
+  NODE_API_ANNOTATION,
+  POD_MANAGED_BY,
+  RESTORE_SECRET_KEY,
+  SANDBOX_LABEL,
+  SPEC_SECRET_ANNOTATION,
+  SPEC_SECRET_KEY,
+  SPEC_SECRET_TYPE,
+  podNameOf,
+  toLabelValue,
+} from "./names.ts";
 import { renderPod } from "./pod.ts";
 import { waitForPod, type PodObject } from "./wait.ts";
 
@@ -136,7 +148,7 @@ export class KubernetesSubstrate extends NodeApiSubstrate implements Substrate {
     return this.#run(ref, spec, undefined, signal);
   }
 
-  /** The node restores `snapshot` for the pod `place` created (annotation beside the spec). */
+  /** The node restores `snapshot` for the pod `place` created (in the Secret beside the spec). */
   restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
     return this.#run(ref, spec, snapshot, signal);
   }
@@ -153,17 +165,20 @@ export class KubernetesSubstrate extends NodeApiSubstrate implements Substrate {
     const name = podNameOf(ref.sandboxId);
     const uid = this.#uids.get(ref.sandboxId);
     this.#uids.delete(ref.sandboxId);
+    const podPath = `/api/v1/namespaces/${enc(namespace)}/pods/${enc(name)}`;
     try {
-      // The node runs the pod once it carries its spec (the scheduler has bound it already).
-      const patched = await kube.request<PodObject>("PATCH", `/api/v1/namespaces/${enc(namespace)}/pods/${enc(name)}`, {
+      // The spec (envd token, env vars) and a restore's descriptor go in a Secret owned by
+      // the pod (garbage-collected with it; also deleted with it here); the pod names it.
+      const ownerUid = uid ?? (await kube.request<PodObject>("GET", podPath, { signal })).metadata?.uid;
+      if (!ownerUid) throw new SpaceError("unavailable", `pod ${namespace}/${name} has no uid`);
+      await this.#putSpecSecret(name, ownerUid, spec, snapshot, signal);
+      // The node runs the pod once it names its Secret (the scheduler has bound it already).
+      const patched = await kube.request<PodObject>("PATCH", podPath, {
         body: {
           metadata: {
-            ...(uid ? { uid } : {}),
+            uid: ownerUid,
             labels: { [EXECUTION_LABEL]: toLabelValue(spec.executionId) },
-            annotations: {
-              [SPEC_ANNOTATION]: JSON.stringify(spec),
-              ...(snapshot ? { [RESTORE_ANNOTATION]: JSON.stringify(snapshot) } : {}),
-            },
+            annotations: { [SPEC_SECRET_ANNOTATION]: name },
           },
         },
         patch: "merge",
@@ -215,16 +230,57 @@ export class KubernetesSubstrate extends NodeApiSubstrate implements Substrate {
     }
   }
 
-  /** Deletes the sandbox's pod now (grace 0: the node already killed or never ran it). Absent = ok. */
-  async #deletePod(sandboxId: string, uid: string | undefined, signal?: AbortSignal, name = podNameOf(sandboxId)): Promise<void> {
+  /** The pod's spec Secret (created, or replaced when an earlier execution left one), owned by the pod. */
+  async #putSpecSecret(name: string, podUid: string, spec: SandboxSpec, snapshot: SnapshotDescriptor | undefined, signal: AbortSignal): Promise<void> {
+    const path = `/api/v1/namespaces/${enc(this.#d.namespace)}/secrets`;
+    const body = {
+      apiVersion: "v1",
+      kind: "Secret",
+      type: SPEC_SECRET_TYPE,
+      metadata: {
+        name,
+        namespace: this.#d.namespace,
+        labels: { ...POD_MANAGED_BY, [SANDBOX_LABEL]: toLabelValue(spec.sandboxId) },
+        ownerReferences: [{ apiVersion: "v1", kind: "Pod", name, uid: podUid }],
+      },
+      stringData: {
+        [SPEC_SECRET_KEY]: JSON.stringify(spec),
+        ...(snapshot ? { [RESTORE_SECRET_KEY]: JSON.stringify(snapshot) } : {}),
+      },
+    };
     try {
-      await this.#d.kube.request("DELETE", `/api/v1/namespaces/${enc(this.#d.namespace)}/pods/${enc(name)}`, {
-        body: { kind: "DeleteOptions", apiVersion: "v1", gracePeriodSeconds: 0, ...(uid ? { preconditions: { uid } } : {}) },
-        signal: signal ?? AbortSignal.timeout(30_000),
-      });
+      await this.#d.kube.request("POST", path, { body, signal });
     } catch (e) {
-      if (isNotFound(e) || (e instanceof KubeError && e.status === 409)) return; // gone, or already another pod
-      this.#d.log.warn({ sandboxId, err: e }, "deleting the sandbox pod failed");
+      if (!isConflict(e)) throw toSpaceError(e, `create secret ${name}`);
+      await this.#d.kube.request("PUT", `${path}/${enc(name)}`, { body, signal }).catch((e2: unknown) => {
+        throw toSpaceError(e2, `replace secret ${name}`);
+      });
+    }
+  }
+
+  /**
+   * Deletes the sandbox's pod now (grace 0: the node already killed or never ran it) and
+   * then its spec Secret. Absent = ok; another pod of that name (uid mismatch) is left alone.
+   */
+  async #deletePod(sandboxId: string, uid: string | undefined, signal?: AbortSignal, name = podNameOf(sandboxId)): Promise<void> {
+    const ns = enc(this.#d.namespace);
+    const opts = (preconditions?: { uid: string }) => ({
+      body: { kind: "DeleteOptions", apiVersion: "v1", gracePeriodSeconds: 0, ...(preconditions ? { preconditions } : {}) },
+      signal: signal ?? AbortSignal.timeout(30_000),
+    });
+    try {
+      await this.#d.kube.request("DELETE", `/api/v1/namespaces/${ns}/pods/${enc(name)}`, opts(uid ? { uid } : undefined));
+    } catch (e) {
+      if (isConflict(e)) return; // already another pod: its Secret is its own
+      if (!isNotFound(e)) {
+        this.#d.log.warn({ sandboxId, err: e }, "deleting the sandbox pod failed");
+        return;
+      }
+    }
+    try {
+      await this.#d.kube.request("DELETE", `/api/v1/namespaces/${ns}/secrets/${enc(name)}`, opts());
+    } catch (e) {
+      if (!isNotFound(e)) this.#d.log.warn({ sandboxId, err: e }, "deleting the sandbox pod's secret failed");
     }
   }
 

@@ -33,11 +33,17 @@ export const SANDBOX_ID_ANNOTATION = "space.dev/sandbox-id";
 export const TEMPLATE_ANNOTATION = "space.dev/template";
 /** Shadow and on: the environment the work is bound to (a digest). */
 export const ENVIRONMENT_ANNOTATION = "space.dev/environment";
-/** The SandboxSpec (JSON) the node runs; set by `start` once the pod is bound. */
-export const SPEC_ANNOTATION = "space.dev/sandbox-spec";
-
-/** Restores: the snapshot descriptor (JSON) the node restores the sandbox from. */
-export const RESTORE_ANNOTATION = "space.dev/restore-snapshot";
+/**
+ * The name of the Secret holding what the node runs (the SandboxSpec, with the envd
+ * token and env vars, and for restores the snapshot descriptor); set by `start` once the
+ * pod is bound. The pod itself never carries them.
+ */
+export const SPEC_SECRET_ANNOTATION = "space.dev/sandbox-spec-secret";
+/** Keys of that Secret. */
+export const SPEC_SECRET_KEY = "spec";
+export const RESTORE_SECRET_KEY = "restore-snapshot";
+/** `type` of that Secret. */
+export const SPEC_SECRET_TYPE = "space.dev/sandbox-spec";
 
 /** The Event reason a node records when it refuses to run a pod (as kubelet does). */
 export const REFUSAL_REASON = "FailedCreatePodSandBox";
