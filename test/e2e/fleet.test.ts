@@ -15,13 +15,14 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { Sandbox } from "e2b";
 import { freePort, removeDataDir, waitFor } from "../support/stack.ts";
+import { runSpace, type SpaceProcess } from "../support/space-process.ts";
 import { freshDb, postgresSkipReason, type TestDb } from "../support/db.ts";
 
 const skip: string | false =
@@ -33,57 +34,6 @@ const ADMIN = `adm_${randomBytes(12).toString("hex")}`;
 const INTERNAL = `int_${randomBytes(12).toString("hex")}`;
 const RUN = randomBytes(3).toString("hex");
 
-interface Proc {
-  child: ChildProcess;
-  out(): string;
-  stop(signal?: NodeJS.Signals): Promise<void>;
-  waitFor(text: string, timeoutMs: number): Promise<void>;
-}
-
-function baseEnv(): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env))
-    if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) env[k] = v;
-  return env;
-}
-
-function run(args: string[], env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, [resolve("bin/space.mjs"), ...args], {
-    env: { ...baseEnv(), ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let out = "";
-  const append = (b: Buffer) => {
-    out += b.toString("utf8");
-    if (out.length > 1_000_000) out = out.slice(-500_000);
-  };
-  child.stdout!.on("data", append);
-  child.stderr!.on("data", append);
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
-  return {
-    child,
-    out: () => out,
-    async stop(signal = "SIGTERM") {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill(signal);
-      const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
-      await exited;
-      clearTimeout(t);
-    },
-    async waitFor(text, timeoutMs) {
-      await waitFor(
-        () => {
-          if (child.exitCode !== null) throw new Error(`exited ${child.exitCode}:\n${out.slice(-3000)}`);
-          return out.includes(text);
-        },
-        `'${text}' from space ${args.join(" ")}:\n${out.slice(-2000)}`,
-        timeoutMs,
-        100,
-      );
-    },
-  };
-}
-
 interface FleetNode {
   key: "a" | "b";
   group: string;
@@ -91,14 +41,14 @@ interface FleetNode {
   dataDir: string;
   stateDir: string;
   env: Record<string, string>;
-  proc?: Proc;
+  proc?: SpaceProcess;
   id?: string;
 }
 
 describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () => {
   let db: TestDb;
-  let api: Proc;
-  let controller: Proc;
+  let api: SpaceProcess;
+  let controller: SpaceProcess;
   let apiUrl = "";
   let gatewayUrl = "";
   let apiKey = "";
@@ -132,7 +82,7 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
     (await db.db.one<{ nodeId: string }>(`SELECT node_id AS "nodeId" FROM sandboxes WHERE id = $1`, [sandboxId])).nodeId;
 
   function startNode(n: FleetNode) {
-    n.proc = run(["node"], n.env);
+    n.proc = runSpace(["node"], n.env);
     return n.proc.waitFor("is up at", 150_000);
   }
 
@@ -150,13 +100,13 @@ describe("direct fleet: two standalone nodes", { skip, timeout: 180_000 }, () =>
       SPACE_NODE_HEARTBEAT_MS: "1000",
       SPACE_NODE_HEARTBEAT_GRACE_MS: "4000",
     };
-    api = run(["api"], {
+    api = runSpace(["api"], {
       ...common,
       SPACE_DATA_DIR: ctlDir,
       SPACE_API_PORT: String(apiPort),
       SPACE_GATEWAY_PORT: String(gwPort),
     });
-    controller = run(["controller"], { ...common, SPACE_DATA_DIR: ctlDir });
+    controller = runSpace(["controller"], { ...common, SPACE_DATA_DIR: ctlDir });
     await api.waitFor("api listening", 60_000);
     await controller.waitFor("controller elected leader", 60_000);
     const tenant = await admin("POST", "/tenants", { name: `fleet-${RUN}` });

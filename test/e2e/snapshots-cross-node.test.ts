@@ -1,0 +1,192 @@
+/**
+ * suspend_restore_cross_node_from_object_storage through the control plane: `space up`
+ * (node A, in-process) plus a second standalone `space node` (node B) on this machine with
+ * its own data dir, node cache and host scope. The two share nothing but the blob store
+ * (B's SPACE_BLOB_URL is A's `<data dir>/blobs`) and the cluster key.
+ *
+ * ECW (e2b SDK): a sandbox on A with a file, an env var and a counting process is paused
+ * (suspend); A is drained, so `connect` restores it on B, whose cache never held the
+ * snapshot or A's template: B fetches the encrypted parts and pulls the parent template
+ * from the blob store (btrfs_send_restore_pulls_parent_template). Native: the same from B
+ * back to A. Files, env and process memory survive both moves; no blob holds the
+ * plaintext of a marker written in the sandboxes. Needs root.
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox, type ConnectionOpts } from "e2b";
+import { freePort, hostScopeFor, removeDataDir, startStack, type Stack } from "../support/stack.ts";
+import { runSpace, type SpaceProcess } from "../support/space-process.ts";
+import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-client.ts";
+
+const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
+const RUN = randomBytes(3).toString("hex");
+const KEY = randomBytes(32).toString("hex");
+const INTERNAL = `int_${randomBytes(12).toString("hex")}`;
+const MARKER = `xnode-marker-${randomBytes(6).toString("hex")}`;
+const LOOP = `nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /home/user/n.tmp; mv -f /home/user/n.tmp /home/user/n; sleep 0.1; done' >/dev/null 2>&1 &`;
+
+describe(
+  "cross-node suspend/restore through the control plane (space up + a standalone node)",
+  { skip, timeout: 10 * 60_000 },
+  () => {
+    let stack: Stack;
+    let opts: ConnectionOpts & { sandboxUrl: string };
+    let nodeB: SpaceProcess | undefined;
+    const bDir = mkdtempSync(join(tmpdir(), "space-xnode-b-"));
+    const bScope = hostScopeFor(bDir);
+    const ids = { a: "", b: "" };
+    const created: string[] = [];
+
+    const admin = async (method: string, path: string, body?: unknown) => {
+      const r = await fetch(`${stack.apiUrl}/admin/api/v1${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${stack.adminToken}`,
+          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await r.text();
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON bodies read field by field in assertions
+      return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, any> };
+    };
+    /** Only `on` takes new work: the other node is gently drained (residents stay). */
+    const only = async (on: "a" | "b") => {
+      const off = on === "a" ? "b" : "a";
+      assert.equal((await admin("POST", `/nodes/${ids[on]}/ready`, {})).body.status, "ready");
+      assert.equal((await admin("POST", `/nodes/${ids[off]}/drain`, { mode: "gentle" })).body.status, "draining");
+    };
+    const runcList = (stateDir: string) => spawnSync("runc", ["--root", stateDir, "list", "-q"], { encoding: "utf8" }).stdout;
+    const stateDirA = () => join(stack.dataDir, "runc");
+    const localSnapshots = (nodeDir: string) => {
+      const dir = join(nodeDir, "snapshots");
+      return existsSync(dir) ? readdirSync(dir).filter((n) => n.startsWith("sn_")) : [];
+    };
+
+    before(async () => {
+      stack = await startStack({
+        env: {
+          SPACE_INTERNAL_TOKEN: INTERNAL,
+          SPACE_ENCRYPTION_KEY: KEY,
+          SPACE_NODE_NAME: `xnode-a-${RUN}`,
+          SPACE_NODE_HEARTBEAT_MS: "1000",
+        },
+      });
+      opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 300_000 };
+      nodeB = runSpace(["node"], {
+        ...bScope,
+        SPACE_DATA_DIR: bDir,
+        SPACE_INTERNAL_TOKEN: INTERNAL,
+        SPACE_ENCRYPTION_KEY: KEY,
+        SPACE_BLOB_URL: join(stack.dataDir, "blobs"),
+        SPACE_LOG_LEVEL: "info",
+        SPACE_NODE_CONTROL_URL: stack.apiUrl,
+        SPACE_NODE_PORT: String(await freePort()),
+        SPACE_NODE_NAME: `xnode-b-${RUN}`,
+        SPACE_NODE_HEARTBEAT_MS: "1000",
+        SPACE_NODE_MAX_SLOTS: "20",
+        SPACE_NODE_BTRFS_IMAGE_GIB: "8",
+      });
+      await nodeB.waitFor("is up at", 150_000);
+      const nodes = (await admin("GET", "/nodes")).body.nodes as { id: string; name: string; status: string }[];
+      ids.a = nodes.find((n) => n.name === `xnode-a-${RUN}`)?.id ?? "";
+      ids.b = nodes.find((n) => n.name === `xnode-b-${RUN}`)?.id ?? "";
+      assert.ok(ids.a && ids.b, `both nodes registered: ${JSON.stringify(nodes)}`);
+    });
+
+    after(async () => {
+      await Promise.allSettled(created.map((id) => Sandbox.kill(id, opts)));
+      await nodeB?.stop();
+      await stack?.stop();
+      spawnSync("ip", ["link", "del", bScope.SPACE_NODE_BRIDGE!]);
+      for (const family of ["inet", "bridge"]) spawnSync("nft", ["delete", "table", family, bScope.SPACE_NODE_NFT_TABLE!]);
+      removeDataDir(bDir);
+    });
+
+    test("ECW: paused on node A, connect restores on node B from the blob store (parent template pulled); file, env and memory survive", async () => {
+      await only("a");
+      const sb = await Sandbox.create({ ...opts, envs: { XNODE_MARK: MARKER }, timeoutMs: 600_000 });
+      created.push(sb.sandboxId);
+      assert.ok(runcList(stateDirA()).includes(sb.sandboxId), "created on node A");
+      await sb.files.write("/home/user/note.txt", MARKER);
+      await sb.commands.run(LOOP);
+      await new Promise((r) => setTimeout(r, 600));
+      const before = Number((await sb.files.read("/home/user/n")).trim());
+      assert.ok(before > 0, `the loop runs (${before})`);
+
+      assert.equal(await sb.pause(), true);
+      assert.equal((await Sandbox.getInfo(sb.sandboxId, opts)).state, "paused");
+      assert.deepEqual(localSnapshots(join(bDir, "node")), [], "node B holds no snapshot before the restore");
+      await only("b");
+
+      const t0 = Date.now();
+      const back = await Sandbox.connect(sb.sandboxId, { ...opts, timeoutMs: 600_000 });
+      const restoreMs = Date.now() - t0;
+      assert.ok(runcList(bScope.SPACE_NODE_RUNTIME_STATE_DIR!).includes(sb.sandboxId), "restored on node B");
+      assert.ok(!runcList(stateDirA()).includes(sb.sandboxId), "not on node A");
+      assert.match(nodeB!.out(), /snapshot fetched from the blob store/, "B fetched the parts from the blob store");
+      assert.match(
+        nodeB!.out(),
+        /snapshot parent received from the blob store/,
+        "B pulled the parent template from the blob store",
+      );
+      assert.equal(await back.files.read("/home/user/note.txt"), MARKER);
+      assert.equal((await back.commands.run("echo $XNODE_MARK")).stdout, `${MARKER}\n`);
+      const c1 = Number((await back.files.read("/home/user/n")).trim());
+      await new Promise((r) => setTimeout(r, 400));
+      const c2 = Number((await back.files.read("/home/user/n")).trim());
+      assert.ok(c1 >= before && c2 > c1, `the loop kept its count and runs on (${before} → ${c1} → ${c2})`);
+      console.log(`# cross-node connect (restore on B from the blob store) ${restoreMs} ms`);
+    });
+
+    test("Native: suspended on node B, restored on node A from the blob store; file and memory survive", async (t) => {
+      const why = await nativeSkipReason(stack.apiUrl);
+      if (why) return t.skip(why);
+      const { token } = await tenantWithToken(stack.apiUrl, stack.adminToken, `xnode-${RUN}`, ALL);
+      const n = new NativeClient(stack.apiUrl, token);
+      await only("b");
+      const sid = await n.create({ metadata: { suite: "xnode" } });
+      created.push(sid);
+      assert.ok(runcList(bScope.SPACE_NODE_RUNTIME_STATE_DIR!).includes(sid), "created on node B");
+      const w = await n.run(sid, { cmd: "/bin/sh", args: ["-c", `echo ${MARKER} > /home/user/native.txt; ${LOOP}`] });
+      assert.equal(w.op.state, "succeeded", JSON.stringify(w.op.failure));
+      await new Promise((r) => setTimeout(r, 600));
+      const count = async () => Number((await n.run(sid, { cmd: "/bin/cat", args: ["/home/user/n"] })).stdout.trim());
+      const before = await count();
+      assert.ok(before > 0, `the loop runs (${before})`);
+
+      const op = async (verb: string) => n.wait((await n.req("POST", `/v1/sandboxes/${sid}/${verb}`, { body: {} })).body.id);
+      const sus = await op("suspend");
+      assert.equal(sus.state, "succeeded", JSON.stringify(sus.failure));
+      const aSnapshotsBefore = localSnapshots(join(stack.dataDir, "node"));
+      await only("a");
+      const res = await op("restore");
+      assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
+      assert.ok(runcList(stateDirA()).includes(sid), "restored on node A");
+      assert.ok(!runcList(bScope.SPACE_NODE_RUNTIME_STATE_DIR!).includes(sid), "not on node B");
+      const fetched = localSnapshots(join(stack.dataDir, "node")).filter((s) => !aSnapshotsBefore.includes(s));
+      assert.equal(fetched.length, 1, "node A fetched the one snapshot it never had");
+      assert.equal((await n.run(sid, { cmd: "/bin/cat", args: ["/home/user/native.txt"] })).stdout, `${MARKER}\n`);
+      const c1 = await count();
+      await new Promise((r) => setTimeout(r, 400));
+      const c2 = await count();
+      assert.ok(c1 >= before && c2 > c1, `the loop kept its count and runs on (${before} → ${c1} → ${c2})`);
+    });
+
+    test("encrypted: no blob holds the plaintext of the marker written in the sandboxes", () => {
+      const blobs = join(stack.dataDir, "blobs");
+      const list = spawnSync("find", [blobs, "-type", "f"], { encoding: "utf8" }).stdout.split("\n").filter(Boolean);
+      assert.ok(
+        list.some((f) => f.endsWith(".enc")),
+        `encrypted parts in ${blobs}: ${list.join(", ")}`,
+      );
+      const hits = spawnSync("grep", ["-r", "-l", "-a", MARKER, blobs], { encoding: "utf8" });
+      assert.equal(hits.stdout.trim(), "", `blobs holding the marker in plaintext: ${hits.stdout}`);
+    });
+  },
+);
