@@ -34,6 +34,7 @@ import { resolveDebianMirror } from "./templates/debian-mirror.ts";
 import { cpuFeatures, environmentDigest } from "./templates/environment.ts";
 import { TemplateBuilder } from "./templates/builder.ts";
 import { registerTemplateRoutes } from "./templates/routes.ts";
+import { TemplateCache } from "./templates/template-cache.ts";
 import { openBlobStore } from "../blob/open.ts";
 
 export const REPO_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -77,6 +78,8 @@ export interface NodeAgent {
   readonly disks: Disks | undefined;
   /** Template builds on this node (isolated runtimes only). */
   readonly builder: TemplateBuilder | undefined;
+  /** The template cache: pulls, prefetch, eviction, GC (isolated runtimes only). */
+  readonly templates: TemplateCache | undefined;
   /** Memory checkpoints (runc + CRIU only). */
   readonly snapshots: NodeSnapshots | undefined;
   readonly nodeId: string | undefined;
@@ -93,6 +96,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let slots: LinuxNetworkSlots | undefined;
   let disks: Disks | undefined;
   let builder: TemplateBuilder | undefined;
+  let templates: TemplateCache | undefined;
   let snapshots: NodeSnapshots | undefined;
   let blob: BlobStore | undefined;
   let cache: NodeCache | undefined;
@@ -137,7 +141,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
 
   // The token may only be known after start() (token file): node-api reads it per request.
   const app = createNodeApi({ token: () => token, manager: () => manager, snapshots: () => snapshots, inventory, health, logger: log });
-  registerTemplateRoutes(app, () => builder);
+  registerTemplateRoutes(app, () => builder, () => templates);
 
   const agent: NodeAgent = {
     app,
@@ -156,6 +160,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     },
     get builder() {
       return builder;
+    },
+    get templates() {
+      return templates;
     },
     get snapshots() {
       return snapshots;
@@ -252,6 +259,21 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         }
         manager = m;
         if (cache && disks) {
+          const tc = new TemplateCache({
+            disks,
+            blob,
+            clusterKey: parseClusterKey(config.SPACE_ENCRYPTION_KEY),
+            inUse: () => new Set(m.list().map((s) => s.template)),
+            targetMib: config.SPACE_TEMPLATE_CACHE_TARGET_MIB,
+            gcIntervalMs: config.SPACE_TEMPLATE_GC_INTERVAL_S * 1000,
+            graceMs: config.SPACE_TEMPLATE_GC_GRACE_S * 1000,
+            prefetch: config.SPACE_TEMPLATE_PREFETCH,
+            scratchDir: join(nodeDir, "template-pulls"),
+            logger: log,
+          });
+          await tc.recover(signal);
+          tc.start();
+          templates = tc;
           builder = new TemplateBuilder({
             cache,
             disks,
@@ -261,6 +283,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             nodeBinary: deps.nodeBinary ?? process.execPath,
             scratchDir: join(nodeDir, "builds"),
             environment: () => environment,
+            publish: (name, sig) => tc.publish(name, sig),
             logger: log,
           });
         }
@@ -278,6 +301,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       await resolver?.stop();
       resolver = undefined;
       await builder?.close();
+      await templates?.close();
       await app.close();
       const release = config.SPACE_NODE_RELEASE_ON_STOP;
       const signal = AbortSignal.timeout(120_000);

@@ -54,6 +54,11 @@ export class Disks {
     return undefined;
   }
 
+  /** Drops the remembered metadata of `name` (re-written, re-pointed or deleted). */
+  forgetTemplate(name: string): void {
+    this.templates.delete(name);
+  }
+
   async listTemplates(): Promise<TemplateInfo[]> {
     const names = (await readdir(this.cache.templatesDir)).filter((f) => f.endsWith(".json")).map((f) => f.slice(0, -5));
     const out: TemplateInfo[] = [];

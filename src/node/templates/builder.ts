@@ -6,8 +6,9 @@
  * egress policy), COPY from the uploaded files, ENV/WORKDIR/USER as config — and the
  * result is frozen read-only as the layer named by the hash of its inputs, so an
  * unchanged prefix is never rebuilt. Finalize adds what SPACE needs (user `user`, envd
- * mount points), checks that envd's runtime can execute in the image, and publishes the
- * read-only template subvolume with its metadata (size, digest, environment binding).
+ * mount points), checks that envd's runtime can execute in the image, freezes the
+ * read-only template subvolume with its metadata (size, digest, environment binding) and
+ * publishes it to the blob store (template-cache.ts), where other nodes pull it.
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
@@ -101,6 +102,8 @@ export interface TemplateBuilderOptions {
   scratchDir: string;
   /** The node's execution-environment digest (the build's binding). */
   environment: () => string;
+  /** Publishes a finished template to the blob store catalog (template-cache.ts); absent = kept local. */
+  publish?: (name: string, signal: AbortSignal) => Promise<unknown>;
   logger: Logger;
 }
 
@@ -577,38 +580,18 @@ export class TemplateBuilder {
     };
     await writeFile(join(this.o.cache.templatesDir, `${r.name}.json`), JSON.stringify(info, null, 2));
     void scratch;
+    if (this.o.publish) {
+      const t = Date.now();
+      await this.o.publish(r.name, signal).catch(async (e: unknown) => {
+        // Never half-created: a build that could not be published leaves no template behind.
+        await rm(join(this.o.cache.templatesDir, `${r.name}.json`), { force: true });
+        this.o.disks.forgetTemplate(r.name);
+        await btrfs.subvolumeDelete(dest).catch(() => undefined);
+        throw new SpaceError("unavailable", `publishing template ${r.name} to the blob store failed: ${SpaceError.from(e).message}`);
+      });
+      this.log(r, "info", `published to the blob store in ${((Date.now() - t) / 1000).toFixed(1)} s`, "finalize");
+    }
     return info;
-  }
-
-  /**
-   * Points the node template `alias` (e.g. a template id sandboxes are created from) at
-   * the built template `name`: a snapshot swapped in place, so running sandboxes (their own
-   * snapshots) are untouched and the next create boots the new build.
-   */
-  async pointTemplate(alias: string, name: string, signal: AbortSignal): Promise<TemplateInfo> {
-    if (alias === name) throw invalid("a template cannot point at itself");
-    const info = await this.o.disks.templateInfo(name);
-    if (!info) throw new SpaceError("not_found", `template ${name} is not in this node's cache`);
-    const tmp = join(this.o.cache.templatesDir, `.point-${alias}-${randomId(6)}`);
-    await btrfs.snapshot(this.o.disks.templatePath(name), tmp, signal);
-    await btrfs.setReadonly(tmp, signal);
-    const dest = this.o.disks.templatePath(alias);
-    const old = join(this.o.cache.templatesDir, `.old-${alias}-${randomId(6)}`);
-    if (await lstat(dest).catch(() => undefined)) await rename(dest, old);
-    await rename(tmp, dest);
-    const aliased = { ...info, name: alias, source: `alias:${name}` };
-    await writeFile(join(this.o.cache.templatesDir, `${alias}.json`), JSON.stringify(aliased, null, 2));
-    forgetCached(this.o.disks, alias);
-    await btrfs.subvolumeDelete(old, signal).catch(() => undefined);
-    return aliased;
-  }
-
-  /** Removes a template from the node cache (running sandboxes keep their snapshots). Absent = ok. */
-  async deleteTemplate(name: string, signal: AbortSignal): Promise<void> {
-    if (name === "base") throw invalid("the base template cannot be deleted");
-    await rm(join(this.o.cache.templatesDir, `${name}.json`), { force: true });
-    forgetCached(this.o.disks, name);
-    await btrfs.subvolumeDelete(this.o.disks.templatePath(name), signal);
   }
 
   /** Cached layers (key, size unknown without qgroup walk): for GC and tests. */
@@ -625,12 +608,6 @@ export class TemplateBuilder {
     }
     return layers.length;
   }
-}
-
-/** Disks caches TemplateInfo by name; a re-pointed or deleted template must be re-read. */
-function forgetCached(disks: Disks, name: string): void {
-  const m = (disks as unknown as { templates?: Map<string, TemplateInfo> }).templates;
-  m?.delete(name);
 }
 
 function resolveDest(workdir: string, dest: string): string {

@@ -6,12 +6,18 @@
  *   GET    /v1/builds/:buildId?logsOffset  → NodeBuildStatus (log entries from the offset)
  *   DELETE /v1/builds/:buildId             → 204 (cancels)
  *   PUT    /v1/templates/:alias            { name } → TemplateInfo (point a node template at a built one)
- *   DELETE /v1/templates/:name             → 204 (absent = ok)
+ *   DELETE /v1/templates/:name             → 204 (absent = ok; also from the blob store catalog)
+ *   POST   /v1/templates/:name/pull        → TemplateInfo (present, or pulled from the catalog)
+ *   GET    /v1/template-cache              → { totalMib, groups } (what LRU eviction sees)
+ *
+ * Creates and restores (POST /v1/sandboxes, POST /v1/restores) first make sure their
+ * template is on this node (pulled on demand), pinned against eviction until answered.
  */
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
 import type { TemplateBuilder } from "./builder.ts";
+import type { TemplateCache } from "./template-cache.ts";
 import { BuildRecipe } from "./recipe.ts";
 import { parseInput as parse } from "../../core/validate.ts";
 
@@ -43,12 +49,36 @@ export const NodeBuildStatusSchema = z.object({
 export type NodeBuildStatusWire = z.infer<typeof NodeBuildStatusSchema>;
 
 
-export function registerTemplateRoutes(app: FastifyInstance, builder: () => TemplateBuilder | undefined): void {
+export function registerTemplateRoutes(app: FastifyInstance, builder: () => TemplateBuilder | undefined, templates: () => TemplateCache | undefined): void {
   const b = (): TemplateBuilder => {
     const x = builder();
     if (!x) throw new SpaceError("unavailable", "this node cannot build templates (no btrfs node cache) or is starting");
     return x;
   };
+  const c = (): TemplateCache => {
+    const x = templates();
+    if (!x) throw new SpaceError("unavailable", "this node has no template cache (no btrfs node cache) or is starting");
+    return x;
+  };
+  const pins = new WeakMap<object, () => void>();
+  app.addHook("preHandler", async (req) => {
+    if (req.method !== "POST" || (req.url !== "/v1/sandboxes" && req.url !== "/v1/restores")) return;
+    const cache = templates();
+    const parsed = UsesTemplate.safeParse(req.body);
+    if (!cache || !parsed.success) return; // the route's own validation answers
+    const name = "template" in parsed.data ? parsed.data.template : parsed.data.spec.template;
+    try {
+      const { release } = await cache.acquire(name, AbortSignal.timeout(30 * 60_000));
+      pins.set(req, release);
+    } catch (e) {
+      // A restore brings its own disk; its template is only needed for a later suspend.
+      if (req.url === "/v1/sandboxes") throw e;
+    }
+  });
+  app.addHook("onResponse", async (req) => {
+    pins.get(req)?.();
+    pins.delete(req);
+  });
   app.post("/v1/builds", async (req, reply) => {
     const body = parse(NodeBuildRequest, req.body, "build request");
     return reply.status(202).send(b().start(body.buildId, body.name, body.recipe));
@@ -66,11 +96,19 @@ export function registerTemplateRoutes(app: FastifyInstance, builder: () => Temp
   app.put("/v1/templates/:alias", async (req) => {
     const { alias } = parse(z.object({ alias: NAME }), req.params, "path");
     const { name } = parse(z.object({ name: NAME }), req.body, "body");
-    return b().pointTemplate(alias, name, AbortSignal.timeout(120_000));
+    return c().point(alias, name, AbortSignal.timeout(120_000));
   });
   app.delete("/v1/templates/:name", async (req, reply) => {
     const { name } = parse(z.object({ name: NAME }), req.params, "path");
-    await b().deleteTemplate(name, AbortSignal.timeout(120_000));
+    await c().remove(name, AbortSignal.timeout(120_000), { catalog: true });
     return reply.status(204).send();
   });
+  app.post("/v1/templates/:name/pull", async (req) => {
+    const { name } = parse(z.object({ name: NAME }), req.params, "path");
+    return c().ensure(name, AbortSignal.timeout(30 * 60_000));
+  });
+  app.get("/v1/template-cache", async () => c().usage());
 }
+
+/** The template a create or restore body names (either shape; anything else is the route's to refuse). */
+const UsesTemplate = z.union([z.object({ template: NAME }), z.object({ spec: z.object({ template: NAME }) })]);
