@@ -1,196 +1,376 @@
 /**
- * Network policy end to end: the real stack (`space up`), driven by the unmodified e2b
- * SDK, against a fake "internet" this suite builds on the machine (a network namespace
- * with 198.18.200.x addresses serving HTTP/TCP/UDP echo, routed from the host through a
- * veth; sandbox traffic reaches it through the node's NAT and the host's routing — nothing
- * leaves the machine). The guest probes with curl from inside the sandbox. Needs root.
+ * Network policy end to end (behaviours.md E): the real stack (`space up`) driven by the
+ * unmodified e2b SDK and by the Native API over HTTP, against a fake "internet" this suite
+ * builds on the machine (a network namespace with 198.18.200.0/23 addresses serving HTTP,
+ * TCP, UDP echo and DNS, routed from the host through a veth; nothing leaves the machine).
+ * The stack's node resolver forwards to that DNS server (SPACE_NODE_DNS_UPSTREAM) and the
+ * operator guards part of it (SPACE_NODE_GUARDRAILS) with one exception. The guest side is
+ * test/network/guest-probe.py run inside each sandbox (one command per batch of checks).
+ * One stack and one internet for the file; several scenarios per sandbox. Needs root.
  */
+import { readFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox, SandboxError, type ConnectionOpts, type SandboxOpts } from "e2b";
-import { startStack, waitFor, type Stack } from "../support/stack.ts";
+import { startStack, type Stack } from "../support/stack.ts";
 import { startInternet, type Internet } from "../network/harness.ts";
-import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-client.ts";
+import { ALL, NativeClient, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, nftables)" : false;
 
-/** The fake internet of this suite (never a real network: 198.18.0.0/15 is for benchmarking). */
+/** The fake internet of this suite (198.18.0.0/15 is for benchmarking, never a real network). */
 const A1 = "198.18.200.1";
 const A2 = "198.18.200.2";
 const B1 = "198.18.201.1";
+const B2 = "198.18.201.2";
+const W1 = "198.18.201.11";
+const W2 = "198.18.201.12";
+const APEX = "198.18.201.13";
+const VIA_TCP = "198.18.201.14";
+/** Guarded by the operator (SPACE_NODE_GUARDRAILS); G2 is the operator's exception. */
+const G1 = "198.18.201.21";
+const G2 = "198.18.201.22";
+const D1 = "198.18.201.31";
+const O1 = "198.18.201.41";
+const DNS = "198.18.200.53";
+const NAMES: Record<string, string[]> = {
+  "allowed.test": [D1],
+  "other.test": [O1],
+  "api.wild.test": [W1],
+  "deep.api.wild.test": [W2],
+  "wild.test": [APEX],
+  "viatcp.test": [VIA_TCP],
+};
+const A_NET = "198.18.200.0/24";
+const B_NET = "198.18.201.0/24";
 
-type Reach = "ok" | "refused" | "timeout" | `curl ${number}`;
+const PROBE = readFileSync(new URL("../network/guest-probe.py", import.meta.url), "utf8");
+type Check = ["tcp" | "udp", string, number] | ["http" | "tls", string, number, string] | ["dns", string, string | null, boolean] | ["gateway"] | ["addr"];
+const tcp = (h: string, p = 80): Check => ["tcp", h, p];
+const udp = (h: string): Check => ["udp", h, 9999];
+const dns = (name: string, tcpTransport = false, server: string | null = null): Check => ["dns", name, server, tcpTransport];
+const OPEN = "open";
+const REFUSED = "refused";
+/**
+ * A UDP datagram (or UDP DNS query) that got no answer: refused by an ICMP error, or
+ * silent when the node's ICMP errors hit the kernel's per-destination rate limit.
+ */
+const NO_REPLY = "no reply";
+const normalize = (checks: Check[], results: string[]) =>
+  results.map((r, i) => {
+    const c = checks[i]!;
+    const overUdp = c[0] === "udp" || (c[0] === "dns" && !c[3]);
+    return overUdp && ["refused", "noreply", "timeout"].includes(r) ? NO_REPLY : r;
+  });
+const echo = (a: string) => `echo ${a} ping`;
 
-/** From inside the sandbox: HTTP GET to `ip:port` with curl (a 3 s limit). */
-async function reach(sb: Sandbox, ip: string, port = 80): Promise<Reach> {
-  const r = await sb.commands.run(`curl -sS -m 3 http://${ip}:${port}/; echo " rc=$?"`);
-  const rc = Number(/rc=(\d+)\s*$/.exec(r.stdout)?.[1] ?? -1);
-  if (rc === 0) {
-    assert.match(r.stdout, new RegExp(`^ok ${ip.replace(/\./g, "\\.")} `), r.stdout);
-    return "ok";
+/** Runs checks inside an SDK sandbox (the probe script is written once per sandbox). */
+async function probe(sb: Sandbox, checks: Check[]): Promise<string[]> {
+  if (!probed.has(sb.sandboxId)) {
+    await sb.files.write("/tmp/probe.py", PROBE);
+    probed.add(sb.sandboxId);
   }
-  if (rc === 7) return "refused";
-  if (rc === 28) return "timeout";
-  return `curl ${rc}`;
+  const r = await sb.commands.run(`python3 /tmp/probe.py '${JSON.stringify(checks)}'`, { timeoutMs: 120_000 });
+  return normalize(checks, JSON.parse(r.stdout) as string[]);
+}
+const probed = new Set<string>();
+
+/** Runs checks inside a Native sandbox (one command operation). */
+async function nprobe(n: NativeClient, id: string, checks: Check[]): Promise<string[]> {
+  const r = await n.run(id, { cmd: "python3", args: ["-c", PROBE, JSON.stringify(checks)] });
+  assert.match(r.stdout, /^\[/, r.stderr);
+  return normalize(checks, JSON.parse(r.stdout) as string[]);
 }
 
-/** UDP echo from inside the sandbox (python3 is in `base`). */
-async function udpEcho(sb: Sandbox, ip: string): Promise<string> {
-  const py = `import socket;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(2)
-try:
-  s.sendto(b"ping",("${ip}",9999));print(s.recv(512).decode())
-except Exception as e:
-  print(type(e).__name__)`;
-  const r = await sb.commands.run(`python3 -c '${py}'`);
-  return r.stdout.trim();
+/** A TCP server on every host address: what the node guardrail must keep sandboxes from. */
+async function hostServer(): Promise<{ port: number; close(): void }> {
+  const s: Server = createServer((c) => c.end("host\n"));
+  await new Promise<void>((r) => s.listen(0, "0.0.0.0", () => r()));
+  return { port: (s.address() as { port: number }).port, close: () => s.close() };
 }
 
-describe("network policy with the e2b SDK", { skip, timeout: 10 * 60_000 }, () => {
+describe("network policy end to end (space up, fake internet)", { skip, timeout: 15 * 60_000 }, () => {
   let stack: Stack;
   let inet: Internet;
-  let opts: ConnectionOpts & { sandboxUrl: string };
-  const created: Sandbox[] = [];
-  const create = async (o: Partial<SandboxOpts> = {}) => {
-    const sb = await Sandbox.create("base", { ...opts, timeoutMs: 600_000, ...o });
-    created.push(sb);
-    return sb;
-  };
-
+  let host: { port: number; close(): void };
   before(async () => {
-    inet = await startInternet({ ns: "spe2e-inet", hostVeth: "spe2euh0", link: "198.19.254.0", route: "198.18.200.0/23", addresses: [A1, A2, B1] });
-    stack = await startStack();
-    opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 };
+    inet = await startInternet({
+      ns: "spe2e-inet",
+      hostVeth: "spe2euh0",
+      link: "198.19.254.0",
+      route: "198.18.200.0/23",
+      addresses: [A1, A2, B1, B2, W1, W2, APEX, VIA_TCP, G1, G2, D1, O1],
+      dns: DNS,
+      names: NAMES,
+    });
+    host = await hostServer();
+    stack = await startStack({
+      env: { SPACE_NODE_DNS_UPSTREAM: DNS, SPACE_NODE_GUARDRAILS: "198.18.201.20/30", SPACE_NODE_GUARDRAIL_EXCEPTIONS: G2 },
+    });
   });
   after(async () => {
-    await Promise.allSettled(created.map((s) => s.kill()));
+    host?.close();
     await stack?.stop();
     await inet?.close();
   });
 
-  test("internet_access_allowed: the default reaches the upstream (TCP and UDP), immediately after create", async () => {
-    const sb = await create();
-    assert.equal(await reach(sb, A1), "ok");
-    assert.equal(await udpEcho(sb, A1), `echo ${A1} ping`);
-    assert.equal(await reach(sb, B1, 8080), "ok");
-  });
+  describe("through the e2b SDK (ECW, E2B semantics)", () => {
+    let opts: ConnectionOpts & { sandboxUrl: string };
+    const created: Sandbox[] = [];
+    const create = async (o: Partial<SandboxOpts> = {}) => {
+      const sb = await Sandbox.create("base", { ...opts, timeoutMs: 600_000, ...o });
+      created.push(sb);
+      return sb;
+    };
+    /** One sandbox whose policy the scenarios below replace in turn (PUT /sandboxes/{id}/network). */
+    let sb: Sandbox;
+    const policy = (n: { allowOut?: string[]; denyOut?: string[]; allowInternetAccess?: boolean }) => sb.updateNetwork(n);
 
-  test("internet_access_denied: allowInternetAccess:false refuses TCP and UDP", async () => {
-    const sb = await create({ allowInternetAccess: false });
-    assert.equal(await reach(sb, A1), "refused");
-    assert.equal(await reach(sb, B1, 5000), "refused");
-    assert.notEqual(await udpEcho(sb, A1), `echo ${A1} ping`);
-    assert.equal((await sb.getInfo()).allowInternetAccess, false);
-  });
-
-  test("cidr/ip allow exception: denyOut 0.0.0.0/0 + allowOut one IP → only that IP", async () => {
-    const sb = await create({ network: { denyOut: ["0.0.0.0/0"], allowOut: [A1] } });
-    assert.equal(await reach(sb, A1), "ok");
-    assert.equal(await reach(sb, A1, 8080), "ok");
-    assert.equal(await udpEcho(sb, A1), `echo ${A1} ping`);
-    assert.equal(await reach(sb, A2), "refused");
-    assert.equal(await reach(sb, B1), "refused");
-    const info = await sb.getInfo();
-    assert.deepEqual(info.network?.denyOut, ["0.0.0.0/0"]);
-    assert.deepEqual(info.network?.allowOut, [A1]);
-  });
-
-  test("a domain in denyOut is refused with 400 at create (SDK and wire)", async () => {
-    await assert.rejects(Sandbox.create("base", { ...opts, network: { denyOut: ["example.test"] } }), (e: unknown) => e instanceof SandboxError && (e as SandboxError & { statusCode?: number }).statusCode === 400 && /denyOut/.test(e.message));
-    const res = await fetch(`${stack.apiUrl}/sandboxes`, {
-      method: "POST",
-      headers: { "x-api-key": stack.apiKey, "content-type": "application/json" },
-      body: JSON.stringify({ templateID: "base", network: { denyOut: ["example.test"] } }),
+    before(() => {
+      opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 };
     });
-    assert.equal(res.status, 400, await res.text());
-  });
+    after(async () => {
+      await Promise.allSettled(created.map((s) => s.kill()));
+    });
 
-  test("updateNetwork (PUT /sandboxes/{id}/network) replaces the policy of a live sandbox within a second", async () => {
-    const sb = await create();
-    assert.equal(await reach(sb, A2), "ok");
-    await sb.updateNetwork({ denyOut: ["0.0.0.0/0"], allowOut: [A1] });
-    const t0 = Date.now();
-    assert.equal(await reach(sb, A2), "refused");
-    assert.ok(Date.now() - t0 < 4000);
-    assert.equal(await reach(sb, A1), "ok");
-    assert.deepEqual((await sb.getInfo()).network?.allowOut, [A1]);
-    // Replace, not merge: an update without fields opens everything again.
-    await sb.updateNetwork({});
-    assert.equal(await reach(sb, A2), "ok");
-    // allowInternetAccess:false on the update ≡ denyOut 0.0.0.0/0.
-    await sb.updateNetwork({ allowInternetAccess: false });
-    assert.equal(await reach(sb, A1), "refused");
-    // The same over the wire with the API key; a domain in denyOut is a 400 there too.
-    const put = (body: unknown) =>
-      fetch(`${stack.apiUrl}/sandboxes/${sb.sandboxId}/network`, {
-        method: "PUT",
+    test("internet_access_allowed + immediate_egress: the default reaches the upstream over TCP and UDP right after create", async () => {
+      sb = await create();
+      assert.deepEqual(await probe(sb, [tcp(A1), udp(A1), tcp(B1, 8080), tcp(B2, 5000)]), [OPEN, echo(A1), OPEN, OPEN]);
+    });
+
+    test("internet_access_denied + domain_access_survives_default_deny: allowInternetAccess:false refuses TCP and UDP; the node resolver still answers", async () => {
+      const d = await create({ allowInternetAccess: false });
+      assert.deepEqual(await probe(d, [tcp(A1), tcp(B1, 5000), udp(A1), dns("other.test"), dns("other.test", true), tcp(O1)]), [REFUSED, REFUSED, NO_REPLY, O1, O1, REFUSED]);
+      assert.equal((await d.getInfo()).allowInternetAccess, false);
+    });
+
+    test("cidr_allow + udp_respects_cidr_allow, exact_ip_allow + udp_respects_ip_allow (allowOut exceptions to denyOut 0.0.0.0/0)", async () => {
+      await policy({ denyOut: ["0.0.0.0/0"], allowOut: [A_NET] });
+      assert.deepEqual(await probe(sb, [tcp(A1), tcp(A2, 8080), udp(A2), tcp(B1), udp(B1)]), [OPEN, OPEN, echo(A2), REFUSED, NO_REPLY]);
+      await policy({ denyOut: ["0.0.0.0/0"], allowOut: [A1] });
+      assert.deepEqual(await probe(sb, [tcp(A1), udp(A1), tcp(A2), udp(A2), tcp(B1)]), [OPEN, echo(A1), REFUSED, NO_REPLY, REFUSED]);
+      const info = await sb.getInfo();
+      assert.deepEqual(info.network?.denyOut, ["0.0.0.0/0"]);
+      assert.deepEqual(info.network?.allowOut, [A1]);
+    });
+
+    test("cidr_deny + udp_respects_cidr_deny, exact_ip_deny + udp_respects_ip_deny", async () => {
+      await policy({ denyOut: [A_NET] });
+      assert.deepEqual(await probe(sb, [tcp(A1), tcp(A2), udp(A1), tcp(B1), udp(B1)]), [REFUSED, REFUSED, NO_REPLY, OPEN, echo(B1)]);
+      await policy({ denyOut: [A1] });
+      assert.deepEqual(await probe(sb, [tcp(A1), udp(A1), tcp(A2), udp(A2)]), [REFUSED, NO_REPLY, OPEN, echo(A2)]);
+    });
+
+    test("deny_precedes_allow + udp_deny_precedes_allow under E2B semantics: an allowOut entry is the documented exception to denyOut; the rest of a denied range stays denied", async () => {
+      // E2B: "Allowed entries always take precedence over denied entries" — the Native
+      // suite below asserts SPACE's deny-precedes-allow order.
+      await policy({ denyOut: [A_NET], allowOut: [A1] });
+      assert.deepEqual(await probe(sb, [tcp(A1), udp(A1), tcp(A2), udp(A2), tcp(B1)]), [OPEN, echo(A1), REFUSED, NO_REPLY, OPEN]);
+    });
+
+    test("domain_binding: an allowed domain's answers open its ports (80/443) only; other names and foreign DNS stay denied", async () => {
+      await policy({ denyOut: ["0.0.0.0/0"], allowOut: ["allowed.test"] });
+      assert.deepEqual(await probe(sb, [tcp(D1)]), [REFUSED], "nothing is bound before resolution");
+      const r = await probe(sb, [
+        dns("allowed.test"),
+        ["http", D1, 80, "allowed.test"],
+        ["tls", D1, 443, "allowed.test"],
+        tcp(D1, 5000),
+        dns("other.test"),
+        ["http", O1, 80, "other.test"],
+        dns("allowed.test", false, DNS),
+        dns("allowed.test", true, DNS),
+      ]);
+      assert.deepEqual(r, [D1, `ok ${D1} allowed.test`, `open tcp ${D1}`, REFUSED, O1, REFUSED, NO_REPLY, REFUSED]);
+      // The guest's own resolver path (glibc via resolv.conf) binds as well.
+      const curl = await sb.commands.run("curl -sS -m 5 http://allowed.test/");
+      assert.equal(curl.stdout, `ok ${D1} allowed.test`);
+    });
+
+    test("wildcard_domain_allow: *.wild.test binds subdomains at any depth, not the apex", async () => {
+      await policy({ denyOut: ["0.0.0.0/0"], allowOut: ["*.wild.test"] });
+      const r = await probe(sb, [dns("api.wild.test"), dns("deep.api.wild.test"), dns("wild.test"), ["http", W1, 80, "api.wild.test"], ["tls", W2, 443, "deep.api.wild.test"], ["http", APEX, 80, "wild.test"]]);
+      assert.deepEqual(r, [W1, W2, APEX, `ok ${W1} api.wild.test`, `open tcp ${W2}`, REFUSED]);
+    });
+
+    test("tcp_dns_transport_respects_ip_allow: names resolved over TCP bind like UDP and never widen the IP allow list", async () => {
+      await policy({ denyOut: ["0.0.0.0/0"], allowOut: [A_NET, "viatcp.test"] });
+      const r = await probe(sb, [
+        ["http", VIA_TCP, 80, "viatcp.test"],
+        dns("other.test", true),
+        tcp(O1),
+        dns("viatcp.test", true),
+        ["http", VIA_TCP, 80, "viatcp.test"],
+        tcp(A2, 5000),
+        dns("other.test", true, DNS),
+      ]);
+      assert.deepEqual(r, [REFUSED, O1, REFUSED, VIA_TCP, `ok ${VIA_TCP} viatcp.test`, OPEN, REFUSED]);
+    });
+
+    test("platform_guardrail_precedes_allow: the node, metadata, other sandboxes and operator-guarded addresses stay closed under allow-all; the operator's exception follows the policy", async () => {
+      const [gateway] = await probe(sb, [["gateway"]]);
+      await policy({ allowOut: ["0.0.0.0/0", `${gateway}`, "169.254.169.254", G1, G2] });
+      const r = await probe(sb, [tcp(gateway!, host.port), tcp("169.254.169.254"), tcp(G1), tcp(G2), tcp(A1)]);
+      assert.deepEqual(r, [REFUSED, REFUSED, REFUSED, OPEN, OPEN]);
+      // An exception is not an allow: a policy that denies it still denies it.
+      await policy({ denyOut: ["0.0.0.0/0"], allowOut: [A1] });
+      assert.deepEqual(await probe(sb, [tcp(G2), tcp(A1)]), [REFUSED, OPEN]);
+    });
+
+    test("updateNetwork replaces (not merges) the policy of a live sandbox within a second; a refused update changes nothing", async () => {
+      await policy({});
+      assert.deepEqual(await probe(sb, [tcp(A2)]), [OPEN]);
+      const t0 = Date.now();
+      await policy({ allowInternetAccess: false });
+      assert.ok(Date.now() - t0 < 5000);
+      assert.deepEqual(await probe(sb, [tcp(A2)]), [REFUSED]);
+      const put = (body: unknown) =>
+        fetch(`${stack.apiUrl}/sandboxes/${sb.sandboxId}/network`, {
+          method: "PUT",
+          headers: { "x-api-key": stack.apiKey, "content-type": "application/json" },
+          body: JSON.stringify(body),
+        });
+      assert.equal((await put({ denyOut: ["example.test"] })).status, 400);
+      assert.deepEqual(await probe(sb, [tcp(A1)]), [REFUSED], "a refused update leaves the policy as it was");
+      assert.equal((await put({ allowOut: [B1], denyOut: ["0.0.0.0/0"] })).status, 204);
+      assert.deepEqual(await probe(sb, [tcp(B1), tcp(A1)]), [OPEN, REFUSED]);
+    });
+
+    test("a domain in denyOut is refused with 400 at create (SDK and wire)", async () => {
+      await assert.rejects(Sandbox.create("base", { ...opts, network: { denyOut: ["example.test"] } }), (e: unknown) => e instanceof SandboxError && (e as SandboxError & { statusCode?: number }).statusCode === 400 && /denyOut/.test(e.message));
+      const res = await fetch(`${stack.apiUrl}/sandboxes`, {
+        method: "POST",
         headers: { "x-api-key": stack.apiKey, "content-type": "application/json" },
-        body: JSON.stringify(body),
+        body: JSON.stringify({ templateID: "base", network: { denyOut: ["example.test"] } }),
       });
-    assert.equal((await put({ denyOut: ["example.test"] })).status, 400);
-    assert.equal(await reach(sb, A1), "refused", "a refused update leaves the policy as it was");
-    assert.equal((await put({ allowOut: [B1], denyOut: ["0.0.0.0/0"] })).status, 204);
-    assert.equal(await reach(sb, B1), "ok");
-    assert.equal(await reach(sb, A1), "refused");
-  });
-
-  test("rules_survive_restore: pause → connect keeps the policy (create-time and updated)", async () => {
-    const sb = await create({ network: { denyOut: ["0.0.0.0/0"], allowOut: [A1] } });
-    assert.equal(await reach(sb, A2), "refused");
-    assert.equal(await sb.pause(), true);
-    const back = await Sandbox.connect(sb.sandboxId, { ...opts, timeoutMs: 600_000 });
-    assert.equal(await reach(back, A1), "ok");
-    assert.equal(await reach(back, A2), "refused");
-    // An update made on the live sandbox survives the next restore too.
-    await back.updateNetwork({ denyOut: ["0.0.0.0/0"], allowOut: [A2] });
-    assert.equal(await back.pause(), true);
-    const again = await Sandbox.connect(sb.sandboxId, { ...opts, timeoutMs: 600_000 });
-    assert.equal(await reach(again, A2), "ok");
-    assert.equal(await reach(again, A1), "refused");
-  });
-
-  test("sandbox_network_isolation_holds: sandboxes cannot reach each other, even allowed everything", async () => {
-    const [a, b] = await Promise.all([create({ network: { allowOut: ["0.0.0.0/0"] } }), create()]);
-    await b.commands.run("python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1", { background: true });
-    const ipOf = async (sb: Sandbox) => (await sb.commands.run("ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | head -1")).stdout.trim();
-    const ipB = await ipOf(b);
-    assert.match(ipB, /^\d+\.\d+\.\d+\.\d+$/);
-    const code = async () => (await b.commands.run("curl -s -m 3 -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/ || true")).stdout;
-    await waitFor(async () => (await code()) === "200", "b serving on its own loopback", 10_000, 200);
-    const fromA = await reach(a, ipB, 8000);
-    assert.notEqual(fromA, "ok");
-    const envdFromA = await reach(a, ipB, 49983);
-    assert.notEqual(envdFromA, "ok");
-    // And a still reaches the upstream (the isolation is not a blanket block).
-    assert.equal(await reach(a, A1), "ok");
-  });
-
-  test("Native /v1 network.rules: deny precedes allow, protocol and ports, default deny", async (t) => {
-    const notMounted = await nativeSkipReason(stack.apiUrl);
-    if (notMounted) return t.skip(notMounted);
-    const { token } = await tenantWithToken(stack.apiUrl, stack.adminToken, "net-native", ALL);
-    const n = new NativeClient(stack.apiUrl, token);
-    const bad = await n.req("POST", "/v1/sandboxes", { body: { template: "base", network: { rules: [{ action: "allow", target: "not a target" }] } } });
-    assert.equal(bad.status, 400, JSON.stringify(bad.body));
-    const id = await n.create({
-      network: {
-        default: "deny",
-        rules: [
-          { action: "allow", target: "198.18.200.0/24", protocol: "tcp", ports: [80] },
-          { action: "deny", target: A2 },
-        ],
-      },
+      assert.equal(res.status, 400, await res.text());
     });
-    try {
-      const curl = async (ip: string, port: number) => {
-        const r = await n.run(id, { cmd: "/bin/sh", args: ["-c", `curl -sS -m 3 -o /dev/null http://${ip}:${port}/; echo $?`] });
-        return r.stdout.trim();
-      };
-      assert.equal(await curl(A1, 80), "0", "allowed: tcp 80 in the CIDR");
-      assert.equal(await curl(A2, 80), "7", "deny precedes allow");
-      assert.equal(await curl(A1, 8080), "7", "other ports fall to the default deny");
-      assert.equal(await curl(B1, 80), "7", "outside the CIDR: default deny");
-    } finally {
-      await n.req("DELETE", `/v1/sandboxes/${id}`).catch(() => undefined);
-    }
+
+    test("rules_survive_restore: pause → connect keeps the create-time policy (IP and domain rules) and a later update", async () => {
+      const r = await create({ network: { denyOut: ["0.0.0.0/0"], allowOut: [A1, "allowed.test"] } });
+      assert.deepEqual(await probe(r, [tcp(A2)]), [REFUSED]);
+      assert.equal(await r.pause(), true);
+      const back = await Sandbox.connect(r.sandboxId, { ...opts, timeoutMs: 600_000 });
+      assert.deepEqual(await probe(back, [tcp(A1), tcp(A2), udp(A1), dns("allowed.test"), ["http", D1, 80, "allowed.test"], tcp(O1)]), [OPEN, REFUSED, echo(A1), D1, `ok ${D1} allowed.test`, REFUSED]);
+      await back.updateNetwork({ denyOut: ["0.0.0.0/0"], allowOut: [A2] });
+      assert.equal(await back.pause(), true);
+      const again = await Sandbox.connect(r.sandboxId, { ...opts, timeoutMs: 600_000 });
+      assert.deepEqual(await probe(again, [tcp(A2), tcp(A1)]), [OPEN, REFUSED]);
+    });
+
+    test("sandbox_network_isolation_holds: sandboxes cannot reach each other (envd, TCP, UDP), even allowed everything", async () => {
+      const a = await create({ network: { allowOut: ["0.0.0.0/0"] } });
+      const [ipB] = await probe(sb, [["addr"]]);
+      assert.match(ipB!, /^\d+\.\d+\.\d+\.\d+$/);
+      await policy({ allowOut: ["0.0.0.0/0"] });
+      const r = await probe(a, [tcp(ipB!, 49983), udp(ipB!), tcp(A1)]);
+      assert.notEqual(r[0], OPEN, "envd of another sandbox is unreachable");
+      assert.ok(!r[1]!.startsWith("echo"), r[1]);
+      assert.equal(r[2], OPEN, "the isolation is not a blanket block");
+    });
+  });
+
+  describe("through the Native API (policy v1, SPACE semantics)", () => {
+    let n: NativeClient;
+    /** A: allow_internet_access false + explicit rules; B: default allow with denies; C: no network spec. */
+    let a: string;
+    let b: string;
+    let c: string;
+    before(async () => {
+      const { token } = await tenantWithToken(stack.apiUrl, stack.adminToken, "net-native", ALL);
+      n = new NativeClient(stack.apiUrl, token);
+      [a, b, c] = await Promise.all([
+        n.create({
+          network: {
+            allow_internet_access: false,
+            rules: [
+              { action: "allow", target: A_NET },
+              { action: "deny", target: A2 },
+              { action: "allow", target: B1 },
+              { action: "allow", target: "allowed.test", protocol: "tcp", ports: [80, 443] },
+              { action: "allow", target: "*.wild.test" },
+              { action: "allow", target: "viatcp.test", protocol: "tcp" },
+              { action: "allow", target: "10.0.0.0/8" },
+              { action: "allow", target: "169.254.0.0/16" },
+              { action: "allow", target: "198.18.201.20/30" },
+            ],
+          },
+        }),
+        n.create({ network: { deny_out: [B_NET, A1] } }),
+        n.create(),
+      ]);
+    });
+    after(async () => {
+      await Promise.allSettled([a, b, c].filter(Boolean).map((id) => n.req("DELETE", `/v1/sandboxes/${id}`)));
+    });
+
+    test("a bad rule target is a 400 naming it, before anything is created", async () => {
+      const bad = await n.req("POST", "/v1/sandboxes", { body: { template: "base", network: { rules: [{ action: "allow", target: "not a target" }] } } });
+      assert.equal(bad.status, 400, JSON.stringify(bad.body));
+      assert.match(JSON.stringify(bad.body), /not a target/);
+    });
+
+    test("internet_access_allowed (no network spec) + sandbox_network_isolation_holds", async () => {
+      const [ipC] = await nprobe(n, c, [["addr"]]);
+      assert.deepEqual(await nprobe(n, c, [tcp(A1), udp(A1), tcp(B2, 5000)]), [OPEN, echo(A1), OPEN]);
+      const r = await nprobe(n, b, [tcp(ipC!, 49983), udp(ipC!)]);
+      assert.notEqual(r[0], OPEN);
+      assert.ok(!r[1]!.startsWith("echo"), r[1]);
+    });
+
+    test("internet_access_denied, cidr_allow + udp_respects_cidr_allow, exact_ip_allow + udp_respects_ip_allow, deny_precedes_allow + udp_deny_precedes_allow", async () => {
+      const r = await nprobe(n, a, [tcp(B2), udp(B2), tcp(A1), udp(A1), tcp(B1), udp(B1), tcp(A2), udp(A2)]);
+      assert.deepEqual(r, [REFUSED, NO_REPLY, OPEN, echo(A1), OPEN, echo(B1), REFUSED, NO_REPLY]);
+    });
+
+    test("cidr_deny + udp_respects_cidr_deny, exact_ip_deny + udp_respects_ip_deny (default allow)", async () => {
+      const r = await nprobe(n, b, [tcp(B1), udp(B1), tcp(A1), udp(A1), tcp(A2), udp(A2)]);
+      assert.deepEqual(r, [REFUSED, NO_REPLY, REFUSED, NO_REPLY, OPEN, echo(A2)]);
+    });
+
+    test("domain_binding, wildcard_domain_allow, tcp_dns_transport_respects_ip_allow, domain_access_survives_default_deny", async () => {
+      const r = await nprobe(n, a, [
+        ["http", D1, 80, "allowed.test"],
+        dns("allowed.test"),
+        ["http", D1, 80, "allowed.test"],
+        ["tls", D1, 443, "allowed.test"],
+        tcp(D1, 5000),
+        dns("other.test"),
+        tcp(O1),
+        dns("api.wild.test"),
+        dns("deep.api.wild.test"),
+        dns("wild.test"),
+        ["http", W1, 80, "api.wild.test"],
+        ["http", W2, 8080, "deep.api.wild.test"],
+        ["http", APEX, 80, "wild.test"],
+        dns("viatcp.test", true),
+        tcp(VIA_TCP, 5000),
+        dns("other.test", true),
+        tcp(O1, 5000),
+        dns("allowed.test", false, DNS),
+        dns("allowed.test", true, DNS),
+      ]);
+      assert.deepEqual(r, [
+        REFUSED, D1, `ok ${D1} allowed.test`, `open tcp ${D1}`, REFUSED, O1, REFUSED,
+        W1, W2, APEX, `ok ${W1} api.wild.test`, `ok ${W2} deep.api.wild.test`, REFUSED,
+        VIA_TCP, OPEN, O1, REFUSED, NO_REPLY, REFUSED,
+      ]);
+    });
+
+    test("platform_guardrail_precedes_allow: rules allowing the node, link-local and operator-guarded ranges do not open them; the operator's exception does", async () => {
+      const [gateway] = await nprobe(n, a, [["gateway"]]);
+      const r = await nprobe(n, a, [tcp(gateway!, host.port), tcp("169.254.169.254"), tcp(G1), tcp(G2)]);
+      assert.deepEqual(r, [REFUSED, REFUSED, REFUSED, OPEN]);
+    });
+
+    test("rules_survive_restore: suspend → restore keeps the rules", async () => {
+      const sus = await n.wait((await n.req("POST", `/v1/sandboxes/${a}/suspend`, { body: {} })).body.id);
+      assert.equal(sus.state, "succeeded", JSON.stringify(sus.failure));
+      const res = await n.wait((await n.req("POST", `/v1/sandboxes/${a}/restore`, { body: {} })).body.id);
+      assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
+      const r = await nprobe(n, a, [tcp(A1), udp(A1), tcp(A2), tcp(B2), dns("allowed.test"), ["http", D1, 80, "allowed.test"], tcp(G1)]);
+      assert.deepEqual(r, [OPEN, echo(A1), REFUSED, REFUSED, D1, `ok ${D1} allowed.test`, REFUSED]);
+    });
   });
 });

@@ -35,6 +35,16 @@ export interface BaseRulesInput {
 
 const set = (xs: string[]) => `{ ${xs.join(", ")} }`;
 
+/**
+ * Refusal of `match`: a TCP reset for TCP (ICMP errors the node sends are rate limited
+ * per destination, so a burst of refusals would otherwise look like timeouts), an ICMP
+ * port unreachable for the rest.
+ */
+const reject = (match: string, counter = false): string[] => {
+  const c = counter ? "counter " : "";
+  return [`${match}meta l4proto tcp ${c}reject with tcp reset`, `${match}${c}reject`];
+};
+
 export function baseRuleset(i: BaseRulesInput): string {
   const br = `iifname "${i.bridge}"`;
   const exc = i.guardrailExceptions?.length ? set(i.guardrailExceptions) : undefined;
@@ -43,11 +53,11 @@ export function baseRuleset(i: BaseRulesInput): string {
     `${br} ip saddr != ${i.cidr} drop`,
     `${br} meta nfproto ipv6 drop`,
     ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @egress`] : []),
-    `${br} ip daddr 169.254.0.0/16 reject`,
-    `${br} ip daddr ${i.cidr} reject`,
-    ...(i.guardrails?.length ? [`${br} ip daddr ${set(i.guardrails)} reject`] : []),
+    ...reject(`${br} ip daddr 169.254.0.0/16 `),
+    ...reject(`${br} ip daddr ${i.cidr} `),
+    ...(i.guardrails?.length ? reject(`${br} ip daddr ${set(i.guardrails)} `) : []),
     // DNS goes through the node resolver only (it binds names to the allow sets).
-    `${br} meta l4proto { tcp, udp } th dport 53 reject`,
+    ...reject(`${br} meta l4proto { tcp, udp } th dport 53 `),
     `${br} ip saddr vmap @egress`,
     `oifname "${i.bridge}" ip daddr ${i.cidr} ct state established,related accept`,
     `oifname "${i.bridge}" ip daddr ${i.cidr} drop`,
@@ -56,7 +66,7 @@ export function baseRuleset(i: BaseRulesInput): string {
     `${br} ct state established,related accept`,
     ...(i.gateway ? [`${br} ip daddr ${i.gateway} meta l4proto { tcp, udp } th dport 53 accept`] : []),
     ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @egress`] : []),
-    `${br} meta l4proto { tcp, udp } reject`,
+    ...reject(`${br} meta l4proto { tcp, udp } `),
     `${br} drop`,
   ];
   return `table inet ${i.table} {
@@ -111,9 +121,11 @@ export function slotRules(id: string, policy: SlotPolicy, generation: number): s
   policy.rules.forEach((r, k) => {
     const dst = r.cidr ? `ip daddr ${r.cidr} ` : `ip daddr @${domainSet(id, k)} `;
     const match = `${dst}${portsExpr(r)}`;
-    out.push(r.action === "allow" ? `${match}ct mark set ${mark} accept` : `${match}counter reject`);
+    if (r.action === "allow") out.push(`${match}ct mark set ${mark} accept`);
+    else out.push(...reject(match, true));
   });
-  out.push(policy.default === "allow" ? `ct mark set ${mark} accept` : "counter reject");
+  if (policy.default === "allow") out.push(`ct mark set ${mark} accept`);
+  else out.push(...reject("", true));
   return out;
 }
 
