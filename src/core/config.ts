@@ -27,6 +27,12 @@ const int = (min: number, max = Number.MAX_SAFE_INTEGER) =>
         .min(min, `an integer from ${min} to ${max}`)
         .max(max, `an integer from ${min} to ${max}`),
     );
+/** A number from 0 to 1, e.g. 0.40. */
+const fraction = () =>
+  z
+    .string()
+    .regex(/^(0(\.\d+)?|1(\.0+)?)$/, "a fraction from 0 to 1 such as 0.40")
+    .transform(Number);
 const bool = () =>
   z.enum(["true", "false", "1", "0"], { message: "true|false" }).transform((v) => v === "true" || v === "1");
 const oneOf = <T extends readonly [string, ...string[]]>(values: T) =>
@@ -117,6 +123,12 @@ const vars = {
   SPACE_WARM_POOLS: [z.string().regex(/^$|^[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?(,[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?)*$/, "template=size[:vcpu/memoryMib/diskMib],…"), "", "warm pools kept by the controller, e.g. base=5 (admin API pools of the same name win); empty = none"],
   SPACE_DEBIAN_MIRROR: [url(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
   SPACE_ENCRYPTION_KEY: [z.string().regex(/^$|^[0-9a-f]{64}$/, "64 hex characters (a 256-bit key) or empty"), "", "cluster key wrapping snapshot data keys; empty = no encryption"],
+  SPACE_SNAPSHOT_REAPER_TARGET: [fraction(), "0.40", "node cache usage (fraction of its disk) above which the node frees local snapshot copies already durable in the blob store, least recently used first"],
+  SPACE_SNAPSHOT_REAPER_INTERVAL_S: [int(1, 86_400), "300", "how often the node's snapshot reaper runs"],
+  SPACE_SNAPSHOT_REAPER_GRACE_S: [int(0, 31_536_000), "1800", "a local snapshot copy younger than this is never reaped"],
+  SPACE_SNAPSHOT_REAPER_IDLE_S: [int(0, 31_536_000), "86400", "a durable local snapshot copy unused this long is freed whatever the cache usage"],
+  SPACE_SNAPSHOT_RETENTION_INTERVAL_S: [int(1, 86_400), "300", "how often the controller leader sweeps expired snapshots (blob parts and node copies)"],
+  SPACE_SNAPSHOT_RETENTION_MIN_AGE_S: [int(0, 31_536_000), "1800", "a deleted, failed or superseded snapshot is kept this long before the retention sweeper deletes it"],
 } as const satisfies Record<string, readonly [z.ZodType<unknown, string>, string, string]>;
 
 type Vars = typeof vars;

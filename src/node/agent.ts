@@ -27,6 +27,7 @@ import { NodeResolver, upstreamFromConfig, upstreamFromResolvConf, type Upstream
 import { LinuxNetworkSlots } from "./network/slots.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
 import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
+import { SnapshotReaper } from "./snapshots/reaper.ts";
 import type { BlobStore } from "../blob/open.ts";
 import { parseClusterKey } from "../core/envelope.ts";
 import { BASE_TEMPLATE, ensureBaseTemplateTarball } from "./templates/base-template.ts";
@@ -98,6 +99,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let builder: TemplateBuilder | undefined;
   let templates: TemplateCache | undefined;
   let snapshots: NodeSnapshots | undefined;
+  let reaper: SnapshotReaper | undefined;
   let blob: BlobStore | undefined;
   let cache: NodeCache | undefined;
   let nodeId: string | undefined;
@@ -256,6 +258,16 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         if (disks) {
           blob = openBlobStore(config);
           snapshots = NodeSnapshots.create({ nodeDir, runtime, disks, manager: m, blob, clusterKey: parseClusterKey(config.SPACE_ENCRYPTION_KEY), logger: log });
+          if (snapshots) {
+            reaper = new SnapshotReaper(snapshots, disks.cache.mountPath, {
+              target: config.SPACE_SNAPSHOT_REAPER_TARGET,
+              intervalMs: config.SPACE_SNAPSHOT_REAPER_INTERVAL_S * 1000,
+              graceMs: config.SPACE_SNAPSHOT_REAPER_GRACE_S * 1000,
+              idleMs: config.SPACE_SNAPSHOT_REAPER_IDLE_S * 1000,
+              logger: log,
+            });
+            reaper.start();
+          }
         }
         manager = m;
         if (cache && disks) {
@@ -297,6 +309,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
 
     async stop(opts = {}) {
       await heartbeat?.stop();
+      await reaper?.stop();
+      reaper = undefined;
       heartbeat = undefined;
       await resolver?.stop();
       resolver = undefined;

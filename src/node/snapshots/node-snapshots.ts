@@ -18,7 +18,7 @@
  * container and leaves it running (never half).
  */
 import { createReadStream } from "node:fs";
-import { mkdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BlobStore } from "../../blob/blob-store.ts";
@@ -64,6 +64,21 @@ interface LocalMeta {
   parentPath: string;
   parentUuid: string;
   checkpoint: CheckpointMeta;
+  /** When this copy was captured or fetched (ISO). */
+  createdAt?: string;
+  /** Every part is in the blob store (published by this node, or fetched from it): the node's copy may be reaped. */
+  durable?: boolean;
+}
+
+/** A local snapshot copy as the node's reaper sees it. */
+export interface LocalSnapshot {
+  snapshotId: string;
+  createdAt: Date;
+  /** The last restore from it (else its creation). */
+  lastUsedAt: Date;
+  durable: boolean;
+  /** A restore or fetch is using it right now. */
+  inUse: boolean;
 }
 
 export interface NodeSnapshotsOptions {
@@ -86,6 +101,10 @@ export class NodeSnapshots {
   private readonly fetching = new Map<string, Promise<void>>();
   /** Parents being received (uuid → receive): concurrent restores of one parent share one `btrfs receive`. */
   private readonly receivingParents = new Map<string, Promise<void>>();
+  /** Restores using a local copy (snapshot id → count): the reaper never frees these. */
+  private readonly users = new Map<string, number>();
+  /** Local copies being reaped: a restore waits, then fetches the snapshot again. */
+  private readonly reaping = new Map<string, Promise<void>>();
 
   constructor(o: NodeSnapshotsOptions, cp: Checkpointer) {
     this.o = o;
@@ -165,8 +184,8 @@ export class NodeSnapshots {
       await exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal });
       const checkpoint = await this.cp.checkpoint(sandboxId, image, { leaveRunning, signal });
       await writeMeta(image, checkpoint);
-      const meta: LocalMeta = { snapshotId, sourceSandboxId: sandboxId, template, parentPath: parent.path, parentUuid: parent.uuid, checkpoint };
-      await writeFile(join(dir, "meta.json"), JSON.stringify(meta));
+      const meta: LocalMeta = { snapshotId, sourceSandboxId: sandboxId, template, parentPath: parent.path, parentUuid: parent.uuid, checkpoint, createdAt: new Date().toISOString() };
+      await this.writeLocalMeta(meta);
       return meta;
     } catch (e) {
       await this.dropLocal(snapshotId).catch(() => undefined);
@@ -208,6 +227,7 @@ export class NodeSnapshots {
       put("disk", `${base}/disk.btrfs${ext}`, ["btrfs", "send", "-q", "-p", meta.parentPath, this.diskPath(meta.snapshotId)]),
     ]);
     desc.parts.sort((a, b) => a.kind.localeCompare(b.kind));
+    await this.writeLocalMeta({ ...meta, durable: true });
     timings.uploadMs = ms(t0);
     return desc;
   }
@@ -228,8 +248,24 @@ export class NodeSnapshots {
    * parent fetched when missing, refused when it cannot be found).
    */
   async restore(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal): Promise<SandboxStatus> {
+    const id = desc.snapshotId;
+    for (let r = this.reaping.get(id); r; r = this.reaping.get(id)) await r;
+    this.users.set(id, (this.users.get(id) ?? 0) + 1);
+    try {
+      return await this.restoreHeld(spec, desc, signal);
+    } finally {
+      const n = (this.users.get(id) ?? 1) - 1;
+      if (n > 0) this.users.set(id, n);
+      else this.users.delete(id);
+    }
+  }
+
+  private async restoreHeld(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal): Promise<SandboxStatus> {
     const t0 = performance.now();
     await this.ensureLocal(desc, signal);
+    // Last use, for the reaper's idle rule and least-recently-used order.
+    const now = new Date();
+    await utimes(join(this.localDir(desc.snapshotId), "meta.json"), now, now).catch(() => undefined);
     const fetchMs = ms(t0);
     const meta = JSON.parse(await readFile(join(this.localDir(desc.snapshotId), "meta.json"), "utf8")) as LocalMeta;
     const id = spec.sandboxId;
@@ -311,8 +347,10 @@ export class NodeSnapshots {
         parentPath: parentPath ?? "",
         parentUuid: desc.parentUuid,
         checkpoint: checkpoint ?? { logPath: "/dev/null", logSize: 0, config: {} },
+        createdAt: new Date().toISOString(),
+        durable: true,
       };
-      await writeFile(join(dir, "meta.json"), JSON.stringify(meta));
+      await this.writeLocalMeta(meta);
       this.o.logger.info({ snapshotId: desc.snapshotId }, "snapshot fetched from the blob store");
     } catch (e) {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
@@ -371,16 +409,34 @@ export class NodeSnapshots {
     await rm(this.localDir(snapshotId), { recursive: true, force: true });
   }
 
-  /** Local snapshots with their size on disk (the reaper's view). */
-  async listLocal(): Promise<{ snapshotId: string; createdAt: Date }[]> {
-    const { readdir } = await import("node:fs/promises");
-    const out: { snapshotId: string; createdAt: Date }[] = [];
+  /** Complete local copies (a capture or fetch in progress has no meta.json yet): the reaper's view. */
+  async listLocal(): Promise<LocalSnapshot[]> {
+    const out: LocalSnapshot[] = [];
     for (const n of await readdir(join(this.o.nodeDir, "snapshots")).catch(() => [] as string[])) {
       if (!SNAP.test(n)) continue;
-      const s = await stat(join(this.o.nodeDir, "snapshots", n)).catch(() => undefined);
-      if (s) out.push({ snapshotId: n, createdAt: s.mtime });
+      const file = join(this.localDir(n), "meta.json");
+      const [meta, st] = await Promise.all([readFile(file, "utf8").then((t) => JSON.parse(t) as LocalMeta, () => undefined), stat(file).catch(() => undefined)]);
+      if (!meta || !st) continue;
+      out.push({ snapshotId: n, createdAt: meta.createdAt ? new Date(meta.createdAt) : st.ctime, lastUsedAt: st.mtime, durable: meta.durable === true, inUse: this.users.has(n) || this.fetching.has(n) });
     }
     return out;
+  }
+
+  /**
+   * Frees a local copy unless a restore uses it (checked and marked in one synchronous
+   * step, so a restore starting now waits for the reap and then fetches from the blob
+   * store). Returns whether it was freed.
+   */
+  async reap(snapshotId: string): Promise<boolean> {
+    if (this.users.has(snapshotId) || this.fetching.has(snapshotId) || this.reaping.has(snapshotId)) return false;
+    const p = this.dropLocal(snapshotId).finally(() => this.reaping.delete(snapshotId));
+    this.reaping.set(snapshotId, p);
+    await p;
+    return true;
+  }
+
+  private async writeLocalMeta(meta: LocalMeta): Promise<void> {
+    await writeFile(join(this.localDir(meta.snapshotId), "meta.json"), JSON.stringify(meta));
   }
 }
 
