@@ -69,6 +69,8 @@ export function toListedSandbox(r: SandboxRecord) {
 export function toSandboxDetail(r: SandboxRecord, o: PresentOptions) {
   return {
     ...toListedSandbox(r),
+    // SDK 1.x connect() takes the envd token from here (it has no connect endpoint).
+    ...(r.envdAccessToken ? { envdAccessToken: r.envdAccessToken } : {}),
     allowInternetAccess: r.allowInternetAccess,
     domain: o.domain,
     ...(r.network ? { network: r.network } : {}),
