@@ -25,6 +25,7 @@ test("route resolution", () => {
   assert.deepEqual(resolveRoute({}, `/sandboxes/${id}/ports/3000`, null), { kind: "path", sandboxId: id, port: 3000, path: "/" });
   assert.equal(resolveRoute({}, "/files?path=x&signature=v1_abc", null).kind, "signed");
   assert.equal(resolveRoute({}, "/files?path=x", null).kind, "none");
+  assert.deepEqual(resolveRoute({ "x-access-token": "tok" }, "/process.Process/List", null), { kind: "token", token: "tok", path: "/process.Process/List" });
   assert.equal(resolveRoute({ "e2b-sandbox-id": id, "e2b-sandbox-port": "99999" }, "/", null).kind, "none");
 });
 

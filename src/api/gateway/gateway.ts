@@ -11,6 +11,7 @@
  * client's own `Authorization` (envd's Basic user selection) passes through untouched.
  */
 import http from "node:http";
+import { timingSafeEqual } from "node:crypto";
 import type { Duplex } from "node:stream";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "../../core/log.ts";
@@ -18,7 +19,7 @@ import type { SandboxId } from "../../core/ids.ts";
 import { ENVD_PORT, NODE_TOKEN_HEADER } from "../../node/api/contract.ts";
 import type { SandboxRecord } from "../sandboxes/model.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
-import { resolveRoute } from "./route.ts";
+import { NO_ROUTE, resolveRoute } from "./route.ts";
 import { signatureMatches } from "./signature.ts";
 
 export const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
@@ -83,14 +84,27 @@ export function createGateway(deps: GatewayDeps): Gateway {
     return rec;
   }
 
-  async function findSigned(method: string, url: string): Promise<SandboxRecord | null> {
-    const query = new URLSearchParams(url.slice(url.indexOf("?") + 1));
+  /** The running secure sandbox whose envd token satisfies `matches`. */
+  async function findSecure(matches: (token: string) => boolean): Promise<SandboxRecord | null> {
     const now = Date.now();
     if (!secureCache || now - secureCache.at > 1000) secureCache = { at: now, list: repo.listRunningSecure() };
     for (const rec of await secureCache.list) {
-      if (rec.envdAccessToken && signatureMatches(method, query, rec.envdAccessToken)) return rec;
+      if (rec.envdAccessToken && matches(rec.envdAccessToken)) return rec;
     }
     return null;
+  }
+
+  function findSigned(method: string, url: string): Promise<SandboxRecord | null> {
+    const query = new URLSearchParams(url.slice(url.indexOf("?") + 1));
+    return findSecure((token) => signatureMatches(method, query, token));
+  }
+
+  function findByToken(got: string): Promise<SandboxRecord | null> {
+    const g = Buffer.from(got);
+    return findSecure((token) => {
+      const want = Buffer.from(token);
+      return want.length === g.length && timingSafeEqual(want, g);
+    });
   }
 
   function track(id: string, l: Live): () => void {
@@ -115,6 +129,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
     if (route.kind === "signed") {
       rec = await findSigned(req.method ?? "GET", url);
       if (!rec) return { status: 401, body: { code: 401, message: "invalid signature" } };
+    } else if (route.kind === "token") {
+      rec = await findByToken(route.token);
+      if (!rec) return { status: 400, body: { code: 400, message: `no running sandbox has this X-Access-Token; ${NO_ROUTE}` } };
     } else {
       rec = await lookup(route.sandboxId);
       port = route.port;

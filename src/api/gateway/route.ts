@@ -5,13 +5,19 @@
  * 3. path form `/sandboxes/<id>/ports/<port>/<rest>` for clients without wildcard DNS
  *    (the prefix is stripped before forwarding);
  * 4. headerless signed file URLs (`/files?…&signature=`): the sandbox is found by
- *    checking the signature against running sandboxes' envd tokens (signature.ts).
+ *    checking the signature against running sandboxes' envd tokens (signature.ts);
+ * 5. envd calls with only `X-Access-Token` (Python SDK 2.x before ~2.2x drops the routing
+ *    headers after the class-level `Sandbox.connect(id)`): the sandbox whose envd token it is.
  */
 import { ENVD_PORT } from "../../node/api/contract.ts";
+
+export const NO_ROUTE =
+  "no sandbox named: send E2b-Sandbox-Id (and E2b-Sandbox-Port), use Host <port>-<id>.<domain>, or the path /sandboxes/<id>/ports/<port>/…";
 
 export type GatewayRoute =
   | { kind: "header" | "host" | "path"; sandboxId: string; port: number; path: string }
   | { kind: "signed"; path: string }
+  | { kind: "token"; token: string; path: string }
   | { kind: "none"; reason: string };
 
 const ID = "[a-z0-9]{20}";
@@ -46,11 +52,9 @@ export function resolveRoute(
   if (pathname === "/files" && q >= 0 && new URLSearchParams(url.slice(q + 1)).has("signature")) {
     return { kind: "signed", path: url };
   }
-  return {
-    kind: "none",
-    reason:
-      "no sandbox named: send E2b-Sandbox-Id (and E2b-Sandbox-Port), use Host <port>-<id>.<domain>, or the path /sandboxes/<id>/ports/<port>/…",
-  };
+  const token = first(headers["x-access-token"]);
+  if (token) return { kind: "token", token, path: url };
+  return { kind: "none", reason: NO_ROUTE };
 }
 
 function first(v: string | string[] | undefined): string | undefined {
