@@ -70,12 +70,14 @@ describe("template builder (node)", { skip: !isRoot && "needs root" }, () => {
     const second = await build("bld2", recipe);
     assert.equal(second.status, "ready", JSON.stringify(second.error));
     assert.equal(second.result!.builtSteps, 0, "an unchanged recipe is all cache hits");
+    assert.equal(second.result!.digest, first.result!.digest, "the digest names the inputs (recipe, source, files), not the bytes produced");
     assert.ok(second.logEntries.some((e) => e.message.startsWith("CACHED [2/5] RUN")));
 
     const changed = await build("bld3", { ...recipe, steps: [...recipe.steps!.slice(0, 4), { type: "RUN", cmd: "echo other > /etc/other" }] });
     assert.equal(changed.status, "ready");
     assert.equal(changed.result!.cachedSteps, 5, "source + 4 unchanged steps from cache");
     assert.equal(changed.result!.builtSteps, 1);
+    assert.notEqual(changed.result!.digest, first.result!.digest);
 
     // A sandbox boots from the build (real envd).
     const m = node.agent.manager!;
