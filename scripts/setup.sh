@@ -62,5 +62,8 @@ if [ "${SPACE_SETUP_SKIP_TEMPLATE:-0}" != 1 ]; then
   (cd "$REPO" && node --import tsx scripts/setup/build-base-template.ts)
 fi
 
+# 6. The e2b Python SDK venv for test/e2e/python-sdk.test.ts (.tools/py; pinned, reused).
+bash "$REPO/scripts/setup/python-sdk.sh" || echo "setup: no Python SDK venv; test/e2e/python-sdk will skip" >&2
+
 save_machine_cache
 echo "setup: done in $(( $(date +%s) - started )) s"

@@ -1,0 +1,211 @@
+/**
+ * ECW end to end with the official e2b Python SDK (pinned in scripts/setup/python-sdk.txt,
+ * installed into .tools/py by scripts/setup/python-sdk.sh), sync and async, against one
+ * real stack. Each scenario group is a script under test/e2e/python/ that records what
+ * it observed per step as JSON; the assertions live here. Needs root and the venv.
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile, spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { startStack, type Stack } from "../support/stack.ts";
+
+const PYTHON = resolve(".tools/py/bin/python");
+const SCRIPTS = resolve("test/e2e/python");
+
+function skipReason(): string | false {
+  if (process.getuid?.() !== 0) return "needs root (runc, network namespaces, btrfs)";
+  if (!existsSync(PYTHON)) return `no Python SDK venv at ${PYTHON}; run scripts/setup/python-sdk.sh`;
+  const probe = spawnSync(PYTHON, ["-c", "import e2b"], { encoding: "utf8" });
+  if (probe.status !== 0) return `the venv at ${PYTHON} cannot import e2b: ${probe.stderr.trim().slice(-300)}; rerun scripts/setup/python-sdk.sh`;
+  return false;
+}
+
+type Observed = Record<string, unknown>;
+type Step = { error?: string; trace?: string } & Record<string, unknown>;
+
+describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_000 }, () => {
+  let stack: Stack;
+
+  before(async () => {
+    stack = await startStack();
+  });
+  after(async () => {
+    await stack?.stop();
+  });
+
+  /** Runs one scenario script; fails with its stderr when it does not print its JSON. */
+  function run(script: string): Promise<Observed> {
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("E2B_") && !k.startsWith("SPACE_")) env[k] = v;
+    Object.assign(env, { E2B_API_KEY: stack.apiKey, E2B_API_URL: stack.apiUrl, E2B_SANDBOX_URL: stack.sandboxUrl, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1" });
+    return new Promise((res, rej) => {
+      execFile(PYTHON, [resolve(SCRIPTS, script)], { env, cwd: SCRIPTS, timeout: 8 * 60_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+        const last = stdout.trim().split("\n").pop() ?? "";
+        try {
+          res(JSON.parse(last) as Observed);
+        } catch {
+          rej(new Error(`${script} printed no JSON (${err?.message ?? "exit 0"}):\n${stderr.slice(-4000)}\n${stdout.slice(-2000)}\n${stack.output().slice(-2000)}`));
+        }
+      });
+    });
+  }
+
+  /** The step's value; a recorded exception fails with the SDK's own message and trace. */
+  function ok(o: Observed, name: string): unknown {
+    assert.ok(name in o, `step ${name} did not run`);
+    const v = o[name] as Step;
+    if (v && typeof v === "object" && !Array.isArray(v) && typeof v.error === "string" && "trace" in v) {
+      assert.fail(`step ${name} raised ${v.error}\n${v.trace}`);
+    }
+    return v;
+  }
+
+  test("lifecycle (sync): create with metadata/envs/timeout, info, set_timeout, list, pause/connect, kill", async () => {
+    const o = await run("lifecycle.py");
+    assert.equal(ok(o, "env"), "bar baz\n");
+    assert.equal(ok(o, "running"), true);
+    const info = ok(o, "info") as Record<string, unknown>;
+    assert.equal(info.sandbox_id, o.id);
+    assert.equal(info.template_id, "base");
+    assert.deepEqual(info.metadata, { suite: "py", tag: (info.metadata as Record<string, string>).tag, "a b": "c&d" });
+    assert.equal(info.state, "running");
+    assert.equal(info.envd_version, "0.6.13");
+    assert.equal(info.ttl_s, 120);
+    assert.equal(info.started_recent, true);
+    assert.equal(info.on_timeout, "kill");
+    assert.ok((ok(o, "set_timeout") as { extended_s: number }).extended_s >= 470, "set_timeout(600) moves end_at from ~120 s to ~600 s");
+    assert.equal(ok(o, "class_get_info"), o.id);
+    const pages = ok(o, "list_pages") as { page_sizes: number[]; ids: string[] };
+    assert.deepEqual(pages.page_sizes, [2, 1]);
+    assert.deepEqual(pages.ids, o.expected_ids);
+    const filtered = ok(o, "list_filter") as { id: string; state: string; template: string }[];
+    assert.deepEqual(filtered.map((s) => [s.id, s.state, s.template]), [[o.id, "running", "base"]]);
+    assert.equal(ok(o, "list_none"), 0);
+    assert.equal(ok(o, "get_host"), `8080-${o.id as string}.e2b.app`, "no SPACE_SANDBOX_DOMAIN: the SDK's default domain");
+    const metrics = ok(o, "metrics") as { cpu_count: number; mem_total: number }[];
+    assert.ok(metrics.length >= 1 && metrics[0]!.cpu_count > 0 && metrics[0]!.mem_total > 0);
+    assert.equal(ok(o, "pause"), true);
+    assert.equal(ok(o, "pause_again"), false, "pausing a paused sandbox answers 409 → False");
+    assert.equal(ok(o, "paused_state"), "paused");
+    assert.deepEqual(ok(o, "paused_list"), [o.id]);
+    assert.deepEqual(ok(o, "resume"), { file: "kept", env: "bar baz\n", state: "running" });
+    assert.equal(ok(o, "connect_running"), "again\n");
+    assert.equal(ok(o, "kill"), true);
+    assert.equal(ok(o, "kill_again"), false);
+    assert.equal(ok(o, "running_after_kill"), false);
+    assert.equal(ok(o, "connect_killed"), "SandboxNotFoundException");
+    assert.equal(ok(o, "info_killed"), "SandboxNotFoundException");
+    assert.equal(ok(o, "unknown_template"), "SandboxException");
+  });
+
+  test("commands (sync): output, exit codes, env/cwd/user, timeout, background + kill, stdin, reconnect, PTY", async () => {
+    const o = await run("commands.py");
+    assert.deepEqual(ok(o, "basic"), { stdout: "out\n", stderr: "err\n", exit_code: 0, error: null });
+    assert.deepEqual(ok(o, "failing"), { exit_code: 3, stdout: "partial\n", stderr: "bad\n" });
+    assert.equal(ok(o, "env"), "x y-z\n");
+    assert.equal(ok(o, "cwd"), "/tmp\n");
+    assert.equal(ok(o, "default_identity"), "user\n/home/user\n/home/user\n");
+    assert.equal(ok(o, "root"), "root\n/root\n");
+    assert.deepEqual(ok(o, "callbacks"), { stdout: "o1\no2\no3\n", stderr: "e1\ne2\ne3\n" });
+    assert.equal(ok(o, "timeout"), "TimeoutException");
+    assert.deepEqual(ok(o, "large"), { len: 4_040_000, lines: 40_000 });
+    assert.deepEqual(ok(o, "background"), { pid_int: true, stdout: "done\n" });
+    assert.deepEqual(ok(o, "kill_bg"), {
+      listed: true,
+      cmd: "/bin/bash",
+      args: ["-l", "-c", "sleep 300"],
+      killed: true,
+      wait: { exit_code: -1, error: "signal: killed" },
+      kill_again: false,
+    });
+    assert.equal(ok(o, "handle_kill"), true);
+    assert.equal(ok(o, "stdin"), "hello stdin\n");
+    assert.equal(ok(o, "stream_input"), "abc\n", "client-streaming StreamInput");
+    assert.equal(ok(o, "reconnect"), 0);
+    assert.equal(ok(o, "connect_missing"), "NotFoundException");
+    assert.match(ok(o, "pty") as string, /pty-42/);
+  });
+
+  test("files (sync): text/bytes/stream/gzip, multi-write, metadata, list, make_dir, rename, remove, info, watch, signed URLs", async () => {
+    const o = await run("files.py");
+    assert.deepEqual(ok(o, "write_text"), { name: "a.txt", path: "/home/user/dir/a.txt", type: "file", read: "alpha" });
+    assert.equal(ok(o, "relative"), "rel");
+    assert.deepEqual(ok(o, "binary"), { bytes_equal: true, stream_equal: true });
+    assert.deepEqual(ok(o, "octet_and_gzip"), { io_equal: true, gz: true });
+    assert.deepEqual(ok(o, "multi"), { paths: ["/home/user/m/one.txt", "/home/user/m/two.txt"], two: "2" });
+    assert.deepEqual(ok(o, "metadata"), { owner: "py" });
+    assert.equal(ok(o, "empty"), "");
+    const fileEntry = { name: "a.txt", type: "file", path: "/home/user/dir/a.txt", size: 5, mode: "0o644", permissions: "-rw-r--r--", owner: "user", group: "user", modified: true, symlink_target: null };
+    assert.deepEqual(ok(o, "list"), [fileEntry]);
+    assert.deepEqual(ok(o, "list_depth"), ["/home/user/m/one.txt", "/home/user/m/two.txt"]);
+    assert.deepEqual(ok(o, "make_dir"), [true, false]);
+    assert.deepEqual(ok(o, "exists"), [true, false]);
+    assert.deepEqual(ok(o, "get_info_file"), fileEntry);
+    const dir = ok(o, "get_info_dir") as Record<string, unknown>;
+    assert.deepEqual([dir.type, dir.mode, dir.permissions, dir.owner], ["dir", "0o755", "drwxr-xr-x", "user"]);
+    const link = ok(o, "symlink") as Record<string, unknown>;
+    assert.deepEqual([link.type, link.symlink_target], ["symlink", "/home/user/dir/a.txt"]);
+    assert.deepEqual(ok(o, "rename"), { ...fileEntry, name: "b.txt", path: "/home/user/dir/b.txt" });
+    assert.deepEqual(ok(o, "after_rename"), [false, "alpha"]);
+    assert.deepEqual(ok(o, "remove"), [null, false]);
+    assert.equal(ok(o, "read_missing"), "FileNotFoundException");
+    assert.equal(ok(o, "list_missing"), "FileNotFoundException");
+    assert.equal(ok(o, "info_missing"), "FileNotFoundException");
+    assert.equal(ok(o, "as_root"), "/root/r.txt");
+    assert.equal(ok(o, "owner_user"), "user:user\nuser:user\n");
+    const watch = ok(o, "watch") as [string, string][];
+    for (const e of [["f.txt", "create"], ["f.txt", "write"], ["sub", "create"], ["f.txt", "remove"]]) {
+      assert.ok(watch.some(([n, t]) => n === e[0] && t === e[1]), `watch saw ${e.join(" ")}: ${JSON.stringify(watch)}`);
+    }
+    const rec = ok(o, "watch_recursive") as { name: string; type: string; entry: string | null }[];
+    assert.ok(rec.some((e) => e.name === "inner/deep.txt" && e.type === "create" && e.entry === "deep.txt"), JSON.stringify(rec));
+    assert.equal(ok(o, "watch_missing"), "FileNotFoundException");
+    assert.deepEqual(ok(o, "signed_urls"), { read: "signed body", sdk: "signed body" });
+  });
+
+  test("async SDK: commands, files, watch callback, list, set_timeout, pause/connect, kill", async () => {
+    const o = await run("async_sdk.py");
+    assert.deepEqual(ok(o, "basic"), { stdout: "async\n", stderr: "err\n", exit_code: 0 });
+    assert.equal(ok(o, "failing"), 7);
+    assert.equal(ok(o, "options"), "1\n/tmp\nroot\n");
+    assert.deepEqual(ok(o, "concurrent"), ["0\n", "1\n", "2\n", "3\n", "4\n"]);
+    assert.deepEqual(ok(o, "background"), { killed: true, wait: -1, kill_again: false });
+    assert.equal(ok(o, "stdin"), "via async\n");
+    assert.deepEqual(ok(o, "files"), {
+      text: "async text",
+      bytes_equal: true,
+      made: true,
+      listed: ["b.bin", "d", "x.txt"],
+      moved: "/home/user/a/y.txt",
+      exists: [true, false],
+      info: { size: 10, type: "file" },
+    });
+    assert.equal(ok(o, "read_missing"), "FileNotFoundException");
+    const watch = ok(o, "watch") as [string, string][];
+    assert.ok(watch.some(([n, t]) => n === "n.txt" && t === "create") && watch.some(([n, t]) => n === "n.txt" && t === "write"), JSON.stringify(watch));
+    assert.equal(ok(o, "list"), true);
+    assert.ok((ok(o, "set_timeout") as number) >= 700, "set_timeout(900) moves end_at by ~720 s");
+    assert.deepEqual(ok(o, "pause_connect"), { paused: true, state: "paused", file: "keep\n", state_after: "running" });
+    assert.equal(ok(o, "kill"), true);
+    assert.equal(ok(o, "running_after_kill"), false);
+    assert.equal(ok(o, "connect_killed"), "SandboxNotFoundException");
+  });
+
+  test("extras: network options and update, traffic token, lifecycle, fork, named snapshots", async () => {
+    const o = await run("extras.py");
+    const net = ok(o, "network") as Record<string, unknown>;
+    assert.deepEqual(net.network, { allow_out: ["1.1.1.1", "10.0.0.0/8"], deny_out: ["0.0.0.0/0"] });
+    assert.deepEqual(net.after, { deny_out: ["8.8.8.8"] });
+    assert.equal(ok(o, "no_internet"), false);
+    assert.deepEqual(ok(o, "public_traffic"), { token: true, with_token: 200, without_token: 403 });
+    assert.deepEqual(ok(o, "lifecycle"), { on_timeout: "pause", auto_resume: false });
+    assert.deepEqual(ok(o, "fork"), { forks: [{ file: "forked", distinct: true }, { file: "forked", distinct: true }], source_running: true });
+    const snaps = ok(o, "snapshots") as Record<string, unknown>;
+    assert.deepEqual(
+      { listed: snaps.listed, restored: snaps.restored, by_name: snaps.by_name, deleted: snaps.deleted, deleted_again: snaps.deleted_again },
+      { listed: true, restored: "snap", by_name: "snap", deleted: true, deleted_again: false },
+    );
+  });
+});
