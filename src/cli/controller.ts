@@ -12,6 +12,7 @@ import { templateBinding } from "../api/sandboxes/queries.ts";
 import { startDispatcher } from "../controller/dispatcher.ts";
 import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 import { warmPoolLoop } from "../controller/warm-pools/index.ts";
+import { startSnapshotRetention } from "../controller/snapshot-retention.ts";
 
 export interface Loop {
   stop(): Promise<void>;
@@ -40,6 +41,15 @@ export const controllerLoops: readonly LoopFactory[] = [
   (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes }),
   (cp) => startTimeoutEnforcer({ sandboxes: cp.layer.sandboxes, log: cp.log }),
   (cp) => warmPoolLoop(cp),
+  (cp) =>
+    startSnapshotRetention({
+      db: cp.db,
+      blobs: cp.blobs,
+      substrate: cp.layer.substrate,
+      log: cp.log,
+      minAgeMs: cp.config.SPACE_SNAPSHOT_RETENTION_MIN_AGE_S * 1000,
+      intervalMs: cp.config.SPACE_SNAPSHOT_RETENTION_INTERVAL_S * 1000,
+    }),
 ];
 
 export async function startController(cp: ControlPlane, loops: readonly LoopFactory[] = []): Promise<Loop> {

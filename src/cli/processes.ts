@@ -81,7 +81,7 @@ export async function openControlPlane(
         onGate: census.onGate,
         overcommit: { vcpu: config.SPACE_PLACEMENT_VCPU_OVERCOMMIT, memory: config.SPACE_PLACEMENT_MEMORY_OVERCOMMIT },
       },
-      ...(config.SPACE_SUBSTRATE === "kubernetes" ? { substrate: await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate) } : {}),
+      ...(config.SPACE_SUBSTRATE === "kubernetes" ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate) : {}),
     });
     return { config, log, metrics, census, db, blobs, layer, ...secrets };
   } catch (e) {
@@ -90,12 +90,14 @@ export async function openControlPlane(
   }
 }
 
-/** SPACE_SUBSTRATE=kubernetes: sandboxes are pods placed by kube-scheduler (src/substrate/kubernetes). */
+/** SPACE_SUBSTRATE=kubernetes: sandboxes are pods placed by kube-scheduler on the Nodes node agents register (src/substrate/kubernetes). */
 async function kubernetesSubstrateOf(config: Config, log: Logger, internalToken: string, onGate: CensusMetrics["onGate"]) {
   const { createKubeApi } = await import("../substrate/kubernetes/kube.ts");
   const { KubernetesSubstrate } = await import("../substrate/kubernetes/kubernetes-substrate.ts");
-  return new KubernetesSubstrate({
-    kube: createKubeApi(config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" }),
+  const { KubeNodeDirectory } = await import("../substrate/kubernetes/node-directory.ts");
+  const kube = createKubeApi(config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" });
+  const substrate = new KubernetesSubstrate({
+    kube,
     namespace: config.SPACE_KUBE_NAMESPACE,
     internalToken,
     gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
@@ -105,6 +107,7 @@ async function kubernetesSubstrateOf(config: Config, log: Logger, internalToken:
     readinessDeadlineMs: config.SPACE_KUBE_READY_DEADLINE_MS,
     log: log.child({ component: "substrate" }),
   });
+  return { substrate, nodes: new KubeNodeDirectory(kube) };
 }
 
 /** A cluster never switches substrate: the first start records it, later starts must match. */

@@ -15,6 +15,10 @@ export const snapshotStates = [
   "durable",
   "failed",
   "deleted",
+  /** Claimed by the retention sweeper: its blobs and node copies are being deleted (never restorable again). */
+  "reaping",
+  /** Blobs and node copies deleted; the row stays as history. */
+  "reaped",
 ] as const;
 export type SnapshotState = (typeof snapshotStates)[number];
 
@@ -130,4 +134,88 @@ export async function addSnapshotPart(q: Queryable, id: string, part: SnapshotPa
     [id, json([part]), part.sizeBytes],
     `snapshot ${id}`,
   );
+}
+
+// ------------------------------------------------------------------ retention
+
+const HOLDABLE_NOT = ["reaping", "reaped"];
+
+/**
+ * A restore holds its source snapshot until it is done (release) or `until` passes (a
+ * crashed holder's hold lapses). false when the sweeper has claimed it: it is being
+ * deleted and must not be used.
+ */
+export async function holdSnapshot(q: Queryable, id: string, until: Date): Promise<boolean> {
+  const n = await q.execute(
+    `UPDATE snapshots SET holds = holds + 1, held_until = greatest(coalesce(held_until, $2), $2)
+      WHERE id = $1 AND NOT (state = ANY($3::text[]))`,
+    [id, until, HOLDABLE_NOT],
+  );
+  return n > 0;
+}
+
+export async function releaseSnapshot(q: Queryable, id: string): Promise<void> {
+  await q.execute(`UPDATE snapshots SET holds = greatest(holds - 1, 0) WHERE id = $1`, [id]);
+}
+
+/** Not held: no holder, or every holder's deadline has passed. */
+const unheld = (alias = "") => `(${alias}holds = 0 OR ${alias}held_until IS NULL OR ${alias}held_until < now())`;
+const OLDER = (col: string, p: string) => `${col} < now() - (${p}::bigint * interval '1 millisecond')`;
+
+/**
+ * Marks restorable snapshots no restore can want any more deleted (older than
+ * `minAgeMs`, not held): suspend snapshots superseded by a newer restorable suspend
+ * snapshot of their sandbox or whose sandbox ended (killed, failed), and fork
+ * checkpoints (a fork request frees its own; what is left was abandoned). The newest
+ * suspend snapshot of a live sandbox and named snapshots are never touched.
+ */
+export async function expireSnapshots(q: Queryable, minAgeMs: number): Promise<string[]> {
+  const rows = await q.query<{ id: string }>(
+    `UPDATE snapshots s SET state = 'deleted', deleted_at = now()
+      WHERE s.state IN ('local', 'durable') AND ${OLDER("s.created_at", "$1")} AND ${unheld("s.")}
+        AND (s.purpose = 'fork'
+          OR (s.purpose = 'suspend' AND EXISTS (
+                SELECT 1 FROM snapshots n WHERE n.sandbox_id = s.sandbox_id AND n.purpose = 'suspend'
+                   AND n.state IN ('local', 'durable') AND (n.created_at, n.id) > (s.created_at, s.id)))
+          OR (s.purpose = 'suspend' AND EXISTS (SELECT 1 FROM sandboxes x WHERE x.id = s.sandbox_id AND x.state IN ('killed', 'failed'))))
+      RETURNING s.id`,
+    [minAgeMs],
+  );
+  return rows.map((r) => r.id);
+}
+
+export interface ReapingSnapshot {
+  id: string;
+  sandboxId: string;
+  nodeId: NodeId | null;
+  parts: SnapshotPart[];
+}
+
+/**
+ * Claims up to `limit` expired snapshots (deleted or failed at least `minAgeMs` ago, not
+ * held) for deletion: they move to `reaping`, from which they only go forward.
+ */
+export async function claimExpiredSnapshots(q: Queryable, minAgeMs: number, limit: number): Promise<string[]> {
+  const rows = await q.query<{ id: string }>(
+    `UPDATE snapshots SET state = 'reaping' WHERE id IN (
+       SELECT id FROM snapshots
+        WHERE ((state = 'deleted' AND ${OLDER("coalesce(deleted_at, created_at)", "$1")}) OR (state = 'failed' AND ${OLDER("created_at", "$1")}))
+          AND ${unheld()}
+        ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+     RETURNING id`,
+    [minAgeMs, limit],
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Snapshots claimed for deletion and not finished (this sweep's claims and any a crashed sweeper left). */
+export async function listReapingSnapshots(q: Queryable, limit: number): Promise<ReapingSnapshot[]> {
+  return q.query<ReapingSnapshot>(
+    `SELECT id, sandbox_id AS "sandboxId", node_id AS "nodeId", parts FROM snapshots WHERE state = 'reaping' ORDER BY created_at LIMIT $1`,
+    [limit],
+  );
+}
+
+export async function markSnapshotReaped(q: Queryable, id: string): Promise<void> {
+  await q.execute(`UPDATE snapshots SET state = 'reaped' WHERE id = $1 AND state = 'reaping'`, [id]);
 }

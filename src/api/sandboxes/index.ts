@@ -6,7 +6,7 @@
 import type { Db } from "../../store/db.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Substrate } from "../../substrate/substrate.ts";
-import { DirectSubstrate, type DirectSubstrateDeps } from "../../substrate/direct/direct-substrate.ts";
+import { DirectSubstrate, type DirectSubstrateDeps, type NodeDirectory } from "../../substrate/direct/direct-substrate.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
 import { StoreApiKeys, StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import type { ApiKeyAuth } from "./model.ts";
@@ -21,6 +21,8 @@ export interface SandboxLayerDeps {
   defaults: SandboxDefaults;
   /** Defaults to the direct substrate over the store's registered nodes. */
   substrate?: Substrate;
+  /** The substrate's nodes; defaults to the store's registered (direct) nodes. */
+  nodes?: NodeDirectory;
   /** Direct placement: gate mode, operator selector extras, gate observations. */
   placement?: Pick<DirectSubstrateDeps, "gate" | "selectorExtras" | "onGate" | "overcommit">;
 }
@@ -29,20 +31,25 @@ export interface SandboxLayer {
   sandboxes: SandboxService;
   apiKeys: ApiKeyAuth;
   substrate: Substrate;
+  /** The substrate's nodes (warm pools check members against them). */
+  nodes: NodeDirectory;
+  templates: StoreTemplates;
 }
 
 export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
-  const substrate =
-    deps.substrate ?? new DirectSubstrate({ nodes: new StoreNodeDirectory(deps.db), internalToken: deps.internalToken, ...deps.placement });
+  const nodes = deps.nodes ?? new StoreNodeDirectory(deps.db);
+  const substrate = deps.substrate ?? new DirectSubstrate({ nodes, internalToken: deps.internalToken, ...deps.placement });
+  // Node-only templates: from the store's nodes on Direct, from the substrate's directory otherwise.
+  const templates = new StoreTemplates(deps.db, deps.nodes);
   const sandboxes = new SandboxService({
     repo: new StoreSandboxRepo(deps.db),
-    templates: new StoreTemplates(deps.db),
+    templates,
     substrate,
     defaults: deps.defaults,
     log: deps.log,
     snapshots: new StoreSnapshotRepo(deps.db),
   });
-  return { sandboxes, apiKeys: new StoreApiKeys(deps.db), substrate };
+  return { sandboxes, apiKeys: new StoreApiKeys(deps.db), substrate, nodes, templates };
 }
 
 export { SandboxService } from "./service.ts";

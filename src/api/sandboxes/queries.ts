@@ -205,7 +205,11 @@ export class StoreSandboxRepo implements SandboxRepo {
  * with the rootfs size the node reports.
  */
 export class StoreTemplates implements TemplateResolver {
-  constructor(private readonly db: Db) {}
+  /** `nodes`: where node-only templates are found when nodes are not in the store (Kubernetes: Node annotations). */
+  constructor(
+    private readonly db: Db,
+    private readonly nodes?: NodeDirectory,
+  ) {}
 
   async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
     const byRelease = await this.db.maybeOne<{ templateId: string; alias: string; rootfs: number | null }>(
@@ -228,6 +232,10 @@ export class StoreTemplates implements TemplateResolver {
     if (byId) return { templateId: byId.id, alias: byId.id === idOrAlias ? null : idOrAlias, rootfsSizeMib: byId.rootfs };
     // A template only a node's inventory knows (e.g. `base`): ready nodes first, but a node
     // that is restarting still counts, so placement answers "unavailable" (retryable), not "not found".
+    if (this.nodes) {
+      const known = (await this.nodes.list(AbortSignal.timeout(10_000))).some((n) => n.templates.includes(idOrAlias));
+      return known ? { templateId: idOrAlias, alias: null, rootfsSizeMib: null } : null;
+    }
     const nodes = (await listNodes(this.db)).sort((a, b) => Number(b.status === "ready") - Number(a.status === "ready"));
     for (const n of nodes) {
       const t = inventory(n).find((t) => t.templateId === idOrAlias);

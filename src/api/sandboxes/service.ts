@@ -440,7 +440,7 @@ export class SandboxService {
           snapshotId, sourceSandboxId: rec.id, template: rec.templateId, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
         };
         const executionId = newExecutionId();
-        const st = await this.#substrate.restore(ref, local, this.#specOf(rec, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
+        const st = await this.#restoreHeld(ref, local, this.#specOf(rec, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
         await this.#snapshots.newExecution(rec.id, executionId);
         await this.#repo.transition(rec.id, ["suspending"], "running", { address: st.address });
         return;
@@ -467,6 +467,22 @@ export class SandboxService {
       allowInternetAccess: effectiveInternetAccess(rec),
       network: egressPolicyOf(rec.allowInternetAccess, rec.network),
     };
+  }
+
+  /**
+   * A node restore of `desc` holding the snapshot row meanwhile, so the retention sweeper
+   * never deletes what a restore is using (retention_restore_source_guard); refused when
+   * the sweeper has already claimed it.
+   */
+  async #restoreHeld(ref: SandboxRef, desc: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+    if (!(await this.#snapshots.hold(desc.snapshotId, new Date(Date.now() + SNAPSHOT_CALL_MS)))) {
+      throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is being deleted by retention and cannot be restored`);
+    }
+    try {
+      return await this.#substrate.restore(ref, desc, spec, signal);
+    } finally {
+      await this.#snapshots.release(desc.snapshotId).catch((e: unknown) => this.#log.warn({ err: e, snapshotId: desc.snapshotId }, "could not release a snapshot hold"));
+    }
   }
 
   /** Where a restore of `snap` may run: anywhere that can run its environment when durable, else pinned to its node. */
@@ -559,7 +575,7 @@ export class SandboxService {
         ref = null; // nothing was started there: no kill (the sandbox id must not be touched on the drained node)
         throw new SpaceError("failed_precondition", `placement chose node ${placed}, the node being evacuated`);
       }
-      status = await this.#substrate.restore(ref, snap.descriptor, this.#specOf(rec, executionId), signal);
+      status = await this.#restoreHeld(ref, snap.descriptor, this.#specOf(rec, executionId), signal);
       await this.#snapshots.newExecution(rec.id, executionId);
     } catch (e: unknown) {
       const err = SpaceError.from(e);
@@ -636,7 +652,7 @@ export class SandboxService {
     if (!claimed) return "it changed state meanwhile and was left as it is";
     const executionId = newExecutionId();
     try {
-      const st = await this.#substrate.restore({ sandboxId: rec.id, nodeId }, desc, this.#specOf(claimed, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const st = await this.#restoreHeld({ sandboxId: rec.id, nodeId }, desc, this.#specOf(claimed, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
       await this.#snapshots.newExecution(rec.id, executionId);
       const running = await this.#repo.transition(rec.id, ["resuming"], "running", { nodeId, address: st.address });
       return running ? null : "it was killed meanwhile";
@@ -794,7 +810,7 @@ export class SandboxService {
       const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
       ref = await this.#placeFor(rec, snap, signal);
       await this.#repo.update(rec.id, { nodeId: ref.nodeId });
-      const status = await this.#substrate.restore(ref, snap.descriptor!, this.#specOf(rec, rec.executionId!), signal);
+      const status = await this.#restoreHeld(ref, snap.descriptor!, this.#specOf(rec, rec.executionId!), signal);
       const startedAt = this.#now();
       const running = await this.#repo.transition(rec.id, ["creating"], "running", {
         nodeId: ref.nodeId,

@@ -7,7 +7,7 @@
  * in the blob store (any node), `local` when the node kept it on its disk only (pinned).
  */
 import { createExecution } from "../../store/executions.ts";
-import { createSnapshot, newSnapshotId, updateSnapshot, type SnapshotState } from "../../store/snapshots.ts";
+import { createSnapshot, holdSnapshot, newSnapshotId, releaseSnapshot, updateSnapshot, type SnapshotState } from "../../store/snapshots.ts";
 import type { Db } from "../../store/db.ts";
 import type { ExecutionId, NodeId } from "../../core/ids.ts";
 import type { SnapshotDescriptor } from "../../substrate/substrate.ts";
@@ -49,6 +49,12 @@ export interface SnapshotRepo {
   listNamed(q: NamedQuery): Promise<SnapshotRow[]>;
   /** A restorable named snapshot of the tenant by id or, else, by name (newest); null when none. */
   findNamed(tenantId: string, idOrName: string): Promise<SnapshotRow | null>;
+  /**
+   * Holds a snapshot while a restore uses it (retention never deletes a held one) until
+   * `release` or `until`; false when retention already claimed it for deletion.
+   */
+  hold(id: string, until: Date): Promise<boolean>;
+  release(id: string): Promise<void>;
 }
 
 export interface BeginInput {
@@ -181,6 +187,14 @@ export class StoreSnapshotRepo implements SnapshotRepo {
     );
     return r ? toRow(r) : null;
   }
+
+  hold(id: string, until: Date): Promise<boolean> {
+    return holdSnapshot(this.db, id, until);
+  }
+
+  release(id: string): Promise<void> {
+    return releaseSnapshot(this.db, id);
+  }
 }
 
 export class MemorySnapshotRepo implements SnapshotRepo {
@@ -251,5 +265,17 @@ export class MemorySnapshotRepo implements SnapshotRepo {
     const rows = this.#named(tenantId);
     const r = rows.find((x) => x.id === idOrName) ?? rows.find((x) => x.name === idOrName);
     return r ? structuredClone(r) : null;
+  }
+  /** Snapshot id → restores holding it. */
+  readonly holds = new Map<string, number>();
+  async hold(id: string): Promise<boolean> {
+    if (!this.rows.has(id)) return false;
+    this.holds.set(id, (this.holds.get(id) ?? 0) + 1);
+    return true;
+  }
+  async release(id: string): Promise<void> {
+    const n = (this.holds.get(id) ?? 1) - 1;
+    if (n > 0) this.holds.set(id, n);
+    else this.holds.delete(id);
   }
 }

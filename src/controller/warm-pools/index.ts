@@ -4,7 +4,6 @@
  * `warmPoolLoop` is the leader's reconciler (src/cli/controller.ts).
  */
 import type { ControlPlane } from "../../cli/processes.ts";
-import { StoreNodeDirectory, StoreTemplates } from "../../api/sandboxes/queries.ts";
 import { NodeApiPersonaliser, WarmPoolAdoption } from "./adoption.ts";
 import { parseWarmPoolsConfig } from "./config.ts";
 import { warmPoolMetrics } from "./metrics.ts";
@@ -21,12 +20,12 @@ const adoptions = new WeakMap<ControlPlane, WarmPoolAdoption>();
 export function installWarmPools(cp: ControlPlane): WarmPoolAdoption {
   const existing = adoptions.get(cp);
   if (existing) return existing;
-  const nodes = new StoreNodeDirectory(cp.db);
+  const nodes = cp.layer.nodes;
   const adoption = new WarmPoolAdoption({
     db: cp.db,
     sandboxes: cp.layer.sandboxes,
     nodes,
-    templates: new StoreTemplates(cp.db),
+    templates: cp.layer.templates,
     personaliser: new NodeApiPersonaliser(nodes, cp.internalToken),
     gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     metrics: warmPoolMetrics(cp.metrics),
@@ -44,8 +43,8 @@ export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
   return startWarmPoolReconciler({
     db: cp.db,
     sandboxes: cp.layer.sandboxes,
-    templates: new StoreTemplates(cp.db),
-    nodes: new StoreNodeDirectory(cp.db),
+    templates: cp.layer.templates,
+    nodes: cp.layer.nodes,
     gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     metrics: warmPoolMetrics(cp.metrics),
     log: cp.log.child({ component: "warm-pools" }),

@@ -2,8 +2,8 @@
  * What the node agent publishes about itself on its Node (pure, unit-tested):
  * - `nodeApply`: the SSA body node-ctl applies under its own field manager: labels
  *   (SPACE node, group, id, operator labels, one env label per usable environment),
- *   the node-api annotation and the SPACE taint. Labels it stops sending are removed by
- *   the apiserver because the field manager owned them.
+ *   the node-api, usable-environments and templates annotations and the SPACE taint. Labels it
+ *   stops sending are removed by the apiserver because the field manager owned them.
  * - `nodeStatus`: capacity and allocatable (with SPACE's overcommit, including
  *   `space.dev/network-slots` from the slot capacity and `pods`), conditions, addresses.
  */
@@ -17,6 +17,8 @@ import {
   NODE_ID_LABEL,
   NODE_LABEL,
   NODE_TAINT,
+  TEMPLATES_ANNOTATION,
+  USABLE_ENVIRONMENTS_ANNOTATION,
 } from "../../substrate/kubernetes/names.ts";
 
 export interface NodeIdentity {
@@ -43,14 +45,18 @@ export function nodeLabels(id: NodeIdentity, usableEnvironments: readonly string
 }
 
 /** The server-side apply body (metadata labels/annotations and the taint). */
-export function nodeApply(id: NodeIdentity, usableEnvironments: readonly string[]) {
+export function nodeApply(id: NodeIdentity, usableEnvironments: readonly string[], templates: readonly string[] = []) {
   return {
     apiVersion: "v1",
     kind: "Node",
     metadata: {
       name: id.name,
       labels: nodeLabels(id, usableEnvironments),
-      annotations: { [NODE_API_ANNOTATION]: id.nodeApiUrl },
+      annotations: {
+        [NODE_API_ANNOTATION]: id.nodeApiUrl,
+        [USABLE_ENVIRONMENTS_ANNOTATION]: JSON.stringify([...usableEnvironments].sort()),
+        [TEMPLATES_ANNOTATION]: JSON.stringify([...templates].sort()),
+      },
     },
     spec: { taints: [{ key: NODE_TAINT.key, value: NODE_TAINT.value, effect: NODE_TAINT.effect }] },
   };

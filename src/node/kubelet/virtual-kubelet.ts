@@ -63,6 +63,8 @@ export class VirtualKubelet {
   readonly #runs = new Map<string, Promise<void>>();
   /** pod uid → sandbox id (for deletes). */
   readonly #sandboxOf = new Map<string, string>();
+  /** Template ids of the last inventory (re-sent with every apply: SSA drops what is not sent). */
+  #templates: string[] = [];
   #beat: NodeJS.Timeout | undefined;
   #watching: Promise<void> | undefined;
 
@@ -106,7 +108,10 @@ export class VirtualKubelet {
     } catch (e) {
       this.#d.log.warn({ err: e }, "inventory unavailable; node labels unchanged");
     }
-    if (inv) await this.applyLabels(inv.usableEnvironments, signal);
+    if (inv) {
+      this.#templates = inv.templates.map((t) => t.templateId);
+      await this.applyLabels(inv.usableEnvironments, signal);
+    }
     if (inv) {
       const ready = this.#d.agent.manager !== undefined;
       await kube.request("PATCH", `/api/v1/nodes/${enc(identity.name)}/status`, {
@@ -121,7 +126,7 @@ export class VirtualKubelet {
   /** Server-side apply of the Node's labels, annotation and taint under node-ctl's field manager. */
   async applyLabels(usableEnvironments: readonly string[], signal: AbortSignal): Promise<void> {
     await this.#d.kube.request("PATCH", `/api/v1/nodes/${enc(this.#d.identity.name)}`, {
-      body: nodeApply(this.#d.identity, usableEnvironments),
+      body: nodeApply(this.#d.identity, usableEnvironments, this.#templates),
       patch: "apply",
       query: { fieldManager: NODE_CTL_FIELD_MANAGER, force: "true" },
       signal,

@@ -12,6 +12,10 @@ export const NODE_TAINT = { key: NODE_LABEL, value: "true", effect: "NoSchedule"
 export const NODE_GROUP_LABEL = "space.dev/node-group";
 /** Node annotation: the node-api base URL the control plane calls (pause, exec proxy, metrics). */
 export const NODE_API_ANNOTATION = "space.dev/node-api";
+/** Node annotation: the node's usable environments (JSON array of digests; labels carry only prefixes). */
+export const USABLE_ENVIRONMENTS_ANNOTATION = "space.dev/usable-environments";
+/** Node annotation: the template ids in the node's cache (JSON array; the control plane resolves `base` from it). */
+export const TEMPLATES_ANNOTATION = "space.dev/templates";
 /** Node label: the node agent's id (its node-id file). The Node's name is that id too. */
 export const NODE_ID_LABEL = "space.dev/node-id";
 /** Extended resource: one network slot per sandbox. */

@@ -1,0 +1,187 @@
+/**
+ * SPACE on the Kubernetes substrate, for end-to-end tests and the bench: a real
+ * kube-apiserver + kube-scheduler + etcd (./cluster.ts), `space api` and `space
+ * controller` with SPACE_SUBSTRATE=kubernetes on one Postgres database, and N real
+ * `space node` agents (runc, btrfs, netns) that register as Nodes in the apiserver and
+ * play kubelet for the sandbox pods bound to them. Each node has its own host scope
+ * (bridge, nft table, veth prefix, cgroup parent, runtime state, slot range, node dir).
+ *
+ *   const f = await startKubeFleet({ nodes: 3 });
+ *   f.apiUrl, f.apiKey, f.adminToken, f.cluster.kube, f.nodes[i].name (= Node name)
+ *   await f.stop();
+ */
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { freshDb, type TestDb } from "../support/db.ts";
+import { freePort, hostScopeFor, removeDataDir, waitFor } from "../support/stack.ts";
+import { startCluster, type TestCluster } from "./cluster.ts";
+
+export interface SpaceProcess {
+  child: ChildProcess;
+  out(): string;
+  stop(): Promise<void>;
+  /** Resolves when the process printed `text`; rejects if it exits first. */
+  waitFor(text: string | RegExp, timeoutMs: number): Promise<string>;
+}
+
+export interface KubeFleetNode {
+  /** The Node's name in the apiserver (the node agent's id). */
+  name: string;
+  group: string;
+  port: number;
+  dataDir: string;
+  env: Record<string, string>;
+  proc: SpaceProcess;
+}
+
+export interface KubeFleet {
+  cluster: TestCluster;
+  db: TestDb;
+  apiUrl: string;
+  gatewayUrl: string;
+  apiKey: string;
+  adminToken: string;
+  api: SpaceProcess;
+  controller: SpaceProcess;
+  nodes: KubeFleetNode[];
+  /** Sandbox pods live here. */
+  namespace: string;
+  admin(method: string, path: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }>;
+  stop(): Promise<void>;
+}
+
+export interface KubeFleetOptions {
+  nodes: number;
+  /** Extra SPACE_* variables for api and controller. */
+  env?: Record<string, string>;
+}
+
+const NAMESPACE = "space-sandboxes";
+
+function spaceProcess(args: string[], env: Record<string, string>): SpaceProcess {
+  const base: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) base[k] = v;
+  const child = spawn(process.execPath, [resolve("bin/space.mjs"), ...args], { env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  const append = (b: Buffer) => {
+    out += b.toString("utf8");
+    if (out.length > 1_000_000) out = out.slice(-500_000);
+  };
+  child.stdout!.on("data", append);
+  child.stderr!.on("data", append);
+  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  return {
+    child,
+    out: () => out,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
+      await exited;
+      clearTimeout(t);
+    },
+    waitFor: (text, timeoutMs) =>
+      waitFor(
+        () => {
+          if (child.exitCode !== null) throw new Error(`space ${args.join(" ")} exited ${child.exitCode}:\n${out.slice(-3000)}`);
+          const m = typeof text === "string" ? (out.includes(text) ? text : null) : text.exec(out)?.[0];
+          return m ?? undefined;
+        },
+        `'${String(text)}' from space ${args.join(" ")}:\n${out.slice(-2000)}`,
+        timeoutMs,
+        100,
+      ),
+  };
+}
+
+export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet> {
+  const adminToken = `adm_${randomBytes(12).toString("hex")}`;
+  const internal = `int_${randomBytes(12).toString("hex")}`;
+  const run = randomBytes(3).toString("hex");
+  const ctlDir = mkdtempSync(join(tmpdir(), "space-kfleet-ctl-"));
+  const nodes: KubeFleetNode[] = [];
+  let cluster: TestCluster | undefined;
+  let db: TestDb | undefined;
+  let api: SpaceProcess | undefined;
+  let controller: SpaceProcess | undefined;
+  let apiUrl = "";
+
+  const admin = async (method: string, path: string, body?: unknown) => {
+    const r = await fetch(`${apiUrl}/admin/api/v1${path}`, {
+      method,
+      headers: { authorization: `Bearer ${adminToken}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await r.text();
+    return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
+  };
+
+  const stop = async () => {
+    for (const n of nodes) await n.proc.stop();
+    await controller?.stop();
+    await api?.stop();
+    for (const n of nodes) {
+      spawnSync("ip", ["link", "del", n.env.SPACE_NODE_BRIDGE!]);
+      for (const family of ["inet", "bridge"]) spawnSync("nft", ["delete", "table", family, n.env.SPACE_NODE_NFT_TABLE!]);
+      removeDataDir(n.dataDir);
+    }
+    removeDataDir(ctlDir);
+    await db?.drop();
+    await cluster?.stop();
+  };
+
+  try {
+    cluster = await startCluster();
+    db = await freshDb("postgres");
+    const [apiPort, gwPort] = [await freePort(), await freePort()];
+    apiUrl = `http://127.0.0.1:${apiPort}`;
+    const common = {
+      SPACE_SUBSTRATE: "kubernetes",
+      SPACE_KUBE_CONFIG: cluster.kubeconfigPath,
+      SPACE_KUBE_NAMESPACE: NAMESPACE,
+      SPACE_BLOB_URL: join(ctlDir, "blobs"),
+      SPACE_INTERNAL_TOKEN: internal,
+      SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "info",
+    };
+    const cp = { ...common, SPACE_DATABASE_URL: db.url, SPACE_ADMIN_TOKEN: adminToken, SPACE_DATA_DIR: ctlDir, ...opts.env };
+    api = spaceProcess(["api"], { ...cp, SPACE_API_PORT: String(apiPort), SPACE_GATEWAY_PORT: String(gwPort) });
+    controller = spaceProcess(["controller"], cp);
+    for (let i = 0; i < opts.nodes; i++) {
+      const dataDir = mkdtempSync(join(tmpdir(), `space-kfleet-n${i}-`));
+      const port = await freePort();
+      const env = {
+        ...common,
+        ...hostScopeFor(dataDir),
+        SPACE_DATA_DIR: dataDir,
+        SPACE_NODE_DIR: join(dataDir, "node"),
+        SPACE_NODE_PORT: String(port),
+        SPACE_NODE_NAME: `kfleet-${i}-${run}`,
+        SPACE_NODE_GROUP: `kg${i}`,
+        SPACE_NODE_LABELS: `kfleet=n${i},run=${run}`,
+        SPACE_NODE_HEARTBEAT_MS: "3000",
+        SPACE_NODE_BTRFS_IMAGE_GIB: "8",
+        SPACE_NODE_MAX_SLOTS: "20",
+      };
+      nodes.push({ name: "", group: `kg${i}`, port, dataDir, env, proc: spaceProcess(["node"], env) });
+    }
+    await Promise.all([api.waitFor("api listening", 60_000), controller.waitFor("controller elected leader", 60_000)]);
+    await Promise.all(
+      nodes.map(async (n) => {
+        const line = await n.proc.waitFor(/is up as Kubernetes node \S+/, 180_000);
+        n.name = line.split(" ").pop()!;
+      }),
+    );
+    const tenant = await admin("POST", "/tenants", { name: `kfleet-${run}` });
+    const key = await admin("POST", `/tenants/${String(tenant.body.id)}/keys`, {});
+    const apiKey = String(key.body.key ?? "");
+    if (!apiKey) throw new Error(`no api key: ${JSON.stringify(tenant.body)} ${JSON.stringify(key.body)}`);
+    return { cluster, db, apiUrl, gatewayUrl: `http://127.0.0.1:${gwPort}`, apiKey, adminToken, api, controller, nodes, namespace: NAMESPACE, admin, stop };
+  } catch (e) {
+    const tails = [api, controller, ...nodes.map((n) => n.proc)].map((p) => p?.out().slice(-1500) ?? "").join("\n---\n");
+    await stop();
+    throw new Error(`${e instanceof Error ? e.message : String(e)}\n${tails}`);
+  }
+}
