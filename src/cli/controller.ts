@@ -37,6 +37,7 @@ export const controllerLoops: readonly LoopFactory[] = [
       gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
       metrics: cp.census,
       binding: (t) => templateBinding(cp.db, t),
+      intervalMs: cp.config.SPACE_CENSUS_INTERVAL_MS,
     }),
   (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes }),
   (cp) => startTimeoutEnforcer({ sandboxes: cp.layer.sandboxes, log: cp.log }),

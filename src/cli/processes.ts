@@ -207,10 +207,33 @@ export async function runController(config: Config): Promise<() => Promise<void>
   );
   const { startController, controllerLoops } = await import("./controller.ts");
   const controller = await startController(cp, controllerLoops);
+  const metrics = config.SPACE_CONTROLLER_METRICS_PORT ? await serveMetrics(cp, config.SPACE_CONTROLLER_METRICS_PORT) : undefined;
   return async () => {
+    await metrics?.close();
     await controller.stop();
     await cp.db.close();
   };
+}
+
+/** `GET /metrics` of a process without an API server (the controller: census, dispatcher). */
+async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): Promise<void> }> {
+  const { createServer } = await import("node:http");
+  const server = createServer((req, res) => {
+    if (req.method !== "GET" || req.url !== "/metrics") {
+      res.writeHead(404).end();
+      return;
+    }
+    cp.metrics.metrics().then(
+      (body) => res.writeHead(200, { "content-type": cp.metrics.contentType }).end(body),
+      (e: unknown) => res.writeHead(500).end(String(e)),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, cp.config.SPACE_API_HOST, resolve);
+  });
+  cp.log.info({ url: `http://${cp.config.SPACE_API_HOST}:${port}/metrics` }, "controller metrics listening");
+  return { close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
 }
 
 export async function runNode(config: Config): Promise<() => Promise<void>> {

@@ -81,6 +81,7 @@ const vars = {
   SPACE_CONTROLLER_CLAIM_LIMIT: [int(1, 1000), "16", "operations claimed per tick"],
   SPACE_CONTROLLER_CLAIM_STALE_MS: [int(1000, 86_400_000), "60000", "re-claim an operation whose claimer went silent this long"],
   SPACE_CONTROLLER_METRICS_PORT: [int(0, 65535), "0", "controller metrics port for `space controller` (0 = none)"],
+  SPACE_CENSUS_INTERVAL_MS: [int(1000, 3_600_000), "60000", "how often the controller leader reports the environment placement census (gate shadow|on)"],
   SPACE_NODE_DIR: [z.string(), "", "node state directory; empty = <data dir>/node"],
   SPACE_NODE_NAME: [z.string(), "", "node name; empty = host name"],
   SPACE_NODE_HOST: [z.string().min(1), "127.0.0.1", "node-api listen address"],

@@ -263,7 +263,7 @@ const reasonText: Record<RejectReason, (n: number, w: PlacementWork) => string> 
   other_node_group: (n, w) => `${n} ${nodes(n)} outside node group ${w.nodeGroup}`,
   selector_mismatch: (n, w) => `${n} ${nodes(n)} not matching node selector ${formatSelector(w.nodeSelector ?? {})}`,
   environment_not_usable: (n, w) =>
-    `${n} ${nodes(n)} lack environment ${w.environment?.kind === "bound" ? w.environment.environment : "?"}`,
+    `${n} ${nodes(n)} ${n === 1 ? "lacks" : "lack"} environment ${w.environment?.kind === "bound" ? w.environment.environment : "?"}`,
   no_network_slots: (n) => `${n} ${nodes(n)} full (network slots)`,
   no_memory: (n) => `${n} ${nodes(n)} full (memory)`,
   no_vcpu: (n) => `${n} ${nodes(n)} full (vcpu)`,

@@ -126,7 +126,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
   async init(keep: (owner: string) => boolean, signal: AbortSignal): Promise<void> {
     await writeFile("/proc/sys/net/ipv4/ip_forward", "1\n");
     await mkdir(this.o.stateDir, { recursive: true });
-    const haveBridge = await readFile(`/sys/class/net/${this.bridge}/ifindex`, "utf8").then(() => true, () => false);
+    const haveBridge = (await listLinks(signal)).includes(this.bridge);
     if (!haveBridge) {
       await ip(["-b", "-"], signal, `link add ${this.bridge} type bridge\naddr add ${this.range.gateway}/${this.range.prefix} dev ${this.bridge}\nlink set ${this.bridge} up\n`);
     } else {
@@ -167,7 +167,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     // Orphaned namespaces are reclaimed through their records (written before any host
     // object exists); unrecorded namespaces may belong to another agent on this host.
     // Orphaned host veths (`vs<index>`) whose slot is gone.
-    for (const dev of await readdir("/sys/class/net").catch(() => [] as string[])) {
+    for (const dev of await listLinks(signal)) {
       const m = new RegExp(`^${this.vethPrefix}(\\d+)$`).exec(dev);
       if (m && !this.usedIndexes.has(Number(m[1]))) await exec("ip", ["link", "delete", dev], { timeoutMs: T, signal, allowFailure: true });
     }
@@ -415,6 +415,19 @@ export async function listNetns(signal: AbortSignal): Promise<string[]> {
     .split("\n")
     .map((l) => l.split(" ")[0]!)
     .filter(Boolean);
+}
+
+/**
+ * Interface names in this process's network namespace. Asked of `ip`, not read from
+ * /sys/class/net: sysfs shows the namespace it was mounted in, so an agent started in its
+ * own network namespace (a lab host) would see the machine's interfaces instead of its own.
+ */
+async function listLinks(signal: AbortSignal): Promise<string[]> {
+  const r = await exec("ip", ["-o", "link", "show"], { timeoutMs: T, signal, allowFailure: true });
+  return r.stdout
+    .split("\n")
+    .map((l) => /^\d+:\s+([^:@\s]+)/.exec(l)?.[1])
+    .filter((n): n is string => !!n);
 }
 
 /** Locally administered unicast MAC for slot `index` (02:53:50 = "SP"). */
