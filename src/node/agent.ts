@@ -142,7 +142,15 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   };
 
   // The token may only be known after start() (token file): node-api reads it per request.
-  const app = createNodeApi({ token: () => token, manager: () => manager, snapshots: () => snapshots, inventory, health, logger: log });
+  const app = createNodeApi({
+    token: () => token,
+    manager: () => manager,
+    snapshots: () => snapshots,
+    restoreCaptured: async (spec, sig) => templates?.restoreCaptured(spec, sig),
+    inventory,
+    health,
+    logger: log,
+  });
   registerTemplateRoutes(app, () => builder, () => templates);
 
   const agent: NodeAgent = {
@@ -281,6 +289,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             graceMs: config.SPACE_TEMPLATE_GC_GRACE_S * 1000,
             prefetch: config.SPACE_TEMPLATE_PREFETCH,
             scratchDir: join(nodeDir, "template-pulls"),
+            ...(snapshots ? { capture: { manager: m, snapshots, disks, logger: log } } : {}),
             logger: log,
           });
           await tc.recover(signal);
@@ -295,6 +304,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             nodeBinary: deps.nodeBinary ?? process.execPath,
             scratchDir: join(nodeDir, "builds"),
             environment: () => environment,
+            capture: (name, sig) => tc.capture(name, sig),
             publish: (name, sig) => tc.publish(name, sig),
             logger: log,
           });

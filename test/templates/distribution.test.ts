@@ -105,6 +105,34 @@ describe("template distribution (node)", { skip: !isRoot && "needs root", timeou
     // The sandbox stays running: the next test's in-use template.
   });
 
+  it("a template captured after ready: sandboxes restore its started state instead of running the start command again, also after a pull", async () => {
+    const b = node.agent.builder!;
+    const start = "sleep 1; head -c8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /tmp/started.tmp && mv /tmp/started.tmp /tmp/started; sleep infinity";
+    b.start("cap1", "cap1", BuildRecipe.parse({ from: { kind: "template", name: "base" }, startCmd: start, readyCmd: "test -s /tmp/started", capture: true }));
+    const st = await b.wait("cap1");
+    assert.equal(st.status, "ready", JSON.stringify(st.error));
+    const info = (await node.agent.disks!.templateInfo("cap1")) as { capture?: { snapshotId: string } };
+    assert.ok(info.capture?.snapshotId, "the capture is recorded with the template");
+    const create = async () => {
+      const s = spec({ template: "cap1", diskMib: 1024 });
+      const res = await node.agent.app.inject({ method: "POST", url: "/v1/sandboxes", headers: { authorization: "Bearer test-token" }, payload: s });
+      assert.equal(res.statusCode, 201, res.body);
+      const timings = (JSON.parse(res.body) as { timings?: Record<string, number> }).timings ?? {};
+      assert.ok("restoreTotalMs" in timings, `restored, not booted cold: ${JSON.stringify(timings)}`);
+      const started = (await sh(node, s.sandboxId, "cat /tmp/started")).stdout;
+      assert.match(started, /^[0-9a-f]{16}$/);
+      assert.ok((await sh(node, s.sandboxId, "pgrep -f 'sleep infinity'")).stdout.trim(), "the start command's process runs");
+      await node.agent.manager!.kill(s.sandboxId, AbortSignal.timeout(60_000));
+      return started;
+    };
+    const first = await create();
+    assert.equal(await create(), first, "both sandboxes carry the captured state (a cold boot would draw a new value)");
+    // Another node: neither the template nor the checkpoint is here; both come from the blob store.
+    await node.agent.templates!.remove("cap1", sig(), { catalog: false });
+    await node.agent.snapshots!.dropLocal(info.capture!.snapshotId);
+    assert.equal(await create(), first);
+  });
+
   it("template_cache_lru_eviction_reclaims: evicts least-recently-used templates to the target, never one in use", async () => {
     await tiny("lru-a");
     await tiny("lru-b");

@@ -10,7 +10,7 @@ import { z } from "zod";
 import { httpStatus, SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
-import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory } from "./contract.ts";
+import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory, type SandboxStatus } from "./contract.ts";
 import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
 import { registerSnapshotRoutes } from "../snapshots/routes.ts";
@@ -23,6 +23,8 @@ export interface NodeApiDeps {
   manager: () => SandboxManager | undefined;
   /** Memory checkpoints (node/snapshots); undefined where the runtime cannot checkpoint. */
   snapshots?: () => NodeSnapshots | undefined;
+  /** A create restored from its template's capture after ready (node/templates/capture.ts); undefined = boot cold. */
+  restoreCaptured?: (spec: SandboxSpec, signal: AbortSignal) => Promise<SandboxStatus | undefined>;
   inventory: () => Promise<NodeInventory>;
   health: () => Promise<NodeHealth>;
   logger: Logger;
@@ -81,7 +83,7 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
 
   app.post("/v1/sandboxes", async (req, reply) => {
     const spec = parse(SandboxSpec, req.body, "sandbox spec");
-    const st = await mgr().create(spec, signalOf(req));
+    const st = (await deps.restoreCaptured?.(spec, signalOf(req))) ?? (await mgr().create(spec, signalOf(req)));
     return reply.status(201).send(st);
   });
   app.get("/v1/sandboxes", async () => ({ sandboxes: mgr().list() }));

@@ -102,6 +102,8 @@ export interface TemplateBuilderOptions {
   scratchDir: string;
   /** The node's execution-environment digest (the build's binding). */
   environment: () => string;
+  /** Checkpoints a finished template after its start command is ready (capture.ts); absent = never. */
+  capture?: (name: string, signal: AbortSignal) => Promise<unknown>;
   /** Publishes a finished template to the blob store catalog (template-cache.ts); absent = kept local. */
   publish?: (name: string, signal: AbortSignal) => Promise<unknown>;
   logger: Logger;
@@ -580,13 +582,26 @@ export class TemplateBuilder {
     };
     await writeFile(join(this.o.cache.templatesDir, `${r.name}.json`), JSON.stringify(info, null, 2));
     void scratch;
+    const dropTemplate = async () => {
+      await rm(join(this.o.cache.templatesDir, `${r.name}.json`), { force: true });
+      this.o.disks.forgetTemplate(r.name);
+      await btrfs.subvolumeDelete(dest).catch(() => undefined);
+    };
+    if (r.recipe.capture && r.recipe.startCmd) {
+      if (!this.o.capture) throw new SpaceError("failed_precondition", "this node cannot capture templates after ready (memory checkpoints need runc + CRIU)");
+      const t = Date.now();
+      this.log(r, "info", "capturing the template after its start command is ready", "finalize");
+      await this.o.capture(r.name, signal).catch(async (e: unknown) => {
+        await dropTemplate();
+        throw new SpaceError("failed_precondition", `capturing template ${r.name} after ready failed: ${SpaceError.from(e).message}`);
+      });
+      this.log(r, "info", `captured in ${((Date.now() - t) / 1000).toFixed(1)} s`, "finalize");
+    }
     if (this.o.publish) {
       const t = Date.now();
       await this.o.publish(r.name, signal).catch(async (e: unknown) => {
         // Never half-created: a build that could not be published leaves no template behind.
-        await rm(join(this.o.cache.templatesDir, `${r.name}.json`), { force: true });
-        this.o.disks.forgetTemplate(r.name);
-        await btrfs.subvolumeDelete(dest).catch(() => undefined);
+        await dropTemplate();
         throw new SpaceError("unavailable", `publishing template ${r.name} to the blob store failed: ${SpaceError.from(e).message}`);
       });
       this.log(r, "info", `published to the blob store in ${((Date.now() - t) / 1000).toFixed(1)} s`, "finalize");

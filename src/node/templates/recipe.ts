@@ -48,6 +48,8 @@ export const BuildRecipe = z.object({
   startCmd: z.string().optional(),
   /** Exits 0 once the start command is ready. */
   readyCmd: z.string().optional(),
+  /** Checkpoint the template once its start command is ready; sandboxes restore from it (capture.ts). */
+  capture: z.boolean().default(false),
   /** Rebuild every step regardless of the cache. */
   force: z.boolean().default(false),
   /** Network policy of the build sandbox. */

@@ -32,6 +32,9 @@ import type { Logger } from "../../core/log.ts";
 import * as btrfs from "../disk/btrfs.ts";
 import type { Disks, TemplateInfo } from "../disk/disks.ts";
 import { downloadVerified, pipeInto, spawnStream, type BlobPart } from "../disk/send-stream.ts";
+import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
+import type { SnapshotDescriptor } from "../snapshots/node-snapshots.ts";
+import { captureReady, restoreCaptured, type CaptureDeps } from "./capture.ts";
 import { sha256 } from "./recipe.ts";
 
 /** Metadata the cache adds to a template's TemplateInfo. */
@@ -39,6 +42,8 @@ export interface CachedTemplateInfo extends TemplateInfo {
   /** Known to the catalog (published here or pulled): its absence there later means deleted. */
   catalog?: boolean;
   digest?: string;
+  /** The checkpoint taken after the start command was ready (capture.ts). */
+  capture?: SnapshotDescriptor;
 }
 
 export interface TemplateStream extends BlobPart {
@@ -83,6 +88,8 @@ export interface TemplateCacheOptions {
   prefetch: number;
   /** Host scratch space for downloads. */
   scratchDir: string;
+  /** Capture after ready (runc + CRIU nodes only). */
+  capture?: CaptureDeps;
   logger: Logger;
 }
 
@@ -165,6 +172,24 @@ export class TemplateCache {
   private async touch(name: string): Promise<void> {
     const now = new Date();
     await utimes(this.meta(name), now, now).catch(() => undefined);
+  }
+
+  // ------------------------------------------------------------------ capture after ready
+
+  /** Checkpoints template `name` after its start command is ready and records it in its metadata. */
+  async capture(name: string, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    if (!this.o.capture) throw new SpaceError("failed_precondition", "this node cannot capture templates (memory checkpoints need runc + CRIU)");
+    const desc = await captureReady(this.o.capture, name, signal);
+    const info = (await this.o.disks.templateInfo(name)) as CachedTemplateInfo;
+    await this.writeInfo({ ...info, capture: desc } as CachedTemplateInfo);
+    return desc;
+  }
+
+  /** A create restored from its template's capture; undefined = boot cold. */
+  async restoreCaptured(spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus | undefined> {
+    if (!this.o.capture) return undefined;
+    const info = (await this.o.disks.templateInfo(spec.template)) as CachedTemplateInfo | undefined;
+    return restoreCaptured(this.o.capture, spec, info?.capture, signal);
   }
 
   // ------------------------------------------------------------------ publish / pull
