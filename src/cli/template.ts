@@ -1,7 +1,8 @@
 /**
  * `space template build <dir> --name X`: builds a template from a Dockerfile (subset:
  * FROM, RUN, COPY, ENV, WORKDIR, USER, CMD/ENTRYPOINT as the start command, and a
- * `# space:ready <cmd>` comment as the ready check) against a SPACE API, over the same
+ * `# space:ready <cmd>` comment as the ready check, `# space:capture` to capture the template
+ * after its start command is ready) against a SPACE API, over the same
  * E2B endpoints the SDK uses (COPY contexts uploaded through the signed files URL), with
  * live logs and a progress line.
  *
@@ -26,6 +27,8 @@ export interface ParsedDockerfile {
   steps: DockerfileStep[];
   startCmd?: string;
   readyCmd?: string;
+  /** `# space:capture`: checkpoint the template once its start command is ready. */
+  capture?: boolean;
 }
 
 /** Parses the Dockerfile subset (pure; unit-tested). Line continuations and comments handled. */
@@ -37,6 +40,10 @@ export function parseDockerfile(text: string, contextDir: string): ParsedDockerf
     const ready = /^\s*#\s*space:ready\s+(.+)$/.exec(raw);
     if (ready) {
       out.readyCmd = ready[1]!.trim();
+      continue;
+    }
+    if (/^\s*#\s*space:capture\s*$/.test(raw)) {
+      out.capture = true;
       continue;
     }
     if (/^\s*#/.test(raw)) continue;
@@ -182,6 +189,7 @@ export async function runTemplateBuild(o: TemplateBuildOptions): Promise<{ templ
       steps,
       ...(df.startCmd ? { startCmd: df.startCmd } : {}),
       ...(df.readyCmd ? { readyCmd: df.readyCmd } : {}),
+      ...(df.capture ? { captureAfterReady: true } : {}),
       force: o.force ?? false,
     });
     let offset = 0;

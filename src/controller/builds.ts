@@ -40,6 +40,8 @@ export const TemplateBuildStart = z.object({
   fromImageRegistry: z.unknown().optional(),
   startCmd: z.string().optional(),
   readyCmd: z.string().optional(),
+  /** SPACE extension: checkpoint the template once its start command is ready; sandboxes restore from it. */
+  captureAfterReady: z.boolean().optional(),
   force: z.boolean().optional(),
   steps: z
     .array(z.object({ type: z.string(), args: z.array(z.string()).default([]), filesHash: z.string().optional(), force: z.boolean().optional() }).passthrough())
@@ -212,6 +214,7 @@ export class BuildCoordinator {
       steps,
       ...(body.startCmd ? { startCmd: body.startCmd } : {}),
       ...(body.readyCmd ? { readyCmd: body.readyCmd } : {}),
+      ...(body.captureAfterReady ? { capture: true } : {}),
       force: body.force ?? false,
       ...(build.vcpu ? { vcpu: build.vcpu } : {}),
       ...(build.memoryMib ? { memoryMib: Math.max(128, build.memoryMib) } : {}),

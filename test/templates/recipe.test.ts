@@ -64,6 +64,8 @@ describe("Dockerfile subset", () => {
     ]);
     assert.equal(df.startCmd, "python3 -m http.server");
     assert.equal(df.readyCmd, "curl -s localhost:8000");
+    assert.equal(df.capture, undefined);
+    assert.equal(parseDockerfile('FROM base\nCMD ["srv"]\n# space:capture\n', "/x").capture, true);
     assert.deepEqual(parseDockerfile("FROM base\n", "/x").from, { fromTemplate: "base" });
     assert.throws(() => parseDockerfile("FROM base\nHEALTHCHECK x\n", "/x"), /unsupported instruction/);
   });
