@@ -3,7 +3,8 @@
  * agents on this machine (own caches, bridges, nft tables, cgroup parents, slot ranges)
  * sharing only a filesystem blob store: same-node restore from the local copy, cross-node
  * restore fed only from the blob store (parent template pulled), fork of a running
- * sandbox, corrupted and parentless streams refused, encrypted parts free of plaintext.
+ * sandbox, corrupted and parentless streams refused, encrypted parts and parent (template)
+ * streams free of plaintext.
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
@@ -158,12 +159,16 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     );
   });
 
-  it("encrypted parts hold no plaintext of a marker written in the sandbox", async () => {
+  it("encrypted parts and parent (template) streams hold no plaintext: no marker, no btrfs stream header", async () => {
     const all = await files(blobDir);
-    assert.ok(all.some((f) => f.endsWith(".enc")));
-    for (const f of all.filter((x) => x.includes("/snapshots/"))) {
-      const r = await exec("grep", ["-c", "-a", MARKER, f], { allowFailure: true, timeoutMs: 60_000 });
-      assert.equal(r.stdout.trim(), "0", `${f} contains the marker`);
+    assert.ok(all.some((f) => /\/snapshots\/.*\.enc$/.test(f)), "encrypted snapshot parts");
+    assert.ok(all.some((f) => /\/parents\/[^/]+\.btrfs\.enc$/.test(f)), `an encrypted parent stream: ${all.join(", ")}`);
+    assert.ok(!all.some((f) => /\/parents\/[^/]+\.btrfs$/.test(f)), "no plaintext parent stream");
+    for (const f of all) {
+      for (const needle of [MARKER, "btrfs-stream"]) {
+        const r = await exec("grep", ["-c", "-a", needle, f], { allowFailure: true, timeoutMs: 60_000 });
+        assert.equal(r.stdout.trim(), "0", `${f} contains ${needle} in plaintext`);
+      }
     }
   });
 });

@@ -11,7 +11,10 @@
  * Blob store (one key per part; sha256 of the stored bytes recorded in the descriptor):
  *   snapshots/<snapshotId>/memory.tar[.enc]  the CRIU image dir as tar
  *   snapshots/<snapshotId>/disk.btrfs[.enc]  `btrfs send -p <parent>` of the disk
- *   parents/<uuid>.btrfs                      full `btrfs send` of a parent (template)
+ *   parents/<uuid>.btrfs                      full `btrfs send` of a parent (template), plaintext
+ *   parents/<uuid>.btrfs.enc + parents/<uuid>.json   the same encrypted under its own data key;
+ *                                             the .json (key, sha256, size, wrapped key) is
+ *                                             written last: it marks the parent published
  *
  * Consistency: the container is frozen, the disk snapshotted, then the memory dumped while
  * still frozen, so disk and memory are of the same instant. A failed suspend thaws the
@@ -101,6 +104,8 @@ export class NodeSnapshots {
   private readonly fetching = new Map<string, Promise<void>>();
   /** Parents being received (uuid → receive): concurrent restores of one parent share one `btrfs receive`. */
   private readonly receivingParents = new Map<string, Promise<void>>();
+  /** Parents being published (uuid → publish): concurrent suspends of one template send it once. */
+  private readonly publishingParents = new Map<string, Promise<void>>();
   /** Restores using a local copy (snapshot id → count): the reaper never frees these. */
   private readonly users = new Map<string, number>();
   /** Local copies being reaped: a restore waits, then fetches the snapshot again. */
@@ -232,12 +237,32 @@ export class NodeSnapshots {
     return desc;
   }
 
-  /** A full send stream of the parent, once per parent identity. */
-  private async publishParent(path: string, uuid: string, signal: AbortSignal): Promise<void> {
-    const key = `parents/${uuid}.btrfs`;
-    if (await this.o.blob!.head(key, signal)) return;
+  /**
+   * A full send stream of the parent, once per parent identity; encrypted like the
+   * snapshot parts when the node has a cluster key (a private template's files are
+   * tenant data too).
+   */
+  private publishParent(path: string, uuid: string, signal: AbortSignal): Promise<void> {
+    const running = this.publishingParents.get(uuid);
+    if (running) return running;
+    const p = this.putParent(path, uuid, signal).finally(() => this.publishingParents.delete(uuid));
+    this.publishingParents.set(uuid, p);
+    return p;
+  }
+
+  private async putParent(path: string, uuid: string, signal: AbortSignal): Promise<void> {
+    const blob = this.o.blob!;
+    const clusterKey = this.o.clusterKey;
+    if (clusterKey ? await blob.head(parentRecordKey(uuid), signal) : await blob.head(`parents/${uuid}.btrfs`, signal)) return;
+    const key = clusterKey ? `parents/${uuid}.btrfs.enc` : `parents/${uuid}.btrfs`;
+    const dataKey = clusterKey ? newDataKey() : undefined;
     const src = spawnStream(["btrfs", "send", "-q", path], signal);
-    await Promise.all([this.o.blob!.put(key, src.stdout as Readable, signal), src.done]);
+    const body = dataKey ? src.stdout.pipe(encryptStream(dataKey, key)) : src.stdout;
+    const [info] = await Promise.all([blob.put(key, body as Readable, signal), src.done]);
+    if (dataKey) {
+      const rec: ParentRecord = { key, sizeBytes: info.sizeBytes, sha256: info.sha256, wrappedKey: wrapKey(clusterKey!, dataKey) };
+      await blob.put(parentRecordKey(uuid), Buffer.from(JSON.stringify(rec)), signal);
+    }
   }
 
   // ------------------------------------------------------------------ restore
@@ -384,21 +409,33 @@ export class NodeSnapshots {
 
   private async receiveParent(uuid: string, scratch: string, signal: AbortSignal): Promise<void> {
     if (await this.findParent(uuid)) return;
-    const key = `parents/${uuid}.btrfs`;
-    const head = await this.o.blob!.head(key, signal);
-    if (!head) {
+    const blob = this.o.blob!;
+    const plainKey = `parents/${uuid}.btrfs`;
+    const rec = await readParentRecord(blob, uuid, signal);
+    const head = rec ? undefined : await blob.head(plainKey, signal);
+    if (!rec && !head) {
       throw new SpaceError(
         "failed_precondition",
-        `the disk stream's parent subvolume ${uuid} is neither on this node nor in the blob store (${key}): refusing to restore without it`,
+        `the disk stream's parent subvolume ${uuid} is neither on this node nor in the blob store (${plainKey}[.enc]): refusing to restore without it`,
         { details: { parentUuid: uuid, reason: "parent_missing" } },
       );
     }
+    let dataKey: Buffer | undefined;
+    if (rec) {
+      if (!this.o.clusterKey) throw new SpaceError("failed_precondition", `the parent subvolume ${uuid} is encrypted and this node has no SPACE_ENCRYPTION_KEY`);
+      dataKey = unwrapKey(this.o.clusterKey, rec.wrappedKey);
+    }
+    const part: SnapshotPartInfo = rec ? { kind: "disk", key: rec.key, sizeBytes: rec.sizeBytes, sha256: rec.sha256 } : { kind: "disk", key: plainKey, sizeBytes: head!.sizeBytes, sha256: head!.sha256 };
     const file = join(scratch, "parent");
-    await this.download({ kind: "disk", key, sizeBytes: head.sizeBytes, sha256: head.sha256 }, file, signal);
+    await this.download(part, file, signal);
     const dir = join(this.cacheSnaps, "parents", uuid);
     await mkdir(dir, { recursive: true });
-    await pipeInto(createReadStream(file), ["btrfs", "receive", "-q", dir], signal);
-    this.o.logger.info({ parentUuid: uuid }, "snapshot parent received from the blob store");
+    const src = dataKey ? createReadStream(file).pipe(decryptStream(dataKey, part.key)) : createReadStream(file);
+    await pipeInto(src, ["btrfs", "receive", "-q", dir], signal).catch(async (e: unknown) => {
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      throw e;
+    });
+    this.o.logger.info({ parentUuid: uuid, encrypted: Boolean(rec) }, "snapshot parent received from the blob store");
   }
 
   /** Frees the local copy (memory image and disk snapshot). Absent = ok. */
@@ -438,6 +475,27 @@ export class NodeSnapshots {
   private async writeLocalMeta(meta: LocalMeta): Promise<void> {
     await writeFile(join(this.localDir(meta.snapshotId), "meta.json"), JSON.stringify(meta));
   }
+}
+
+/** What marks an encrypted parent stream published: where it is, its checksum and its wrapped data key. */
+interface ParentRecord {
+  key: string;
+  sizeBytes: number;
+  sha256: string;
+  wrappedKey: string;
+}
+
+const parentRecordKey = (uuid: string) => `parents/${uuid}.json`;
+
+async function readParentRecord(blob: BlobStore, uuid: string, signal: AbortSignal): Promise<ParentRecord | undefined> {
+  if (!(await blob.head(parentRecordKey(uuid), signal))) return undefined;
+  const chunks: Buffer[] = [];
+  for await (const c of await blob.get(parentRecordKey(uuid), signal)) chunks.push(c as Buffer);
+  const rec = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Partial<ParentRecord>;
+  if (typeof rec.key !== "string" || typeof rec.sha256 !== "string" || typeof rec.wrappedKey !== "string" || typeof rec.sizeBytes !== "number") {
+    throw new SpaceError("failed_precondition", `${parentRecordKey(uuid)} in the blob store is damaged`);
+  }
+  return rec as ParentRecord;
 }
 
 /** The identity btrfs send writes for a parent: its received uuid, else its uuid. */
