@@ -12,7 +12,7 @@ import { exec } from "../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../src/core/ids.ts";
 import { createLogger } from "../src/core/log.ts";
 import { createNodeAgent, REPO_DIR } from "../src/node/agent.ts";
-import { ENVD_ARGS } from "../src/node/sandboxes/manager.ts";
+import { ENVD_MOUNT, envdLaunch, NODE_MOUNT } from "../src/node/sandboxes/envd-launch.ts";
 import { OciRuntime } from "../src/runtime/oci/oci-runtime.ts";
 import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-client.ts";
 
@@ -45,6 +45,8 @@ const agent = createNodeAgent(config, createLogger("warn", "bench"), {
 });
 await agent.start();
 const m = agent.manager!;
+// The same envd start as the node's (from its startup snapshot when there is one).
+const launch = await envdLaunch(envdDir, process.execPath, createLogger("warn", "bench"));
 const spec = () => ({ sandboxId: newSandboxId(), executionId: newExecutionId(), template: "base", vcpu: 1, memoryMib: 512, diskMib: 2048, envVars: {}, allowInternetAccess: true });
 
 try {
@@ -77,10 +79,10 @@ try {
   };
   cfg.root = { path: agent.disks!.templatePath("base"), readonly: true };
   cfg.process.terminal = false;
-  cfg.process.args = [...ENVD_ARGS.slice(0, 3), "49999", "--metadata-dir", "/tmp/meta"];
+  cfg.process.args = [...launch.argv(49999), "--metadata-dir", "/tmp/meta"];
   cfg.mounts.push(
-    { destination: "/opt/space/bin/node", type: "bind", source: process.execPath, options: ["rbind", "ro"] },
-    { destination: "/opt/space/envd", type: "bind", source: envdDir, options: ["rbind", "ro"] },
+    { destination: NODE_MOUNT, type: "bind", source: process.execPath, options: ["rbind", "ro"] },
+    { destination: ENVD_MOUNT, type: "bind", source: envdDir, options: ["rbind", "ro"] },
     { destination: "/tmp", type: "tmpfs", source: "tmpfs", options: ["nosuid", "nodev"] },
   );
   // host network so the host reaches envd without a slot: that is the part the node adds
@@ -128,7 +130,7 @@ try {
   for (const id of idle) await m.kill(id, sig());
 
   const result = {
-    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, envd: values["stub-envd"] ? "stub" : "dist/envd" },
+    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, envd: values["stub-envd"] ? "stub" : `dist/envd (${launch.kind})` },
     n: N,
     nodeCreateToReadyMs: stats(parts.totalMs!),
     breakdownMs: { diskSnapshot: stats(parts.diskMs!), networkSlot: stats(parts.slotMs!), runtimeStart: stats(parts.runtimeMs!), envdReady: stats(parts.envdMs!) },

@@ -62,8 +62,16 @@ if (cc && nodeInclude) {
     { stdio: "inherit" },
   );
   if (r.status !== 0) throw new Error("building reaper.node failed");
+  // The node agent's egress proxy reads SO_ORIGINAL_DST through this one (src/node/network/egress-proxy.ts).
+  mkdirSync(join(root, "dist", "node"), { recursive: true });
+  const od = spawnSync(
+    cc,
+    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=original_dst", `-I${nodeInclude}`, "-o", join(root, "dist", "node", "original-dst.node"), join(root, "src/node/network/native/original-dst.c")],
+    { stdio: "inherit" },
+  );
+  if (od.status !== 0) throw new Error("building original-dst.node failed");
 } else {
-  console.warn("warning: no C compiler or node headers; envd ships without the zombie reaper addon");
+  console.warn("warning: no C compiler or node headers; envd ships without the zombie reaper addon, the node without its egress proxy addon");
 }
 
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));

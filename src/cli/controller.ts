@@ -1,9 +1,10 @@
 /**
  * The controller: one leader at a time (lease row in the store, works on Postgres and
- * PGlite) runs the cluster loops. Followers wait and take over when the lease lapses.
+ * PGlite; on Kubernetes a coordination.k8s.io Lease) runs the cluster loops. Followers
+ * wait and take over when the lease lapses.
  */
 import type { ControlPlane } from "./processes.ts";
-import { startLeaderElection } from "../store/leader.ts";
+import { startLeaderElection, storeLeaseBackend, type LeaseBackend } from "../store/leader.ts";
 import { hostname } from "node:os";
 import { randomId } from "../core/ids.ts";
 import { startNodeLiveness } from "../controller/node-liveness.ts";
@@ -53,6 +54,14 @@ export const controllerLoops: readonly LoopFactory[] = [
     }),
 ];
 
+/** Where the controller's lease lives: a coordination.k8s.io Lease on Kubernetes, else the store's lease row. */
+async function leaseOf(cp: ControlPlane): Promise<{ backend: LeaseBackend; name: string }> {
+  if (cp.config.SPACE_SUBSTRATE !== "kubernetes") return { backend: storeLeaseBackend(cp.db), name: "controller" };
+  const { createKubeApi, kubeConnectionOf } = await import("../substrate/kubernetes/kube.ts");
+  const { kubeLeaseBackend } = await import("../substrate/kubernetes/lease.ts");
+  return { backend: kubeLeaseBackend(createKubeApi(kubeConnectionOf(cp.config)), cp.config.SPACE_KUBE_NAMESPACE), name: "space-controller" };
+}
+
 export async function startController(cp: ControlPlane, loops: readonly LoopFactory[] = []): Promise<Loop> {
   let running: Loop[] = [];
   const holder = `${hostname()}:${process.pid}:${randomId(6)}`;
@@ -62,8 +71,7 @@ export async function startController(cp: ControlPlane, loops: readonly LoopFact
     await Promise.allSettled(current.map((l) => l.stop()));
   };
   const election = await startLeaderElection({
-    db: cp.db,
-    name: "controller",
+    ...(await leaseOf(cp)),
     holder,
     leaseMs: 5000,
     onElected: async () => {

@@ -9,8 +9,7 @@
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 
 type Log = (msg: string, f?: Record<string, unknown>) => void;
 
@@ -30,10 +29,10 @@ export function zombieChildren(): number[] {
   return out;
 }
 
-function loadAddon(log: Log): { reap(pid: number): number } | undefined {
-  const here = dirname(fileURLToPath(import.meta.url));
-  const candidates = [join(here, "reaper.node"), join(here, "..", "..", "dist", "envd", "reaper.node")];
-  const req = createRequire(import.meta.url);
+/** `dir`: the bundle's directory (or src/envd in development, beside dist/envd). */
+function loadAddon(dir: string, log: Log): { reap(pid: number): number } | undefined {
+  const candidates = [join(dir, "reaper.node"), join(dir, "..", "..", "dist", "envd", "reaper.node")];
+  const req = createRequire(join(dir, "envd"));
   for (const c of candidates) {
     if (!existsSync(c)) continue;
     try {
@@ -51,8 +50,8 @@ export interface Reaper {
   stop(): void;
 }
 
-export function startReaper(isTracked: (pid: number) => boolean, log: Log, intervalMs = 1000): Reaper {
-  const addon = loadAddon(log);
+export function startReaper(dir: string, isTracked: (pid: number) => boolean, log: Log, intervalMs = 1000): Reaper {
+  const addon = loadAddon(dir, log);
   if (!addon) log("no reaper addon: orphaned zombies will accumulate (counted only)");
   let lastCount = 0;
   const sweep = () => {

@@ -24,6 +24,7 @@ import { ensureNodeId } from "./ctl/node-id.ts";
 import { Disks } from "./disk/disks.ts";
 import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./disk/node-cache.ts";
 import { NodeResolver, upstreamFromConfig, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
+import { EgressProxy, guardrailCheck } from "./network/egress-proxy.ts";
 import { LinuxNetworkSlots } from "./network/slots.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
 import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
@@ -106,6 +107,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let environment = "";
   let heartbeat: { stop(): Promise<void> } | undefined;
   let resolver: NodeResolver | undefined;
+  let egressProxy: EgressProxy | undefined;
   let startError: string | undefined;
 
   const inventory = async (): Promise<NodeInventory> => {
@@ -262,6 +264,14 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             { host: "127.0.0.53", port: 53 };
           resolver = new NodeResolver({ listen: slots.range.gateway, upstream, binder: slots, logger: log });
           await resolver.start();
+          const s = slots;
+          egressProxy = new EgressProxy({
+            listen: s.range.gateway,
+            policyOf: (address) => s.policyAt(address),
+            guarded: guardrailCheck({ slotCidr: s.range.cidr, guardrails: config.SPACE_NODE_GUARDRAILS, exceptions: config.SPACE_NODE_GUARDRAIL_EXCEPTIONS }),
+            logger: log,
+          });
+          await egressProxy.start();
         }
         if (disks) {
           blob = openBlobStore(config);
@@ -324,6 +334,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       heartbeat = undefined;
       await resolver?.stop();
       resolver = undefined;
+      await egressProxy?.stop();
+      egressProxy = undefined;
       await builder?.close();
       await templates?.close();
       await app.close();

@@ -10,8 +10,24 @@
  */
 import type { Db } from "./db.ts";
 
-export interface LeaderElectionOptions {
-  db: Db;
+/** Where the lease lives: the store's lease row (default) or, on Kubernetes, a coordination.k8s.io Lease. */
+export interface LeaseBackend {
+  /** Takes or renews `name` for `holder`; the current epoch when `holder` holds it now, else undefined. */
+  tryAcquire(name: string, holder: string, leaseMs: number): Promise<{ epoch: number } | undefined>;
+  /** Gives it up if `holder` holds it. */
+  release(name: string, holder: string): Promise<void>;
+}
+
+export function storeLeaseBackend(db: Db): LeaseBackend {
+  return {
+    tryAcquire: (name, holder, leaseMs) => tryAcquireLease(db, name, holder, leaseMs),
+    release: (name, holder) => releaseLease(db, name, holder),
+  };
+}
+
+export type LeaderElectionOptions = ({ db: Db; backend?: undefined } | { backend: LeaseBackend; db?: undefined }) & LeaderElectionCommon;
+
+interface LeaderElectionCommon {
   /** Lease name, e.g. `controller`. */
   name: string;
   /** This contender's identity (unique per process). */
@@ -71,6 +87,7 @@ export async function currentLeaseHolder(db: Db, name: string): Promise<{ holder
 
 export async function startLeaderElection(o: LeaderElectionOptions): Promise<LeaderElection> {
   const renewEveryMs = o.renewEveryMs ?? Math.max(10, Math.floor(o.leaseMs / 3));
+  const backend = o.backend ?? storeLeaseBackend(o.db);
   let leader = false;
   let epoch: number | null = null;
   /** Local monotonic deadline of our lease (from the start of the last successful renewal). */
@@ -93,7 +110,7 @@ export async function startLeaderElection(o: LeaderElectionOptions): Promise<Lea
   const tick = async () => {
     const startedAt = performance.now();
     try {
-      const row = await tryAcquireLease(o.db, o.name, o.holder, o.leaseMs);
+      const row = await backend.tryAcquire(o.name, o.holder, o.leaseMs);
       if (stopped) return;
       if (row) {
         validUntil = startedAt + o.leaseMs;
@@ -133,7 +150,7 @@ export async function startLeaderElection(o: LeaderElectionOptions): Promise<Lea
     await running.catch(() => {});
     const wasLeader = leader;
     await demote();
-    if (release && wasLeader) await releaseLease(o.db, o.name, o.holder).catch((e: unknown) => o.onError?.(e));
+    if (release && wasLeader) await backend.release(o.name, o.holder).catch((e: unknown) => o.onError?.(e));
   };
 
   return {

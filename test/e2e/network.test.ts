@@ -52,6 +52,8 @@ const udp = (h: string): Check => ["udp", h, 9999];
 const dns = (name: string, tcpTransport = false, server: string | null = null): Check => ["dns", name, server, tcpTransport];
 const OPEN = "open";
 const REFUSED = "refused";
+/** The node's egress proxy refused the name a connection carried (after the handshake). */
+const RESET = "reset";
 /**
  * A UDP datagram (or UDP DNS query) that got no answer: refused by an ICMP error, or
  * silent when the node's ICMP errors hit the kernel's per-destination rate limit.
@@ -169,9 +171,8 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
       assert.deepEqual(await probe(sb, [tcp(A1), udp(A1), tcp(A2), udp(A2), tcp(B1)]), [OPEN, echo(A1), REFUSED, NO_REPLY, OPEN]);
     });
 
-    test("domain_binding: an allowed domain's answers open its ports (80/443) only; other names and foreign DNS stay denied", async () => {
+    test("domain_binding (ECW: HTTP Host / TLS SNI on 80/443, other ports fall back to IP rules): the allowed name passes, other names are reset, foreign DNS refused", async () => {
       await policy({ denyOut: ["0.0.0.0/0"], allowOut: ["allowed.test"] });
-      assert.deepEqual(await probe(sb, [tcp(D1)]), [REFUSED], "nothing is bound before resolution");
       const r = await probe(sb, [
         dns("allowed.test"),
         ["http", D1, 80, "allowed.test"],
@@ -179,11 +180,14 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
         tcp(D1, 5000),
         dns("other.test"),
         ["http", O1, 80, "other.test"],
+        ["tls", O1, 443, "other.test"],
+        // The allowed name's own address asked for under another name: judged by the name.
+        ["http", D1, 80, "other.test"],
         dns("allowed.test", false, DNS),
         dns("allowed.test", true, DNS),
       ]);
-      assert.deepEqual(r, [D1, `ok ${D1} allowed.test`, `open tcp ${D1}`, REFUSED, O1, REFUSED, NO_REPLY, REFUSED]);
-      // The guest's own resolver path (glibc via resolv.conf) binds as well.
+      assert.deepEqual(r, [D1, `ok ${D1} allowed.test`, `open tcp ${D1}`, REFUSED, O1, RESET, RESET, RESET, NO_REPLY, REFUSED]);
+      // The guest's own resolver path (glibc via resolv.conf) and a real HTTP client.
       const curl = await sb.commands.run("curl -sS -m 5 http://allowed.test/");
       assert.equal(curl.stdout, `ok ${D1} allowed.test`);
     });
@@ -191,28 +195,29 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
     test("wildcard_domain_allow: *.wild.test binds subdomains at any depth, not the apex", async () => {
       await policy({ denyOut: ["0.0.0.0/0"], allowOut: ["*.wild.test"] });
       const r = await probe(sb, [dns("api.wild.test"), dns("deep.api.wild.test"), dns("wild.test"), ["http", W1, 80, "api.wild.test"], ["tls", W2, 443, "deep.api.wild.test"], ["http", APEX, 80, "wild.test"]]);
-      assert.deepEqual(r, [W1, W2, APEX, `ok ${W1} api.wild.test`, `open tcp ${W2}`, REFUSED]);
+      assert.deepEqual(r, [W1, W2, APEX, `ok ${W1} api.wild.test`, `open tcp ${W2}`, RESET]);
     });
 
     test("tcp_dns_transport_respects_ip_allow: names resolved over TCP bind like UDP and never widen the IP allow list", async () => {
       await policy({ denyOut: ["0.0.0.0/0"], allowOut: [A_NET, "viatcp.test"] });
       const r = await probe(sb, [
-        ["http", VIA_TCP, 80, "viatcp.test"],
         dns("other.test", true),
-        tcp(O1),
+        tcp(O1, 5000),
+        ["http", O1, 80, "other.test"],
         dns("viatcp.test", true),
         ["http", VIA_TCP, 80, "viatcp.test"],
+        tcp(VIA_TCP, 5000),
         tcp(A2, 5000),
         dns("other.test", true, DNS),
       ]);
-      assert.deepEqual(r, [REFUSED, O1, REFUSED, VIA_TCP, `ok ${VIA_TCP} viatcp.test`, OPEN, REFUSED]);
+      assert.deepEqual(r, [O1, REFUSED, RESET, VIA_TCP, `ok ${VIA_TCP} viatcp.test`, REFUSED, OPEN, REFUSED]);
     });
 
     test("platform_guardrail_precedes_allow: the node, metadata, other sandboxes and operator-guarded addresses stay closed under allow-all; the operator's exception follows the policy", async () => {
       const [gateway] = await probe(sb, [["gateway"]]);
-      await policy({ allowOut: ["0.0.0.0/0", `${gateway}`, "169.254.169.254", G1, G2] });
-      const r = await probe(sb, [tcp(gateway!, host.port), tcp("169.254.169.254"), tcp(G1), tcp(G2), tcp(A1)]);
-      assert.deepEqual(r, [REFUSED, REFUSED, REFUSED, OPEN, OPEN]);
+      await policy({ allowOut: ["0.0.0.0/0", `${gateway}`, "169.254.169.254", G1, G2, "allowed.test"] });
+      const r = await probe(sb, [tcp(gateway!, host.port), tcp("169.254.169.254"), tcp(G1), tcp(G1, 5000), ["http", G1, 80, "allowed.test"], tcp(G2, 5000), ["http", G2, 80, "allowed.test"], tcp(A1, 5000)]);
+      assert.deepEqual(r, [REFUSED, REFUSED, REFUSED, REFUSED, REFUSED, OPEN, `ok ${G2} allowed.test`, OPEN]);
       // An exception is not an allow: a policy that denies it still denies it.
       await policy({ denyOut: ["0.0.0.0/0"], allowOut: [A1] });
       assert.deepEqual(await probe(sb, [tcp(G2), tcp(A1)]), [REFUSED, OPEN]);
@@ -249,10 +254,10 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
 
     test("rules_survive_restore: pause → connect keeps the create-time policy (IP and domain rules) and a later update", async () => {
       const r = await create({ network: { denyOut: ["0.0.0.0/0"], allowOut: [A1, "allowed.test"] } });
-      assert.deepEqual(await probe(r, [tcp(A2)]), [REFUSED]);
+      assert.deepEqual(await probe(r, [tcp(A2, 5000)]), [REFUSED]);
       assert.equal(await r.pause(), true);
       const back = await Sandbox.connect(r.sandboxId, { ...opts, timeoutMs: 600_000 });
-      assert.deepEqual(await probe(back, [tcp(A1), tcp(A2), udp(A1), dns("allowed.test"), ["http", D1, 80, "allowed.test"], tcp(O1)]), [OPEN, REFUSED, echo(A1), D1, `ok ${D1} allowed.test`, REFUSED]);
+      assert.deepEqual(await probe(back, [tcp(A1, 5000), tcp(A2, 5000), udp(A1), dns("allowed.test"), ["http", D1, 80, "allowed.test"], ["http", O1, 80, "other.test"]]), [OPEN, REFUSED, echo(A1), D1, `ok ${D1} allowed.test`, RESET]);
       await back.updateNetwork({ denyOut: ["0.0.0.0/0"], allowOut: [A2] });
       assert.equal(await back.pause(), true);
       const again = await Sandbox.connect(r.sandboxId, { ...opts, timeoutMs: 600_000 });
@@ -320,8 +325,8 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
     });
 
     test("internet_access_denied, cidr_allow + udp_respects_cidr_allow, exact_ip_allow + udp_respects_ip_allow, deny_precedes_allow + udp_deny_precedes_allow", async () => {
-      const r = await nprobe(n, a, [tcp(B2), udp(B2), tcp(A1), udp(A1), tcp(B1), udp(B1), tcp(A2), udp(A2)]);
-      assert.deepEqual(r, [REFUSED, NO_REPLY, OPEN, echo(A1), OPEN, echo(B1), REFUSED, NO_REPLY]);
+      const r = await nprobe(n, a, [tcp(B2, 5000), udp(B2), tcp(A1, 5000), udp(A1), tcp(B1, 5000), udp(B1), tcp(A2, 5000), udp(A2), ["http", A1, 80, "x.test"], ["http", A2, 80, "x.test"]]);
+      assert.deepEqual(r, [REFUSED, NO_REPLY, OPEN, echo(A1), OPEN, echo(B1), REFUSED, NO_REPLY, `ok ${A1} x.test`, RESET]);
     });
 
     test("cidr_deny + udp_respects_cidr_deny, exact_ip_deny + udp_respects_ip_deny (default allow)", async () => {
@@ -331,19 +336,22 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
 
     test("domain_binding, wildcard_domain_allow, tcp_dns_transport_respects_ip_allow, domain_access_survives_default_deny", async () => {
       const r = await nprobe(n, a, [
+        ["http", W1, 8080, "api.wild.test"],
         ["http", D1, 80, "allowed.test"],
         dns("allowed.test"),
-        ["http", D1, 80, "allowed.test"],
         ["tls", D1, 443, "allowed.test"],
         tcp(D1, 5000),
         dns("other.test"),
-        tcp(O1),
+        tcp(O1, 5000),
+        ["http", O1, 80, "other.test"],
         dns("api.wild.test"),
         dns("deep.api.wild.test"),
         dns("wild.test"),
-        ["http", W1, 80, "api.wild.test"],
+        ["http", W1, 8080, "api.wild.test"],
         ["http", W2, 8080, "deep.api.wild.test"],
+        ["http", APEX, 8080, "wild.test"],
         ["http", APEX, 80, "wild.test"],
+        tcp(VIA_TCP, 5000),
         dns("viatcp.test", true),
         tcp(VIA_TCP, 5000),
         dns("other.test", true),
@@ -352,16 +360,16 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
         dns("allowed.test", true, DNS),
       ]);
       assert.deepEqual(r, [
-        REFUSED, D1, `ok ${D1} allowed.test`, `open tcp ${D1}`, REFUSED, O1, REFUSED,
-        W1, W2, APEX, `ok ${W1} api.wild.test`, `ok ${W2} deep.api.wild.test`, REFUSED,
-        VIA_TCP, OPEN, O1, REFUSED, NO_REPLY, REFUSED,
+        REFUSED, `ok ${D1} allowed.test`, D1, `open tcp ${D1}`, REFUSED, O1, REFUSED, RESET,
+        W1, W2, APEX, `ok ${W1} api.wild.test`, `ok ${W2} deep.api.wild.test`, REFUSED, RESET,
+        REFUSED, VIA_TCP, OPEN, O1, REFUSED, NO_REPLY, REFUSED,
       ]);
     });
 
     test("platform_guardrail_precedes_allow: rules allowing the node, link-local and operator-guarded ranges do not open them; the operator's exception does", async () => {
       const [gateway] = await nprobe(n, a, [["gateway"]]);
-      const r = await nprobe(n, a, [tcp(gateway!, host.port), tcp("169.254.169.254"), tcp(G1), tcp(G2)]);
-      assert.deepEqual(r, [REFUSED, REFUSED, REFUSED, OPEN]);
+      const r = await nprobe(n, a, [tcp(gateway!, host.port), tcp("169.254.169.254"), tcp(G1, 5000), ["http", G1, 80, "allowed.test"], tcp(G2, 5000), ["http", G2, 80, "allowed.test"]]);
+      assert.deepEqual(r, [REFUSED, REFUSED, REFUSED, REFUSED, OPEN, `ok ${G2} allowed.test`]);
     });
 
     test("rules_survive_restore: suspend → restore keeps the rules", async () => {
@@ -369,8 +377,8 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
       assert.equal(sus.state, "succeeded", JSON.stringify(sus.failure));
       const res = await n.wait((await n.req("POST", `/v1/sandboxes/${a}/restore`, { body: {} })).body.id);
       assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
-      const r = await nprobe(n, a, [tcp(A1), udp(A1), tcp(A2), tcp(B2), dns("allowed.test"), ["http", D1, 80, "allowed.test"], tcp(G1)]);
-      assert.deepEqual(r, [OPEN, echo(A1), REFUSED, REFUSED, D1, `ok ${D1} allowed.test`, REFUSED]);
+      const r = await nprobe(n, a, [tcp(A1, 5000), udp(A1), tcp(A2, 5000), tcp(B2, 5000), dns("allowed.test"), ["http", D1, 80, "allowed.test"], ["http", O1, 80, "other.test"], tcp(G1, 5000)]);
+      assert.deepEqual(r, [OPEN, echo(A1), REFUSED, REFUSED, D1, `ok ${D1} allowed.test`, RESET, REFUSED]);
     });
   });
 });

@@ -42,7 +42,8 @@ export interface ClientOpts {
 }
 
 export async function startEnvd(
-  opts: { token?: string; bundle?: boolean; env?: Record<string, string>; pid1?: boolean } = {},
+  /** bundle: dist/envd/envd.mjs; snapshot: its V8 startup snapshot (dist/envd/envd.blob); else the sources. */
+  opts: { token?: string; bundle?: boolean; snapshot?: boolean; env?: Record<string, string>; pid1?: boolean } = {},
 ): Promise<RunningEnvd> {
   const dir = mkdtempSync(join(tmpdir(), "envd-test-"));
   const args = ["--port", "0", "--host", "127.0.0.1", "--default-user", TEST_USER, "--metadata-dir", join(dir, "meta")];
@@ -51,7 +52,11 @@ export async function startEnvd(
     (await import("node:fs")).writeFileSync(f, opts.token);
     args.push("--access-token-file", f);
   }
-  const argv = opts.bundle ? ["dist/envd/envd.mjs", ...args] : ["--import", "tsx", "src/envd/main.ts", ...args];
+  const argv = opts.snapshot
+    ? ["--snapshot-blob", "dist/envd/envd.blob", "--", ...args]
+    : opts.bundle
+      ? ["dist/envd/envd.mjs", ...args]
+      : ["--import", "tsx", "src/envd/main.ts", ...args];
   // pid1: run envd as PID 1 of a new pid namespace (sees only its own processes).
   const [file, fileArgs] = opts.pid1
     ? ["unshare", ["--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM", process.execPath, ...argv]]

@@ -12,7 +12,7 @@ async function run(envd: Awaited<ReturnType<typeof startEnvd>>, cmd: string): Pr
 }
 
 test("envd as PID 1: reaps orphaned zombies, exits cleanly on SIGTERM", async () => {
-  const envd = await startEnvd({ bundle: true, pid1: true });
+  const envd = await startEnvd({ snapshot: true, pid1: true });
   try {
     assert.equal((await run(envd, "echo $PPID")).trim(), "1");
     // The background sleeps outlive their shell and are re-parented to PID 1.

@@ -19,7 +19,7 @@ describe("e2b SDK against envd", () => {
   let home: string;
   before(async () => {
     home = ensureTestUser().home;
-    envd = await startEnvd({ bundle: true, token: TOKEN });
+    envd = await startEnvd({ snapshot: true, token: TOKEN });
     api = createServer((req, res) => {
       req.resume();
       req.on("end", () => {

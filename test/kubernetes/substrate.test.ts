@@ -14,6 +14,8 @@ import { VirtualKubelet, type VirtualKubeletDeps } from "../../src/node/kubelet/
 import { environmentLabel } from "../../src/node/templates/environment.ts";
 import type { KubeApi } from "../../src/substrate/kubernetes/kube.ts";
 import { KubernetesSubstrate } from "../../src/substrate/kubernetes/kubernetes-substrate.ts";
+import { kubeLeaseBackend } from "../../src/substrate/kubernetes/lease.ts";
+import { startLeaderElection } from "../../src/store/leader.ts";
 import { podNameOf } from "../../src/substrate/kubernetes/names.ts";
 import { k8sSkipReason, startCluster, type TestCluster } from "./cluster.ts";
 import { waitFor } from "../support/stack.ts";
@@ -248,4 +250,38 @@ test("gate on: a pod requiring an environment no node publishes stays unschedule
     (e: SpaceError) => e.code === "failed_precondition" && /drain the node/.test(e.message),
   );
   await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/pods/${podNameOf("k8senv30000000000000")}`), (e: { status?: number }) => e.status === 404);
+});
+
+test("controller leader election through a coordination.k8s.io Lease: one leader; a crashed one is replaced within 2 leases (epoch + 1); a stopped one hands over at once", { skip }, async () => {
+  const backend = kubeLeaseBackend(cluster.kube, "space-sandboxes");
+  const name = "space-controller-test";
+  const leaseMs = 2000;
+  const elected: string[] = [];
+  const contender = (holder: string) =>
+    startLeaderElection({ backend, name, holder, leaseMs, onElected: () => void elected.push(holder), onError: () => {} });
+  const a = await contender("a");
+  const b = await contender("b");
+  assert.equal(a.isLeader(), true);
+  assert.equal(b.isLeader(), false);
+  const lease = () => cluster.kube.request<{ spec: { holderIdentity: string; leaseTransitions: number; leaseDurationSeconds: number } }>("GET", `/apis/coordination.k8s.io/v1/namespaces/space-sandboxes/leases/${name}`);
+  assert.equal((await lease()).spec.holderIdentity, "a");
+  assert.equal((await lease()).spec.leaseDurationSeconds, 2);
+  const epochA = a.epoch()!;
+  // a crashes (stops renewing without releasing): b takes over once the lease lapses.
+  const t0 = Date.now();
+  await a.abandon();
+  await waitFor(() => b.isLeader(), "b leads after a's lease lapses", 4 * leaseMs, 50);
+  const took = Date.now() - t0;
+  assert.ok(took < 2 * leaseMs + 1500, `takeover in ${took} ms`);
+  assert.equal(b.epoch(), epochA + 1);
+  assert.equal((await lease()).spec.holderIdentity, "b");
+  // b stops: it releases, c takes over at its next attempt (not after a lease).
+  const c = await contender("c");
+  assert.equal(c.isLeader(), false);
+  const t1 = Date.now();
+  await b.stop();
+  await waitFor(() => c.isLeader(), "c leads after b released", 4 * leaseMs, 20);
+  assert.ok(Date.now() - t1 < leaseMs, `handover in ${Date.now() - t1} ms`);
+  assert.deepEqual(elected, ["a", "b", "c"]);
+  await c.stop();
 });

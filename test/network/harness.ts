@@ -14,6 +14,7 @@ import { createLogger } from "../../src/core/log.ts";
 import { REPO_DIR } from "../../src/node/agent.ts";
 import { NodeResolver } from "../../src/node/dns/resolver.ts";
 import type { EgressPolicy } from "../../src/node/network/policy.ts";
+import { EgressProxy, guardrailCheck } from "../../src/node/network/egress-proxy.ts";
 import { LinuxNetworkSlots, type Slot } from "../../src/node/network/slots.ts";
 import type { FakeInternetConfig } from "./fake-internet.ts";
 import type { Check } from "./probe.ts";
@@ -81,6 +82,7 @@ export async function probe(ns: string, checks: Check[]): Promise<string[]> {
 export interface Rig {
   slots: LinuxNetworkSlots;
   resolver: NodeResolver;
+  proxy: EgressProxy;
   gateway: string;
   stateDir: string;
   claim(policy: EgressPolicy): Promise<Slot>;
@@ -173,10 +175,18 @@ export async function startRig(o: { guardrails?: string[]; guardrailExceptions?:
   await slots.init(() => false, AbortSignal.timeout(T));
   const resolver = new NodeResolver({ listen: slots.range.gateway, upstream: { host: INET.dns, port: 53 }, binder: slots, logger });
   await resolver.start();
+  const proxy = new EgressProxy({
+    listen: slots.range.gateway,
+    policyOf: (a) => slots.policyAt(a),
+    guarded: guardrailCheck({ slotCidr: slots.range.cidr, guardrails: o.guardrails, exceptions: o.guardrailExceptions }),
+    logger,
+  });
+  await proxy.start();
   const owned: string[] = [];
   return {
     slots,
     resolver,
+    proxy,
     stateDir,
     gateway: slots.range.gateway,
     async claim(policy) {
@@ -186,6 +196,7 @@ export async function startRig(o: { guardrails?: string[]; guardrailExceptions?:
     },
     async close() {
       await resolver.stop();
+      await proxy.stop();
       for (const id of owned) await slots.release(id, AbortSignal.timeout(T)).catch(() => undefined);
       await inet.close();
       await shOk("nft", ["delete", "table", "inet", SCOPE.nftTable]);
@@ -198,4 +209,6 @@ export async function startRig(o: { guardrails?: string[]; guardrailExceptions?:
 
 export const tcpTo = (host: string, port = 80): Check => ({ kind: "tcp", host, port });
 export const udpTo = (host: string, port = 9999): Check => ({ kind: "udp", host, port });
+export const httpTo = (host: string, hostHeader: string, port = 80): Check => ({ kind: "http", host, port, hostHeader });
+export const tlsTo = (host: string, sni: string, port = 443): Check => ({ kind: "tls", host, port, sni });
 export const dnsOf = (name: string, server: string, tcp = false): Check => ({ kind: "dns", name, server, tcp });

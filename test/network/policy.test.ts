@@ -10,12 +10,14 @@ import { after, before, describe, test } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { compileEcw, compileNative } from "../../src/api/network/policy.ts";
 import { OPEN_POLICY } from "../../src/node/network/policy.ts";
-import { dnsOf, INET, probe, SCOPE, serveIn, startRig, stopServer, tcpTo, udpTo, type Rig } from "./harness.ts";
+import { dnsOf, httpTo, INET, probe, SCOPE, serveIn, startRig, stopServer, tcpTo, tlsTo, udpTo, type Rig } from "./harness.ts";
 
 const isRoot = process.getuid?.() === 0;
 const ecw = (allowInternetAccess: boolean, allowOut?: string[], denyOut?: string[]) => compileEcw(allowInternetAccess, { allowOut, denyOut });
 const OPEN = "open";
 const REFUSED = "ECONNREFUSED";
+/** The egress proxy's refusal: it accepted the handshake, judged the name, then reset. */
+const RESET = "ECONNRESET";
 const echo = (a: string) => `echo ${a} ping`;
 /** From the node (host) side, like the node-api proxy. */
 const httpGet = (host: string, port: number, path = "/") =>
@@ -103,23 +105,24 @@ describe("network policy", { skip: !isRoot && "needs root" }, () => {
     }
   });
 
-  test("domain_binding: an allowed domain's answers open ports 80/443 for their TTL; other names stay denied; foreign DNS is refused", async () => {
-    const s = await rig.claim(ecw(false, ["allowed.test"]));
-    const before = await probe(s.netns, [tcpTo(INET.a1)]);
-    assert.deepEqual(before, [REFUSED], "nothing is bound before resolution");
+  test("domain_binding: an allowed domain's answers open it for their TTL (Native: every port, UDP too); other names stay denied; foreign DNS is refused", async () => {
+    const s = await rig.claim(compileNative({ allow_out: ["allowed.test"], default: "deny" }));
+    assert.deepEqual(await probe(s.netns, [tcpTo(INET.a1, 5000), udpTo(INET.a1)]), [REFUSED, REFUSED], "nothing is bound before resolution");
     const r = await probe(s.netns, [
       dnsOf("allowed.test", rig.gateway),
-      tcpTo(INET.a1, 80),
-      tcpTo(INET.a1, 443),
       tcpTo(INET.a1, 5000),
+      udpTo(INET.a1),
+      httpTo(INET.a1, "allowed.test"),
       dnsOf("other.test", rig.gateway),
-      tcpTo(INET.b1, 80),
+      tcpTo(INET.b1, 5000),
       dnsOf("allowed.test", INET.dns),
       dnsOf("allowed.test", INET.dns, true),
     ]);
-    assert.deepEqual(r, [INET.a1, OPEN, OPEN, REFUSED, INET.b1, REFUSED, REFUSED, REFUSED]);
-    const http = await probe(s.netns, [{ kind: "http", host: INET.a1, port: 80, hostHeader: "allowed.test" }]);
-    assert.deepEqual(http, [`ok ${INET.a1} allowed.test`]);
+    assert.deepEqual(r, [INET.a1, OPEN, echo(INET.a1), `ok ${INET.a1} allowed.test`, INET.b1, REFUSED, REFUSED, REFUSED]);
+    // ECW: a domain entry covers 80/443, judged by the name the connection carries.
+    const e = await rig.claim(ecw(false, ["allowed.test"]));
+    const r2 = await probe(e.netns, [dnsOf("allowed.test", rig.gateway), httpTo(INET.a1, "allowed.test"), tlsTo(INET.a1, "allowed.test"), tcpTo(INET.a1, 5000), httpTo(INET.b1, "other.test")]);
+    assert.deepEqual(r2, [INET.a1, `ok ${INET.a1} allowed.test`, `open tcp ${INET.a1}`, REFUSED, RESET]);
   });
 
   test("domain_access_survives_default_deny: DNS keeps working when everything else is denied", async () => {
@@ -133,30 +136,67 @@ describe("network policy", { skip: !isRoot && "needs root" }, () => {
       dnsOf("api.wild.test", rig.gateway),
       dnsOf("deep.api.wild.test", rig.gateway),
       dnsOf("wild.test", rig.gateway),
-      tcpTo(INET.w1),
-      tcpTo(INET.w2, 443),
-      tcpTo(INET.apex),
+      httpTo(INET.w1, "api.wild.test"),
+      tlsTo(INET.w2, "deep.api.wild.test"),
+      httpTo(INET.apex, "wild.test"),
+      tcpTo(INET.w1, 5000),
+      tcpTo(INET.apex, 5000),
     ]);
-    assert.deepEqual(r, [INET.w1, INET.w2, INET.apex, OPEN, OPEN, REFUSED]);
+    // ECW domain entries cover 80/443 only: other ports fall back to IP rules (none here).
+    assert.deepEqual(r, [INET.w1, INET.w2, INET.apex, `ok ${INET.w1} api.wild.test`, `open tcp ${INET.w2}`, RESET, REFUSED, REFUSED]);
   });
 
   test("tcp_dns_transport_respects_ip_allow: names resolved over TCP bind like UDP and never widen the IP allow list", async () => {
     const s = await rig.claim(ecw(false, ["198.18.1.0/24", "api.wild.test"]));
     const r = await probe(s.netns, [
       dnsOf("other.test", rig.gateway, true),
-      tcpTo(INET.b1),
+      tcpTo(INET.b1, 5000),
+      httpTo(INET.b1, "other.test"),
       dnsOf("api.wild.test", rig.gateway, true),
-      tcpTo(INET.w1),
+      tcpTo(INET.w1, 5000),
       tcpTo(INET.a2, 5000),
       dnsOf("other.test", INET.dns, true),
     ]);
-    assert.deepEqual(r, [INET.b1, REFUSED, INET.w1, OPEN, OPEN, REFUSED]);
+    assert.deepEqual(r, [INET.b1, REFUSED, RESET, INET.w1, REFUSED, OPEN, REFUSED]);
   });
 
   test("Native deny of a domain: its answers are denied even inside an allowed range", async () => {
     const s = await rig.claim(compileNative({ allow_out: ["198.18.0.0/16"], rules: [{ action: "deny", target: "other.test", protocol: "any" }], default: "deny" }));
-    const r = await probe(s.netns, [tcpTo(INET.b1), dnsOf("other.test", rig.gateway), tcpTo(INET.b1), tcpTo(INET.a1)]);
-    assert.deepEqual(r, [OPEN, INET.b1, REFUSED, OPEN]);
+    const r = await probe(s.netns, [tcpTo(INET.b1, 5000), dnsOf("other.test", rig.gateway), tcpTo(INET.b1, 5000), httpTo(INET.b1, "other.test"), httpTo(INET.a1, "allowed.test")]);
+    assert.deepEqual(r, [OPEN, INET.b1, REFUSED, RESET, `ok ${INET.a1} allowed.test`]);
+  });
+
+  test("domain rules on 80/443 judge the HTTP Host / TLS SNI the connection carries (egress proxy), to its original address; guardrails first", async () => {
+    const s = await rig.claim(ecw(false, ["allowed.test"]));
+    const denied0 = rig.proxy.stats.denied;
+    const r = await probe(s.netns, [
+      httpTo(INET.a2, "allowed.test"),
+      dnsOf("allowed.test", rig.gateway),
+      httpTo(INET.a1, "other.test"),
+      httpTo(INET.a1, "allowed.test:80"),
+      tlsTo(INET.a1, "allowed.test"),
+      tlsTo(INET.a1, "other.test"),
+      tlsTo(INET.a2, "sub.allowed.test"),
+      tcpTo(INET.a2, 5000),
+      tlsTo("169.254.169.254", "allowed.test"),
+      httpTo(rig.gateway, "allowed.test"),
+    ]);
+    assert.deepEqual(r, [
+      `ok ${INET.a2} allowed.test`,
+      INET.a1,
+      RESET,
+      `ok ${INET.a1} allowed.test:80`,
+      `open tcp ${INET.a1}`,
+      RESET,
+      RESET,
+      REFUSED,
+      REFUSED,
+      REFUSED,
+    ]);
+    assert.equal(rig.proxy.stats.denied - denied0, 3, "the proxy refused the three misnamed connections; guarded ones never reached it");
+    // Native semantics through the same proxy: a deny of a name precedes an allow of its range.
+    const n = await rig.claim(compileNative({ allow_out: ["198.18.1.0/24"], rules: [{ action: "deny", target: "*.blocked.test", protocol: "tcp", ports: [443] }], default: "deny" }));
+    assert.deepEqual(await probe(n.netns, [tlsTo(INET.a1, "x.blocked.test"), tlsTo(INET.a1, "fine.test"), httpTo(INET.a1, "x.blocked.test"), tlsTo(INET.b1, "fine.test")]), [RESET, `open tcp ${INET.a1}`, `ok ${INET.a1} x.blocked.test`, RESET]);
   });
 
   test("PUT replaces the whole policy of a live sandbox within a second, re-judging open flows", async () => {

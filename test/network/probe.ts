@@ -13,6 +13,8 @@ import { buildQuery, frameTcp, parseAnswers, splitTcp } from "../../src/node/dns
 export type Check =
   | { kind: "tcp"; host: string; port: number }
   | { kind: "http"; host: string; port: number; hostHeader?: string }
+  /** A TLS ClientHello naming `sni`: "open <first bytes the server sent>" | "closed" | error code. */
+  | { kind: "tls"; host: string; port: number; sni: string }
   | { kind: "udp"; host: string; port: number; source?: string }
   | { kind: "dns"; name: string; server: string; tcp?: boolean }
   | { kind: "loopback" }
@@ -40,6 +42,30 @@ function http(host: string, port: number, hostHeader?: string): Promise<string> 
     r.on("timeout", () => r.destroy(Object.assign(new Error("timeout"), { code: "ETIMEDOUT" })));
     r.on("error", (e) => res(code(e)));
     r.end();
+  });
+}
+function clientHello(sni: string): Buffer {
+  const name = Buffer.from(sni);
+  const list = Buffer.concat([Buffer.from([0, name.length >> 8, name.length & 255]), name]);
+  const sniExt = Buffer.concat([Buffer.from([list.length >> 8, list.length & 255]), list]);
+  const exts = Buffer.concat([Buffer.from([0, 0, sniExt.length >> 8, sniExt.length & 255]), sniExt]);
+  const body = Buffer.concat([Buffer.from([3, 3]), Buffer.alloc(32, 7), Buffer.from([0, 0, 2, 0, 0x2f, 1, 0, exts.length >> 8, exts.length & 255]), exts]);
+  const hs = Buffer.concat([Buffer.from([1, 0, body.length >> 8, body.length & 255]), body]);
+  return Buffer.concat([Buffer.from([0x16, 3, 1, hs.length >> 8, hs.length & 255]), hs]);
+}
+function tls(host: string, port: number, sni: string): Promise<string> {
+  return new Promise((res) => {
+    const s = connect({ host, port });
+    let got = "";
+    const done = (v: string) => (clearTimeout(t), s.destroy(), res(v));
+    const t = setTimeout(() => done(got ? `open ${got.trim()}` : "ETIMEDOUT"), TIMEOUT);
+    s.on("connect", () => s.write(clientHello(sni)));
+    s.on("data", (d: Buffer) => {
+      got += d.toString();
+      if (got.includes("\n")) done(`open ${got.trim()}`);
+    });
+    s.on("end", () => done(got ? `open ${got.trim()}` : "closed"));
+    s.on("error", (e) => done(code(e)));
   });
 }
 function udp(host: string, port: number, source?: string): Promise<string> {
@@ -112,6 +138,7 @@ const out: string[] = [];
 for (const c of checks) {
   if (c.kind === "tcp") out.push(await tcp(c.host, c.port));
   else if (c.kind === "http") out.push(await http(c.host, c.port, c.hostHeader));
+  else if (c.kind === "tls") out.push(await tls(c.host, c.port, c.sni));
   else if (c.kind === "udp") out.push(await udp(c.host, c.port, c.source));
   else if (c.kind === "dns") out.push(await dns(c.name, c.server, c.tcp));
   else if (c.kind === "bench") out.push(await bench(c));

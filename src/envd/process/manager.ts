@@ -11,6 +11,8 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { statSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
 import type { User } from "../users.ts";
 import { signalDescription } from "./signals.ts";
@@ -68,9 +70,13 @@ interface Pty {
 type PtyModule = {
   spawn(file: string, args: string[], opts: Record<string, unknown>): Pty;
 };
-let ptyModule: Promise<PtyModule> | undefined;
-function loadPty(): Promise<PtyModule> {
-  ptyModule ??= import("node-pty").then((m) => ((m as { default?: PtyModule }).default ?? m) as PtyModule);
+let ptyModule: PtyModule | undefined;
+/**
+ * Resolved from the bundle's directory (its node_modules/node-pty), not from this module:
+ * in a startup snapshot `import()` and `require` reach only Node's built-in modules.
+ */
+function loadPty(dir: string): PtyModule {
+  ptyModule ??= createRequire(join(dir, "envd"))("node-pty") as PtyModule;
   return ptyModule;
 }
 
@@ -298,8 +304,11 @@ function toEndInfo(code: number | null, sig: NodeJS.Signals | number | null): En
 
 export class ProcessManager {
   private readonly byPid = new Map<number, ManagedProcess>();
-  /** Called after any process ends (main() hooks the zombie reaper here). */
+  /** Called after any process ends (startEnvd() hooks the zombie reaper here). */
   onExit: (() => void) | undefined;
+
+  /** `dir`: where node-pty is resolved from (the bundle's directory). */
+  constructor(private readonly dir: string) {}
 
   has(pid: number): boolean {
     return this.byPid.has(pid);
@@ -332,7 +341,7 @@ export class ProcessManager {
     };
     let proc: ManagedProcess;
     if (opts.pty) {
-      const pty = await loadPty();
+      const pty = loadPty(this.dir);
       let t: Pty;
       try {
         t = pty.spawn(opts.config.cmd, opts.config.args, {

@@ -7,7 +7,7 @@ import type { Config } from "../../core/config.ts";
 import type { Logger } from "../../core/log.ts";
 import { VERSION } from "../../core/version.ts";
 import { parseSelector } from "../../substrate/placement.ts";
-import { createKubeApi, type KubeApi } from "../../substrate/kubernetes/kube.ts";
+import { createKubeApi, kubeConnectionOf, type KubeApi } from "../../substrate/kubernetes/kube.ts";
 import { createNodeAgent, type NodeAgent } from "../agent.ts";
 import { hostScopeOf } from "../ctl/standalone.ts";
 import { VirtualKubelet } from "./virtual-kubelet.ts";
@@ -32,7 +32,7 @@ export async function startKubeletNodeWith(config: Config, token: string, logger
     const listening = await agent.app.listen({ host: config.SPACE_NODE_HOST, port: config.SPACE_NODE_PORT });
     const nodeApiUrl = config.SPACE_NODE_ADVERTISE_URL || listening;
     kubelet = new VirtualKubelet({
-      kube: kube ?? createKubeApi(config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" }),
+      kube: kube ?? createKubeApi(kubeConnectionOf(config)),
       agent,
       identity: { name: agent.nodeId!, nodeGroup: config.SPACE_NODE_GROUP, labels: parseSelector(config.SPACE_NODE_LABELS), nodeApiUrl },
       address: new URL(nodeApiUrl).hostname,

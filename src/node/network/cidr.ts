@@ -7,6 +7,13 @@ export function ipToInt(ip: string): number {
 export function intToIp(n: number): string {
   return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".");
 }
+/** Whether `ip` lies in `cidr` (`a.b.c.d` or `a.b.c.d/n`). */
+export function inCidr(ip: string, cidr: string): boolean {
+  const [net, bits] = cidr.split("/");
+  const prefix = bits === undefined ? 32 : Number(bits);
+  const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
+  return ((ipToInt(ip) & mask) >>> 0) === ((ipToInt(net!) & mask) >>> 0);
+}
 export interface SlotRange {
   cidr: string;
   prefix: number;

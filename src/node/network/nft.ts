@@ -14,10 +14,20 @@
  * flows carry the policy generation in their conntrack mark, so a policy update
  * re-judges flows opened under the previous one (and an expiring domain binding does
  * not cut a flow it allowed).
+ * A slot whose policy has domain rules for TCP 80/443 has those ports redirected (nat
+ * chain `np_<id>`, reached through the `proxied` map) to the node's egress proxy on the
+ * gateway (egress-proxy.ts), which judges the HTTP Host / TLS SNI; guarded destinations
+ * are never redirected, so the forward guardrails refuse them first.
  */
-import { domainRules, type EgressPolicy, type EgressRule } from "./policy.ts";
+import { domainRules, NAMED_PORTS, proxiesNamedPorts, type EgressPolicy, type EgressRule } from "./policy.ts";
 
 export const DEFAULT_TABLE = "space";
+/**
+ * Port of the node's egress proxy on the gateway address. Fixed: each node listens on its
+ * own bridge address, so nodes sharing a host do not collide, and the slot scripts stay
+ * independent of the running process.
+ */
+export const EGRESS_PROXY_PORT = 15080;
 
 export interface BaseRulesInput {
   table: string;
@@ -65,12 +75,23 @@ export function baseRuleset(i: BaseRulesInput): string {
   const input = [
     `${br} ct state established,related accept`,
     ...(i.gateway ? [`${br} ip daddr ${i.gateway} meta l4proto { tcp, udp } th dport 53 accept`] : []),
+    // Only connections the prerouting chain redirected reach the egress proxy.
+    ...(i.gateway ? [`${br} ip daddr ${i.gateway} tcp dport ${EGRESS_PROXY_PORT} ct status dnat accept`] : []),
     ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @egress`] : []),
     ...reject(`${br} meta l4proto { tcp, udp } `),
     `${br} drop`,
   ];
+  // Guarded destinations are never redirected to the proxy (the forward chain refuses them);
+  // operator exceptions are, like any destination.
+  const prerouting = [
+    ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @proxied`] : []),
+    `${br} ip daddr ${set(["169.254.0.0/16", i.cidr, ...(i.guardrails ?? [])])} return`,
+    `${br} fib daddr type local return`,
+    `${br} ip saddr vmap @proxied`,
+  ];
   return `table inet ${i.table} {
   map egress { type ipv4_addr : verdict; }
+  map proxied { type ipv4_addr : verdict; }
   chain forward {
     type filter hook forward priority filter - 10; policy accept;
 ${lines.map((l) => `    ${l}`).join("\n")}
@@ -78,6 +99,10 @@ ${lines.map((l) => `    ${l}`).join("\n")}
   chain input {
     type filter hook input priority filter - 10; policy accept;
 ${input.map((l) => `    ${l}`).join("\n")}
+  }
+  chain prerouting {
+    type nat hook prerouting priority dstnat; policy accept;
+${prerouting.map((l) => `    ${l}`).join("\n")}
   }
   chain postrouting {
     type nat hook postrouting priority srcnat; policy accept;
@@ -101,6 +126,13 @@ export function guestL2Ruleset(table: string, vethPrefix: string): string {
 export const slotChain = (id: string) => `sb_${id}`;
 
 export type SlotPolicy = EgressPolicy;
+
+export const natChain = (id: string) => `np_${id}`;
+
+/** The slot's nat chain: its TCP 80/443 to the egress proxy when its policy names domains for them. */
+export function natRules(policy: SlotPolicy): string[] {
+  return proxiesNamedPorts(policy) ? [`meta l4proto tcp th dport { ${NAMED_PORTS.join(", ")} } redirect to :${EGRESS_PROXY_PORT}`] : [];
+}
 
 export const domainSet = (id: string, ruleIndex: number) => `sb_${id}_${ruleIndex}`;
 
@@ -141,6 +173,10 @@ export function addSlotScript(table: string, id: string, address: string, policy
     ...setLines(table, id, policy),
     ...slotRules(id, policy, generation).map((r) => `add rule inet ${table} ${chain} ${r}`),
     `add element inet ${table} egress { ${address} : jump ${chain} }`,
+    `add chain inet ${table} ${natChain(id)}`,
+    `flush chain inet ${table} ${natChain(id)}`,
+    ...natRules(policy).map((r) => `add rule inet ${table} ${natChain(id)} ${r}`),
+    `add element inet ${table} proxied { ${address} : jump ${natChain(id)} }`,
   ].join("\n") + "\n";
 }
 
@@ -152,6 +188,8 @@ export function setPolicyScript(table: string, id: string, policy: SlotPolicy, p
     ...(previous ? domainRules(previous).map(({ index }) => `delete set inet ${table} ${domainSet(id, index)}`) : []),
     ...setLines(table, id, policy),
     ...slotRules(id, policy, generation).map((r) => `add rule inet ${table} ${chain} ${r}`),
+    `flush chain inet ${table} ${natChain(id)}`,
+    ...natRules(policy).map((r) => `add rule inet ${table} ${natChain(id)} ${r}`),
   ].join("\n") + "\n";
 }
 
@@ -168,8 +206,8 @@ export function bindScript(table: string, id: string, ruleIndex: number, address
 
 export function removeSlotScript(table: string, id: string, address: string | undefined, policy?: SlotPolicy): string {
   const lines: string[] = [];
-  if (address) lines.push(`delete element inet ${table} egress { ${address} }`);
-  lines.push(`delete chain inet ${table} ${slotChain(id)}`);
+  if (address) lines.push(`delete element inet ${table} egress { ${address} }`, `delete element inet ${table} proxied { ${address} }`);
+  lines.push(`delete chain inet ${table} ${slotChain(id)}`, `delete chain inet ${table} ${natChain(id)}`);
   if (policy) for (const { index } of domainRules(policy)) lines.push(`delete set inet ${table} ${domainSet(id, index)}`);
   return lines.join("\n") + "\n";
 }

@@ -9,6 +9,7 @@
  * the answer's TTL); platform guardrails run before any rule (nft.ts base ruleset).
  */
 import { z } from "zod";
+import { inCidr } from "./cidr.ts";
 
 const OCTET = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
 const IPV4 = new RegExp(`^${OCTET}(\\.${OCTET}){3}$`);
@@ -77,4 +78,34 @@ export function toEgressPolicy(p: unknown): EgressPolicy {
 /** Indexes of the rules that bind resolved names (each has its own nft set). */
 export function domainRules(p: EgressPolicy): { index: number; rule: EgressRule }[] {
   return p.rules.flatMap((rule, index) => (rule.domain ? [{ index, rule }] : []));
+}
+
+/** Ports where a domain rule is judged by the connection's own name (HTTP Host / TLS SNI) at the node's egress proxy. */
+export const NAMED_PORTS = [80, 443] as const;
+
+const coversPort = (r: EgressRule, port: number) => !r.ports || r.ports.some(([a, b]) => a <= port && port <= b);
+
+/**
+ * Whether the slot's TCP 80/443 go through the node's egress proxy: some domain rule
+ * applies to TCP on one of those ports. A name in the request is stronger than a DNS
+ * binding (a shared or re-pointed address does not let another name through) and cheaper
+ * (no resolver round trip needed before the first connection).
+ */
+export function proxiesNamedPorts(p: EgressPolicy): boolean {
+  return p.rules.some((r) => r.domain && r.protocol !== "udp" && NAMED_PORTS.some((port) => coversPort(r, port)));
+}
+
+/**
+ * The verdict for one TCP connection the proxy holds: the policy's first matching rule,
+ * else its default. CIDR rules match the destination address; domain rules match the
+ * name the connection carries (absent when it sent none: then only CIDR rules and the
+ * default can decide). The same order the slot's nft chain applies.
+ */
+export function verdictFor(p: EgressPolicy, c: { ip: string; port: number; name?: string }): "allow" | "deny" {
+  for (const r of p.rules) {
+    if (r.protocol === "udp" || !coversPort(r, c.port)) continue;
+    const hit = r.cidr ? inCidr(c.ip, r.cidr) : c.name !== undefined && domainMatches(r.domain!, c.name);
+    if (hit) return r.action;
+  }
+  return p.default;
 }

@@ -273,6 +273,12 @@ export class LinuxNetworkSlots implements NetworkSlots {
     });
   }
 
+  /** The egress proxy's question: the current policy of the sandbox at `address`. */
+  policyAt(address: string): SlotPolicy | undefined {
+    for (const s of this.slots.values()) if (s.address === address) return s.policy;
+    return undefined;
+  }
+
   /** The node resolver's question: is this a sandbox of this node? */
   owns(address: string): boolean {
     for (const s of this.slots.values()) if (s.address === address) return true;

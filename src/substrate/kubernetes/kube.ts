@@ -93,6 +93,11 @@ export function kubeConfigOf(c: KubeConnection): k8s.KubeConfig {
   return kc;
 }
 
+/** SPACE_KUBE_CONFIG: a kubeconfig file, or empty for the in-cluster service account. */
+export function kubeConnectionOf(config: { SPACE_KUBE_CONFIG: string }): KubeConnection {
+  return config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" };
+}
+
 /** `KubeApi` over client-node's KubeConfig (TLS, auth) and its Watch. */
 export function createKubeApi(conn: KubeConnection | k8s.KubeConfig): KubeApi {
   const kc = conn instanceof k8s.KubeConfig ? conn : kubeConfigOf(conn);
