@@ -71,6 +71,12 @@ describe("template distribution (node)", { skip: !isRoot && "needs root", timeou
     await utimes(join(node.agent.disks!.cache.templatesDir, `${name}.json`), t, t);
   };
   const sig = () => AbortSignal.timeout(5 * 60_000);
+  /** Eviction counts recorded rootfs sizes: fixed here so the policy, not qgroup timing, is under test. */
+  const setSize = async (name: string, mib: number) => {
+    const p = join(node.agent.disks!.cache.templatesDir, `${name}.json`);
+    await writeFile(p, JSON.stringify({ ...JSON.parse(await readFile(p, "utf8")), rootfsSizeMib: mib }));
+    node.agent.disks!.forgetTemplate(name);
+  };
 
   it("publishes a finished build encrypted; a node lacking it pulls it at create and boots it", async () => {
     const b = node.agent.builder!;
@@ -137,6 +143,7 @@ describe("template distribution (node)", { skip: !isRoot && "needs root", timeou
     await tiny("lru-a");
     await tiny("lru-b");
     await tiny("lru-c");
+    for (const n of ["lru-a", "lru-b", "lru-c"]) await setSize(n, 100);
     // The in-use template is the least recently used of all; then a, b, c.
     await age("tmpl1", 4000);
     await age("dist1", 4000);
@@ -147,7 +154,8 @@ describe("template distribution (node)", { skip: !isRoot && "needs root", timeou
     const before = await probe.usage();
     const size = (n: string) => before.groups.find((g) => g.names.includes(n))!.sizeMib;
     assert.ok(before.groups.find((g) => g.names.includes("tmpl1"))!.protected, "in use");
-    const target = before.totalMib - size("lru-a") - size("lru-b");
+    assert.equal(size("lru-a") + size("lru-b"), 200);
+    const target = before.totalMib - 200;
     const evicted = await cacheWith({ targetMib: target }).evict(sig());
     assert.deepEqual(evicted, ["lru-a", "lru-b"]);
     for (const n of ["tmpl1", "dist1", "base", "lru-c"]) assert.ok(await has(n), `${n} kept`);
