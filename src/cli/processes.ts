@@ -137,6 +137,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
         internalToken: cp.internalToken,
         log,
         evacuate: (nodeId, signal) => evacuateNode({ db, sandboxes: layer.sandboxes, log }, nodeId, signal),
+        labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
       }),
     warmPoolSurface(cp),
     (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),

@@ -91,6 +91,7 @@ const vars = {
   SPACE_NODE_CONTROL_URL: [url(), "", "control-plane URL a standalone `space node` registers with"],
   SPACE_NODE_LABELS: [z.string().regex(/^$|^[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*(,[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*)*$/, "key=value,key2=value2"), "", "node labels published at registration (matched by placement node selectors)"],
   SPACE_NODE_REGISTER_DEADLINE_MS: [int(1000, 86_400_000), "300000", "a standalone node retries registration (with backoff) until this deadline, then exits"],
+  SPACE_NODE_LABEL_PREFIXES: [z.string().regex(/^$|^[A-Za-z0-9._/-]+(,[A-Za-z0-9._/-]+)*$/, "comma-separated label-key prefixes such as space.dev/,zone"), "", "label fence: label-key prefixes a node may publish about itself at registration (others are refused and the node registers without them); empty = any"],
   SPACE_NODE_HEARTBEAT_GRACE_MS: [int(0, 3_600_000), "0", "a node silent this long becomes unavailable and its sandboxes are reported lost; 0 = 3 heartbeat intervals"],
   SPACE_NODE_BRIDGE: [z.string().regex(/^$|^[a-z][a-z0-9_-]{0,14}$/, "an interface name of at most 15 characters"), "", "host scope: the node's bridge; empty = space0 (one node per host)"],
   SPACE_NODE_NFT_TABLE: [z.string().regex(/^$|^[a-z][a-z0-9_]{0,30}$/, "an nft table name"), "", "host scope: the node's nft table; empty = space"],

@@ -17,6 +17,8 @@ import { StoreSandboxRepo } from "../../src/api/sandboxes/queries.ts";
 import { createTenant } from "../../src/store/tenants.ts";
 import { insertSandbox, transitionSandbox } from "../../src/store/sandboxes.ts";
 import type { NodeId } from "../../src/core/ids.ts";
+import { createControlPlaneLink } from "../../src/node/ctl/registration.ts";
+import type { NodeInventory } from "../../src/node/api/contract.ts";
 
 const ADMIN = "admin-token-0123456789";
 const INTERNAL = "internal-token-0123456789";
@@ -24,7 +26,7 @@ const log = createLogger("silent", "test");
 
 for (const engine of testEngines()) {
   describe(`node admin routes on ${engine.name}`, { skip: engine.skip }, () => {
-    async function setup(opts: { evacuate?: NodeAdminDeps["evacuate"] } = {}) {
+    async function setup(opts: { evacuate?: NodeAdminDeps["evacuate"]; labelPrefixes?: string[] } = {}) {
       const t = await freshDb(engine.name);
       /** address → id the "node" answers with at /health. */
       const answers = new Map<string, string>();
@@ -41,6 +43,7 @@ for (const engine of testEngines()) {
           return { nodeId: id };
         },
         ...(opts.evacuate ? { evacuate: opts.evacuate } : {}),
+        ...(opts.labelPrefixes ? { labelPrefixes: opts.labelPrefixes } : {}),
       });
       await app.ready();
       const call = async (method: "GET" | "POST" | "DELETE", url: string, body?: unknown, token = INTERNAL) => {
@@ -292,6 +295,57 @@ for (const engine of testEngines()) {
           (await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.3.1:3002" })).body.status,
           "ready",
         );
+      } finally {
+        await s.close();
+      }
+    });
+
+    test("node_ctl_fence_refuses_and_reconciles: labels outside the allowed prefixes are refused (403, nothing stored); node-ctl registers without them", async () => {
+      const s = await setup({ labelPrefixes: ["space.dev/", "fleet"] });
+      try {
+        const id = randomUUID();
+        const address = "http://10.9.4.1:3002";
+        s.answers.set(address, id);
+        const refused = await s.call("POST", "/admin/api/v1/nodes", reg(id, address, { labels: { fleet: "a", zone: "z1", "kubernetes.io/role": "x" } }));
+        assert.equal(refused.status, 403, JSON.stringify(refused.body));
+        assert.deepEqual(refused.body.refused_labels, ["kubernetes.io/role", "zone"]);
+        assert.match(refused.body.message, /outside the allowed prefixes \(space\.dev\/, fleet\): kubernetes\.io\/role, zone/);
+        assert.equal((await s.call("GET", "/admin/api/v1/nodes", undefined, ADMIN)).body.nodes.length, 0, "nothing stored");
+        // An operator (admin credential) may set any label.
+        const byAdmin = await s.call("POST", "/admin/api/v1/nodes", reg(id, address, { labels: { zone: "z1" } }), ADMIN);
+        assert.equal(byAdmin.status, 201, JSON.stringify(byAdmin.body));
+        assert.deepEqual(byAdmin.body.labels, { zone: "z1" });
+
+        // node-ctl over HTTP: refused, it drops the fenced labels, registers with the rest,
+        // and the stored record converges to what the fence allows.
+        const url = await s.app.listen({ host: "127.0.0.1", port: 0 });
+        const warnings: string[] = [];
+        const logger = createLogger("silent", "test");
+        logger.warn = ((o: { refusedLabels?: string[] }, msg: string) => {
+          warnings.push(`${msg}: ${(o.refusedLabels ?? []).join(",")}`);
+        }) as typeof logger.warn;
+        const link = createControlPlaneLink({
+          controlUrl: url,
+          token: INTERNAL,
+          address: () => address,
+          nodeGroup: "g1",
+          labels: { fleet: "a", "space.dev/pool": "p1", zone: "z2" },
+          version: "test",
+          logger,
+        });
+        const inv: NodeInventory = {
+          nodeId: id,
+          name: `node-${id.slice(0, 4)}`,
+          runtime: "runc",
+          capacity: { networkSlots: 5, vcpu: 2, memoryMib: 4096, diskMib: 1000 },
+          used: { networkSlots: 0, vcpu: 0, memoryMib: 0, diskMib: 0, sandboxes: 0 },
+          usableEnvironments: [],
+          templates: [],
+        };
+        await link.registerUntil(async () => inv, Date.now() + 10_000);
+        const stored = (await s.call("GET", `/admin/api/v1/nodes/${id}`, undefined, ADMIN)).body;
+        assert.deepEqual(stored.labels, { fleet: "a", "space.dev/pool": "p1" });
+        assert.deepEqual(warnings, ["the control plane's label fence refused these labels; registering without them: zone"]);
       } finally {
         await s.close();
       }

@@ -17,7 +17,8 @@
  * so nodes never hold the admin token (which can create tenants and keys). An admin
  * credential may register nodes too (operators, scripts). Any other credential is 403.
  *
- * Registration refusals say why and store nothing: 403 wrong credential or fenced node;
+ * Registration refusals say why and store nothing: 403 wrong credential, fenced node, or
+ * labels outside the label fence (SPACE_NODE_LABEL_PREFIXES, node credential only);
  * 409 the id belongs to another node name (two hosts share a node-id file) or the name to
  * another ready node; 422 the call-back failed (unreachable, or the node at that address
  * answered with another id). A registration whose address differs from the stored one
@@ -61,6 +62,13 @@ export interface NodeAdminDeps {
    * service): forced drain answers 501 naming what is missing.
    */
   evacuate?: (nodeId: string, signal: AbortSignal) => Promise<Evacuation>;
+  /**
+   * Label fence (SPACE_NODE_LABEL_PREFIXES): the label-key prefixes a node may publish
+   * about itself. A registration by the node credential carrying any other label is
+   * refused (403, `refused_labels` in the body) and nothing is stored; node-ctl then
+   * registers without them. Admin credentials may set any label. Empty = no fence.
+   */
+  labelPrefixes?: readonly string[];
 }
 
 const LabelKey = z.string().regex(/^[A-Za-z0-9._/-]{1,253}$/, "label keys: letters, digits, . _ / -");
@@ -114,12 +122,12 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
     const p = await authenticateBearer(deps.db, bearer, deps.adminToken);
     requireScope(p, "admin");
   };
-  /** The node credential (internal token) or an admin one. */
-  const nodeWriter = async (req: FastifyRequest) => {
+  /** The node credential (internal token) or an admin one; which one it was. */
+  const nodeWriter = async (req: FastifyRequest): Promise<"node" | "admin"> => {
     const bearer = bearerOf(req);
     if (!bearer)
       throw new SpaceError("unauthenticated", "missing credentials: send Authorization: Bearer <SPACE_INTERNAL_TOKEN>");
-    if (deps.internalToken && sameSecret(bearer, deps.internalToken)) return;
+    if (deps.internalToken && sameSecret(bearer, deps.internalToken)) return "node";
     const p = await authenticateBearer(deps.db, bearer, deps.adminToken).catch(() => null);
     if (!p || !p.scopes.includes("admin")) {
       throw new SpaceError(
@@ -127,15 +135,25 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
         "wrong credential: nodes register with the internal token (SPACE_INTERNAL_TOKEN) or an admin credential",
       );
     }
+    return "admin";
   };
+  const fence = deps.labelPrefixes?.filter(Boolean) ?? [];
   const verify =
     deps.verifyNode ??
     ((address: string, signal: AbortSignal) =>
       new NodeClient({ baseUrl: address, internalToken: deps.internalToken, timeoutMs: 5_000 }).health(signal));
 
   app.post(base, async (req, reply) => {
-    await nodeWriter(req);
+    const who = await nodeWriter(req);
     const b = parse(RegisterBody, req.body, "body");
+    const outside = who === "node" && fence.length ? Object.keys(b.labels).filter((k) => !fence.some((p) => k.startsWith(p))) : [];
+    if (outside.length) {
+      const message =
+        `node ${b.name} may not publish labels outside the allowed prefixes (${fence.join(", ")}): ${outside.sort().join(", ")}; ` +
+        `register without them, or have an operator set them`;
+      req.log.info({ node: b.id, refusedLabels: outside }, "node registration refused: labels outside the fence");
+      return reply.status(403).send({ code: 403, message, reason: "permission_denied", refused_labels: outside.sort(), allowed_prefixes: fence });
+    }
     const reg: FleetRegistration = {
       id: b.id as NodeId,
       name: b.name,

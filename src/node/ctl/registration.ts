@@ -6,7 +6,9 @@
  *
  * Refusals (403 wrong credential or fenced, 409 id conflict, 422 verify failed) are
  * retried with backoff until the deadline, like the reference; each is logged with the
- * control plane's reason.
+ * control plane's reason. A 403 naming labels outside the control plane's label fence
+ * (SPACE_NODE_LABEL_PREFIXES) is reconciled at once: the node drops those labels, says
+ * which, and registers with the rest.
  */
 import { SpaceError, fromHttpStatus } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -42,15 +44,26 @@ export class ControlPlaneError extends SpaceError {
   constructor(
     readonly status: number,
     message: string,
+    /** The refusal's JSON body, when there was one. */
+    readonly body?: unknown,
   ) {
     super(fromHttpStatus(status), message, { retryable: true });
   }
+}
+
+/** Label keys a 403 from the label fence names (`refused_labels`). */
+function refusedLabels(e: unknown): string[] {
+  if (!(e instanceof ControlPlaneError) || e.status !== 403) return [];
+  const r = (e.body as { refused_labels?: unknown } | undefined)?.refused_labels;
+  return Array.isArray(r) ? r.filter((k): k is string => typeof k === "string") : [];
 }
 
 export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlaneLink {
   const base = o.controlUrl.replace(/\/+$/, "") + "/admin/api/v1/nodes";
   let registered = false;
   let status: string | undefined;
+  /** What the node publishes: its configured labels less any the label fence refused. */
+  const labels = { ...o.labels };
   const log = o.logger;
 
   const call = async (method: string, url: string, body: unknown, signal?: AbortSignal): Promise<unknown> => {
@@ -69,12 +82,14 @@ export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlane
     const text = await res.text();
     if (!res.ok) {
       let msg = text.slice(0, 500);
+      let parsed: unknown;
       try {
-        msg = (JSON.parse(text) as { message?: string }).message ?? msg;
+        parsed = JSON.parse(text);
+        msg = (parsed as { message?: string }).message ?? msg;
       } catch {
         /* not JSON */
       }
-      throw new ControlPlaneError(res.status, `${method} ${new URL(url).pathname} → ${res.status}: ${msg}`);
+      throw new ControlPlaneError(res.status, `${method} ${new URL(url).pathname} → ${res.status}: ${msg}`, parsed);
     }
     return text ? JSON.parse(text) : undefined;
   };
@@ -88,7 +103,7 @@ export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlane
         name: inv.name,
         address: o.address(),
         node_group: o.nodeGroup,
-        labels: o.labels,
+        labels,
         verify: true,
         capacity: inv.capacity,
         used: inv.used,
@@ -122,6 +137,12 @@ export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlane
         } catch (e) {
           const err = SpaceError.from(e);
           if (signal?.aborted) throw err;
+          const refused = refusedLabels(e).filter((k) => k in labels);
+          if (refused.length) {
+            for (const k of refused) delete labels[k];
+            log.warn({ refusedLabels: refused, reason: err.message }, "the control plane's label fence refused these labels; registering without them");
+            continue;
+          }
           if (Date.now() + delay > deadline) {
             throw new SpaceError(
               "deadline_exceeded",
