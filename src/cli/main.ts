@@ -6,6 +6,7 @@ import { Command } from "commander";
 import { ConfigError, describeConfig, loadConfig, type Config, type VarName } from "../core/config.ts";
 import { SpaceError } from "../core/errors.ts";
 import { VERSION } from "../core/version.ts";
+import type { NodeAdminAction } from "./node-admin.ts";
 
 type Overrides = Partial<Record<VarName, string>>;
 
@@ -77,14 +78,47 @@ export async function main(argv: string[]): Promise<void> {
       await runUntilSignal(() => runController(config));
     });
 
-  program
+  const node = program
     .command("node")
-    .description("run the node agent on this host")
+    .description("run the node agent on this host; or manage the fleet's nodes (list, show, drain, fence, ready, delete)")
     .action(async () => {
       const config = configFrom({});
       const { runNode } = await import("./processes.ts");
       await runUntilSignal(() => runNode(config));
     });
+  type AdminFlags = { apiUrl?: string; adminToken?: string; json?: boolean };
+  const nodeAdmin = (name: string, description: string, action: (args: string[], o: AdminFlags & Record<string, unknown>) => NodeAdminAction) =>
+    node
+      .command(name)
+      .description(description)
+      .option("--api-url <url>", "SPACE API URL (default http://$SPACE_API_HOST:$SPACE_API_PORT)")
+      .option("--admin-token <token>", "admin token (default $SPACE_ADMIN_TOKEN)")
+      .option("--json", "print the API's JSON answer")
+      .action(async (...args: unknown[]) => {
+        // commander passes the positional arguments, then the options, then the command.
+        const o = args[args.length - 2] as AdminFlags & Record<string, unknown>;
+        const positional = args.slice(0, -2) as string[];
+        const config = configFrom({});
+        const adminToken = o.adminToken ?? config.SPACE_ADMIN_TOKEN;
+        if (!adminToken) throw new SpaceError("invalid_argument", "set --admin-token or SPACE_ADMIN_TOKEN (printed by `space up`)");
+        const apiUrl = o.apiUrl ?? `http://${config.SPACE_API_HOST}:${config.SPACE_API_PORT}`;
+        const { runNodeAdmin } = await import("./node-admin.ts");
+        process.stdout.write(`${await runNodeAdmin({ apiUrl, adminToken }, action(positional, o), o.json === true)}\n`);
+      });
+  nodeAdmin("list", "list the registered nodes", () => ({ kind: "list" }));
+  nodeAdmin("show <node>", "show a node (id or name)", ([n]) => ({ kind: "show", node: n! }));
+  nodeAdmin("drain <node>", "stop placing on a node; --forced also moves its sandboxes to other nodes", ([n], o) => ({
+    kind: "drain",
+    node: n!,
+    forced: o.forced === true,
+  })).option("--forced", "evacuate: suspend each sandbox to the blob store and restore it on another node");
+  nodeAdmin("fence <node>", "refuse a node's writes and place nothing there", ([n], o) => ({
+    kind: "fence",
+    node: n!,
+    ...(typeof o.reason === "string" ? { reason: o.reason } : {}),
+  })).option("--reason <text>", "why (kept with the node)");
+  nodeAdmin("ready <node>", "clear a drain or fence (alias: undrain)", ([n]) => ({ kind: "ready", node: n! })).alias("undrain");
+  nodeAdmin("delete <node>", "forget a node that holds no sandboxes", ([n]) => ({ kind: "delete", node: n! }));
 
   program
     .command("migrate")
