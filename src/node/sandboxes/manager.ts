@@ -18,6 +18,7 @@ import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy } from "../network/policy
 import type { NetworkSlots } from "../network/slots.ts";
 import { CleanupStack } from "./cleanup-stack.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
+import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
 import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoot } from "./template-boot.ts";
 import { canTransition, type NodeState } from "./states.ts";
 
@@ -27,7 +28,7 @@ export interface SandboxManagerOptions {
   /** Absent for the `process` runtime (no btrfs, no network isolation). */
   disks?: Disks;
   slots?: NetworkSlots;
-  /** Host dir with envd.mjs, mounted read-only at /opt/space/envd. */
+  /** Host dir with envd.mjs (and envd.blob, its startup snapshot), mounted read-only at /opt/space/envd. */
   envdDir: string;
   /** Host Node.js binary, mounted read-only at /opt/space/bin/node. */
   nodeBinary: string;
@@ -64,8 +65,6 @@ export interface RestoreVia {
   start(id: string, signal: AbortSignal): Promise<void>;
 }
 
-export const ENVD_ARGS = ["/opt/space/bin/node", "/opt/space/envd/envd.mjs", "--port", String(ENVD_PORT)];
-
 export class SandboxManager {
   private readonly o: SandboxManagerOptions;
   private readonly sandboxes = new Map<string, Live>();
@@ -74,6 +73,7 @@ export class SandboxManager {
   private readonly recordsDir: string;
   private readonly logsDir: string;
   private readonly processDisksDir: string;
+  private launch: Promise<EnvdLaunch> | undefined;
 
   constructor(o: SandboxManagerOptions) {
     this.o = o;
@@ -274,7 +274,8 @@ export class SandboxManager {
       ...(tb.workdir ? { SPACE_ENVD_DEFAULT_WORKDIR: tb.workdir } : {}),
       ...(tb.user ? { SPACE_ENVD_DEFAULT_USER: tb.user } : {}),
     };
-    const args = this.isolated ? ENVD_ARGS : [...ENVD_ARGS.slice(0, 3), String(s.envdPort)];
+    this.launch ??= envdLaunch(this.o.envdDir, this.o.nodeBinary, this.o.logger);
+    const args = (await this.launch).argv(s.envdPort);
     const run: RunSpec = {
       id,
       rootfs,
@@ -283,8 +284,8 @@ export class SandboxManager {
       env,
       cwd: "/",
       mounts: [
-        { source: this.o.nodeBinary, destination: "/opt/space/bin/node", readonly: true },
-        { source: this.o.envdDir, destination: "/opt/space/envd", readonly: true },
+        { source: this.o.nodeBinary, destination: NODE_MOUNT, readonly: true },
+        { source: this.o.envdDir, destination: ENVD_MOUNT, readonly: true },
       ],
       ...(this.o.slots ? { netnsPath: this.o.slots.get(id)!.netnsPath } : {}),
       resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024 },

@@ -1,0 +1,69 @@
+/**
+ * envd's body: build dependencies from the flags, listen. Runs as the sandbox's PID 1:
+ * SIGTERM/SIGINT end child processes and exit; orphans re-parented to PID 1 are reaped
+ * by `reaper.ts` (see there for the trade-off). Entries: main.ts (ESM) and snapshot.ts
+ * (V8 startup snapshot).
+ */
+import { ENVD_VERSION, parseConfig } from "./config.ts";
+import { EnvdState } from "./state.ts";
+import { Users } from "./users.ts";
+import { ProcessManager } from "./process/manager.ts";
+import { MetadataStore } from "./filesystem/metadata.ts";
+import { Watchers } from "./filesystem/watchers.ts";
+import { createEnvdServer } from "./server.ts";
+import type { Envd } from "./context.ts";
+import { startReaper } from "./reaper.ts";
+
+function log(msg: string, fields?: Record<string, unknown>): void {
+  process.stderr.write(JSON.stringify({ t: new Date().toISOString(), svc: "envd", msg, ...fields }) + "\n");
+}
+
+/**
+ * `argv`: envd's own flags. `dir`: where the native addons live (reaper.node,
+ * node_modules/node-pty), i.e. the bundle's directory.
+ */
+export function startEnvd(argv: string[], dir: string): void {
+  const cfg = parseConfig(argv, process.env);
+  const processes = new ProcessManager(dir);
+  const watchers = new Watchers();
+  const envd: Envd = {
+    state: new EnvdState(cfg),
+    users: new Users(),
+    processes,
+    metadata: new MetadataStore(cfg.metadataDir),
+    watchers,
+    log,
+  };
+  const server = createEnvdServer(envd);
+  server.listen(cfg.port, cfg.host, () => {
+    const addr = server.address();
+    const port = typeof addr === "object" && addr ? addr.port : cfg.port;
+    log("listening", { version: ENVD_VERSION, host: cfg.host, port, pid: process.pid });
+  });
+  // As PID 1 (or when asked), reap orphans that libuv does not wait for.
+  if (process.pid === 1 || process.env.SPACE_ENVD_REAPER === "1") {
+    const reaper = startReaper(dir, (pid) => processes.has(pid), log);
+    processes.onExit = () => setTimeout(() => reaper.sweep(), 50);
+  }
+
+  let stopping = false;
+  const stop = (sig: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    log("stopping", { signal: sig });
+    processes.killAll("SIGTERM");
+    watchers.closeAll();
+    server.close();
+    server.closeAllConnections();
+    setTimeout(() => {
+      processes.killAll("SIGKILL");
+      process.exit(0);
+    }, 2000).unref();
+    setTimeout(() => process.exit(0), 100).unref();
+  };
+  process.on("SIGTERM", () => stop("SIGTERM"));
+  process.on("SIGINT", () => stop("SIGINT"));
+  // A broken client socket must never take the sandbox's PID 1 down.
+  process.on("uncaughtException", (e) => log("uncaught exception", { error: String(e?.stack ?? e) }));
+  process.on("unhandledRejection", (e) => log("unhandled rejection", { error: String(e) }));
+}
