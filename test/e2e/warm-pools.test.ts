@@ -3,12 +3,14 @@
  * with runc) and the unmodified e2b SDK. A pool of 5 set through the admin API fills;
  * 5 sequential SDK creates each adopt a member and see their own env var and metadata
  * inside; the pool refills; 6 concurrent creates take 5 distinct members and 1 goes
- * cold; a deleted pool drains. (Release change: test/warm-pools, against the store.)
+ * cold; Native HTTP creates adopt too (the 202 already names the member); a deleted pool
+ * drains. (Release change: test/warm-pools, against the store.)
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox, type ConnectionOpts } from "e2b";
 import { startStack, waitFor, type Stack } from "../support/stack.ts";
+import { ALL, NativeClient, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
 
@@ -101,6 +103,40 @@ describe("warm pools with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
     // Killing an adopted sandbox is the caller's: the pool is untouched.
     await Promise.all(sbs.map((s) => s.kill()));
     assert.equal(await sbs[0]!.isRunning(), false);
+  });
+
+  test("Native HTTP creates adopt members too: the 202 names the member; env and metadata visible inside; a replayed create keeps no reservation", async () => {
+    await waitFor(async () => (await readyIds()).length === 5, "refilled to 5", 120_000, 250);
+    await waitFor(async () => (await metric("space_warm_pool_creating")) === 0, "no refill in flight", 30_000, 100);
+    const { token } = await tenantWithToken(stack.apiUrl, stack.adminToken, "warm-native", ALL);
+    const native = new NativeClient(stack.apiUrl, token);
+    const members = new Set(await readyIds());
+    const before = await metric("space_warm_pool_adoptions_total");
+    const r = await native.req("POST", "/v1/sandboxes", { body: { template: "base", env: { NATIVE_W: "n1" }, metadata: { k: "v" }, timeout_s: 120 } });
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    const id = String(r.body.target).split("/")[1]!;
+    assert.ok(members.has(id), `the operation names a ready member (${id})`);
+    const op = await native.wait(r.body.id);
+    assert.equal(op.state, "succeeded", JSON.stringify(op.failure));
+    assert.equal(op.result.id, id);
+    assert.equal(await metric("space_warm_pool_adoptions_total"), before + 1, "the Native create adopted");
+    const got = await native.req("GET", `/v1/sandboxes/${id}`);
+    assert.equal(got.status, 200);
+    assert.equal(got.body.state, "running");
+    assert.deepEqual(got.body.metadata, { k: "v" });
+    const out = await native.run(id, { cmd: "/bin/sh", args: ["-c", "echo $NATIVE_W; hostname"] });
+    assert.equal(out.stdout, `n1\n${id}\n`);
+    // Concurrent duplicates converge to one operation; the loser's reservation goes back to the pool.
+    const [d1, d2] = await Promise.all([0, 1].map(() => native.req("POST", "/v1/sandboxes", { key: "warm-dup", body: { template: "base", timeout_s: 120 } })));
+    assert.equal(d1!.body.id, d2!.body.id);
+    const dupOp = await native.wait(d1!.body.id);
+    assert.equal(dupOp.state, "succeeded", JSON.stringify(dupOp.failure));
+    assert.deepEqual(
+      (await pool()).members.filter((m) => m.state === "reserved"),
+      [],
+      "no member is left reserved for a create that will not run",
+    );
+    for (const sid of [id, dupOp.result.id as string]) assert.equal((await native.req("DELETE", `/v1/sandboxes/${sid}`)).status, 202);
   });
 
   test("a deleted pool drains its members", async () => {

@@ -75,6 +75,11 @@ export interface Mutation {
   admit?: () => Promise<void>;
   /** Rows to write with the operation, in its transaction (only when it is new). */
   also?: (tx: Queryable, op: OperationRow, key: string | null) => Promise<void>;
+  /**
+   * A head start claimed after admission (a warm member for a create): its target replaces
+   * `target`; released when the request turns out to replay another one or fails.
+   */
+  reserve?: () => Promise<{ target: string; release(): Promise<void> } | null>;
 }
 
 /**
@@ -95,11 +100,12 @@ export async function submit(deps: NativeDeps, req: FastifyRequest, reply: Fasti
     }
   }
   await m.admit?.();
+  const held = (await m.reserve?.()) ?? null;
   try {
     const input = {
       tenantId: m.tenantId,
       kind: m.kind,
-      targetId: m.target,
+      targetId: held?.target ?? m.target,
       request: m.request,
       idempotencyKey: key,
       ...(m.deadlineMs !== null ? { deadlineMs: m.deadlineMs } : {}),
@@ -113,8 +119,10 @@ export async function submit(deps: NativeDeps, req: FastifyRequest, reply: Fasti
           return r;
         })
       : await enqueueOperation(deps.db, input);
+    if (replayed) await held?.release();
     return sendOperation(reply, operation, replayed);
   } catch (e: unknown) {
+    await held?.release();
     if (key !== null && isIdempotencyConflict(e)) return sendIdempotencyConflict(reply, key);
     throw e;
   }

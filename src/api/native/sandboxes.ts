@@ -7,6 +7,7 @@ import { endedStates } from "../sandboxes/model.ts";
 import { sandboxStates, type SandboxState } from "../../store/sandboxes.ts";
 import { invalid } from "../../core/errors.ts";
 import { sandboxTarget } from "../../controller/operations/requests.ts";
+import { toCreateInput } from "../../controller/operations/sandbox-create.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
 import { toSandbox } from "./present.ts";
@@ -29,6 +30,11 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
       target: sandboxTarget(newSandboxId()),
       request: body,
       deadlineMs: deps.createDeadlineMs ?? DEFAULT_CREATE_DEADLINE_MS,
+      // A warm member claimed now: the operation names it, and the create adopts it.
+      reserve: async () => {
+        const id = await deps.sandboxes.reserveWarm(tenantId, toCreateInput(body), AbortSignal.timeout(10_000));
+        return id ? { target: sandboxTarget(id), release: () => deps.sandboxes.releaseWarm(tenantId, id) } : null;
+      },
     });
   });
 

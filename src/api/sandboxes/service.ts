@@ -74,6 +74,12 @@ export interface AdoptRequest {
 /** Warm-pool adoption (src/controller/warm-pools/adoption.ts); null = no member, create cold. */
 export interface WarmAdopter {
   adopt(tenantId: TenantId, req: AdoptRequest, signal: AbortSignal): Promise<SandboxRecord | null>;
+  /** Claims a ready member for a create that runs later (Native admission); its id, or null. */
+  reserve(tenantId: TenantId, req: Omit<AdoptRequest, "input">, signal: AbortSignal): Promise<SandboxId | null>;
+  /** Whether `sandboxId` is a member reserved for `tenantId` and not yet adopted. */
+  isReserved(sandboxId: SandboxId, tenantId: TenantId): Promise<boolean>;
+  /** Hands a reservation back to the pool (the create it was for will not run). */
+  release(sandboxId: SandboxId, tenantId: TenantId): Promise<void>;
 }
 
 export interface PlacementInput {
@@ -179,16 +185,10 @@ export class SandboxService {
     this.#warm = warm;
   }
 
-  async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
-    const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#snapshots.findNamed(tenantId, input.template) : null;
-    if (fromSnapshot) return this.#createFromSnapshot(tenantId, fromSnapshot, input);
+  /** Template, shape and placement of a create, validated (400/404 like the create itself). */
+  async #plan(tenantId: TenantId, input: CreateInput): Promise<Omit<AdoptRequest, "input"> | null> {
     const template = input.resolvedTemplate ?? (await this.#templates.resolve(tenantId, input.template));
-    if (!template) {
-      // E2B: `Sandbox.create(snapshotName)` starts from a named snapshot too.
-      const named = input.resolvedTemplate ? null : await this.#snapshots.findNamed(tenantId, input.template);
-      if (named) return this.#createFromSnapshot(tenantId, named, input);
-      throw notFound(`template '${input.template}' not found`);
-    }
+    if (!template) return null;
     const vcpu = input.resources.vcpu ?? this.#defaults.vcpu;
     const memoryMib = input.resources.memoryMib ?? this.#defaults.memoryMib;
     const diskMib = input.resources.diskMib ?? this.#defaults.diskMib;
@@ -196,6 +196,47 @@ export class SandboxService {
     validateTimeout(input.timeoutSec);
     egressPolicyOf(input.allowInternetAccess, input.network); // 400 on a bad network policy
     const placement = input.placement ?? parsePlacement(input.metadata[PLACEMENT_METADATA_KEY]);
+    return { template, vcpu, memoryMib, diskMib, placement };
+  }
+
+  /**
+   * Native admission: claims a warm member for a create that runs later as an operation
+   * (its id becomes the operation's target; `create` with that `id` adopts it). null when
+   * there is none or the create would not adopt (it then runs cold, or fails with its
+   * own error later). Never throws: a reservation is only a head start.
+   */
+  async reserveWarm(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxId | null> {
+    if (!this.#warm || input.adopt === false || input.template.startsWith("sn_")) return null;
+    try {
+      const plan = await this.#plan(tenantId, input);
+      return plan ? await this.#warm.reserve(tenantId, plan, signal) : null;
+    } catch (e: unknown) {
+      this.#log.debug({ err: e, tenantId }, "no warm reservation");
+      return null;
+    }
+  }
+
+  /** Whether `id` is a warm member reserved for this tenant's create (not yet adopted). */
+  async isReservedWarm(tenantId: TenantId, id: SandboxId): Promise<boolean> {
+    return this.#warm ? this.#warm.isReserved(id, tenantId) : false;
+  }
+
+  /** Hands an unused reservation back to its pool (best effort; the pool's TTL is the backstop). */
+  async releaseWarm(tenantId: TenantId, id: SandboxId): Promise<void> {
+    await this.#warm?.release(id, tenantId).catch((e: unknown) => this.#log.warn({ err: e, sandboxId: id }, "could not release a warm reservation"));
+  }
+
+  async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+    const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#snapshots.findNamed(tenantId, input.template) : null;
+    if (fromSnapshot) return this.#createFromSnapshot(tenantId, fromSnapshot, input);
+    const plan = await this.#plan(tenantId, input);
+    if (!plan) {
+      // E2B: `Sandbox.create(snapshotName)` starts from a named snapshot too.
+      const named = input.resolvedTemplate ? null : await this.#snapshots.findNamed(tenantId, input.template);
+      if (named) return this.#createFromSnapshot(tenantId, named, input);
+      throw notFound(`template '${input.template}' not found`);
+    }
+    const { template, vcpu, memoryMib, diskMib, placement } = plan;
     if (this.#warm && input.adopt !== false) {
       // A ready member personalised in place; none (or any doubt) → the cold path below.
       const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);

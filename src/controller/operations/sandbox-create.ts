@@ -55,10 +55,12 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
     const chosen = parseTarget(op.targetId).sandboxId;
     let id = chosen;
     // A re-run (claimer died, or a retry after `unavailable`) finds what the last attempt left.
-    {
-      const prev = await svc.repo.getById(id as SandboxId);
+    // Another tenant's row under the chosen id is the warm member reserved at admission
+    // (the create adopts it), or one whose reservation lapsed (then a new id, cold).
+    const prev = await svc.repo.getById(id as SandboxId);
+    if (!(prev && prev.tenantId !== tenantId && (await svc.isReservedWarm(tenantId, prev.id)))) {
       if (prev && prev.tenantId === tenantId && (prev.state === "running" || prev.state === "paused")) return toSandbox(prev);
-      if (prev?.state === "creating") {
+      if (prev?.tenantId === tenantId && prev.state === "creating") {
         log.warn({ sandboxId: id }, "re-running an interrupted create: releasing the half-made sandbox");
         if (prev.nodeId) await svc.substrate.kill({ sandboxId: id, nodeId: prev.nodeId }, signal).catch(() => {});
         await svc.repo.transition(prev.id, ["creating"], "failed", { reason: "create interrupted (controller restart); re-created" });

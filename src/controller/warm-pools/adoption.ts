@@ -49,7 +49,8 @@ export const WARM_POOL_METADATA_KEY = "space.warm-pool";
 
 /** Sends env vars and the access token to a running member's envd, without restarting it. */
 export interface MemberPersonaliser {
-  init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal): Promise<void>;
+  /** `node`: the member's node when the caller already read it (saves a directory read on the hot path). */
+  init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal, node?: NodeEntry): Promise<void>;
 }
 
 /** Direct substrate: node-api `POST /v1/sandboxes/:id/init` (the node calls envd `/init` and keeps the spec). */
@@ -58,8 +59,8 @@ export class NodeApiPersonaliser implements MemberPersonaliser {
     private readonly nodes: NodeDirectory,
     private readonly internalToken: string,
   ) {}
-  async init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal): Promise<void> {
-    const node = await this.nodes.get(ref.nodeId, signal);
+  async init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal, known?: NodeEntry): Promise<void> {
+    const node = known?.id === ref.nodeId ? known : await this.nodes.get(ref.nodeId, signal);
     if (!node) throw new SpaceError("not_found", `node ${ref.nodeId} of warm member ${ref.sandboxId} is not registered`);
     await new NodeClient({ baseUrl: node.url, internalToken: this.internalToken, timeoutMs: 10_000 }).init(ref.sandboxId, body, signal);
   }
@@ -120,19 +121,65 @@ export class WarmPoolAdoption implements WarmAdopter {
   }
 
   async adopt(tenantId: TenantId, req: AdoptRequest, signal: AbortSignal): Promise<SandboxRecord | null> {
-    const { db, metrics, log } = this.#d;
+    const { db } = this.#d;
     const poolTenant = await this.poolTenant();
     if (tenantId === poolTenant) return null; // refills never adopt
     const t0 = performance.now();
     // A caller-chosen id (Native) adopts only the member reserved for it at admission.
     if (req.input.id !== undefined) {
       const slot = await reservedSlotOf(db, req.input.id, tenantId);
-      if (!slot || !(await moveSlot(db, slot.id, ["reserved"], "adopted", { reservedFor: null }))) return null;
+      if (!slot || !(await moveSlot(db, slot.id, ["reserved"], "adopted", { reservedFor: null }))) {
+        // Its reservation lapsed after the create checked it: the id names someone else's sandbox.
+        if (await this.#d.sandboxes.repo.getById(req.input.id)) {
+          throw new SpaceError("unavailable", `warm member ${req.input.id} is no longer reserved for this create; retrying under a new id`, { retryable: true });
+        }
+        return null;
+      }
       const rec = await this.#personalise(tenantId, poolTenant, slot, req, t0, signal);
       // Its id is taken by the failed member: a retry (the dispatcher's, on `unavailable`) creates cold under a new id.
       if (!rec) throw new SpaceError("unavailable", `warm member ${req.input.id} reserved for this create could not be personalised; retrying cold`, { retryable: true });
       return rec;
     }
+    for (let i = 0; i < MAX_CLAIMS; i++) {
+      const claimed = await this.#claim(tenantId, req, "adopted", signal);
+      if (!claimed) return null;
+      const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, req, t0, signal, claimed.node);
+      if (rec) return rec;
+    }
+    return null;
+  }
+
+  /**
+   * Native admission: claims a ready member for `tenantId` (state `reserved`) and returns
+   * its id, which the operation then names; the create adopts it (`input.id`). null =
+   * none (cold). A reservation the create never uses goes back after the pool's TTL.
+   */
+  async reserve(tenantId: TenantId, req: Omit<AdoptRequest, "input">, signal: AbortSignal): Promise<SandboxId | null> {
+    if (tenantId === (await this.poolTenant())) return null;
+    const claimed = await this.#claim(tenantId, req, "reserved", signal);
+    return claimed ? (claimed.slot.sandboxId as SandboxId) : null;
+  }
+
+  async isReserved(sandboxId: SandboxId, tenantId: TenantId): Promise<boolean> {
+    return (await reservedSlotOf(this.#d.db, sandboxId, tenantId)) !== undefined;
+  }
+
+  async release(sandboxId: SandboxId, tenantId: TenantId): Promise<void> {
+    const slot = await reservedSlotOf(this.#d.db, sandboxId, tenantId);
+    if (slot) await moveSlot(this.#d.db, slot.id, ["reserved"], "ready", { reservedFor: null });
+  }
+
+  /**
+   * Claims one ready member of a matching pool into `to`, checking its node (put back or
+   * refused members are skipped, up to MAX_CLAIMS); null when none is usable.
+   */
+  async #claim(
+    tenantId: TenantId,
+    req: Omit<AdoptRequest, "input">,
+    to: "adopted" | "reserved",
+    signal: AbortSignal,
+  ): Promise<{ slot: WarmSlot; node: NodeEntry | undefined } | null> {
+    const { db, metrics, log } = this.#d;
     const pools = await matchingWarmPools(db, req.template.templateId, req, tenantId);
     if (!pools.length) return null;
     const names = pools.map((p) => p.name);
@@ -146,59 +193,37 @@ export class WarmPoolAdoption implements WarmAdopter {
     }
     const nodes = new Map((await this.#d.nodes.list(signal)).map((n) => [n.id, n]));
     const tried: string[] = [];
+    const reservedFor = to === "reserved" ? tenantId : null;
     for (let i = 0; i < MAX_CLAIMS; i++) {
-      const slot = await claimReadySlot(db, names, buildId, tried);
+      const slot = await claimReadySlot(db, names, buildId, tried, to, reservedFor);
       if (!slot) break;
       tried.push(slot.id);
-      const verdict = checkMember(slot.nodeId ? nodes.get(slot.nodeId) : undefined, this.#d.gate, binding, req.placement);
+      const node = slot.nodeId ? nodes.get(slot.nodeId) : undefined;
+      const verdict = checkMember(node, this.#d.gate, binding, req.placement);
+      if (verdict.kind === "adopt") return { slot, node };
       if (verdict.kind === "back") {
-        await moveSlot(db, slot.id, ["adopted"], "ready");
+        await moveSlot(db, slot.id, [to], "ready", { reservedFor: null });
         log.debug({ slot: slot.id, reason: verdict.reason }, "warm member put back");
         continue;
       }
-      if (verdict.kind === "refuse") {
-        // It leaves the pool; the reconciler kills it and refills (placement then requires the environment).
-        await moveSlot(db, slot.id, ["adopted"], "retiring", { reason: verdict.reason });
-        metrics.retired.inc({ pool: slot.pool, reason: verdict.reason });
-        log.info({ slot: slot.id, sandboxId: slot.sandboxId, nodeId: slot.nodeId, reason: verdict.reason }, "warm member refused");
-        continue;
-      }
-      const rec = await this.#personalise(tenantId, poolTenant, slot, req, t0, signal);
-      if (rec) return rec;
+      // It leaves the pool; the reconciler kills it and refills (placement then requires the environment).
+      await moveSlot(db, slot.id, [to], "retiring", { reason: verdict.reason, reservedFor: null });
+      metrics.retired.inc({ pool: slot.pool, reason: verdict.reason });
+      log.info({ slot: slot.id, sandboxId: slot.sandboxId, nodeId: slot.nodeId, reason: verdict.reason }, "warm member refused");
     }
     metrics.misses.inc({ pool: label, reason: tried.length ? "all_refused" : "empty" });
     return null;
   }
 
-  /**
-   * Native admission: claims a ready member for `tenantId` and returns its id, which the
-   * operation then names; the create adopts it (`input.id`). null = none (cold).
-   */
-  async reserve(tenantId: TenantId, templateRef: string, resources: { vcpu?: number; memoryMib?: number; diskMib?: number }, defaults: { vcpu: number; memoryMib: number; diskMib: number }): Promise<SandboxId | null> {
-    const { db } = this.#d;
-    const template = await this.#d.templates.resolve(tenantId, templateRef);
-    if (!template) return null;
-    const shape = { vcpu: resources.vcpu ?? defaults.vcpu, memoryMib: resources.memoryMib ?? defaults.memoryMib, diskMib: resources.diskMib ?? defaults.diskMib };
-    const pools = await matchingWarmPools(db, template.templateId, shape, tenantId);
-    if (!pools.length) return null;
-    const buildId = await currentBuildOf(db, template.templateId);
-    const nodes = new Map((await this.#d.nodes.list(AbortSignal.timeout(10_000))).map((n) => [n.id, n]));
-    const binding: EnvironmentBinding =
-      this.#d.gate === "on" && this.#d.templates.binding ? await this.#d.templates.binding(template.templateId) : { kind: "none" };
-    const tried: string[] = [];
-    for (let i = 0; i < MAX_CLAIMS; i++) {
-      const slot = await claimReadySlot(db, pools.map((p) => p.name), buildId, tried, "reserved", tenantId);
-      if (!slot) return null;
-      tried.push(slot.id);
-      const v = checkMember(slot.nodeId ? nodes.get(slot.nodeId) : undefined, this.#d.gate, binding, {});
-      if (v.kind === "adopt") return slot.sandboxId as SandboxId;
-      if (v.kind === "back") await moveSlot(db, slot.id, ["reserved"], "ready", { reservedFor: null });
-      else await moveSlot(db, slot.id, ["reserved"], "retiring", { reason: v.reason, reservedFor: null });
-    }
-    return null;
-  }
-
-  async #personalise(tenantId: TenantId, poolTenant: TenantId, slot: WarmSlot, req: AdoptRequest, t0: number, signal: AbortSignal): Promise<SandboxRecord | null> {
+  async #personalise(
+    tenantId: TenantId,
+    poolTenant: TenantId,
+    slot: WarmSlot,
+    req: AdoptRequest,
+    t0: number,
+    signal: AbortSignal,
+    node?: NodeEntry,
+  ): Promise<SandboxRecord | null> {
     const { db, sandboxes, metrics, log } = this.#d;
     const input = req.input;
     const sandboxId = slot.sandboxId as SandboxId;
@@ -206,17 +231,20 @@ export class WarmPoolAdoption implements WarmAdopter {
     const envdAccessToken = input.secure ? token() : null;
     const trafficAccessToken = input.secure || input.network?.allowPublicTraffic === false ? token() : null;
     try {
-      if (Object.keys(input.envVars).length || envdAccessToken) {
-        await this.#d.personaliser.init(ref, { envVars: input.envVars, ...(envdAccessToken ? { accessToken: envdAccessToken } : {}) }, signal);
-      }
+      // envd (env, token) and the node's firewall (egress) are independent: both at once.
       const policy = egressPolicyOf(input.allowInternetAccess, input.network);
-      if (JSON.stringify(policy) !== JSON.stringify(egressPolicyOf(true, null))) {
-        await sandboxes.substrate.setEgress(
-          ref,
-          { allowInternetAccess: effectiveInternetAccess({ allowInternetAccess: input.allowInternetAccess, network: input.network }), policy },
-          signal,
-        );
-      }
+      await Promise.all([
+        Object.keys(input.envVars).length || envdAccessToken
+          ? this.#d.personaliser.init(ref, { envVars: input.envVars, ...(envdAccessToken ? { accessToken: envdAccessToken } : {}) }, signal, node)
+          : undefined,
+        JSON.stringify(policy) !== DEFAULT_POLICY
+          ? sandboxes.substrate.setEgress(
+              ref,
+              { allowInternetAccess: effectiveInternetAccess({ allowInternetAccess: input.allowInternetAccess, network: input.network }), policy },
+              signal,
+            )
+          : undefined,
+      ]);
       const startedAt = this.#now();
       const handed = await handOverSandbox(db, {
         sandboxId,
@@ -253,3 +281,5 @@ export class WarmPoolAdoption implements WarmAdopter {
 }
 
 const token = () => randomBytes(24).toString("base64url");
+/** Members start with this policy; a create asking for it needs no egress call. */
+const DEFAULT_POLICY = JSON.stringify(egressPolicyOf(true, null));

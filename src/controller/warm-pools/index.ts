@@ -8,6 +8,7 @@ import { NodeApiPersonaliser, WarmPoolAdoption } from "./adoption.ts";
 import { parseWarmPoolsConfig } from "./config.ts";
 import { warmPoolMetrics } from "./metrics.ts";
 import { startWarmPoolReconciler, type WarmPoolReconciler } from "./reconciler.ts";
+import { EnvdWarmer } from "./warm-up.ts";
 
 export { WarmPoolAdoption, NodeApiPersonaliser, POOL_TENANT_NAME, WARM_POOL_METADATA_KEY, checkMember } from "./adoption.ts";
 export { createWarmPoolReconciler, startWarmPoolReconciler } from "./reconciler.ts";
@@ -39,6 +40,7 @@ export function installWarmPools(cp: ControlPlane): WarmPoolAdoption {
 /** The leader loop (controllerLoops). */
 export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
   const adoption = installWarmPools(cp);
+  const log = cp.log.child({ component: "warm-pools" });
   const defaults = { vcpu: cp.config.SPACE_DEFAULT_VCPU, memoryMib: cp.config.SPACE_DEFAULT_MEMORY_MIB, diskMib: cp.config.SPACE_DEFAULT_DISK_MIB };
   return startWarmPoolReconciler({
     db: cp.db,
@@ -47,7 +49,8 @@ export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
     nodes: cp.layer.nodes,
     gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     metrics: warmPoolMetrics(cp.metrics),
-    log: cp.log.child({ component: "warm-pools" }),
+    log,
+    warmer: new EnvdWarmer(cp.layer.sandboxes.substrate, log),
     poolTenant: () => adoption.poolTenant(),
     configPools: parseWarmPoolsConfig(cp.config.SPACE_WARM_POOLS, defaults),
   });

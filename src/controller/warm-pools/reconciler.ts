@@ -39,6 +39,7 @@ import {
 import { planPool, type PoolTarget } from "./plan.ts";
 import { WARM_POOL_METADATA_KEY } from "./adoption.ts";
 import type { WarmPoolMetrics } from "./metrics.ts";
+import type { MemberWarmer } from "./warm-up.ts";
 
 export interface WarmPoolReconcilerDeps {
   db: Db;
@@ -53,6 +54,8 @@ export interface WarmPoolReconcilerDeps {
   configPools?: readonly WarmPoolSpec[];
   /** Between passes over every pool. Default 500 ms. */
   intervalMs?: number;
+  /** Readies a started member before it is offered (warm-up.ts); none in unit tests. */
+  warmer?: MemberWarmer;
   /** Members created concurrently per pool. Default 4. */
   maxParallelCreates?: number;
   now?: () => Date;
@@ -213,6 +216,7 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
           },
           abort.signal,
         );
+        if (rec.nodeId) await deps.warmer?.warm({ sandboxId: rec.id, nodeId: rec.nodeId }, abort.signal);
         if (!(await moveSlot(db, slot.id, ["creating"], "ready", { sandboxId: rec.id, nodeId: rec.nodeId ?? undefined }))) {
           // The slot was failed or removed meanwhile: the member has no pool.
           await killMember(rec.id, poolTenant, "warm pool: slot gone during create");
