@@ -93,6 +93,8 @@ export interface Lab {
   node(key: string): LabNode;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON bodies read field by field by callers
   admin(method: string, path: string, body?: unknown, token?: string): Promise<{ status: number; body: Record<string, any> }>;
+  /** Runs the `space` CLI as an operator would (admin token, first API's URL); resolves when it exits. */
+  cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }>;
   stop(): Promise<void>;
 }
 
@@ -171,7 +173,8 @@ export async function startLab(o: LabOptions): Promise<Lab> {
   const bridge = `slb${run}`;
   const ctlDir = mkdtempSync(join(tmpdir(), "space-lab-ctl-"));
   const blobDir = join(ctlDir, "blobs");
-  const logLevel = process.env.SPACE_LOG_LEVEL ?? "info";
+  // Readiness is read from info lines ("api listening", "controller elected leader").
+  const logLevel = ["debug", "trace"].includes(process.env.SPACE_LOG_LEVEL ?? "") ? process.env.SPACE_LOG_LEVEL! : "info";
   const apis: LabApi[] = [];
   const controllers: LabController[] = [];
   const nodes: LabNode[] = [];
@@ -338,6 +341,18 @@ export async function startLab(o: LabOptions): Promise<Lab> {
       return n;
     },
     admin,
+    async cli(args) {
+      const child = spawn(process.execPath, [resolve("bin/space.mjs"), ...args, "--api-url", apis[0]!.url], {
+        env: { ...baseEnv(), SPACE_ADMIN_TOKEN: adminToken },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (b: Buffer) => (stdout += b.toString("utf8")));
+      child.stderr.on("data", (b: Buffer) => (stderr += b.toString("utf8")));
+      const code = await new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
+      return { code, stdout, stderr };
+    },
     stop,
   };
 }
