@@ -92,6 +92,8 @@ export async function startCluster(opts: { scheduler?: boolean } = {}): Promise<
       "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
       "--endpoint-reconciler-type=none",
       "--event-ttl=10m",
+      // As clusters that run node agents (privileged DaemonSets) are configured.
+      "--allow-privileged=true",
     ]);
     const server = `https://127.0.0.1:${apiPort}`;
     const ca = join(dir, "certs", "apiserver.crt");

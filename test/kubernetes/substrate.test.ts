@@ -5,14 +5,18 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
+import { join, resolve } from "node:path";
+import { KubernetesObjectApi, loadAllYaml } from "@kubernetes/client-node";
+import { loadConfig } from "../../src/core/config.ts";
 import type { AddressInfo } from "node:net";
 import { SpaceError } from "../../src/core/errors.ts";
 import { createLogger } from "../../src/core/log.ts";
 import type { NodeInventory, SandboxSpec, SandboxStatus } from "../../src/node/api/contract.ts";
 import { VirtualKubelet, type VirtualKubeletDeps } from "../../src/node/kubelet/virtual-kubelet.ts";
 import { environmentLabel } from "../../src/node/templates/environment.ts";
-import type { KubeApi } from "../../src/substrate/kubernetes/kube.ts";
+import { createKubeApi, kubeConfigOf, type KubeApi } from "../../src/substrate/kubernetes/kube.ts";
 import { KubernetesSubstrate } from "../../src/substrate/kubernetes/kubernetes-substrate.ts";
 import { kubeLeaseBackend } from "../../src/substrate/kubernetes/lease.ts";
 import { startLeaderElection } from "../../src/store/leader.ts";
@@ -26,6 +30,7 @@ const TOKEN = "node-token";
 const ENV_A = `sha256:${"a".repeat(64)}`;
 const ENV_B = `sha256:${"b".repeat(64)}`;
 const NODE = "0b0e6a5e-0000-4000-8000-000000000001";
+const DEPLOY = resolve(import.meta.dirname, "..", "..", "deploy");
 
 let cluster: TestCluster;
 let nodeApi: Server;
@@ -284,4 +289,90 @@ test("controller leader election through a coordination.k8s.io Lease: one leader
   assert.ok(Date.now() - t1 < leaseMs, `handover in ${Date.now() - t1} ms`);
   assert.deepEqual(elected, ["a", "b", "c"]);
   await c.stop();
+});
+
+test("deploy/: the manifests apply to the apiserver and their SPACE_* settings pass the config schema; a node agent and the control plane run a sandbox with exactly the RBAC granted", { skip }, async () => {
+  // Apply every manifest for real (no controller-manager here: workloads are stored, not run).
+  const docs = readdirSync(DEPLOY)
+    .filter((f) => f.endsWith(".yaml"))
+    .sort()
+    .flatMap((f) => loadAllYaml(readFileSync(join(DEPLOY, f), "utf8")) as Array<{ apiVersion: string; kind: string; metadata: { name: string; namespace?: string }; spec?: unknown }>);
+  const order = ["Namespace", "RuntimeClass", "ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding", "Service", "Deployment", "DaemonSet"];
+  docs.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
+  for (const d of docs) assert.ok(order.includes(d.kind), `unexpected kind ${d.kind}`);
+  const objects = KubernetesObjectApi.makeApiClient(kubeConfigOf({ kind: "kubeconfig", path: cluster.kubeconfigPath }));
+  for (const d of docs) {
+    await objects.create(d).catch((e: { code?: number; body?: unknown }) => {
+      // The harness already made the namespaces and RuntimeClass the manifests declare.
+      if (!(e.code === 409 && ["Namespace", "RuntimeClass"].includes(d.kind))) throw new Error(`${d.kind} ${d.metadata.name}: ${String(e.code)} ${JSON.stringify(e.body ?? e)}`);
+    });
+  }
+  // Every container's SPACE_* settings are known variables with valid values.
+  for (const d of docs.filter((x) => x.kind === "Deployment" || x.kind === "DaemonSet")) {
+    const spec = d.spec as { template: { spec: { containers: Array<{ name: string; env?: Array<{ name: string; value?: string }> }> } } };
+    for (const c of spec.template.spec.containers) {
+      const env: Record<string, string> = {};
+      for (const e of c.env ?? []) env[e.name] = e.value ?? (e.name === "HOST_IP" ? "10.0.0.7" : "from-field");
+      for (const [k, v] of Object.entries(env)) env[k] = v.replace(/\$\(([A-Z_]+)\)/g, (_, n: string) => env[n] ?? "");
+      assert.doesNotThrow(() => loadConfig(env), `${d.metadata.name}/${c.name}`);
+    }
+  }
+
+  // Tokens of the two ServiceAccounts the manifests define (TokenRequest API).
+  const tokenOf = async (sa: string) =>
+    (
+      await cluster.kube.request<{ status: { token: string } }>("POST", `/api/v1/namespaces/space-system/serviceaccounts/${sa}/token`, {
+        body: { apiVersion: "authentication.k8s.io/v1", kind: "TokenRequest", spec: { expirationSeconds: 3600 } },
+      })
+    ).status.token;
+  const asSa = async (sa: string) =>
+    createKubeApi({ kind: "token", server: cluster.server, token: await tokenOf(sa), caFile: join(cluster.dir, "certs", "apiserver.crt") });
+  const nodeKube = await asSa("space-node");
+  const cpKube = await asSa("space-control-plane");
+
+  // Minimal: neither identity reaches what it has no business with.
+  await assert.rejects(cpKube.request("GET", "/api/v1/namespaces/default/secrets"), (e: { status?: number }) => e.status === 403);
+  await assert.rejects(nodeKube.request("POST", "/api/v1/namespaces/space-sandboxes/pods", { body: { apiVersion: "v1", kind: "Pod", metadata: { name: "x" }, spec: { containers: [{ name: "x", image: "x" }] } } }), (e: { status?: number }) => e.status === 403);
+  await assert.rejects(nodeKube.request("GET", "/api/v1/namespaces/default/secrets/x"), (e: { status?: number }) => e.status === 403);
+
+  // A node agent with the node's RBAC registers its Node and runs what the control plane (its RBAC) places there.
+  const rbacNode = "0b0e6a5e-0000-4000-8000-0000000000bb";
+  const port = (nodeApi.address() as AddressInfo).port;
+  const kubelet2 = new VirtualKubelet({
+    kube: nodeKube,
+    agent: { inventory: async () => ({ ...inventory(), nodeId: rbacNode }), manager, snapshots: undefined } as unknown as VirtualKubeletDeps["agent"],
+    identity: { name: rbacNode, nodeGroup: "rbac", labels: {}, nodeApiUrl: `http://127.0.0.1:${port}` },
+    address: "127.0.0.1",
+    version: "test",
+    heartbeatMs: 60_000,
+    log,
+  });
+  await kubelet2.start();
+  try {
+    const s = new KubernetesSubstrate({ kube: cpKube, namespace: "space-sandboxes", internalToken: TOKEN, scheduleDeadlineMs: 20_000, readinessDeadlineMs: 20_000, log });
+    const id = "k8srbac1".padEnd(20, "0");
+    const ref = await s.place({ ...req(id), nodeGroup: "rbac" }, AbortSignal.timeout(30_000));
+    assert.equal(ref.nodeId, rbacNode);
+    const st = await s.start(ref, spec(id), AbortSignal.timeout(30_000));
+    assert.equal(st.sandboxId, id);
+    await s.kill(ref, AbortSignal.timeout(30_000));
+    await assert.rejects(cluster.kube.request("GET", `/api/v1/namespaces/space-sandboxes/secrets/${podNameOf(id)}`), (e: { status?: number }) => e.status === 404);
+    // The events watch is permitted: a refusal ends the create at once.
+    refusal = new SpaceError("invalid_argument", "rootfs_size_mb=300 is smaller than cloned rootfs size 451 MiB");
+    try {
+      const id2 = "k8srbac2".padEnd(20, "0");
+      const ref2 = await s.place({ ...req(id2), nodeGroup: "rbac" }, AbortSignal.timeout(30_000));
+      const t0 = Date.now();
+      await assert.rejects(s.start(ref2, spec(id2, 300), AbortSignal.timeout(30_000)), (e: SpaceError) => e.code === "invalid_argument");
+      assert.ok(Date.now() - t0 < 10_000);
+    } finally {
+      refusal = undefined;
+    }
+    // And the controller's Lease.
+    const lease = kubeLeaseBackend(cpKube, "space-sandboxes");
+    assert.ok(await lease.tryAcquire("space-controller-rbac", "me", 5000));
+    await lease.release("space-controller-rbac", "me");
+  } finally {
+    await kubelet2.stop();
+  }
 });
