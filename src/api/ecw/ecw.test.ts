@@ -123,6 +123,36 @@ test("kill: 204, then 404 with JSON code", async () => {
   assert.deepEqual(u.statusCode, 404);
 });
 
+test("Idempotency-Key: a retried create answers with the live sandbox it made; after a failure or a kill it makes a new one", async () => {
+  const { app, substrate } = await setup();
+  const create = async (key: string, apiKey = "key-a") => {
+    const r = await app.inject({ method: "POST", url: "/v2/sandboxes", headers: { "x-api-key": apiKey, "idempotency-key": key, "content-type": "application/json" }, payload: "{}" });
+    return { status: r.statusCode, id: r.json().sandboxID as string | undefined, token: r.json().envdAccessToken as string | undefined };
+  };
+  const a = await create("k-1");
+  const again = await create("k-1");
+  assert.equal(a.status, 201);
+  assert.deepEqual(again, a);
+  assert.equal(substrate.running.size, 1);
+  assert.notEqual((await create("k-2")).id, a.id);
+  const other = await create("k-1", "key-b");
+  assert.equal(other.status, 201);
+  assert.notEqual(other.id, a.id, "keys are per tenant");
+
+  await app.inject({ method: "DELETE", url: `/sandboxes/${a.id}`, headers: { "x-api-key": "key-a" } });
+  const afterKill = await create("k-1");
+  assert.equal(afterKill.status, 201);
+  assert.notEqual(afterKill.id, a.id);
+  assert.deepEqual(await create("k-1"), afterKill);
+
+  substrate.failNextStart = new SpaceError("unavailable", "envd not healthy");
+  assert.equal((await create("k-3")).status, 503);
+  const retried = await create("k-3");
+  assert.equal(retried.status, 201, "a retry after a failed attempt creates the sandbox");
+  assert.deepEqual(await create("k-3"), retried);
+  assert.equal((await create("")).status, 400, "an empty key is refused (1 to 255 characters)");
+});
+
 test("pause = suspend: 204, listed paused, second pause 409; connect restores (201); kill drops the snapshot", async () => {
   const { call, substrate, sandboxes } = await setup();
   const sb = (await call("POST", "/v2/sandboxes", { envVars: { A: "1" } })).json();

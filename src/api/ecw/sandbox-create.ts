@@ -1,7 +1,11 @@
 /** `POST /sandboxes` (SDK <= 2.50, default timeout 15 s) and `POST /v2/sandboxes` (300 s). */
+import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import { invalid } from "../../core/errors.ts";
+import { conflict, invalid } from "../../core/errors.ts";
+import type { SandboxId, TenantId } from "../../core/ids.ts";
+import { isLive, type SandboxRecord } from "../sandboxes/model.ts";
 import type { CreateInput, ResourceRequest } from "../sandboxes/service.ts";
+import { idempotencyKey } from "../native/http.ts";
 import { parse, tenantOf } from "./http.ts";
 import { toSandbox } from "./present.ts";
 import { NewSandbox, RESOURCES_METADATA_KEY, SpaceResources } from "./schemas.ts";
@@ -13,11 +17,45 @@ export function registerSandboxCreate(app: FastifyInstance, deps: EcwDeps) {
       const tenant = tenantOf(req);
       const body = parse(NewSandbox, req.body, "sandbox create body");
       const input = toCreateInput(body, v);
+      const key = idempotencyKey(req);
+      if (key !== null) {
+        // A retried create (the SDK reuses its Idempotency-Key) answers with the live
+        // sandbox an earlier attempt made. The key names the sandbox ids it may use (no
+        // extra state): an attempt whose sandbox failed or ended moves on to the next id.
+        for (let attempt = 0; input.id === undefined; attempt++) {
+          if (attempt === MAX_KEY_ATTEMPTS) throw conflict(`Idempotency-Key ${JSON.stringify(key)} was used ${attempt} times; use a new key`);
+          const id = idempotentSandboxId(tenant, key, attempt);
+          const prior = await settled(deps, tenant, id);
+          if (!prior) input.id = id;
+          else if (isLive(prior.state)) return reply.code(201).send(toSandbox(prior, { domain: deps.sandboxDomain }));
+        }
+      }
       // A caller that goes away does not abort a create half-way: the service
       // finishes or cleans up, so no half state is left behind.
       const rec = await deps.sandboxes.create(tenant, input, AbortSignal.timeout(600_000));
       return reply.code(201).send(toSandbox(rec, { domain: deps.sandboxDomain }));
     });
+  }
+}
+
+const MAX_KEY_ATTEMPTS = 100;
+
+/** The sandbox id of an Idempotency-Key's nth attempt: `[a-z0-9]{20}` from sha256(tenant, key, n). */
+export function idempotentSandboxId(tenant: TenantId, key: string, attempt: number): SandboxId {
+  const h = createHash("sha256").update(`${tenant}\0${key}\0${attempt}`).digest();
+  let id = "";
+  for (let i = 0; i < 20; i++) id += ID_ALPHABET[h[i]! % ID_ALPHABET.length];
+  return id as SandboxId;
+}
+const ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
+
+/** The sandbox under `id`, once past `creating` (a concurrent first attempt is waited for). */
+async function settled(deps: EcwDeps, tenant: TenantId, id: SandboxId): Promise<SandboxRecord | null> {
+  const deadline = Date.now() + 600_000;
+  for (;;) {
+    const rec = await deps.sandboxes.repo.get(tenant, id);
+    if (!rec || rec.state !== "creating" || Date.now() > deadline) return rec;
+    await new Promise((r) => setTimeout(r, 100));
   }
 }
 
