@@ -57,6 +57,13 @@ export interface PoolHealth {
 /** The seam the sandbox manager uses (a fake in unit tests). */
 export interface NetworkSlots {
   claim(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<Slot>;
+  /**
+   * Two-phase claim: resolves as soon as the slot's network namespace exists (a container
+   * may join it: nothing in it reaches anywhere yet); `configured` settles once the slot is
+   * fully set up (veth, addresses, nft rules). On a rejected `configured` the slot is
+   * already torn down and forgotten.
+   */
+  open(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<{ slot: Slot; configured: Promise<void> }>;
   /** Absent = ok. */
   release(sandboxId: string, signal: AbortSignal): Promise<void>;
   setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void>;
@@ -175,8 +182,14 @@ export class LinuxNetworkSlots implements NetworkSlots {
   }
 
   async claim(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<Slot> {
+    const { slot, configured } = await this.open(sandboxId, policy, signal);
+    await configured;
+    return slot;
+  }
+
+  async open(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<{ slot: Slot; configured: Promise<void> }> {
     const existing = this.slots.get(sandboxId);
-    if (existing) return existing;
+    if (existing) return { slot: existing, configured: Promise.resolve() };
     const warm = this.pool.shift();
     if (warm) {
       const slot: Slot = { ...warm, owner: sandboxId, policy };
@@ -185,11 +198,17 @@ export class LinuxNetworkSlots implements NetworkSlots {
       await rm(this.recordPath(warm.owner), { force: true });
       await this.writeRecord(slot);
       void this.fillPool();
-      return slot;
+      return { slot, configured: Promise.resolve() };
     }
-    const slot = await this.build(sandboxId, policy, signal);
+    const slot = await this.createNetns(sandboxId, policy, signal);
     this.slots.set(sandboxId, slot);
-    return slot;
+    const configured = this.configure(slot, signal).catch((e: unknown) => {
+      if (this.slots.get(sandboxId) === slot) this.slots.delete(sandboxId);
+      throw e;
+    });
+    // The caller may fail before it awaits `configured` (its cleanup releases the slot).
+    configured.catch(() => undefined);
+    return { slot, configured };
   }
 
   private allocIndex(): number {
@@ -203,6 +222,13 @@ export class LinuxNetworkSlots implements NetworkSlots {
   }
 
   private async build(owner: string, policy: SlotPolicy, signal: AbortSignal): Promise<Slot> {
+    const slot = await this.createNetns(owner, policy, signal);
+    await this.configure(slot, signal);
+    return slot;
+  }
+
+  /** A slot's index, record and (empty) network namespace. */
+  private async createNetns(owner: string, policy: SlotPolicy, signal: AbortSignal): Promise<Slot> {
     const index = this.allocIndex();
     const slot: Slot = {
       owner,
@@ -215,12 +241,23 @@ export class LinuxNetworkSlots implements NetworkSlots {
       hostVeth: `${this.vethPrefix}${index}`,
       policy,
     };
-    // Record first: a crash in the middle leaves a record the next init tears down.
-    await this.writeRecord(slot);
+    try {
+      // Record first: a crash in the middle leaves a record the next init tears down.
+      await this.writeRecord(slot);
+      await ip(["netns", "add", slot.netns], signal);
+      return slot;
+    } catch (e) {
+      await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /** Veth to the bridge, addresses and routes, the slot's nft rules; torn down on failure. */
+  private async configure(slot: Slot, signal: AbortSignal): Promise<void> {
+    const index = slot.index;
     try {
       await ip(["-b", "-"], signal,
-        `netns add ${slot.netns}\n` +
-          `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
+        `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
           `link set ${slot.hostVeth} master ${this.bridge}\n` +
           // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
           `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
@@ -232,9 +269,8 @@ export class LinuxNetworkSlots implements NetworkSlots {
       // stays valid (a random MAC would leave it stale for up to a minute).
       await ip(["-n", slot.netns, "-b", "-"], signal,
         `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
-      await this.loopbackPorts(slot, signal);
-      await nft(addSlotScript(this.table, owner, slot.address, policy, this.nextGeneration()), signal);
-      return slot;
+      // Independent of each other: the namespace's own settings and the node's rules.
+      await Promise.all([this.loopbackPorts(slot, signal), nft(addSlotScript(this.table, slot.owner, slot.address, slot.policy, this.nextGeneration()), signal)]);
     } catch (e) {
       await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
       throw e;
@@ -265,12 +301,17 @@ export class LinuxNetworkSlots implements NetworkSlots {
    * sandbox's loopback, where a server bound to 0.0.0.0 answers as well.
    */
   private async loopbackPorts(slot: Slot, signal: AbortSignal): Promise<void> {
-    await exec("ip", ["netns", "exec", slot.netns, "sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1"], { timeoutMs: T, signal });
-    await exec("ip", ["netns", "exec", slot.netns, "nft", "-f", "-"], {
+    // nsenter joins only the network namespace (`ip netns exec` also builds a mount
+    // namespace and remounts /sys: several times slower); /proc/sys/net is per netns.
+    const inNetns = ["nsenter", `--net=${slot.netnsPath}`];
+    await Promise.all([
+      exec(inNetns[0]!, [...inNetns.slice(1), "sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1"], { timeoutMs: T, signal }),
+      exec(inNetns[0]!, [...inNetns.slice(1), "nft", "-f", "-"], {
       timeoutMs: T,
       signal,
       input: `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
-    });
+      }),
+    ]);
   }
 
   /** The egress proxy's question: the current policy of the sandbox at `address`. */

@@ -194,22 +194,28 @@ export class SandboxManager {
         await this.saveRecord(s);
         stack.defer("record", () => rm(this.recordPath(id), { force: true }));
         const timings: Record<string, number> = {};
-        // Disk and slot are independent: set them up in parallel.
+        // Disk and slot are independent: set them up in parallel. The container starts as
+        // soon as the slot's netns exists; the rest of the slot is set up meanwhile.
         const tDisk = performance.now();
         const diskP = (via ? via.disk(signal).then((root) => ({ root, limited: Promise.resolve() })) : this.ensureDisk(spec, signal)).then((d) => {
           timings.diskMs = ms(tDisk);
           return d;
         });
-        const slotP = this.claimSlot(s, signal).then(() => {
-          timings.slotMs = ms(tDisk);
-        });
+        const slotP = this.claimSlot(s, signal).then(({ configured }) => ({
+          configured: configured.then(() => {
+            timings.slotMs = ms(tDisk);
+          }),
+        }));
         const [disk, slot] = await Promise.allSettled([diskP, slotP]);
         if (disk.status === "fulfilled") stack.defer("disk", () => this.releaseDisk(id));
-        if (slot.status === "fulfilled") stack.defer("slot", () => this.releaseSlot(id));
+        if (slot.status === "fulfilled") {
+          // Never release a slot while it is still being set up.
+          stack.defer("slot", () => slot.value.configured.catch(() => undefined).then(() => this.releaseSlot(id)));
+        }
         if (disk.status === "rejected") throw disk.reason;
         if (slot.status === "rejected") throw slot.reason;
         stack.defer("runtime", () => this.o.runtime.delete(id, AbortSignal.timeout(60_000)));
-        await this.boot(s, disk.value.root, timings, signal, via);
+        await this.boot(s, disk.value.root, timings, signal, slot.value.configured, via);
         await disk.value.limited; // the qgroup limit, overlapped with the boot
         timings.totalMs = ms(t0);
         s.timings = timings;
@@ -239,22 +245,24 @@ export class SandboxManager {
     if (this.o.disks) await this.o.disks.releaseSandboxDisk(id, AbortSignal.timeout(60_000));
     else await rm(join(this.processDisksDir, id), { recursive: true, force: true });
   }
-  private async claimSlot(s: Live, signal: AbortSignal): Promise<void> {
+  /** Resolves once the slot's netns exists; `configured` once the slot is fully set up. */
+  private async claimSlot(s: Live, signal: AbortSignal): Promise<{ configured: Promise<void> }> {
     if (this.o.slots) {
-      const slot = await this.o.slots.claim(s.spec.sandboxId, egressOf(s.spec), signal);
+      const { slot, configured } = await this.o.slots.open(s.spec.sandboxId, egressOf(s.spec), signal);
       s.address = slot.address;
       s.envdPort = ENVD_PORT;
-    } else {
-      s.address = "127.0.0.1";
-      s.envdPort = await freePort();
+      return { configured };
     }
+    s.address = "127.0.0.1";
+    s.envdPort = await freePort();
+    return { configured: Promise.resolve() };
   }
   private async releaseSlot(id: string): Promise<void> {
     if (this.o.slots) await this.o.slots.release(id, AbortSignal.timeout(60_000));
   }
 
-  /** Bundle, runtime start, envd health, envd init. */
-  private async boot(s: Live, rootfs: string, timings: Record<string, number>, signal: AbortSignal, via?: RestoreVia): Promise<void> {
+  /** Bundle, runtime start, envd health, envd init. `slotConfigured`: the network slot is fully set up. */
+  private async boot(s: Live, rootfs: string, timings: Record<string, number>, signal: AbortSignal, slotConfigured: Promise<void>, via?: RestoreVia): Promise<void> {
     const id = s.spec.sandboxId;
     const t = performance.now();
     if (this.isolated) await this.writeSandboxFiles(s, rootfs);
@@ -294,9 +302,16 @@ export class SandboxManager {
       logPath: this.o.runtime.kind === "runc" ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
-    if (via) await via.start(id, signal);
-    else await this.o.runtime.start(id, signal);
+    if (via) {
+      // A memory checkpoint comes back with its sockets: its addresses must be in place.
+      await slotConfigured;
+      await via.start(id, signal);
+    } else await this.o.runtime.start(id, signal);
     timings.runtimeMs = ms(t);
+    // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
+    const tSlot = performance.now();
+    await slotConfigured;
+    timings.slotWaitMs = ms(tSlot);
     const tEnvd = performance.now();
     await waitEnvdHealthy(s.address, s.envdPort, {
       deadlineMs: this.o.envdReadyTimeoutMs ?? 15_000,
@@ -451,11 +466,12 @@ export class SandboxManager {
         const t0 = performance.now();
         const timings: Record<string, number> = {};
         const rootfs = this.o.disks ? this.o.disks.sandboxRoot(id) : join(this.processDisksDir, id);
-        await this.claimSlot(s, signal);
-        stack.defer("slot", () => this.releaseSlot(id));
+        const { configured } = await this.claimSlot(s, signal);
+        stack.defer("slot", () => configured.catch(() => undefined).then(() => this.releaseSlot(id)));
+        await configured;
         timings.slotMs = ms(t0);
         stack.defer("runtime", () => this.o.runtime.stop(id, 0, AbortSignal.timeout(60_000)));
-        await this.boot(s, rootfs, timings, signal);
+        await this.boot(s, rootfs, timings, signal, configured);
         timings.totalMs = ms(t0);
         s.timings = timings;
         s.startedAt = new Date().toISOString();
