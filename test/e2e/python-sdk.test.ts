@@ -193,7 +193,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.equal(ok(o, "connect_killed"), "SandboxNotFoundException");
   });
 
-  test("extras: network options and update, traffic token, lifecycle, fork, named snapshots", async () => {
+  test("extras: network options and update, traffic token, lifecycle, Idempotency-Key, fork, named snapshots", async () => {
     const o = await run("extras.py");
     const net = ok(o, "network") as Record<string, unknown>;
     assert.deepEqual(net.network, { allow_out: ["1.1.1.1", "10.0.0.0/8"], deny_out: ["0.0.0.0/0"] });
@@ -201,6 +201,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.equal(ok(o, "no_internet"), false);
     assert.deepEqual(ok(o, "public_traffic"), { token: true, with_token: 200, without_token: 403 });
     assert.deepEqual(ok(o, "lifecycle"), { on_timeout: "pause", auto_resume: false });
+    assert.deepEqual(ok(o, "idempotency"), { same: true, other: true, usable: "idem\n" });
     assert.deepEqual(ok(o, "fork"), { forks: [{ file: "forked", distinct: true }, { file: "forked", distinct: true }], source_running: true });
     const snaps = ok(o, "snapshots") as Record<string, unknown>;
     assert.deepEqual(

@@ -1,5 +1,5 @@
 """Less common Python SDK features: network options and update_network, public port
-traffic token, lifecycle on_timeout=pause, fork, named snapshots."""
+traffic token, lifecycle on_timeout=pause, idempotency key, fork, named snapshots."""
 import os
 import time
 import urllib.error
@@ -80,6 +80,16 @@ try:
         return {"on_timeout": lc["on_timeout"].value, "auto_resume": lc["auto_resume"]}
 
     step("lifecycle", lifecycle)
+
+    def idempotency():
+        key = "py-" + tag
+        a = create("base", timeout=120, idempotency_key=key)
+        b = create("base", timeout=120, idempotency_key=key)
+        c = create("base", timeout=120, idempotency_key=key + "-other")
+        return {"same": a.sandbox_id == b.sandbox_id, "other": c.sandbox_id != a.sandbox_id,
+                "usable": b.commands.run("echo idem").stdout}
+
+    step("idempotency", idempotency)
 
     def fork():
         sb = create("base", timeout=120)
