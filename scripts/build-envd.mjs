@@ -90,7 +90,9 @@ await build({
   format: "cjs",
   target: "node20",
   external: ["node-pty"],
-  minify: false,
+  // A smaller heap to deserialize (the source text is part of it); names are kept.
+  minifyWhitespace: true,
+  minifySyntax: true,
   sourcemap: false,
   legalComments: "none",
   logLevel: "warning",
