@@ -156,7 +156,8 @@ export class NodeSnapshots {
       sandboxId,
       async () => {
         const st = this.o.manager.get(sandboxId);
-        meta = await this.capture(sandboxId, st.template, snapshotId, false, signal);
+        // The manager resumed a resident-paused sandbox before this: it is running.
+        meta = await this.capture(sandboxId, st.template, snapshotId, { leaveRunning: false, wasPaused: false }, signal);
       },
       signal,
     );
@@ -169,25 +170,40 @@ export class NodeSnapshots {
   async checkpointLive(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
     const timings: Record<string, number> = {};
     const t0 = performance.now();
-    const meta = await this.o.manager.withRunning(sandboxId, (st) => this.capture(sandboxId, st.template, snapshotId, true, signal));
+    const meta = await this.o.manager.withRunning(sandboxId, (st) =>
+      this.capture(sandboxId, st.template, snapshotId, { leaveRunning: true, wasPaused: st.state === "paused" }, signal),
+    );
     timings.captureMs = ms(t0);
     return this.finish(meta, opts.upload, timings, signal);
   }
 
-  private async capture(sandboxId: string, template: string, snapshotId: string, leaveRunning: boolean, signal: AbortSignal): Promise<LocalMeta> {
+  /**
+   * `wasPaused`: the manager's view of the sandbox (it serialises lifecycle calls, so it is
+   * the runtime's too) — one runtime call fewer on the fork path.
+   */
+  private async capture(
+    sandboxId: string,
+    template: string,
+    snapshotId: string,
+    { leaveRunning, wasPaused }: { leaveRunning: boolean; wasPaused: boolean },
+    signal: AbortSignal,
+  ): Promise<LocalMeta> {
     if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
     const dir = this.localDir(snapshotId);
     const image = join(dir, "image");
-    const parent = await this.parentOf(sandboxId, template);
-    await rm(dir, { recursive: true, force: true });
-    await mkdir(dir, { recursive: true });
-    await mkdir(join(this.cacheSnaps, snapshotId), { recursive: true });
     const rt = this.o.runtime;
-    const wasPaused = (await rt.state(sandboxId, signal))?.status === "paused";
-    if (!wasPaused) await rt.pause(sandboxId, signal);
+    let dumped = false;
     try {
+      // The parent lookup and directories need no freeze: overlapped with it.
+      const [parent] = await Promise.all([
+        this.parentOf(sandboxId, template),
+        rm(dir, { recursive: true, force: true }).then(() => mkdir(dir, { recursive: true })),
+        mkdir(join(this.cacheSnaps, snapshotId), { recursive: true }),
+        wasPaused ? undefined : rt.pause(sandboxId, signal),
+      ]);
       await exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal });
       const checkpoint = await this.cp.checkpoint(sandboxId, image, { leaveRunning, signal });
+      dumped = true;
       await writeMeta(image, checkpoint);
       const meta: LocalMeta = { snapshotId, sourceSandboxId: sandboxId, template, parentPath: parent.path, parentUuid: parent.uuid, checkpoint, createdAt: new Date().toISOString() };
       await this.writeLocalMeta(meta);
@@ -196,8 +212,9 @@ export class NodeSnapshots {
       await this.dropLocal(snapshotId).catch(() => undefined);
       throw e;
     } finally {
-      // CRIU thaws what it dumped with --leave-running; a failed dump leaves it frozen.
-      const st = await rt.state(sandboxId, AbortSignal.timeout(30_000)).catch(() => null);
+      // A suspend's processes end with the dump. CRIU thaws what it dumped with
+      // --leave-running, and a failed dump leaves it frozen: check.
+      const st = dumped && !leaveRunning ? null : await rt.state(sandboxId, AbortSignal.timeout(30_000)).catch(() => null);
       if (st?.status === "paused" && !wasPaused) await rt.resume(sandboxId, AbortSignal.timeout(30_000)).catch(() => undefined);
     }
   }
