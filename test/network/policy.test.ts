@@ -9,7 +9,7 @@ import { createServer } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { compileEcw, compileNative } from "../../src/api/network/policy.ts";
-import { OPEN_POLICY } from "../../src/node/network/policy.ts";
+import { OPEN_POLICY, proposeAllowList } from "../../src/node/network/policy.ts";
 import { dnsOf, httpTo, INET, probe, SCOPE, serveIn, startRig, stopServer, tcpTo, tlsTo, udpTo, type Rig } from "./harness.ts";
 
 const isRoot = process.getuid?.() === 0;
@@ -197,6 +197,48 @@ describe("network policy", { skip: !isRoot && "needs root" }, () => {
     // Native semantics through the same proxy: a deny of a name precedes an allow of its range.
     const n = await rig.claim(compileNative({ allow_out: ["198.18.1.0/24"], rules: [{ action: "deny", target: "*.blocked.test", protocol: "tcp", ports: [443] }], default: "deny" }));
     assert.deepEqual(await probe(n.netns, [tlsTo(INET.a1, "x.blocked.test"), tlsTo(INET.a1, "fine.test"), httpTo(INET.a1, "x.blocked.test"), tlsTo(INET.b1, "fine.test")]), [RESET, `open tcp ${INET.a1}`, `ok ${INET.a1} x.blocked.test`, RESET]);
+  });
+
+  test("observe mode: nothing is blocked, every destination is recorded (with the names resolved to it); the proposal applied as is allows exactly that", async () => {
+    const observe = { ...compileNative({ allow_out: [INET.a1], default: "deny" }), mode: "observe" as const };
+    const s = await rig.claim(observe);
+    const r = await probe(s.netns, [tcpTo(INET.a2, 5000), udpTo(INET.a1), dnsOf("allowed.test", rig.gateway), httpTo(INET.a1, "allowed.test"), tcpTo(INET.a1, 80), tcpTo(INET.b1, 443)]);
+    assert.deepEqual(r, [OPEN, echo(INET.a1), INET.a1, `ok ${INET.a1} allowed.test`, OPEN, OPEN]);
+    const { observed, denied } = await rig.slots.observed(s.owner, AbortSignal.timeout(10_000));
+    const key = (d: { ip: string; protocol: string; port: number }) => `${d.ip} ${d.protocol} ${d.port}`;
+    assert.deepEqual(observed.map(key).sort(), [`${INET.a1} tcp 80`, `${INET.a1} udp 9999`, `${INET.a2} tcp 5000`, `${INET.b1} tcp 443`]);
+    assert.equal(observed.find((d) => d.port === 80)!.count, 2);
+    assert.deepEqual(observed.find((d) => d.port === 80)!.domains, ["allowed.test"]);
+    assert.deepEqual(denied.map(key).sort(), [`${INET.a2} tcp 5000`, `${INET.b1} tcp 443`], "what enforcement would have refused");
+    const proposal = proposeAllowList(observed);
+    // a1 was resolved as allowed.test: its flows (TCP and UDP) are proposed under the name.
+    assert.deepEqual(proposal.rules, [
+      { action: "allow", target: INET.a2, protocol: "tcp", ports: [5000] },
+      { action: "allow", target: INET.b1, protocol: "tcp", ports: [443] },
+      { action: "allow", target: "allowed.test", protocol: "tcp", ports: [80] },
+      { action: "allow", target: "allowed.test", protocol: "udp", ports: [9999] },
+    ]);
+    const applied = await rig.claim(compileNative(proposal));
+    const after = await probe(applied.netns, [
+      tcpTo(INET.a2, 5000),
+      tcpTo(INET.a1, 5000),
+      dnsOf("allowed.test", rig.gateway),
+      udpTo(INET.a1),
+      httpTo(INET.a1, "allowed.test"),
+      httpTo(INET.a1, "other.test"),
+      tlsTo(INET.b1, "any.test"),
+    ]);
+    assert.deepEqual(after, [OPEN, REFUSED, INET.a1, echo(INET.a1), `ok ${INET.a1} allowed.test`, RESET, `open tcp ${INET.b1}`]);
+  });
+
+  test("denied flows are counted and listable per sandbox (enforce mode)", async () => {
+    const s = await rig.claim(ecw(false, [INET.a1]));
+    const r = await probe(s.netns, [tcpTo(INET.a2, 5000), tcpTo(INET.a2, 5000), tcpTo(INET.a1, 5000), udpTo(INET.b1)]);
+    assert.deepEqual(r.slice(0, 3), [REFUSED, REFUSED, OPEN]);
+    assert.notEqual(r[3], echo(INET.b1));
+    const { observed, denied } = await rig.slots.observed(s.owner, AbortSignal.timeout(10_000));
+    assert.deepEqual(observed, [], "enforce mode records refusals only");
+    assert.deepEqual(denied.map((d) => [d.ip, d.protocol, d.port, d.count]).sort(), [[INET.a2, "tcp", 5000, 2], [INET.b1, "udp", 9999, 1]]);
   });
 
   test("PUT replaces the whole policy of a live sandbox within a second, re-judging open flows", async () => {

@@ -111,6 +111,8 @@ export interface NativeNetwork {
   deny_out?: string[];
   rules?: NativeRule[];
   default?: "allow" | "deny";
+  /** `observe`: record every destination instead of blocking (see EgressPolicy.mode). */
+  mode?: "enforce" | "observe";
 }
 
 function portRange(p: number | string, field: string): [number, number] {
@@ -145,5 +147,6 @@ export function compileNative(n: NativeNetwork | null | undefined): EgressPolicy
   return EgressPolicy.parse({
     default: def,
     rules: [...compiled.filter((r) => r.action === "deny"), ...compiled.filter((r) => r.action === "allow")],
+    ...(n?.mode === "observe" ? { mode: "observe" } : {}),
   });
 }

@@ -128,6 +128,14 @@ export const slotChain = (id: string) => `sb_${id}`;
 export type SlotPolicy = EgressPolicy;
 
 export const natChain = (id: string) => `np_${id}`;
+/** Per-slot records of destinations: every new flow (observe mode) and every refused one. */
+export const observedSet = (id: string) => `ob_${id}`;
+export const deniedSet = (id: string) => `dn_${id}`;
+const DEST = "{ ip daddr . meta l4proto . th dport }";
+
+function recordSetLines(table: string, id: string): string[] {
+  return [observedSet(id), deniedSet(id)].map((n) => `add set inet ${table} ${n} { type ipv4_addr . inet_proto . inet_service; flags dynamic; size 4096; counter; }`);
+}
 
 /** The slot's nat chain: its TCP 80/443 to the egress proxy when its policy names domains for them. */
 export function natRules(policy: SlotPolicy): string[] {
@@ -149,15 +157,22 @@ function portsExpr(r: EgressRule): string {
  */
 export function slotRules(id: string, policy: SlotPolicy, generation: number): string[] {
   const mark = generation >>> 0;
+  const observe = policy.mode === "observe";
   const out = [`ct state established,related ct mark ${mark} accept`];
+  if (observe) out.push(`ct state new meta l4proto { tcp, udp } add @${observedSet(id)} ${DEST}`);
+  // A refusal is recorded, then made (in observe mode: recorded as one, then let through).
+  const deny = (match: string) => [
+    `${match}meta l4proto { tcp, udp } add @${deniedSet(id)} ${DEST}`,
+    ...(observe ? [`${match}ct mark set ${mark} accept`] : reject(match, true)),
+  ];
   policy.rules.forEach((r, k) => {
     const dst = r.cidr ? `ip daddr ${r.cidr} ` : `ip daddr @${domainSet(id, k)} `;
     const match = `${dst}${portsExpr(r)}`;
     if (r.action === "allow") out.push(`${match}ct mark set ${mark} accept`);
-    else out.push(...reject(match, true));
+    else out.push(...deny(match));
   });
   if (policy.default === "allow") out.push(`ct mark set ${mark} accept`);
-  else out.push(...reject("", true));
+  else out.push(...deny(""));
   return out;
 }
 
@@ -170,6 +185,7 @@ export function addSlotScript(table: string, id: string, address: string, policy
   return [
     `add chain inet ${table} ${chain}`,
     `flush chain inet ${table} ${chain}`,
+    ...recordSetLines(table, id),
     ...setLines(table, id, policy),
     ...slotRules(id, policy, generation).map((r) => `add rule inet ${table} ${chain} ${r}`),
     `add element inet ${table} egress { ${address} : jump ${chain} }`,
@@ -208,6 +224,19 @@ export function removeSlotScript(table: string, id: string, address: string | un
   const lines: string[] = [];
   if (address) lines.push(`delete element inet ${table} egress { ${address} }`, `delete element inet ${table} proxied { ${address} }`);
   lines.push(`delete chain inet ${table} ${slotChain(id)}`, `delete chain inet ${table} ${natChain(id)}`);
+  lines.push(`delete set inet ${table} ${observedSet(id)}`, `delete set inet ${table} ${deniedSet(id)}`);
   if (policy) for (const { index } of domainRules(policy)) lines.push(`delete set inet ${table} ${domainSet(id, index)}`);
   return lines.join("\n") + "\n";
+}
+
+/** Elements of an observed/denied set from `nft -j list set` (destination and flow count). */
+export function parseRecordSet(json: string): { ip: string; protocol: "tcp" | "udp"; port: number; count: number }[] {
+  type Elem = { elem?: { val?: { concat?: [string, string, number] }; counter?: { packets?: number } } };
+  const doc = JSON.parse(json) as { nftables?: { set?: { elem?: Elem[] } }[] };
+  const elems = doc.nftables?.find((x) => x.set)?.set?.elem ?? [];
+  return elems.flatMap((e) => {
+    const [ip, protocol, port] = e.elem?.val?.concat ?? [];
+    if (!ip || (protocol !== "tcp" && protocol !== "udp") || typeof port !== "number") return [];
+    return [{ ip, protocol, port, count: e.elem?.counter?.packets ?? 0 }];
+  });
 }

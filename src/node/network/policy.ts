@@ -60,6 +60,12 @@ export const EgressPolicy = z
     default: z.enum(["allow", "deny"]).default("allow"),
     /** First match wins. */
     rules: z.array(EgressRule).max(1024).default([]),
+    /**
+     * `observe`: nothing is blocked; every new flow's destination is recorded, and what the
+     * rules would have denied is recorded apart (a proposed allow list is built from the
+     * record, see proposeAllowList). Absent = enforce.
+     */
+    mode: z.enum(["enforce", "observe"]).optional(),
   })
   .strict();
 export type EgressPolicy = z.infer<typeof EgressPolicy>;
@@ -92,6 +98,8 @@ const coversPort = (r: EgressRule, port: number) => !r.ports || r.ports.some(([a
  * (no resolver round trip needed before the first connection).
  */
 export function proxiesNamedPorts(p: EgressPolicy): boolean {
+  // Observe mode lets everything through the slot chain, where every flow is recorded.
+  if (p.mode === "observe") return false;
   return p.rules.some((r) => r.domain && r.protocol !== "udp" && NAMED_PORTS.some((port) => coversPort(r, port)));
 }
 
@@ -108,4 +116,43 @@ export function verdictFor(p: EgressPolicy, c: { ip: string; port: number; name?
     if (hit) return r.action;
   }
   return p.default;
+}
+
+/** One destination a sandbox opened flows to, as the node recorded it. */
+export interface ObservedDestination {
+  ip: string;
+  protocol: "tcp" | "udp";
+  port: number;
+  /** New flows (for denied ones: refused attempts). */
+  count: number;
+  /** Names the sandbox resolved to this address through the node resolver. */
+  domains: string[];
+}
+
+/** A Native v1 rule (src/api/network NativeRule, wire form). */
+export interface ProposedRule {
+  action: "allow";
+  target: string;
+  protocol: "tcp" | "udp";
+  ports: number[];
+}
+
+/**
+ * The observed set as an allow list that can be applied as is (Native `network`:
+ * `{ default: "deny", rules }`): one rule per destination and protocol with its ports;
+ * the destination is the domain the sandbox resolved for the address when there was one
+ * (names outlive addresses), else the address itself.
+ */
+export function proposeAllowList(observed: ObservedDestination[]): { default: "deny"; rules: ProposedRule[] } {
+  const byTarget = new Map<string, ProposedRule>();
+  for (const o of observed) {
+    for (const target of o.domains.length ? o.domains : [o.ip]) {
+      const key = `${target} ${o.protocol}`;
+      const r = byTarget.get(key) ?? { action: "allow" as const, target, protocol: o.protocol, ports: [] };
+      if (!r.ports.includes(o.port)) r.ports.push(o.port);
+      byTarget.set(key, r);
+    }
+  }
+  const rules = [...byTarget.values()].map((r) => ({ ...r, ports: r.ports.sort((a, b) => a - b) }));
+  return { default: "deny", rules: rules.sort((a, b) => (a.target === b.target ? a.protocol.localeCompare(b.protocol) : a.target.localeCompare(b.target))) };
 }

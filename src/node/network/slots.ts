@@ -12,8 +12,8 @@ import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { parseSlotRange, type SlotRange } from "./cidr.ts";
 import type { ARecord } from "../dns/wire.ts";
-import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
-import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy } from "./policy.ts";
+import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
+import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type ObservedDestination } from "./policy.ts";
 
 export interface Slot {
   /** Owner: a sandbox id, or `pool<index>` for a warm slot. */
@@ -318,6 +318,20 @@ export class LinuxNetworkSlots implements NetworkSlots {
   policyAt(address: string): SlotPolicy | undefined {
     for (const s of this.slots.values()) if (s.address === address) return s.policy;
     return undefined;
+  }
+
+  /**
+   * What the sandbox's flows reached (every new flow in observe mode) and what its policy
+   * refused, each destination with the names it resolved to that address.
+   */
+  async observed(sandboxId: string, signal: AbortSignal): Promise<{ observed: ObservedDestination[]; denied: ObservedDestination[] }> {
+    if (!this.slots.has(sandboxId)) throw new SpaceError("not_found", `sandbox ${sandboxId} has no network slot on this node`);
+    const names = this.resolvedNames.get(sandboxId);
+    const read = async (set: string): Promise<ObservedDestination[]> => {
+      const r = await exec("nft", ["-j", "list", "set", "inet", this.table, set], { timeoutMs: T, signal });
+      return parseRecordSet(r.stdout).map((d) => ({ ...d, domains: [...(names ?? [])].filter(([, b]) => b.addresses.includes(d.ip)).map(([n]) => n).sort() }));
+    };
+    return { observed: await read(observedSet(sandboxId)), denied: await read(deniedSet(sandboxId)) };
   }
 
   /** The node resolver's question: is this a sandbox of this node? */
