@@ -167,6 +167,11 @@ test("pause = suspend: 204, listed paused, second pause 409; connect restores (2
   assert.equal(again.statusCode, 409);
   assert.equal(again.json().code, 409);
   assert.match(again.json().message, /already paused/);
+  // E2B answers timeout/refreshes for running sandboxes only (SDK 2.0 connect() relies on the 404).
+  for (const [u, b] of [["timeout", { timeout: 60 }], ["refreshes", { duration: 60 }]] as const) {
+    const t = await call("POST", `/sandboxes/${sb.sandboxID}/${u}`, b);
+    assert.deepEqual([t.statusCode, t.json().code], [404, 404], `${u} of a paused sandbox`);
+  }
   // Concurrent connects converge on one restore.
   substrate.restoreDelayMs = 100;
   const [c1, c2, c3] = await Promise.all([1, 2, 3].map(() => call("POST", `/v2/sandboxes/${sb.sandboxID}/connect`, { timeout: 60 })));

@@ -1,7 +1,9 @@
 /** kill, timeout, refreshes, pause (= suspend), connect/resume (v1, v2, legacy /resume). */
 import type { FastifyInstance } from "fastify";
 import { parse, tenantOf } from "./http.ts";
-import { toSandbox } from "./present.ts";
+import { notFound } from "../../core/errors.ts";
+import type { TenantId } from "../../core/ids.ts";
+import { toEcwState, toSandbox } from "./present.ts";
 import { ConnectBody, IdParams, PauseBody, RefreshBody, TimeoutBody } from "./schemas.ts";
 import type { EcwDeps } from "./routes.ts";
 
@@ -14,9 +16,17 @@ export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
     return reply.code(204).send();
   });
 
+  // Like E2B, timeout and refreshes know running sandboxes only: a paused one is 404
+  // (SDK 2.0-2.5 connect() sets the timeout first and resumes when that fails).
+  const running = async (tenant: TenantId, id: string) => {
+    const rec = await sandboxes.get(tenant, id);
+    if (toEcwState(rec.state) === "paused") throw notFound(`sandbox ${id} is paused; connect to resume it`);
+  };
+
   app.post("/sandboxes/:sandboxID/timeout", async (req, reply) => {
     const { sandboxID } = parse(IdParams, req.params, "path");
     const body = parse(TimeoutBody, req.body, "timeout body");
+    await running(tenantOf(req), sandboxID);
     await sandboxes.setTimeout(tenantOf(req), sandboxID, body.timeout);
     return reply.code(204).send();
   });
@@ -24,6 +34,7 @@ export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
   app.post("/sandboxes/:sandboxID/refreshes", async (req, reply) => {
     const { sandboxID } = parse(IdParams, req.params, "path");
     const body = parse(RefreshBody, req.body, "refresh body");
+    await running(tenantOf(req), sandboxID);
     await sandboxes.refresh(tenantOf(req), sandboxID, body.duration ?? 60);
     return reply.code(204).send();
   });
