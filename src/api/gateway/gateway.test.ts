@@ -106,6 +106,22 @@ test("signed file URL without routing header finds its sandbox by signature", as
   }
 });
 
+test("envd call with only X-Access-Token goes to the sandbox owning that token", async () => {
+  const s = await setup();
+  try {
+    await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const sb = await s.sandboxes.create("tn_b" as TenantId, input(), AbortSignal.timeout(5000));
+    const r = await fetch(`${s.base}/process.Process/List`, { method: "POST", headers: { "x-access-token": sb.envdAccessToken! } });
+    assert.equal(r.status, 200);
+    assert.match(((await r.json()) as { url: string }).url, new RegExp(`^/v1/sandboxes/${sb.id}/proxy/49983/process.Process/List$`));
+    const bad = await fetch(`${s.base}/process.Process/List`, { method: "POST", headers: { "x-access-token": "nope" } });
+    assert.equal(bad.status, 400);
+    assert.match(((await bad.json()) as { message: string }).message, /no running sandbox has this X-Access-Token/);
+  } finally {
+    await s.close();
+  }
+});
+
 test("public port needs the traffic token when allowPublicTraffic is false", async () => {
   const s = await setup();
   try {
