@@ -113,7 +113,7 @@ export function commandRun(deps: HandlerDeps): OperationHandler {
     const timeoutS = typeof cmd.cmd.timeout_s === "number" ? cmd.cmd.timeout_s : DEFAULT_COMMAND_TIMEOUT_S;
     const startedMs = cmd.startedAt?.getTime() ?? Date.now();
     const sink = new OutputSink(db, cmd.id);
-    const run = new CommandRun(client, cmd, sink, db, log);
+    const run = new CommandRun(client, cmd, sink, db, log, op.claimCount > 1);
     const timer = setTimeout(() => void run.kill("timeout"), Math.max(0, startedMs + timeoutS * 1000 - Date.now()));
     try {
       let attempt = 0;
@@ -165,19 +165,22 @@ class CommandRun {
     private readonly sink: OutputSink,
     private readonly db: Db,
     private readonly log: Logger,
+    /** A re-claimed operation: its previous claimer may have started the process without recording it. */
+    private readonly rerun: boolean,
   ) {
     this.pid = cmd.pid;
   }
+  /** A Start was sent by this run (a retry after a broken stream must look for it first). */
+  #startSent = false;
 
   /** One attempt: start (or reattach) and read to the end event. */
   async stream(signal: AbortSignal): Promise<ProcessEvent_EndEvent> {
-    const c = this.cmd.cmd;
     const events =
       this.pid !== null
         ? this.client.connect({ process: { selector: { case: "pid", value: this.pid } } }, { signal })
         : (await this.#alreadyStarted(signal))
           ? this.client.connect({ process: { selector: { case: "tag", value: this.cmd.id } } }, { signal })
-          : this.client.start({ process: { cmd: c.cmd, args: c.args ?? [], envs: c.envs ?? {}, ...(c.cwd ? { cwd: c.cwd } : {}) }, tag: this.cmd.id, stdin: false }, { signal });
+          : this.#start(signal);
     for await (const res of events) {
       const ev = res.event?.event;
       switch (ev?.case) {
@@ -207,9 +210,19 @@ class CommandRun {
     throw new SpaceError("unavailable", `envd stream of command ${this.cmd.id} closed before the command ended`);
   }
 
-  /** A re-run whose previous claimer died before recording the pid: is the tag running? */
+  #start(signal: AbortSignal) {
+    const c = this.cmd.cmd;
+    this.#startSent = true;
+    return this.client.start({ process: { cmd: c.cmd, args: c.args ?? [], envs: c.envs ?? {}, ...(c.cwd ? { cwd: c.cwd } : {}) }, tag: this.cmd.id, stdin: false }, { signal });
+  }
+
+  /**
+   * Before a Start whose pid is not recorded: is the tag already running? A re-claimed
+   * operation asks even when its row says queued (the dead claimer may have started the
+   * process and died before recording the pid), as does a retry after a broken stream.
+   */
   async #alreadyStarted(signal: AbortSignal): Promise<boolean> {
-    if (this.cmd.state !== "running" && this.cmd.startedAt === null) return false;
+    if (!this.rerun && !this.#startSent && this.cmd.state !== "running" && this.cmd.startedAt === null) return false;
     try {
       const { processes } = await this.client.list({}, { signal });
       return processes.some((p) => p.tag === this.cmd.id);
