@@ -49,8 +49,9 @@ describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, tim
   let opts: ConnectionOpts & { sandboxUrl: string };
   const created: string[] = [];
 
+  const kube = () => f.cluster!.kube;
   const pod = async (sandboxId: string) =>
-    f.cluster.kube.request<Pod>("GET", `/api/v1/namespaces/${f.namespace}/pods/${podNameOf(sandboxId)}`).catch((e: { status?: number }) => {
+    kube().request<Pod>("GET", `/api/v1/namespaces/${f.namespace}/pods/${podNameOf(sandboxId)}`).catch((e: { status?: number }) => {
       if (e.status === 404) return null;
       throw e;
     });
@@ -74,7 +75,7 @@ describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, tim
   });
 
   test("3 node agents are Nodes: SPACE taint, network slots allocatable, Ready, node-api annotation", async () => {
-    const list = await f.cluster.kube.request<{
+    const list = await kube().request<{
       items: Array<{
         metadata: { name: string; labels: Record<string, string>; annotations: Record<string, string> };
         spec: { taints?: Array<{ key: string; effect: string }> };
@@ -136,7 +137,7 @@ describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, tim
     assert.ok(ms < 30_000, `refused in ${ms} ms (the readiness deadline is 120 s)`);
     process.stdout.write(`# disk refusal on kubernetes: 400 in ${ms} ms\n`);
     // It went through a pod: the node recorded the refusal as an Event on it.
-    const events = await f.cluster.kube.request<{ items: Array<{ reason: string; message: string; involvedObject: { name: string }; lastTimestamp?: string }> }>(
+    const events = await kube().request<{ items: Array<{ reason: string; message: string; involvedObject: { name: string }; lastTimestamp?: string }> }>(
       "GET",
       `/api/v1/namespaces/${f.namespace}/events`,
       { query: { fieldSelector: "reason=FailedCreatePodSandBox" } },
@@ -145,13 +146,13 @@ describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, tim
     assert.ok(ours.length >= 1, JSON.stringify(events.items.map((e) => e.message)));
     const podName = ours[0]!.involvedObject.name;
     await waitFor(
-      () => f.cluster.kube.request("GET", `/api/v1/namespaces/${f.namespace}/pods/${podName}`).then(() => undefined, (e: { status?: number }) => e.status === 404 || undefined),
+      () => kube().request("GET", `/api/v1/namespaces/${f.namespace}/pods/${podName}`).then(() => undefined, (e: { status?: number }) => e.status === 404 || undefined),
       "the refused pod deleted",
       30_000,
       200,
     );
     await waitFor(
-      () => f.cluster.kube.request("GET", `/api/v1/namespaces/${f.namespace}/secrets/${podName}`).then(() => undefined, (e: { status?: number }) => e.status === 404 || undefined),
+      () => kube().request("GET", `/api/v1/namespaces/${f.namespace}/secrets/${podName}`).then(() => undefined, (e: { status?: number }) => e.status === 404 || undefined),
       "its spec secret deleted",
       30_000,
       200,
@@ -222,7 +223,7 @@ describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, tim
         return /kube-scheduler/.test(String(e)) && /affinity|selector/i.test(String(e));
       },
     );
-    const left = await f.cluster.kube.request<{ items: unknown[] }>("GET", `/api/v1/namespaces/${f.namespace}/pods`, { query: { fieldSelector: "status.phase=Pending" } });
+    const left = await kube().request<{ items: unknown[] }>("GET", `/api/v1/namespaces/${f.namespace}/pods`, { query: { fieldSelector: "status.phase=Pending" } });
     assert.equal(left.items.length, 0, "the unschedulable pod was deleted");
     await sb.kill();
   });

@@ -5,9 +5,11 @@
  * `space node` agents (runc, btrfs, netns) that register as Nodes in the apiserver and
  * play kubelet for the sandbox pods bound to them. Each node has its own host scope
  * (bridge, nft table, veth prefix, cgroup parent, runtime state, slot range, node dir).
+ * `substrate: "direct"` starts the same processes as a Direct fleet instead (nodes
+ * register with the API; no cluster), the baseline the bench compares against.
  *
  *   const f = await startKubeFleet({ nodes: 3 });
- *   f.apiUrl, f.apiKey, f.adminToken, f.cluster.kube, f.nodes[i].name (= Node name)
+ *   f.apiUrl, f.apiKey, f.adminToken, f.cluster?.kube, f.nodes[i].name (= Node name / node id)
  *   await f.stop();
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -38,7 +40,8 @@ export interface KubeFleetNode {
 }
 
 export interface KubeFleet {
-  cluster: TestCluster;
+  /** Absent on Direct. */
+  cluster: TestCluster | undefined;
   db: TestDb;
   apiUrl: string;
   gatewayUrl: string;
@@ -55,6 +58,8 @@ export interface KubeFleet {
 
 export interface KubeFleetOptions {
   nodes: number;
+  /** kubernetes (default) or direct (the same processes without a cluster). */
+  substrate?: "kubernetes" | "direct";
   /** Extra SPACE_* variables for api and controller. */
   env?: Record<string, string>;
 }
@@ -133,15 +138,14 @@ export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet>
     await cluster?.stop();
   };
 
+  const kube = (opts.substrate ?? "kubernetes") === "kubernetes";
   try {
-    cluster = await startCluster();
+    if (kube) cluster = await startCluster();
     db = await freshDb("postgres");
     const [apiPort, gwPort] = [await freePort(), await freePort()];
     apiUrl = `http://127.0.0.1:${apiPort}`;
     const common = {
-      SPACE_SUBSTRATE: "kubernetes",
-      SPACE_KUBE_CONFIG: cluster.kubeconfigPath,
-      SPACE_KUBE_NAMESPACE: NAMESPACE,
+      ...(cluster ? { SPACE_SUBSTRATE: "kubernetes", SPACE_KUBE_CONFIG: cluster.kubeconfigPath, SPACE_KUBE_NAMESPACE: NAMESPACE } : { SPACE_SUBSTRATE: "direct" }),
       SPACE_BLOB_URL: join(ctlDir, "blobs"),
       SPACE_INTERNAL_TOKEN: internal,
       SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "info",
@@ -164,14 +168,15 @@ export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet>
         SPACE_NODE_HEARTBEAT_MS: "3000",
         SPACE_NODE_BTRFS_IMAGE_GIB: "8",
         SPACE_NODE_MAX_SLOTS: "20",
+        ...(kube ? {} : { SPACE_NODE_CONTROL_URL: apiUrl }),
       };
       nodes.push({ name: "", group: `kg${i}`, port, dataDir, env, proc: spaceProcess(["node"], env) });
     }
     await Promise.all([api.waitFor("api listening", 60_000), controller.waitFor("controller elected leader", 60_000)]);
     await Promise.all(
       nodes.map(async (n) => {
-        const line = await n.proc.waitFor(/is up as Kubernetes node \S+/, 180_000);
-        n.name = line.split(" ").pop()!;
+        const line = await n.proc.waitFor(kube ? /is up as Kubernetes node \S+/ : /SPACE node \S+ is up at/, 180_000);
+        n.name = kube ? line.split(" ").pop()! : line.split(" ")[2]!;
       }),
     );
     const tenant = await admin("POST", "/tenants", { name: `kfleet-${run}` });
