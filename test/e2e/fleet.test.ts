@@ -289,12 +289,13 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     assert.equal(await nodeOf(id), a.id);
   });
 
-  test("gentle_drain_leaves_sandbox_resident: new creates avoid the drained node", async () => {
+  test("gentle_drain_leaves_sandbox_resident (through `space node drain`): new creates avoid the drained node", async () => {
     const residents = await running(a.id!);
     assert.ok(residents.length >= 2);
-    const d = await lab.admin("POST", `/nodes/${a.id}/drain`, { mode: "gentle" });
-    assert.equal(d.status, 200, JSON.stringify(d.body));
-    assert.equal(d.body.status, "draining");
+    const d = await lab.cli(["node", "drain", a.name]);
+    assert.equal(d.code, 0, d.stderr);
+    assert.match(d.stdout, new RegExp(`node ${a.name} \\(${a.id}\\) is draining \\(gentle\\).*its sandboxes stay`));
+    assert.equal((await lab.admin("GET", `/nodes/${a.id}`)).body.status, "draining");
     for (let i = 0; i < 2; i++) {
       const s = await ecwCreate("off", { node_group: "g1" });
       assert.equal(s.status, 201, JSON.stringify(s.body));
@@ -312,10 +313,18 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     assert.equal(shown.body.resident_sandboxes, residents.length);
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal((await lab.admin("GET", `/nodes/${a.id}`)).body.status, "draining", "heartbeats keep the drain");
-    assert.equal((await lab.admin("POST", `/nodes/${a.id}/ready`, {})).body.status, "ready");
+    const list = await lab.cli(["node", "list"]);
+    assert.equal(list.code, 0, list.stderr);
+    assert.match(list.stdout, new RegExp(`${a.name}\t${a.id}\tdraining \\(gentle\\)\tg1\t${a.address}\t\\d+\t`));
+    const ready = await lab.cli(["node", "undrain", a.id!]);
+    assert.equal(ready.code, 0, ready.stderr);
+    assert.equal((await lab.admin("GET", `/nodes/${a.id}`)).body.status, "ready");
+    const unknown = await lab.cli(["node", "drain", "no-such-node"]);
+    assert.equal(unknown.code, 1);
+    assert.match(unknown.stderr, /no node has the id or name no-such-node/);
   });
 
-  test("forced_drain_evacuates_sandbox: file, env and a running process move from a to b with the same id", async (t) => {
+  test("forced_drain_evacuates_sandbox (through `space node drain --forced`): file, env and a running process move from a to b with the same id", async (t) => {
     const opts = { apiKey, apiUrl: lab.api("off").url, sandboxUrl: lab.api("off").gatewayUrl, requestTimeoutMs: 120_000 };
     const mark = `evac-${randomBytes(4).toString("hex")}`;
     // Unconstrained (so it may move), put on a by draining b and c for the create; c stays
@@ -334,8 +343,9 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     const before = Number((await sb.files.read("/home/user/n")).trim());
     assert.ok(before > 0, `the loop runs (${before})`);
 
-    const d = await lab.admin("POST", `/nodes/${a.id}/drain`, { mode: "forced" });
-    assert.equal(d.status, 200, JSON.stringify(d.body));
+    const cli = await lab.cli(["node", "drain", a.name, "--forced", "--json"]);
+    assert.equal(cli.code, 0, cli.stderr);
+    const d = { body: JSON.parse(cli.stdout) as Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any -- the API's JSON answer
     assert.equal(d.body.drain_mode, "forced");
     const mine = d.body.evacuation.sandboxes.find((o: { sandbox_id: string }) => o.sandbox_id === sb.sandboxId);
     assert.ok(mine, JSON.stringify(d.body.evacuation));

@@ -72,6 +72,7 @@ export interface LabNode {
   address: string;
   netns: string;
   stateDir: string;
+  cgroupParent: string;
   proc?: LabProcess;
   /** Set by the first registration check. */
   id?: string;
@@ -188,6 +189,8 @@ export async function startLab(o: LabOptions): Promise<Lab> {
       // Its bridge and nft tables go with the namespace; the host veth with its peer.
       sh("ip", ["netns", "delete", n.netns], true);
       sh("rm", ["-rf", n.stateDir], true);
+      // The node's (now empty) cgroup parent under each controller (v1) or the unified tree.
+      sh("find", ["/sys/fs/cgroup", "-maxdepth", "2", "-type", "d", "-name", n.cgroupParent, "-exec", "rmdir", "{}", "+"], true);
     }
     sh("ip", ["link", "delete", bridge], true);
     for (const d of dataDirs) removeDataDir(d);
@@ -297,6 +300,7 @@ export async function startLab(o: LabOptions): Promise<Lab> {
         address: `http://${ip}:${NODE_PORT}`,
         netns,
         stateDir,
+        cgroupParent: env.SPACE_NODE_CGROUP_PARENT!,
         async start() {
           node.proc = spawnSpace(["node"], env, netns);
           await node.proc.waitFor("is up at", 180_000);
