@@ -25,7 +25,8 @@ import { createWarmPoolReconciler } from "../../src/controller/warm-pools/reconc
 import { warmPoolMetrics } from "../../src/controller/warm-pools/metrics.ts";
 import { parseWarmPoolsConfig } from "../../src/controller/warm-pools/config.ts";
 import { planPool, type PlanInput } from "../../src/controller/warm-pools/plan.ts";
-import { listSlots, upsertWarmPool, type WarmSlot } from "../../src/store/warm-pools.ts";
+import { listSlots, moveSlot, upsertWarmPool, type WarmSlot } from "../../src/store/warm-pools.ts";
+import { SpaceError } from "../../src/core/errors.ts";
 
 const log = pino({ level: "silent" });
 const N1 = "00000000-0000-4000-8000-000000000001" as NodeId;
@@ -101,6 +102,43 @@ async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?:
 
 for (const engine of testEngines()) {
   describe(`warm pools on ${engine.name}`, { skip: engine.skip }, () => {
+    test("Native reservations: only the create naming a reserved member adopts it; a released one goes back; a lapsed one is refused for a retry under a new id", async () => {
+      const s = await setup(engine.name);
+      try {
+        await s.fill();
+        const sig = () => AbortSignal.timeout(5000);
+        const id = await s.sandboxes.reserveWarm(s.tenant.id, input(), sig());
+        assert.ok(id, "a ready member is reserved");
+        const slot = (await listSlots(s.db, "base")).find((x) => x.sandboxId === id)!;
+        assert.equal(slot.state, "reserved");
+        assert.equal(slot.reservedFor, s.tenant.id);
+        assert.equal(await s.sandboxes.isReservedWarm(s.tenant.id, id), true);
+        const other = await s.sandboxes.create(s.tenant.id, input(), sig());
+        assert.notEqual(other.id, id, "an id-less create never takes a reserved member");
+        const mine = await s.sandboxes.create(s.tenant.id, input({ id, envVars: { R: "1" } }), sig());
+        assert.equal(mine.id, id, "the create naming it adopts it");
+        assert.equal(mine.tenantId, s.tenant.id);
+        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === id)?.body.envVars, { R: "1" });
+        assert.equal(await s.sandboxes.isReservedWarm(s.tenant.id, id), false);
+
+        await s.fill();
+        const released = (await s.sandboxes.reserveWarm(s.tenant.id, input(), sig()))!;
+        await s.sandboxes.releaseWarm(s.tenant.id, released);
+        assert.equal((await listSlots(s.db, "base")).find((x) => x.sandboxId === released)?.state, "ready", "released → ready");
+
+        const lapsed = (await s.sandboxes.reserveWarm(s.tenant.id, input(), sig()))!;
+        await moveSlot(s.db, (await listSlots(s.db, "base")).find((x) => x.sandboxId === lapsed)!.id, ["reserved"], "ready", { reservedFor: null });
+        await assert.rejects(
+          s.sandboxes.create(s.tenant.id, input({ id: lapsed }), sig()),
+          (e: unknown) => e instanceof SpaceError && e.code === "unavailable" && e.retryable === true,
+          "the id names a member that is no longer reserved: refused, retryable",
+        );
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
     test("fills to size; a create adopts a member, personalised without a restart; the pool refills", async () => {
       const s = await setup(engine.name);
       try {

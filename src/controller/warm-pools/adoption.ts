@@ -180,18 +180,22 @@ export class WarmPoolAdoption implements WarmAdopter {
     signal: AbortSignal,
   ): Promise<{ slot: WarmSlot; node: NodeEntry | undefined } | null> {
     const { db, metrics, log } = this.#d;
-    const pools = await matchingWarmPools(db, req.template.templateId, req, tenantId);
-    if (!pools.length) return null;
+    const templateId = req.template.templateId;
+    const pools = await matchingWarmPools(db, templateId, req, tenantId);
+    if (!pools.length) return null; // creates without a pool pay one read
+    // Independent reads: one round trip's wait on Postgres instead of three.
+    const [buildId, binding, nodeList] = await Promise.all([
+      currentBuildOf(db, templateId),
+      this.#d.gate === "on" && this.#d.templates.binding ? this.#d.templates.binding(templateId) : ({ kind: "none" } as EnvironmentBinding),
+      this.#d.nodes.list(signal),
+    ]);
     const names = pools.map((p) => p.name);
     const label = names[0]!;
-    const buildId = await currentBuildOf(db, req.template.templateId);
-    const binding: EnvironmentBinding =
-      this.#d.gate === "on" && this.#d.templates.binding ? await this.#d.templates.binding(req.template.templateId) : { kind: "none" };
     if (this.#d.gate === "on" && binding.kind === "unreadable") {
       metrics.misses.inc({ pool: label, reason: "binding_unreadable" });
       return null; // the cold path fails it with the placement error
     }
-    const nodes = new Map((await this.#d.nodes.list(signal)).map((n) => [n.id, n]));
+    const nodes = new Map(nodeList.map((n) => [n.id, n]));
     const tried: string[] = [];
     const reservedFor = to === "reserved" ? tenantId : null;
     for (let i = 0; i < MAX_CLAIMS; i++) {
