@@ -4,7 +4,7 @@
 //
 //   node --import tsx bench/node.ts [--n 50] [--stub-envd]      (root; after scripts/setup.sh)
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { loadConfig } from "../src/core/config.ts";
@@ -49,6 +49,7 @@ const m = agent.manager!;
 const launch = await envdLaunch(envdDir, process.execPath, createLogger("warn", "bench"));
 const spec = () => ({ sandboxId: newSandboxId(), executionId: newExecutionId(), template: "base", vcpu: 1, memoryMib: 512, diskMib: 2048, envVars: {}, allowInternetAccess: true });
 
+const loadAtStart = loadavg();
 try {
   // ---- node create-to-ready
   for (let i = 0; i < 3; i++) {
@@ -130,7 +131,7 @@ try {
   for (const id of idle) await m.kill(id, sig());
 
   const result = {
-    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, envd: values["stub-envd"] ? "stub" : `dist/envd (${launch.kind})` },
+    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, envd: values["stub-envd"] ? "stub" : `dist/envd (${launch.kind})`, loadavg1m: { start: round(loadAtStart[0]!), end: round(loadavg()[0]!) } },
     n: N,
     nodeCreateToReadyMs: stats(parts.totalMs!),
     // Disk and slot run in parallel from the start; the runtime starts once the disk and the
