@@ -148,6 +148,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
         sandboxes: layer.sandboxes,
         log,
         authenticate: (req) => authenticateBearer(db, bearerOf(req), cp.adminToken),
+        builds,
       }),
   ];
   const app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });

@@ -11,7 +11,7 @@
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { z } from "zod";
-import type { Db } from "../store/db.ts";
+import type { Db, Queryable } from "../store/db.ts";
 import type { BlobStore } from "../blob/blob-store.ts";
 import type { Logger } from "../core/log.ts";
 import { invalid, notFound, SpaceError, errorCodes, fromHttpStatus, type ErrorCode } from "../core/errors.ts";
@@ -73,6 +73,16 @@ export interface BuildCoordinatorDeps {
   pollMs?: number;
 }
 
+export interface BuildRequestInput {
+  name: string;
+  tags?: string[];
+  cpuCount?: number;
+  memoryMB?: number;
+}
+
+/** The target of a Native `template.build` operation: the build it waits for. */
+export const buildTarget = (buildId: string) => `builds/${buildId}`;
+
 /** Splits `name[:tag]`. */
 export function splitNameTag(name: string): { alias: string; tag: string | undefined } {
   const i = name.lastIndexOf(":");
@@ -102,28 +112,31 @@ export class BuildCoordinator {
   }
 
   /** POST /v3/templates: the template (created on first use) and a new waiting build. */
-  async request(tenantId: TenantId, input: { name: string; tags?: string[]; cpuCount?: number; memoryMB?: number }): Promise<{ template: Template; build: Build; tags: string[] }> {
+  async request(tenantId: TenantId, input: BuildRequestInput): Promise<{ template: Template; build: Build; tags: string[] }> {
+    return this.d.db.transaction((tx) => this.requestIn(tx, tenantId, input));
+  }
+
+  /** `request` inside the caller's transaction (Native: with its operation), optionally with a chosen build id. */
+  async requestIn(tx: Queryable, tenantId: TenantId, input: BuildRequestInput, buildId?: string): Promise<{ template: Template; build: Build; tags: string[] }> {
     const { alias, tag } = splitNameTag(input.name);
     if (!ALIAS.test(alias)) throw invalid(`template name ${JSON.stringify(alias)} is not valid: lower-case letters, digits, '.', '_' and '-' (at most 63)`);
     const tags = [...new Set([...(tag ? [tag] : []), ...(input.tags ?? [])])];
     for (const t of tags) if (!ALIAS.test(t)) throw invalid(`tag ${JSON.stringify(t)} is not valid`);
-    return this.d.db.transaction(async (tx) => {
-      let template = await tx.maybeOne<Template>(
-        `SELECT id, tenant_id, name, public, created_at, updated_at, deleted_at FROM templates WHERE tenant_id = $1 AND name = $2 AND deleted_at IS NULL`,
-        [tenantId, alias],
-      );
-      // Names are per team (as E2B's): another team's `oci-tpl` is a different template.
-      template ??= await createTemplate(tx, { tenantId, name: alias });
-      const spec: BuildSpecRecord = { alias, tags, tenantId };
-      const build = await createBuild(tx, {
-        id: `bd_${randomId(16)}`,
-        templateId: template.id,
-        spec,
-        ...(input.cpuCount ? { vcpu: input.cpuCount } : {}),
-        ...(input.memoryMB ? { memoryMib: input.memoryMB } : {}),
-      });
-      return { template, build, tags };
+    let template = await tx.maybeOne<Template>(
+      `SELECT id, tenant_id, name, public, created_at, updated_at, deleted_at FROM templates WHERE tenant_id = $1 AND name = $2 AND deleted_at IS NULL`,
+      [tenantId, alias],
+    );
+    // Names are per team (as E2B's): another team's `oci-tpl` is a different template.
+    template ??= await createTemplate(tx, { tenantId, name: alias });
+    const spec: BuildSpecRecord = { alias, tags, tenantId };
+    const build = await createBuild(tx, {
+      id: buildId ?? `bd_${randomId(16)}`,
+      templateId: template.id,
+      spec,
+      ...(input.cpuCount ? { vcpu: input.cpuCount } : {}),
+      ...(input.memoryMB ? { memoryMib: input.memoryMB } : {}),
     });
+    return { template, build, tags };
   }
 
   /** The build of `templateId` owned by `tenantId`, or not_found. */

@@ -3,7 +3,7 @@
  * to fail the next start with a given error. Not for production use.
  */
 import { SpaceError } from "../core/errors.ts";
-import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
 import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "./substrate.ts";
 
 export class FakeSubstrate implements Substrate {
@@ -73,6 +73,10 @@ export class FakeSubstrate implements Substrate {
     this.policies.set(ref.sandboxId, e.policy);
     this.calls.push(`egress ${ref.sandboxId} ${e.allowInternetAccess}`);
     this.egress.set(ref.sandboxId, e.allowInternetAccess);
+  }
+  async networkRecord(ref: SandboxRef): Promise<NetworkRecord> {
+    if (!this.running.has(ref.sandboxId)) throw new SpaceError("not_found", "not on node");
+    return { observed: [], denied: [] };
   }
   async proxyTarget(ref: SandboxRef, port: number): Promise<ProxyTarget> {
     return { baseUrl: new URL(`${this.proxyBase}/v1/sandboxes/${ref.sandboxId}/proxy/${port}`), headers: { "x-space-node-token": "internal" } };

@@ -3,7 +3,7 @@
  * placed, a sandbox is driven the same way whether SPACE or kube-scheduler chose its
  * node. Substrates say how to reach a node (`client`) and own placement, start and kill.
  */
-import type { SandboxEgress, SandboxMetrics, SandboxStatus } from "../node/api/contract.ts";
+import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxStatus } from "../node/api/contract.ts";
 import { SpaceError } from "../core/errors.ts";
 import type { NodeClient } from "./direct/node-client.ts";
 import type { ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
@@ -52,6 +52,10 @@ export abstract class NodeApiSubstrate {
 
   async metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics> {
     return (await this.client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
+  }
+
+  async networkRecord(ref: SandboxRef, signal: AbortSignal): Promise<NetworkRecord> {
+    return (await this.client(ref.nodeId, signal)).networkRecord(ref.sandboxId, signal);
   }
 
   async setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void> {

@@ -6,7 +6,7 @@
  *
  * Every verb takes an AbortSignal; `kill` is idempotent (absent = ok).
  */
-import type { SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
 import type { SnapshotDescriptorWire } from "../node/snapshots/contract.ts";
 import type { EnvironmentBinding } from "./placement.ts";
 
@@ -70,6 +70,8 @@ export interface Substrate {
   metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics>;
   /** Replaces the egress policy of a running sandbox (`policy`, compiled by src/api/network; else all or nothing). */
   setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void>;
+  /** Destinations the sandbox's node recorded: observed (observe mode) and refused by its policy. */
+  networkRecord(ref: SandboxRef, signal: AbortSignal): Promise<NetworkRecord>;
   /** Where the gateway forwards traffic for `port` of this sandbox. */
   proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget>;
   /**

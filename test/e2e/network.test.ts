@@ -282,6 +282,8 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
     let a: string;
     let b: string;
     let c: string;
+    /** O: observe mode over a default-deny policy. */
+    let o: string;
     before(async () => {
       const { token } = await tenantWithToken(stack.apiUrl, stack.adminToken, "net-native", ALL);
       n = new NativeClient(stack.apiUrl, token);
@@ -305,9 +307,10 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
         n.create({ network: { deny_out: [B_NET, A1] } }),
         n.create(),
       ]);
+      o = await n.create({ network: { mode: "observe", allow_internet_access: false, allow_out: [A1] } });
     });
     after(async () => {
-      await Promise.allSettled([a, b, c].filter(Boolean).map((id) => n.req("DELETE", `/v1/sandboxes/${id}`)));
+      await Promise.allSettled([a, b, c, o].filter(Boolean).map((id) => n.req("DELETE", `/v1/sandboxes/${id}`)));
     });
 
     test("a bad rule target is a 400 naming it, before anything is created", async () => {
@@ -379,6 +382,37 @@ describe("network policy end to end (space up, fake internet)", { skip, timeout:
       assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
       const r = await nprobe(n, a, [tcp(A1, 5000), udp(A1), tcp(A2, 5000), tcp(B2, 5000), dns("allowed.test"), ["http", D1, 80, "allowed.test"], ["http", O1, 80, "other.test"], tcp(G1, 5000)]);
       assert.deepEqual(r, [OPEN, echo(A1), REFUSED, REFUSED, D1, `ok ${D1} allowed.test`, RESET, REFUSED]);
+    });
+
+    test("observe mode: nothing blocked, destinations (with resolved names) and would-be refusals listed; the proposed allow list applies as is; denied flows listed in enforce mode", async () => {
+      const r = await nprobe(n, o, [tcp(A2, 5000), udp(B1), dns("allowed.test"), ["http", D1, 80, "allowed.test"], tcp(A1, 5000)]);
+      assert.deepEqual(r, [OPEN, echo(B1), D1, `ok ${D1} allowed.test`, OPEN]);
+      const rec = await n.req("GET", `/v1/sandboxes/${o}/network`);
+      assert.equal(rec.status, 200, JSON.stringify(rec.body));
+      const key = (d: { ip: string; protocol: string; port: number }) => `${d.ip} ${d.protocol} ${d.port}`;
+      assert.equal(rec.body.mode, "observe");
+      assert.deepEqual(rec.body.observed.map(key).sort(), [`${A1} tcp 5000`, `${A2} tcp 5000`, `${B1} udp 9999`, `${D1} tcp 80`]);
+      assert.deepEqual(rec.body.observed.find((d: { port: number }) => d.port === 80).domains, ["allowed.test"]);
+      assert.deepEqual(rec.body.denied.map(key).sort(), [`${A2} tcp 5000`, `${B1} udp 9999`, `${D1} tcp 80`], "the default deny would have refused all but A1");
+      const proposed = rec.body.proposed_network;
+      assert.deepEqual(proposed.rules.map((x: { target: string; protocol: string; ports: number[] }) => `${x.target} ${x.protocol} ${x.ports.join(",")}`), [`${A1} tcp 5000`, `${A2} tcp 5000`, `${B1} udp 9999`, "allowed.test tcp 80"]);
+      const p = await n.create({ network: proposed });
+      try {
+        const after = await nprobe(n, p, [tcp(A2, 5000), udp(B1), tcp(A2, 8080), tcp(B1, 5000), ["http", D1, 80, "allowed.test"], ["http", D1, 80, "other.test"]]);
+        assert.deepEqual(after, [OPEN, echo(B1), REFUSED, REFUSED, `ok ${D1} allowed.test`, RESET]);
+      } finally {
+        await n.req("DELETE", `/v1/sandboxes/${p}`).catch(() => undefined);
+      }
+      // Enforce mode: the refusals the earlier scenarios caused in B are listed, counted.
+      const recB = await n.req("GET", `/v1/sandboxes/${b}/network`);
+      assert.equal(recB.body.mode, "enforce");
+      assert.deepEqual(recB.body.observed, []);
+      const denied = new Map<string, number>(recB.body.denied.map((d: { ip: string; protocol: string; port: number; count: number }) => [key(d), d.count]));
+      assert.ok((denied.get(`${B1} tcp 80`) ?? 0) >= 1 && (denied.get(`${A1} tcp 80`) ?? 0) >= 1, JSON.stringify(recB.body.denied));
+      assert.equal(denied.has(`${A2} tcp 80`), false, "allowed flows are not listed as denied");
+      // Another tenant cannot read it.
+      const other = new NativeClient(stack.apiUrl, (await tenantWithToken(stack.apiUrl, stack.adminToken, "net-other", ALL)).token);
+      assert.equal((await other.req("GET", `/v1/sandboxes/${b}/network`)).status, 404);
     });
   });
 });

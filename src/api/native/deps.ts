@@ -6,6 +6,7 @@ import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
 import type { Principal } from "../auth.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
+import type { BuildCoordinator } from "../../controller/builds.ts";
 
 export interface NativeDeps {
   db: Db;
@@ -21,4 +22,6 @@ export interface NativeDeps {
   createDeadlineMs?: number;
   /** Deadline of other operations (default 30 min; commands add their timeout_s). */
   operationDeadlineMs?: number;
+  /** Template builds (the process's BuildCoordinator); absent = builds are refused. */
+  builds?: BuildCoordinator;
 }

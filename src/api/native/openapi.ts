@@ -68,6 +68,7 @@ export function buildOpenApi(): Json {
     OperationList: schema(S.OperationList),
     CreateSandbox: schema(S.CreateSandboxBody, "input"),
     NetworkSpec: schema(S.NetworkSpec, "input"),
+    NetworkObservation: schema(S.NetworkObservation),
     Empty: schema(S.EmptyBody, "input"),
     ForkSandbox: schema(S.ForkSandboxBody, "input"),
     Sandbox: schema(S.Sandbox),
@@ -94,6 +95,9 @@ export function buildOpenApi(): Json {
       "/v1/sandboxes/{id}": {
         get: { summary: "get a sandbox", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("Sandbox"), ...errors(401, 403, 404) } },
         delete: mutation("delete (kill) a sandbox", "sandboxes:write", { parameters: [pathId("id")] }),
+      },
+      "/v1/sandboxes/{id}/network": {
+        get: { summary: "network record: destinations observed (mode observe) and refused, with a proposed allow list", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("NetworkObservation"), ...errors(401, 403, 404) } },
       },
       "/v1/sandboxes/{id}/pause": lifecycle("pause", "freeze in memory (resident pause)"),
       "/v1/sandboxes/{id}/resume": lifecycle("resume", "resume a paused sandbox"),

@@ -11,7 +11,8 @@ import { toCreateInput } from "../../controller/operations/sandbox-create.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
 import { toSandbox } from "./present.ts";
-import { compileNative } from "../network/policy.ts";
+import { compileNative, egressPolicyOf } from "../network/policy.ts";
+import { proposeAllowList } from "../../node/network/policy.ts";
 import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./schemas.ts";
 
 export const DEFAULT_CREATE_DEADLINE_MS = 30 * 60 * 1000;
@@ -42,6 +43,15 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
     const { tenantId } = await tenantWith(deps, req, "sandboxes:read");
     const { id } = parse(SandboxIdParams, req.params, "path");
     return toSandbox(await deps.sandboxes.get(tenantId, id));
+  });
+
+  app.get("/v1/sandboxes/:id/network", async (req) => {
+    const { tenantId } = await tenantWith(deps, req, "sandboxes:read");
+    const { id } = parse(SandboxIdParams, req.params, "path");
+    const rec = await deps.sandboxes.get(tenantId, id);
+    const { observed, denied } = await deps.sandboxes.networkRecord(tenantId, id);
+    const mode = egressPolicyOf(rec.allowInternetAccess, rec.network).mode ?? "enforce";
+    return { mode, observed, denied, proposed_network: proposeAllowList(observed) };
   });
 
   app.get("/v1/sandboxes", async (req) => {

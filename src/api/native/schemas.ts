@@ -34,6 +34,7 @@ export const operationKinds = [
   "sandbox.fork",
   "command.run",
   "command.cancel",
+  "template.build",
 ] as const;
 export const OperationKind = z.enum(operationKinds);
 export type OperationKind = z.infer<typeof OperationKind>;

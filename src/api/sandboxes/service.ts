@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import type { Logger } from "../../core/log.ts";
 import { SpaceError, invalid, notFound } from "../../core/errors.ts";
 import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../../core/ids.ts";
-import type { SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
+import type { NetworkRecord, SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
 import type { SandboxRef, SandboxStatus, SnapshotDescriptor, Substrate } from "../../substrate/substrate.ts";
 import { MemorySnapshotRepo, type SnapshotRepo, type SnapshotRow } from "./snapshot-repo.ts";
 import { egressPolicyOf } from "../network/policy.ts";
@@ -881,6 +881,16 @@ export class SandboxService {
     if (range.end && range.end.getTime() < now.getTime() - 5_000) return [];
     if (range.start && range.start.getTime() > now.getTime() + 5_000) return [];
     return [await this.#substrate.metrics({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(10_000))];
+  }
+
+  /**
+   * The sandbox's network record: destinations observed (policy mode `observe`) and refused
+   * by its policy, as its node recorded them (empty unless it runs).
+   */
+  async networkRecord(tenantId: TenantId, id: string): Promise<NetworkRecord> {
+    const rec = await this.get(tenantId, id);
+    if (rec.state !== "running" || !rec.nodeId) return { observed: [], denied: [] };
+    return this.#substrate.networkRecord({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(10_000));
   }
 
   /**

@@ -10,6 +10,7 @@ import { sandboxDelete } from "./sandbox-delete.ts";
 import { sandboxFork, sandboxPause, sandboxRestore, sandboxResume, sandboxStart, sandboxStop, sandboxSuspend } from "./sandbox-lifecycle.ts";
 import { commandRun } from "./command-run.ts";
 import { commandCancel } from "./command-cancel.ts";
+import { templateBuild } from "./template-build.ts";
 
 export interface HandlerDeps {
   db: Db;
@@ -30,6 +31,7 @@ export function createOperationHandlers(deps: HandlerDeps): HandlerMap {
     "sandbox.fork": sandboxFork(deps),
     "command.run": commandRun(deps),
     "command.cancel": commandCancel(deps),
+    "template.build": templateBuild(deps),
   };
 }
 

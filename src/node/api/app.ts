@@ -109,6 +109,10 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
     await mgr().kill(id, signalOf(req));
     return reply.status(204).send();
   });
+  app.get("/v1/sandboxes/:id/network", async (req) => {
+    const { id } = parse(Params, req.params, "path");
+    return mgr().networkRecord(id, signalOf(req));
+  });
   app.get("/v1/sandboxes/:id/metrics", async (req) => {
     const { id } = parse(Params, req.params, "path");
     return mgr().metrics(id, signalOf(req));

@@ -21,6 +21,8 @@
 import { z } from "zod";
 import { EgressPolicy } from "../network/policy.ts";
 
+export { NetworkRecord } from "../network/policy.ts";
+
 export const ENVD_PORT = 49983;
 
 /** Alternative header for the internal token (proxy calls that carry their own Authorization). */

@@ -119,15 +119,22 @@ export function verdictFor(p: EgressPolicy, c: { ip: string; port: number; name?
 }
 
 /** One destination a sandbox opened flows to, as the node recorded it. */
-export interface ObservedDestination {
-  ip: string;
-  protocol: "tcp" | "udp";
-  port: number;
-  /** New flows (for denied ones: refused attempts). */
-  count: number;
-  /** Names the sandbox resolved to this address through the node resolver. */
-  domains: string[];
-}
+export const ObservedDestination = z
+  .object({
+    ip: z.string(),
+    protocol: z.enum(["tcp", "udp"]),
+    port: z.number().int(),
+    /** New flows (for denied ones: refused attempts). */
+    count: z.number().int(),
+    /** Names the sandbox resolved to this address through the node resolver. */
+    domains: z.array(z.string()),
+  })
+  .meta({ id: "ObservedDestination" });
+export type ObservedDestination = z.infer<typeof ObservedDestination>;
+
+/** A sandbox's record: destinations observed (observe mode) and refused (any mode). */
+export const NetworkRecord = z.object({ observed: z.array(ObservedDestination), denied: z.array(ObservedDestination) });
+export type NetworkRecord = z.infer<typeof NetworkRecord>;
 
 /** A Native v1 rule (src/api/network NativeRule, wire form). */
 export interface ProposedRule {

@@ -13,7 +13,7 @@ import type { Logger } from "../../core/log.ts";
 import { parseSlotRange, type SlotRange } from "./cidr.ts";
 import type { ARecord } from "../dns/wire.ts";
 import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
-import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type ObservedDestination } from "./policy.ts";
+import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "./policy.ts";
 
 export interface Slot {
   /** Owner: a sandbox id, or `pool<index>` for a warm slot. */
@@ -67,6 +67,8 @@ export interface NetworkSlots {
   /** Absent = ok. */
   release(sandboxId: string, signal: AbortSignal): Promise<void>;
   setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void>;
+  /** Destinations recorded for the sandbox (observe mode) and refused by its policy. */
+  observed?(sandboxId: string, signal: AbortSignal): Promise<NetworkRecord>;
   get(sandboxId: string): Slot | undefined;
   inUse(): number;
   capacity(): number;
@@ -324,7 +326,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
    * What the sandbox's flows reached (every new flow in observe mode) and what its policy
    * refused, each destination with the names it resolved to that address.
    */
-  async observed(sandboxId: string, signal: AbortSignal): Promise<{ observed: ObservedDestination[]; denied: ObservedDestination[] }> {
+  async observed(sandboxId: string, signal: AbortSignal): Promise<NetworkRecord> {
     if (!this.slots.has(sandboxId)) throw new SpaceError("not_found", `sandbox ${sandboxId} has no network slot on this node`);
     const names = this.resolvedNames.get(sandboxId);
     const read = async (set: string): Promise<ObservedDestination[]> => {

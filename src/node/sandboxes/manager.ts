@@ -14,7 +14,7 @@ import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import { ENVD_PORT, type SandboxMetrics, type SandboxSpec, type SandboxStatus } from "../api/contract.ts";
 import type { Disks } from "../disk/disks.ts";
-import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy } from "../network/policy.ts";
+import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } from "../network/policy.ts";
 import type { NetworkSlots } from "../network/slots.ts";
 import { CleanupStack } from "./cleanup-stack.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
@@ -504,6 +504,13 @@ export class SandboxManager {
     s.spec.network = policy;
     if (this.o.slots && this.o.slots.get(id)) await this.o.slots.setPolicy(id, egressOf(s.spec), signal);
     await this.saveRecord(s);
+  }
+
+  /** What the sandbox's slot recorded: destinations observed (observe mode) and refused. */
+  async networkRecord(id: string, signal: AbortSignal): Promise<NetworkRecord> {
+    this.mustGet(id);
+    if (!this.o.slots?.observed || !this.o.slots.get(id)) return { observed: [], denied: [] };
+    return this.o.slots.observed(id, signal);
   }
 
   /** Ends the sandbox and releases everything it holds. Absent = ok. */

@@ -8,6 +8,7 @@ import {
   NodeError,
   NodeHealth,
   NodeInventory,
+  NetworkRecord,
   SandboxMetrics,
   SandboxStatus,
   NODE_TOKEN_HEADER,
@@ -80,6 +81,10 @@ export class NodeClient {
   /** Headers for the proxy route: the token travels in its own header so the client's Authorization passes. */
   proxyHeaders(): Record<string, string> {
     return { [NODE_TOKEN_HEADER]: this.#token };
+  }
+  /** Destinations the sandbox's slot recorded (observe mode) and refused. */
+  networkRecord(id: string, signal: AbortSignal) {
+    return this.#call("GET", `/v1/sandboxes/${enc(id)}/network`, undefined, NetworkRecord, signal);
   }
   metrics(id: string, signal: AbortSignal) {
     return this.#call("GET", `/v1/sandboxes/${enc(id)}/metrics`, undefined, SandboxMetrics, signal);
