@@ -1,23 +1,26 @@
 /**
- * ECW end to end with the last 1.x e2b SDK (npm alias e2b-1). SDK 1.x has no apiUrl or
- * sandboxUrl: it calls https://api.<domain> and https://<port>-<id>.<domain>, so a real
- * deployment puts a TLS front with wildcard DNS before SPACE. This test plays that front
- * inside the process: fetch is wrapped to send api.<domain> to the API and
- * <port>-<id>.<domain> to the gateway's path form. It uses the v1 paths (POST /sandboxes,
- * `secure` in the body) and connect() reads the envd token from GET /sandboxes/{id}.
+ * ECW end to end with SDKs older than sandboxUrl: the last 1.x (npm alias e2b-1) and 2.0.3
+ * (e2b-20). They have no apiUrl or sandboxUrl: they call https://api.<domain> and
+ * https://<port>-<id>.<domain>, so a real deployment puts a TLS front with wildcard DNS
+ * before SPACE. This test plays that front inside the process: fetch is wrapped to send
+ * api.<domain> to the API and <port>-<id>.<domain> to the gateway's path form.
+ * 1.x: v1 paths (POST /sandboxes, `secure` in the body); connect() reads the envd token
+ * from GET /sandboxes/{id}. 2.0: connect() sets the timeout and resumes (POST
+ * /sandboxes/{id}/resume) only when that fails, so a paused sandbox's timeout must be 404.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox, CommandExitError } from "e2b-1";
+import { Sandbox as Sandbox20 } from "e2b-20";
 import { startStack, type Stack } from "../support/stack.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
 const DOMAIN = "space.test";
 
-describe("ECW with the e2b SDK 1.x", { skip, timeout: 15 * 60_000 }, () => {
+describe("ECW with e2b SDKs before sandboxUrl (1.13, 2.0)", { skip, timeout: 15 * 60_000 }, () => {
   let stack: Stack;
   const realFetch = globalThis.fetch;
-  const created: Sandbox[] = [];
+  const created: { kill(): Promise<unknown> }[] = [];
   const opts = () => ({ apiKey: stack.apiKey, domain: DOMAIN, requestTimeoutMs: 120_000 });
 
   before(async () => {
@@ -82,4 +85,19 @@ describe("ECW with the e2b SDK 1.x", { skip, timeout: 15 * 60_000 }, () => {
       assert.equal(await sb.isRunning(), false);
     });
   }
+
+  test("2.0.3: pause, then connect resumes it with files and processes", async () => {
+    const sb = await Sandbox20.create("base", { ...opts(), timeoutMs: 120_000 });
+    created.push(sb);
+    await sb.files.write("/home/user/keep.txt", "kept");
+    await sb.commands.run("sleep 1000", { background: true });
+    assert.equal(await Sandbox20.betaPause(sb.sandboxId, opts()), true);
+    assert.equal((await Sandbox20.getInfo(sb.sandboxId, opts())).state, "paused");
+    const again = await Sandbox20.connect(sb.sandboxId, opts());
+    assert.equal(await again.files.read("/home/user/keep.txt"), "kept");
+    assert.ok((await again.commands.list()).some((p) => p.args.includes("sleep 1000")), "the background process survived");
+    assert.equal((await Sandbox20.getInfo(sb.sandboxId, opts())).state, "running");
+    await again.kill();
+    await assert.rejects(Sandbox20.connect(sb.sandboxId, opts()));
+  });
 });
