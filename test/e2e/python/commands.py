@@ -100,7 +100,8 @@ try:
     def pty():
         chunks = []
         h = sb.pty.create(PtySize(rows=24, cols=80))
-        sb.pty.send_stdin(h.pid, b"echo pty-$((40+2))\nexit\n")
+        # The sleep lets the output be read before exit (node-pty may drop unread output at exit under load).
+        sb.pty.send_stdin(h.pid, b"echo pty-$((40+2)); sleep 0.5; exit\n")
         try:
             h.wait(on_pty=lambda d: chunks.append(bytes(d)))
         except CommandExitException:
