@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { NativeRule } from "../network/policy.ts";
+import { ObservedDestination } from "../../node/network/policy.ts";
 
 // ---------------------------------------------------------------- shared
 
@@ -77,9 +78,21 @@ export const NetworkSpec = z
     /** Native policy v1: every deny precedes every allow, then `default`. */
     rules: z.array(NativeRule).max(1000).optional(),
     default: z.enum(["allow", "deny"]).optional().meta({ description: "verdict when no rule matches (default allow, deny when allow_internet_access is false)" }),
+    mode: z.enum(["enforce", "observe"]).optional().meta({ description: "observe: nothing is blocked, every destination is recorded (GET /v1/sandboxes/{id}/network); default enforce" }),
   })
   .strict()
   .meta({ id: "NetworkSpec" });
+
+export const NetworkObservation = z
+  .object({
+    mode: z.enum(["enforce", "observe"]),
+    observed: z.array(ObservedDestination).meta({ description: "every destination the sandbox opened flows to (observe mode)" }),
+    denied: z.array(ObservedDestination).meta({ description: "destinations its policy refused (in observe mode: would have refused)" }),
+    proposed_network: z
+      .object({ default: z.literal("deny"), rules: z.array(NativeRule) })
+      .meta({ description: "the observed set as a policy that applies as is (a create's `network`)" }),
+  })
+  .meta({ id: "NetworkObservation" });
 
 export const CreateSandboxBody = z
   .object({
