@@ -39,6 +39,7 @@ export const controllerLoops: readonly LoopFactory[] = [
       metrics: cp.census,
       binding: (t) => templateBinding(cp.db, t),
       intervalMs: cp.config.SPACE_CENSUS_INTERVAL_MS,
+      nodes: cp.layer.nodes,
     }),
   (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes }),
   (cp) => startTimeoutEnforcer({ sandboxes: cp.layer.sandboxes, log: cp.log }),

@@ -14,7 +14,7 @@ import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import { listNodes } from "../store/nodes.ts";
 import type { EnvironmentBinding, GateMode, GatePlacement } from "../substrate/placement.ts";
-import type { GateObservation } from "../substrate/direct/direct-substrate.ts";
+import type { GateObservation, NodeDirectory } from "../substrate/direct/direct-substrate.ts";
 
 export interface CensusCounts {
   running: Record<GatePlacement, number>;
@@ -32,13 +32,15 @@ export function computeCensus(
   };
   const byId = new Map(nodes.map((n) => [n.id, n]));
   const published = new Set(nodes.filter((n) => n.status === "ready").flatMap((n) => n.usableEnvironments));
+  // No ready node publishes any environment (a fleet-wide label loss): no evidence either way.
+  const noEvidence = published.size === 0;
   for (const s of sandboxes) {
     if (s.state === "running") {
-      if (s.binding.kind !== "bound") out.running.no_evidence++;
+      if (s.binding.kind !== "bound" || noEvidence) out.running.no_evidence++;
       else if (byId.get(s.nodeId ?? "")?.usableEnvironments.includes(s.binding.environment)) out.running.admitted++;
       else out.running.environment_not_usable++;
     } else if (s.state === "creating") {
-      if (s.binding.kind !== "bound") out.pending.no_evidence++;
+      if (s.binding.kind !== "bound" || noEvidence) out.pending.no_evidence++;
       else if (!published.has(s.binding.environment)) out.pending.environment_not_usable++;
     }
   }
@@ -97,6 +99,8 @@ export interface CensusDeps {
   metrics: CensusMetrics;
   binding: (templateId: string) => Promise<EnvironmentBinding>;
   intervalMs?: number;
+  /** The substrate's nodes (Kubernetes: Node objects); default the store's registered nodes. */
+  nodes?: NodeDirectory;
 }
 
 /** Leader loop; a no-op while the gate is off. */
@@ -110,7 +114,7 @@ export function startCensus(deps: CensusDeps): { stop(): Promise<void>; tick(): 
       );
       const bindings = new Map<string, EnvironmentBinding>();
       for (const t of new Set(rows.map((r) => r.templateId ?? ""))) bindings.set(t, t ? await deps.binding(t) : { kind: "none" });
-      const nodes = await listNodes(deps.db);
+      const nodes = deps.nodes ? await deps.nodes.list(AbortSignal.timeout(10_000)) : await listNodes(deps.db);
       const c = computeCensus(
         rows.map((r) => ({ state: r.state, nodeId: r.nodeId, binding: bindings.get(r.templateId ?? "") ?? { kind: "none" } })),
         nodes,

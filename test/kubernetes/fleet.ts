@@ -172,7 +172,8 @@ export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet>
       };
       nodes.push({ name: "", group: `kg${i}`, port, dataDir, env, proc: spaceProcess(["node"], env) });
     }
-    await Promise.all([api.waitFor("api listening", 60_000), controller.waitFor("controller elected leader", 60_000)]);
+    // Generous: the first start migrates a fresh database, and this machine may be busy.
+    await Promise.all([api.waitFor("api listening", 180_000), controller.waitFor("controller elected leader", 180_000)]);
     await Promise.all(
       nodes.map(async (n) => {
         const line = await n.proc.waitFor(kube ? /is up as Kubernetes node \S+/ : /SPACE node \S+ is up at/, 180_000);

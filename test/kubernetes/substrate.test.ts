@@ -19,6 +19,8 @@ import { environmentLabel } from "../../src/node/templates/environment.ts";
 import { createKubeApi, kubeConfigOf, type KubeApi } from "../../src/substrate/kubernetes/kube.ts";
 import { KubernetesSubstrate } from "../../src/substrate/kubernetes/kubernetes-substrate.ts";
 import { kubeLeaseBackend } from "../../src/substrate/kubernetes/lease.ts";
+import { KubeNodeDirectory } from "../../src/substrate/kubernetes/node-directory.ts";
+import { computeCensus } from "../../src/controller/census.ts";
 import { startLeaderElection } from "../../src/store/leader.ts";
 import { podNameOf } from "../../src/substrate/kubernetes/names.ts";
 import { k8sSkipReason, startCluster, type TestCluster } from "./cluster.ts";
@@ -374,5 +376,38 @@ test("deploy/: the manifests apply to the apiserver and their SPACE_* settings p
     await lease.release("space-controller-rbac", "me");
   } finally {
     await kubelet2.stop();
+    await cluster.kube.request("DELETE", `/api/v1/nodes/${rbacNode}`);
+  }
+});
+
+test("census from the Nodes: running bound work on a node publishing its environment is admitted; a fleet-wide label loss counts as no_evidence", { skip }, async () => {
+  const dir = new KubeNodeDirectory(cluster.kube);
+  const work = [
+    { state: "running", nodeId: NODE, binding: { kind: "bound" as const, environment: ENV_A, source: "t" } },
+    { state: "creating", nodeId: null, binding: { kind: "bound" as const, environment: ENV_A, source: "t" } },
+  ];
+  envs = [ENV_A];
+  await kubelet.heartbeat();
+  const node = (await dir.list(AbortSignal.timeout(10_000))).find((n) => n.id === NODE);
+  assert.ok(node && node.status === "ready", JSON.stringify(node));
+  assert.deepEqual(node.usableEnvironments, [ENV_A]);
+  assert.equal(node.url, `http://127.0.0.1:${(nodeApi.address() as AddressInfo).port}`);
+  assert.deepEqual(computeCensus(work, await dir.list(AbortSignal.timeout(10_000))), {
+    running: { admitted: 1, no_evidence: 0, environment_not_usable: 0 },
+    pending: { no_evidence: 0, environment_not_usable: 0 },
+  });
+  envs = [];
+  await kubelet.heartbeat();
+  try {
+    // The other SPACE Node in this cluster (the RBAC test's) has stopped heartbeating or publishes none.
+    const nodes = (await dir.list(AbortSignal.timeout(10_000))).filter((n) => n.status === "ready");
+    assert.ok(nodes.every((n) => n.usableEnvironments.length === 0), JSON.stringify(nodes));
+    assert.deepEqual(computeCensus(work, nodes), {
+      running: { admitted: 0, no_evidence: 1, environment_not_usable: 0 },
+      pending: { no_evidence: 1, environment_not_usable: 0 },
+    });
+  } finally {
+    envs = [ENV_A];
+    await kubelet.heartbeat();
   }
 });

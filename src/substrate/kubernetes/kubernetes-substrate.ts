@@ -22,7 +22,7 @@ import { NodeClient } from "../direct/node-client.ts";
 import type { GateObservation } from "../direct/direct-substrate.ts";
 import type { GateMode, GatePlacement } from "../placement.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
-import { isConflict, isNotFound, KubeError, type KubeApi } from "./kube.ts";
+import { errorCodeOfMarker, isConflict, isNotFound, KubeError, type KubeApi } from "./kube.ts";
 import {
   EXECUTION_LABEL,
   NODE_API_ANNOTATION,
@@ -32,6 +32,7 @@ import {
   SPEC_SECRET_ANNOTATION,
   SPEC_SECRET_KEY,
   SPEC_SECRET_TYPE,
+  parseRefusalMarker,
   podNameOf,
   toLabelValue,
 } from "./names.ts";
@@ -325,10 +326,17 @@ export class KubernetesSubstrate extends NodeApiSubstrate implements Substrate {
   }
 }
 
-/** Ready: an IP and the Ready condition; a Failed pod fails the wait with its message. */
+/**
+ * Ready: an IP and the Ready condition. A Failed pod fails the wait with its message, under
+ * the code its `[space-err=<Code>]` marker names (the node fails the pod right after
+ * recording the refusal event; either may reach the control plane first), else unavailable.
+ */
 export function podReady(p: PodObject): true | undefined {
   if (p.status?.phase === "Failed") {
-    throw new SpaceError("unavailable", `pod ${p.metadata?.name} failed: ${p.status.message ?? p.status.reason ?? "no reason given"}`);
+    const message = p.status.message ?? p.status.reason ?? "no reason given";
+    const marker = parseRefusalMarker(message);
+    const code = (marker && errorCodeOfMarker(marker)) || "unavailable";
+    throw new SpaceError(code, `pod ${p.metadata?.name} failed: ${message.replace(/\s*\[space-err=[A-Za-z]+\]\s*/, " ").trim()}`);
   }
   const ready = p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True");
   return p.status?.podIP && ready ? true : undefined;

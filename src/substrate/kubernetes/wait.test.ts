@@ -88,9 +88,15 @@ test("wait: an events watch refused outright falls back to the deadline with one
   assert.equal(calls.filter((c) => c.path.endsWith("/events")).length, 1);
 });
 
-test("wait: a Failed pod or a deleted one ends the wait", async () => {
+test("wait: a Failed pod (under its refusal marker's code) or a deleted one ends the wait", async () => {
   const a = fakeKube({ pods: [async (emit) => emit(pod({ phase: "Failed", message: "boom" }))], events: [] });
-  await assert.rejects(waitForPod({ ...base, kube: a.kube, deadlineMs: 5000, signal: AbortSignal.timeout(5000) }), /boom/);
+  await assert.rejects(waitForPod({ ...base, kube: a.kube, deadlineMs: 5000, signal: AbortSignal.timeout(5000) }), (e: { code: string; message: string }) => e.code === "unavailable" && /boom/.test(e.message));
+  // Failed with the refusal's marker before its event arrived: the marker's code, message without the marker.
+  const m = fakeKube({ pods: [async (emit) => emit(pod({ phase: "Failed", message: "rootfs_size_mb=300 is smaller than 451 MiB [space-err=InvalidArgument]" }))], events: [] });
+  await assert.rejects(
+    waitForPod({ ...base, kube: m.kube, deadlineMs: 5000, signal: AbortSignal.timeout(5000) }),
+    (e: { code: string; message: string }) => e.code === "invalid_argument" && /rootfs_size_mb=300 is smaller than 451 MiB$/.test(e.message),
+  );
   const b = fakeKube({ pods: [async (emit) => emit({ type: "DELETED", object: { metadata: { uid: UID } } })], events: [] });
   await assert.rejects(waitForPod({ ...base, kube: b.kube, deadlineMs: 5000, signal: AbortSignal.timeout(5000) }), /deleted/);
 });
