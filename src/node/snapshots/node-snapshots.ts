@@ -361,22 +361,24 @@ export class NodeSnapshots {
     const scratch = join(this.o.nodeDir, "snapshots", `.dl-${desc.snapshotId}`);
     await mkdir(scratch, { recursive: true });
     try {
-      // 1. Both parts downloaded and checked before anything is unpacked.
+      // 1. Both parts downloaded and checked before anything is unpacked, and meanwhile the
+      //    parent of the disk stream: present, or received from the blob store, or refused.
+      //    All settle before anything fails (the parent receive may serve other restores).
       const memFile = join(scratch, "memory");
       const diskFile = join(scratch, "disk");
-      await Promise.all([this.download(mem, memFile, signal), this.download(disk, diskFile, signal)]);
-      // 2. The parent of the disk stream: present, or received from the blob store, or refused.
-      await this.ensureParent(desc.parentUuid, scratch, signal);
-      // 3. Unpack (decrypting: a failed tag aborts the pipeline, and the partial result is dropped).
+      await settleAll([this.download(mem, memFile, signal), this.download(disk, diskFile, signal), this.ensureParent(desc.parentUuid, scratch, signal)]);
+      // 2. Unpack both at once (decrypting: a failed tag aborts the pipeline, and the partial result is dropped).
       const plain = (file: string, key: string) => {
         const r = createReadStream(file);
         return dataKey ? r.pipe(decryptStream(dataKey, key)) : r;
       };
-      await pipeInto(plain(memFile, mem.key), ["tar", "-C", join(dir, "image"), "-xf", "-"], signal);
       const target = join(this.cacheSnaps, desc.snapshotId);
       await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
       await mkdir(target, { recursive: true });
-      await pipeInto(plain(diskFile, disk.key), ["btrfs", "receive", "-q", target], signal).catch(async (e: unknown) => {
+      await settleAll([
+        pipeInto(plain(memFile, mem.key), ["tar", "-C", join(dir, "image"), "-xf", "-"], signal),
+        pipeInto(plain(diskFile, disk.key), ["btrfs", "receive", "-q", target], signal),
+      ]).catch(async (e: unknown) => {
         await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
         throw e;
       });
@@ -513,6 +515,13 @@ async function readParentRecord(blob: BlobStore, uuid: string, signal: AbortSign
     throw new SpaceError("failed_precondition", `${parentRecordKey(uuid)} in the blob store is damaged`);
   }
   return rec as ParentRecord;
+}
+
+/** Waits for every promise; then throws the first rejection (in argument order), if any. */
+async function settleAll(ps: Promise<unknown>[]): Promise<void> {
+  const rs = await Promise.allSettled(ps);
+  const failed = rs.find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) throw failed.reason;
 }
 
 /** The identity btrfs send writes for a parent: its received uuid, else its uuid. */
