@@ -343,7 +343,9 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     const before = Number((await sb.files.read("/home/user/n")).trim());
     assert.ok(before > 0, `the loop runs (${before})`);
 
+    const drainStarted = Date.now();
     const cli = await lab.cli(["node", "drain", a.name, "--forced", "--json"]);
+    t.diagnostic(`forced drain of a (CLI included) took ${Date.now() - drainStarted} ms`);
     assert.equal(cli.code, 0, cli.stderr);
     const d = { body: JSON.parse(cli.stdout) as Record<string, any> }; // eslint-disable-line @typescript-eslint/no-explicit-any -- the API's JSON answer
     assert.equal(d.body.drain_mode, "forced");
@@ -381,6 +383,7 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     const t0 = Date.now();
     await waitFor(async () => (await lab.admin("GET", `/nodes/${b.id}`)).body.status === "unavailable", "node b unavailable", 30_000, 250);
     const tookMs = Date.now() - t0;
+    t.diagnostic(`node b unavailable ${tookMs} ms after kill -9 (heartbeat 1 s, grace 4 s)`);
     const rows = await waitFor(
       async () => {
         const r = await db.db.query<{ state: string; reason: string | null }>(
@@ -404,7 +407,7 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     for (const x of onB) assert.ok(!left.includes(x.id), `lost sandbox ${x.id} reclaimed on restart`);
   });
 
-  test("a controller leader killed with kill -9 is replaced within seconds; no operation runs twice", async () => {
+  test("a controller leader killed with kill -9 is replaced within seconds; no operation runs twice", async (t) => {
     const sid = await native.create({ timeout_s: 600 });
     const leader = await leaderController();
     const standby = lab.controllers.find((x) => x !== leader)!;
@@ -434,6 +437,7 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     await waitFor(() => standby.proc.out().includes("controller elected leader"), "the standby takes over", 30_000, 100);
     const takeoverMs = Date.now() - killedAt;
     assert.ok(takeoverMs < 15_000, `standby led ${takeoverMs} ms after the kill (lease 5 s)`);
+    t.diagnostic(`standby controller elected ${takeoverMs} ms after kill -9 of the leader (lease 5 s)`);
 
     const commandOps = ops.slice(0, tags.length);
     await waitFor(
@@ -453,6 +457,7 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     for (const op of done) assert.equal(op.state, "succeeded", JSON.stringify(op));
     const rows = await db.db.query<{ claimCount: number }>(`SELECT claim_count AS "claimCount" FROM operations WHERE id = ANY($1::text[])`, [ops]);
     assert.ok(rows.some((r) => r.claimCount > 1), "work the dead leader held was claimed again by the new one");
+    t.diagnostic(`claim counts of the ${rows.length} operations: ${rows.map((r) => r.claimCount).join(",")}`);
     // Each command's effect happened exactly once, re-claimed or not.
     const out = await native.run(sid, { cmd: "cat", args: ["/tmp/ran"] });
     const lines = out.stdout.split("\n").filter(Boolean);

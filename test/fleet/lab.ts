@@ -189,12 +189,12 @@ export async function startLab(o: LabOptions): Promise<Lab> {
       // Its bridge and nft tables go with the namespace; the host veth with its peer.
       sh("ip", ["netns", "delete", n.netns], true);
       sh("rm", ["-rf", n.stateDir], true);
-      // The node's (now empty) cgroup parent under each controller (v1) or the unified tree.
-      sh("find", ["/sys/fs/cgroup", "-maxdepth", "2", "-type", "d", "-name", n.cgroupParent, "-exec", "rmdir", "{}", "+"], true);
     }
     sh("ip", ["link", "delete", bridge], true);
     for (const d of dataDirs) removeDataDir(d);
     removeDataDir(ctlDir);
+    // The nodes' cgroup parents (v1 controllers and unified tree), empty by now (crun leaves them).
+    for (const n of nodes) sh("find", ["/sys/fs/cgroup", "-maxdepth", "2", "-type", "d", "-name", n.cgroupParent, "-exec", "rmdir", "{}", "+"], true);
   };
 
   try {
