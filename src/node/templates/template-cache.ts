@@ -104,6 +104,7 @@ export class TemplateCache {
   private readonly pins = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  private readonly stopping = new AbortController();
 
   constructor(o: TemplateCacheOptions) {
     this.o = o;
@@ -515,7 +516,7 @@ export class TemplateCache {
     if (this.timer) return;
     const tick = () => {
       if (this.running) return;
-      const signal = AbortSignal.timeout(T);
+      const signal = AbortSignal.any([this.stopping.signal, AbortSignal.timeout(T)]);
       this.running = (async () => {
         await this.prefetch(signal);
         await this.gc(signal);
@@ -530,11 +531,12 @@ export class TemplateCache {
     this.timer.unref();
   }
 
+  /** Stops the loop (a pass in progress is aborted); pulls for creates end with their requests. */
   async close(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    this.stopping.abort();
     await this.running;
-    await Promise.all([...this.pulling.values()].map((p) => p.catch(() => undefined)));
   }
 }
 
