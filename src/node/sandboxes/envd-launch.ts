@@ -16,7 +16,7 @@ export const ENVD_MOUNT = "/opt/space/envd";
 export type EnvdLaunch = { kind: "snapshot" | "bundle"; argv: (port: number) => string[] };
 
 const SNAPSHOT: EnvdLaunch = { kind: "snapshot", argv: (port) => [NODE_MOUNT, "--snapshot-blob", `${ENVD_MOUNT}/envd.blob`, "--", "--port", String(port)] };
-const BUNDLE: EnvdLaunch = { kind: "bundle", argv: (port) => [NODE_MOUNT, `${ENVD_MOUNT}/envd.mjs`, "--port", String(port)] };
+export const BUNDLE: EnvdLaunch = { kind: "bundle", argv: (port) => [NODE_MOUNT, `${ENVD_MOUNT}/envd.mjs`, "--port", String(port)] };
 
 /** The node version a snapshot was built by (`envd.blob.json`), or undefined without one. */
 async function snapshotNodeVersion(envdDir: string): Promise<string | undefined> {
