@@ -14,9 +14,9 @@
  * (the namespaces have no default route).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import { freePort, removeDataDir, waitFor } from "../support/stack.ts";
 
@@ -181,8 +181,24 @@ export async function startLab(o: LabOptions): Promise<Lab> {
   const nodes: LabNode[] = [];
   const dataDirs: string[] = [];
 
+  /** Sandboxes a node left running (it was killed, or outlived its stop deadline): kill them by cgroup, drop their slot namespaces. */
+  const sweep = (n: LabNode) => {
+    const dirs = sh("find", ["/sys/fs/cgroup", "-mindepth", "3", "-maxdepth", "3", "-type", "d", "-path", `*/${n.cgroupParent}/*`], true);
+    for (const dir of dirs.split("\n").filter(Boolean)) {
+      for (const pid of (existsSync(`${dir}/cgroup.procs`) ? readFileSync(`${dir}/cgroup.procs`, "utf8") : "").split("\n").filter(Boolean)) {
+        try {
+          process.kill(Number(pid), "SIGKILL");
+        } catch {
+          /* gone already */
+        }
+      }
+      sh("ip", ["netns", "delete", basename(dir)], true);
+    }
+  };
+
   const stop = async () => {
     await Promise.all(nodes.map((n) => n.proc?.stop()));
+    for (const n of nodes) sweep(n);
     await Promise.all(controllers.map((c) => c.proc.stop()));
     await Promise.all(apis.map((a) => a.proc.stop()));
     for (const n of nodes) {
@@ -193,8 +209,8 @@ export async function startLab(o: LabOptions): Promise<Lab> {
     sh("ip", ["link", "delete", bridge], true);
     for (const d of dataDirs) removeDataDir(d);
     removeDataDir(ctlDir);
-    // The nodes' cgroup parents (v1 controllers and unified tree), empty by now (crun leaves them).
-    for (const n of nodes) sh("find", ["/sys/fs/cgroup", "-maxdepth", "2", "-type", "d", "-name", n.cgroupParent, "-exec", "rmdir", "{}", "+"], true);
+    // The nodes' cgroups (v1 controllers and unified tree), empty by now; deepest first.
+    for (const n of nodes) sh("find", ["/sys/fs/cgroup", "-mindepth", "2", "-maxdepth", "3", "-depth", "-type", "d", "-path", `*/${n.cgroupParent}*`, "-exec", "rmdir", "{}", "+"], true);
   };
 
   try {
