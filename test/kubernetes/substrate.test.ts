@@ -381,7 +381,7 @@ test("deploy/: the manifests apply to the apiserver and their SPACE_* settings p
 });
 
 test("census from the Nodes: running bound work on a node publishing its environment is admitted; a fleet-wide label loss counts as no_evidence", { skip }, async () => {
-  const dir = new KubeNodeDirectory(cluster.kube);
+  const dir = new KubeNodeDirectory(cluster.kube, 0);
   const work = [
     { state: "running", nodeId: NODE, binding: { kind: "bound" as const, environment: ENV_A, source: "t" } },
     { state: "creating", nodeId: null, binding: { kind: "bound" as const, environment: ENV_A, source: "t" } },

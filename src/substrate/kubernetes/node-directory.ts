@@ -47,11 +47,25 @@ export function nodeEntryOf(n: KubeNodeObject, now = Date.now()): NodeEntry | nu
 }
 
 export class KubeNodeDirectory implements NodeDirectory {
-  constructor(private readonly kube: KubeApi) {}
+  /** One LIST serves the creates and adoptions of the next `ttlMs` (not one per create). */
+  #cached: { at: number; nodes: Promise<NodeEntry[]> } | undefined;
 
-  async list(signal: AbortSignal): Promise<NodeEntry[]> {
-    const r = await this.kube.request<{ items?: KubeNodeObject[] }>("GET", "/api/v1/nodes", { query: { labelSelector: `${NODE_LABEL}=true` }, signal });
-    return (r.items ?? []).flatMap((n) => nodeEntryOf(n) ?? []);
+  constructor(
+    private readonly kube: KubeApi,
+    private readonly ttlMs = 1000,
+  ) {}
+
+  list(signal: AbortSignal): Promise<NodeEntry[]> {
+    const now = Date.now();
+    if (this.#cached && now - this.#cached.at < this.ttlMs) return this.#cached.nodes;
+    const nodes = this.kube
+      .request<{ items?: KubeNodeObject[] }>("GET", "/api/v1/nodes", { query: { labelSelector: `${NODE_LABEL}=true` }, signal })
+      .then((r) => (r.items ?? []).flatMap((n) => nodeEntryOf(n) ?? []));
+    this.#cached = { at: now, nodes };
+    nodes.catch(() => {
+      if (this.#cached?.nodes === nodes) this.#cached = undefined; // a failed LIST is not cached
+    });
+    return nodes;
   }
 
   async get(id: string, signal: AbortSignal): Promise<NodeEntry | null> {
