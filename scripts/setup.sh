@@ -35,8 +35,9 @@ sysctl -qw net.ipv4.ip_forward=1
 modprobe btrfs 2>/dev/null || true
 modprobe loop 2>/dev/null || true
 
-# 3. crun refuses "cgroups in hybrid mode" until hugetlb is mounted as v1 at exactly this path.
-if [ "${SPACE_RUNTIME:-runc}" = crun ] && [ -d /sys/fs/cgroup/memory ] && ! mountpoint -q /sys/fs/cgroup/hugetlb; then
+# 3. crun refuses "cgroups in hybrid mode" until hugetlb is mounted as v1 at exactly this path
+#    (whatever SPACE_RUNTIME is: the fleet e2e runs one crun node beside runc ones).
+if [ -d /sys/fs/cgroup/memory ] && ! mountpoint -q /sys/fs/cgroup/hugetlb; then
   mkdir -p /sys/fs/cgroup/hugetlb
   mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb
 fi
