@@ -73,6 +73,8 @@ export interface AdoptRequest {
 
 /** Warm-pool adoption (src/controller/warm-pools/adoption.ts); null = no member, create cold. */
 export interface WarmAdopter {
+  /** Whether any pool may have a member to offer (a cheap hint; false = create cold without asking). */
+  hasPools(): Promise<boolean>;
   adopt(tenantId: TenantId, req: AdoptRequest, signal: AbortSignal): Promise<SandboxRecord | null>;
   /** Claims a ready member for a create that runs later (Native admission); its id, or null. */
   reserve(tenantId: TenantId, req: Omit<AdoptRequest, "input">, signal: AbortSignal): Promise<SandboxId | null>;
@@ -208,6 +210,7 @@ export class SandboxService {
   async reserveWarm(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxId | null> {
     if (!this.#warm || input.adopt === false || input.template.startsWith("sn_")) return null;
     try {
+      if (!(await this.#warm.hasPools())) return null;
       const plan = await this.#plan(tenantId, input);
       return plan ? await this.#warm.reserve(tenantId, plan, signal) : null;
     } catch (e: unknown) {
@@ -237,7 +240,7 @@ export class SandboxService {
       throw notFound(`template '${input.template}' not found`);
     }
     const { template, vcpu, memoryMib, diskMib, placement } = plan;
-    if (this.#warm && input.adopt !== false) {
+    if (this.#warm && input.adopt !== false && (input.id !== undefined || (await this.#warm.hasPools()))) {
       // A ready member personalised in place; none (or any doubt) → the cold path below.
       const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
       if (adopted) return adopted;

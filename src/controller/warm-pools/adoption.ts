@@ -97,6 +97,8 @@ export interface WarmPoolAdoptionDeps {
   now?: () => Date;
 }
 
+/** How long "is there any pool" is believed (ms). */
+const POOLS_HINT_MS = 1000;
 /** Claims tried per create before it goes cold (members put back or refused on the way). */
 const MAX_CLAIMS = 8;
 
@@ -104,10 +106,29 @@ export class WarmPoolAdoption implements WarmAdopter {
   readonly #d: WarmPoolAdoptionDeps;
   readonly #now: () => Date;
   #poolTenant: Promise<TenantId> | null = null;
+  #anyPool: { at: number; value: Promise<boolean> } | null = null;
 
   constructor(deps: WarmPoolAdoptionDeps) {
     this.#d = deps;
     this.#now = deps.now ?? (() => new Date());
+  }
+
+  /**
+   * Whether any pool exists: read at most every POOLS_HINT_MS. A stale "none" only sends a
+   * create cold while a just-made pool could not have a ready member yet anyway.
+   */
+  hasPools(): Promise<boolean> {
+    const now = Date.now();
+    if (!this.#anyPool || now - this.#anyPool.at > POOLS_HINT_MS) {
+      this.#anyPool = {
+        at: now,
+        value: this.#d.db
+          .maybeOne<{ one: number }>(`SELECT 1 AS one FROM warm_pools LIMIT 1`)
+          .then((r) => r !== undefined)
+          .catch(() => true), // unsure: let adoption look
+      };
+    }
+    return this.#anyPool.value;
   }
 
   poolTenant(): Promise<TenantId> {
