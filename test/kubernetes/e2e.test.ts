@@ -107,8 +107,9 @@ describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, tim
     assert.equal(info.state, "running");
     const podJson = JSON.stringify(p);
     assert.ok(!podJson.includes("on-a-pod"), "env vars are not on the pod");
-    const token = (sb as unknown as { envdAccessToken?: string }).envdAccessToken;
-    if (token) assert.ok(!podJson.includes(token), "the envd token is not on the pod");
+    const { token } = await f.db.db.one<{ token: string | null }>(`SELECT envd_access_token AS token FROM sandboxes WHERE id = $1`, [sb.sandboxId]);
+    assert.ok(token, "the sandbox has an envd token");
+    assert.ok(!podJson.includes(token), "the envd token is not on the pod");
 
     const r = await sb.commands.run("echo hello-$K8S_MARK && id -un");
     assert.equal(r.exitCode, 0);
