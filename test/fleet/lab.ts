@@ -13,11 +13,12 @@
  * address, the only route between the namespaces and the host; nothing leaves the machine
  * (the namespaces have no default route).
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
+import { baseEnv, runSpace, type SpaceProcess } from "../support/space-process.ts";
 import { freePort, removeDataDir, waitFor } from "../support/stack.ts";
 
 export interface LabNodeSpec {
@@ -42,25 +43,17 @@ export interface LabOptions {
   nodeEnv?: Record<string, string>;
 }
 
-export interface LabProcess {
-  child: ChildProcess;
-  out(): string;
-  stop(signal?: NodeJS.Signals): Promise<void>;
-  waitFor(text: string, timeoutMs: number): Promise<void>;
-  exited(): boolean;
-}
-
 export interface LabApi {
   name: string;
   url: string;
   gatewayUrl: string;
-  proc: LabProcess;
+  proc: SpaceProcess;
 }
 
 export interface LabController {
   index: number;
   metricsUrl: string;
-  proc: LabProcess;
+  proc: SpaceProcess;
   /** Starts it again after a kill (same env, same metrics port). */
   start(): void;
 }
@@ -73,7 +66,7 @@ export interface LabNode {
   netns: string;
   stateDir: string;
   cgroupParent: string;
-  proc?: LabProcess;
+  proc?: SpaceProcess;
   /** Set by the first registration check. */
   id?: string;
   /** Starts the agent (again) in its namespace; resolves once it registered. */
@@ -100,54 +93,6 @@ export interface Lab {
 }
 
 const NODE_PORT = 3002;
-
-function baseEnv(): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env))
-    if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) env[k] = v;
-  return env;
-}
-
-/** `space <args>`, optionally inside a network namespace; output kept for assertions and failures. */
-function spawnSpace(args: string[], env: Record<string, string>, netns?: string): LabProcess {
-  const argv = [process.execPath, resolve("bin/space.mjs"), ...args];
-  // nsenter execs the agent itself, so the pid is the agent's (kill -9 hits it, not a wrapper).
-  const child = netns
-    ? spawn("nsenter", [`--net=/run/netns/${netns}`, "--", ...argv], { env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] })
-    : spawn(argv[0]!, argv.slice(1), { env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  const append = (b: Buffer) => {
-    out += b.toString("utf8");
-    if (out.length > 1_000_000) out = out.slice(-500_000);
-  };
-  child.stdout!.on("data", append);
-  child.stderr!.on("data", append);
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
-  const gone = () => child.exitCode !== null || child.signalCode !== null;
-  return {
-    child,
-    out: () => out,
-    exited: gone,
-    async stop(signal = "SIGTERM") {
-      if (gone()) return;
-      child.kill(signal);
-      const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
-      await exited;
-      clearTimeout(t);
-    },
-    async waitFor(text, timeoutMs) {
-      await waitFor(
-        () => {
-          if (gone()) throw new Error(`space ${args.join(" ")} exited ${child.exitCode ?? child.signalCode}:\n${out.slice(-3000)}`);
-          return out.includes(text);
-        },
-        `'${text}' from space ${args.join(" ")}:\n${out.slice(-2000)}`,
-        timeoutMs,
-        100,
-      );
-    },
-  };
-}
 
 function sh(cmd: string, args: string[], allowFailure = false): string {
   const r = spawnSync(cmd, args, { encoding: "utf8" });
@@ -230,7 +175,7 @@ export async function startLab(o: LabOptions): Promise<Lab> {
     };
     for (const a of o.apis) {
       const [apiPort, gwPort] = [await freePort(), await freePort()];
-      const proc = spawnSpace(["api"], {
+      const proc = runSpace(["api"], {
         ...common,
         SPACE_DATA_DIR: ctlDir,
         SPACE_API_HOST: hostIp,
@@ -246,9 +191,9 @@ export async function startLab(o: LabOptions): Promise<Lab> {
       const c: LabController = {
         index: i,
         metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
-        proc: spawnSpace(["controller"], env),
+        proc: runSpace(["controller"], env),
         start() {
-          c.proc = spawnSpace(["controller"], env);
+          c.proc = runSpace(["controller"], env);
         },
       };
       controllers.push(c);
@@ -318,7 +263,7 @@ export async function startLab(o: LabOptions): Promise<Lab> {
         stateDir,
         cgroupParent: env.SPACE_NODE_CGROUP_PARENT!,
         async start() {
-          node.proc = spawnSpace(["node"], env, netns);
+          node.proc = runSpace(["node"], env, { netns });
           await node.proc.waitFor("is up at", 180_000);
         },
         containers() {

@@ -1,17 +1,27 @@
 /**
- * A `space <command>` child process for end-to-end tests (standalone `space node`,
- * `space api`, `space controller`): its output kept for assertions and failure messages,
- * stopped with SIGTERM (SIGKILL after 30 s).
+ * A `space <command>` child process for end-to-end tests and benches (`space up`,
+ * `space api`, `space controller`, standalone `space node`), optionally inside a network
+ * namespace: its output kept for assertions and failure messages, stopped with SIGTERM
+ * (SIGKILL after 30 s).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { resolve } from "node:path";
-import { waitFor } from "./stack.ts";
+import { waitFor } from "./wait.ts";
 
 export interface SpaceProcess {
   child: ChildProcess;
+  /** Everything it printed so far (stdout + stderr, the last 1-2 MB). */
   out(): string;
+  /** Whether it has exited (by code or signal). */
+  exited(): boolean;
   stop(signal?: NodeJS.Signals): Promise<void>;
-  waitFor(text: string, timeoutMs: number): Promise<void>;
+  /** Resolves with the match once it printed `text`; rejects if it exits first. */
+  waitFor(text: string | RegExp, timeoutMs: number): Promise<string>;
+}
+
+export interface SpaceProcessOptions {
+  /** Run it inside this network namespace (/run/netns/<name>), via nsenter. */
+  netns?: string;
 }
 
 /** This process's environment without SPACE_* and E2B_* variables (each child gets only its own). */
@@ -22,39 +32,44 @@ export function baseEnv(): Record<string, string> {
   return env;
 }
 
-export function runSpace(args: string[], env: Record<string, string>): SpaceProcess {
-  const child = spawn(process.execPath, [resolve("bin/space.mjs"), ...args], {
-    env: { ...baseEnv(), ...env },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+/** Starts `space <args>` with `baseEnv()` plus `env`. */
+export function runSpace(args: string[], env: Record<string, string>, opts: SpaceProcessOptions = {}): SpaceProcess {
+  const argv = [process.execPath, resolve("bin/space.mjs"), ...args];
+  const spawnOpts = { env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] as ["ignore", "pipe", "pipe"] };
+  // nsenter execs the agent itself, so the pid is the agent's (kill -9 hits it, not a wrapper).
+  const child = opts.netns
+    ? spawn("nsenter", [`--net=/run/netns/${opts.netns}`, "--", ...argv], spawnOpts)
+    : spawn(argv[0]!, argv.slice(1), spawnOpts);
   let out = "";
   const append = (b: Buffer) => {
     out += b.toString("utf8");
-    if (out.length > 1_000_000) out = out.slice(-500_000);
+    if (out.length > 2_000_000) out = out.slice(-1_000_000);
   };
-  child.stdout!.on("data", append);
-  child.stderr!.on("data", append);
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  child.stdout.on("data", append);
+  child.stderr.on("data", append);
+  const exitedP = new Promise<void>((r) => child.once("exit", () => r()));
+  const gone = () => child.exitCode !== null || child.signalCode !== null;
+  const what = `space ${args.join(" ")}`;
   return {
     child,
     out: () => out,
+    exited: gone,
     async stop(signal = "SIGTERM") {
-      if (child.exitCode !== null || child.signalCode !== null) return;
+      if (gone()) return;
       child.kill(signal);
       const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
-      await exited;
+      await exitedP;
       clearTimeout(t);
     },
-    async waitFor(text, timeoutMs) {
-      await waitFor(
+    waitFor: (text, timeoutMs) =>
+      waitFor(
         () => {
-          if (child.exitCode !== null) throw new Error(`exited ${child.exitCode}:\n${out.slice(-3000)}`);
-          return out.includes(text);
+          if (gone()) throw new Error(`${what} exited ${child.exitCode ?? child.signalCode}:\n${out.slice(-3000)}`);
+          return (typeof text === "string" ? (out.includes(text) ? text : null) : text.exec(out)?.[0]) ?? undefined;
         },
-        `'${text}' from space ${args.join(" ")}:\n${out.slice(-2000)}`,
+        `'${String(text)}' from ${what}:\n${out.slice(-2000)}`,
         timeoutMs,
         100,
-      );
-    },
+      ),
   };
 }

@@ -6,12 +6,15 @@
  * `SPACE_E2E_STACK=<apiUrl>,<sandboxUrl>,<apiKey>,<adminToken>` reuses a running stack
  * instead (fast iteration).
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { runSpace } from "./space-process.ts";
+
+export { waitFor } from "./wait.ts";
 
 export interface Stack {
   apiUrl: string;
@@ -54,9 +57,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const ownDir = !opts.dataDir;
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "space-e2e-"));
   const [apiPort, gatewayPort, nodePort] = [await freePort(), await freePort(), await freePort()];
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) env[k] = v;
-  Object.assign(env, {
+  const proc = runSpace(["up"], {
     SPACE_DATA_DIR: dataDir,
     SPACE_API_PORT: String(apiPort),
     SPACE_GATEWAY_PORT: String(gatewayPort),
@@ -65,26 +66,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...hostScopeFor(dataDir),
     ...opts.env,
   });
-  const child: ChildProcess = spawn(process.execPath, [resolve("bin/space.mjs"), "up"], {
-    env,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let out = "";
-  const append = (b: Buffer) => {
-    out += b.toString("utf8");
-    if (out.length > 2_000_000) out = out.slice(-1_000_000);
-  };
-  child.stdout!.on("data", append);
-  child.stderr!.on("data", append);
-  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  const { child } = proc;
 
   const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill("SIGTERM");
-      const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
-      await exited;
-      clearTimeout(t);
-    }
+    await proc.stop();
     if (ownDir) removeDataDir(dataDir);
   };
 
@@ -92,6 +77,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const deadline = Date.now() + timeoutMs;
   try {
     for (;;) {
+      const out = proc.out();
       const vars = parseEnv(out);
       if (out.includes("SPACE is up") && vars.E2B_API_URL && vars.E2B_API_KEY && vars.SPACE_ADMIN_TOKEN) {
         return {
@@ -100,11 +86,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
           apiKey: vars.E2B_API_KEY,
           adminToken: vars.SPACE_ADMIN_TOKEN,
           dataDir,
-          output: () => out,
+          output: proc.out,
           stop,
         };
       }
-      if (child.exitCode !== null || child.signalCode !== null) {
+      if (proc.exited()) {
         throw new Error(`space up exited (${child.exitCode ?? child.signalCode}) before it was up:\n${out.slice(-4000)}`);
       }
       if (Date.now() > deadline) throw new Error(`space up not up after ${timeoutMs} ms:\n${out.slice(-4000)}`);
@@ -157,20 +143,4 @@ function parseEnv(text: string): Record<string, string> {
   const vars: Record<string, string> = {};
   for (const m of text.matchAll(/^export ([A-Z0-9_]+)=(.*)$/gm)) vars[m[1]!] = m[2]!.trim();
   return vars;
-}
-
-/** Polls `fn` until it returns a truthy value or the deadline passes. */
-export async function waitFor<T>(fn: () => Promise<T> | T, what: string, timeoutMs = 10_000, everyMs = 100): Promise<NonNullable<T>> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v as NonNullable<T>;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ""}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
 }
