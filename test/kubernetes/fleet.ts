@@ -12,22 +12,15 @@
  *   f.apiUrl, f.apiKey, f.adminToken, f.cluster?.kube, f.nodes[i].name (= Node name / node id)
  *   await f.stop();
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { freshDb, type TestDb } from "../support/db.ts";
-import { freePort, hostScopeFor, removeDataDir, waitFor } from "../support/stack.ts";
+import { runSpace, type SpaceProcess } from "../support/space-process.ts";
+import { freePort, hostScopeFor, removeDataDir } from "../support/stack.ts";
 import { startCluster, type TestCluster } from "./cluster.ts";
-
-export interface SpaceProcess {
-  child: ChildProcess;
-  out(): string;
-  stop(): Promise<void>;
-  /** Resolves when the process printed `text`; rejects if it exits first. */
-  waitFor(text: string | RegExp, timeoutMs: number): Promise<string>;
-}
 
 export interface KubeFleetNode {
   /** The Node's name in the apiserver (the node agent's id). */
@@ -65,42 +58,6 @@ export interface KubeFleetOptions {
 }
 
 const NAMESPACE = "space-sandboxes";
-
-function spaceProcess(args: string[], env: Record<string, string>): SpaceProcess {
-  const base: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) base[k] = v;
-  const child = spawn(process.execPath, [resolve("bin/space.mjs"), ...args], { env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  const append = (b: Buffer) => {
-    out += b.toString("utf8");
-    if (out.length > 1_000_000) out = out.slice(-500_000);
-  };
-  child.stdout!.on("data", append);
-  child.stderr!.on("data", append);
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
-  return {
-    child,
-    out: () => out,
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill("SIGTERM");
-      const t = setTimeout(() => child.kill("SIGKILL"), 30_000);
-      await exited;
-      clearTimeout(t);
-    },
-    waitFor: (text, timeoutMs) =>
-      waitFor(
-        () => {
-          if (child.exitCode !== null) throw new Error(`space ${args.join(" ")} exited ${child.exitCode}:\n${out.slice(-3000)}`);
-          const m = typeof text === "string" ? (out.includes(text) ? text : null) : text.exec(out)?.[0];
-          return m ?? undefined;
-        },
-        `'${String(text)}' from space ${args.join(" ")}:\n${out.slice(-2000)}`,
-        timeoutMs,
-        100,
-      ),
-  };
-}
 
 export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet> {
   const adminToken = `adm_${randomBytes(12).toString("hex")}`;
@@ -151,8 +108,8 @@ export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet>
       SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "info",
     };
     const cp = { ...common, SPACE_DATABASE_URL: db.url, SPACE_ADMIN_TOKEN: adminToken, SPACE_DATA_DIR: ctlDir, ...opts.env };
-    api = spaceProcess(["api"], { ...cp, SPACE_API_PORT: String(apiPort), SPACE_GATEWAY_PORT: String(gwPort) });
-    controller = spaceProcess(["controller"], cp);
+    api = runSpace(["api"], { ...cp, SPACE_API_PORT: String(apiPort), SPACE_GATEWAY_PORT: String(gwPort) });
+    controller = runSpace(["controller"], cp);
     for (let i = 0; i < opts.nodes; i++) {
       const dataDir = mkdtempSync(join(tmpdir(), `space-kfleet-n${i}-`));
       const port = await freePort();
@@ -170,7 +127,7 @@ export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet>
         SPACE_NODE_MAX_SLOTS: "20",
         ...(kube ? {} : { SPACE_NODE_CONTROL_URL: apiUrl }),
       };
-      nodes.push({ name: "", group: `kg${i}`, port, dataDir, env, proc: spaceProcess(["node"], env) });
+      nodes.push({ name: "", group: `kg${i}`, port, dataDir, env, proc: runSpace(["node"], env) });
     }
     // Generous: the first start migrates a fresh database, and this machine may be busy.
     await Promise.all([api.waitFor("api listening", 180_000), controller.waitFor("controller elected leader", 180_000)]);
