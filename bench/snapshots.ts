@@ -2,7 +2,7 @@
  * Suspend / restore / fork latency and bytes stored per snapshot, for an idle sandbox and
  * for one holding 256 MiB of dirty memory, on two node agents of this machine (own host
  * scopes and caches) sharing only a filesystem blob store; real runc + CRIU 4.1.1 + btrfs.
- *   npm run bench -- snapshots [iterations=5] [--encrypt]
+ *   npm run bench -- snapshots [iterations=5] [--encrypt] [--idle-only]
  *
  * Per iteration: cold create on A (the baseline), suspend (memory + disk captured and
  * published: the durable path ECW pause takes), restore on A from its local copy (same
@@ -20,6 +20,7 @@ import { sh, spec, startTestNode, type TestNode } from "../test/node/helpers.ts"
 
 const n = Number(process.argv.slice(2).find((a) => /^\d+$/.test(a)) ?? 5);
 const encrypt = process.argv.includes("--encrypt");
+const kinds = process.argv.includes("--idle-only") ? (["idle"] as const) : (["idle", "dirty 256 MiB"] as const);
 const blobDir = await mkdtemp(join(tmpdir(), "space-bench-snap-"));
 const key = encrypt ? { SPACE_ENCRYPTION_KEY: randomBytes(32).toString("hex") } : {};
 const nodes: TestNode[] = [];
@@ -32,6 +33,7 @@ const q = (a: number[], p: number) => [...a].sort((x, y) => x - y)[Math.min(a.le
 
 async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
   const [a, b] = nodes as [TestNode, TestNode];
+  const breakdown: Series = {};
   const r: Series = { cold: [], suspend: [], "suspend capture": [], "restore same node": [], "restore cross node": [], fork: [], bytes: [] };
   const time = async <T>(k: string, fn: () => Promise<T>): Promise<T> => {
     const t = performance.now();
@@ -53,7 +55,7 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
     r["suspend capture"]!.push(d1.timings.captureMs ?? 0);
     r.bytes!.push(d1.sizeBytes);
     const local = await time("restore same node", () => a.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d1, sig()));
-    if (i === 0) console.log(`  ${kind}: same-node restore breakdown ${JSON.stringify(local.timings)}`);
+    for (const [k, v] of Object.entries(local.timings ?? {})) (breakdown[k] ??= []).push(v);
     const d2 = await a.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: true }, sig());
     await time("restore cross node", () => b.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d2, sig()));
     const fid = newSandboxId();
@@ -69,6 +71,8 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
     await b.agent.snapshots!.dropLocal(d2.snapshotId);
     await b.agent.snapshots!.dropLocal(fork.snapshotId);
   }
+  const med = Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, q(v, 0.5)]));
+  console.log(`  ${kind}: same-node restore breakdown (medians, ms) ${JSON.stringify(med)}`);
   return r;
 }
 
@@ -86,7 +90,7 @@ try {
     }),
   );
   console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}`);
-  for (const kind of ["idle", "dirty 256 MiB"] as const) {
+  for (const kind of kinds) {
     const r = await run(kind);
     console.log(`${kind}:`);
     for (const [k, v] of Object.entries(r)) {

@@ -59,8 +59,8 @@ interface Live extends Record_ {
 
 /** How a sandbox is restored instead of created (node/snapshots). */
 export interface RestoreVia {
-  /** Sets up the sandbox's disk; returns its root path. */
-  disk(signal: AbortSignal): Promise<string>;
+  /** Sets up the sandbox's disk: its root path, and `limited` once its quota is set (overlapped with the start). */
+  disk(signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }>;
   /** Starts the prepared bundle from the memory checkpoint. */
   start(id: string, signal: AbortSignal): Promise<void>;
 }
@@ -197,7 +197,7 @@ export class SandboxManager {
         // Disk and slot are independent: set them up in parallel. The container starts as
         // soon as the slot's netns exists; the rest of the slot is set up meanwhile.
         const tDisk = performance.now();
-        const diskP = (via ? via.disk(signal).then((root) => ({ root, limited: Promise.resolve() })) : this.ensureDisk(spec, signal)).then((d) => {
+        const diskP = (via ? via.disk(signal) : this.ensureDisk(spec, signal)).then((d) => {
           timings.diskMs = ms(tDisk);
           return d;
         });
@@ -302,11 +302,10 @@ export class SandboxManager {
       logPath: this.o.runtime.kind === "runc" ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
-    if (via) {
-      // A memory checkpoint comes back with its sockets: its addresses must be in place.
-      await slotConfigured;
-      await via.start(id, signal);
-    } else await this.o.runtime.start(id, signal);
+    // A memory checkpoint restores into the bare netns too (tcp-close: its connections come
+    // back closed, its listeners are on 0.0.0.0 or loopback, which the netns has from the start).
+    if (via) await via.start(id, signal);
+    else await this.o.runtime.start(id, signal);
     timings.runtimeMs = ms(t);
     // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
     const tSlot = performance.now();
