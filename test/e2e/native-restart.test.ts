@@ -6,63 +6,42 @@
  */
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { freePort } from "../support/stack.ts";
+import { join } from "node:path";
+import { runSpace, type SpaceProcess } from "../support/space-process.ts";
+import { freePort, removeDataDir } from "../support/stack.ts";
 import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
 
 interface Up {
-  child: ChildProcess;
+  proc: SpaceProcess;
   apiUrl: string;
   adminToken: string;
-  output: () => string;
 }
 
 async function up(env: Record<string, string>): Promise<Up> {
-  const full: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("SPACE_") && !k.startsWith("E2B_")) full[k] = v;
-  Object.assign(full, { SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "warn" }, env);
-  const child = spawn(process.execPath, [resolve("bin/space.mjs"), "up"], { env: full, stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  child.stdout!.on("data", (b: Buffer) => (out += b.toString()));
-  child.stderr!.on("data", (b: Buffer) => (out += b.toString()));
-  const deadline = Date.now() + 10 * 60_000;
-  for (;;) {
-    const api = /^export E2B_API_URL=(.*)$/m.exec(out)?.[1];
-    const admin = /^export SPACE_ADMIN_TOKEN=(.*)$/m.exec(out)?.[1];
-    if (out.includes("SPACE is up") && api && admin) return { child, apiUrl: api.trim(), adminToken: admin.trim(), output: () => out };
-    if (child.exitCode !== null) throw new Error(`space up exited ${child.exitCode}:\n${out.slice(-3000)}`);
-    if (Date.now() > deadline) throw new Error(`space up not up:\n${out.slice(-3000)}`);
-    await new Promise((r) => setTimeout(r, 100));
+  const proc = runSpace(["up"], { SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "warn", ...env });
+  try {
+    // The admin token is the last line `space up` prints once it is up.
+    const adminToken = /^export SPACE_ADMIN_TOKEN=(\S+)$/m.exec(await proc.waitFor(/^export SPACE_ADMIN_TOKEN=\S+\n/m, 10 * 60_000))![1]!;
+    const apiUrl = /^export E2B_API_URL=(\S+)$/m.exec(proc.out())?.[1];
+    if (!apiUrl) throw new Error(`space up printed no E2B_API_URL:\n${proc.out().slice(-3000)}`);
+    return { proc, apiUrl, adminToken };
+  } catch (e) {
+    await proc.stop();
+    throw e;
   }
-}
-
-async function kill9(u: Up): Promise<void> {
-  const exited = new Promise((r) => u.child.once("exit", r));
-  u.child.kill("SIGKILL");
-  await exited;
 }
 
 describe("Native recovery end to end", { skip, timeout: 20 * 60_000 }, () => {
   const dataDir = mkdtempSync(join(tmpdir(), "space-native-restart-"));
   let current: Up | undefined;
   after(async () => {
-    if (current && current.child.exitCode === null) {
-      const exited = new Promise((r) => current!.child.once("exit", r));
-      current.child.kill("SIGTERM");
-      await exited;
-    }
+    await current?.proc.stop();
     // The node leaves its cache mounts behind after a kill -9 (and today after SIGTERM too).
-    for (const m of ["roots", "cache"]) spawnSync("umount", [join(dataDir, "node", m)], { stdio: "ignore", timeout: 30_000 });
-    try {
-      rmSync(dataDir, { recursive: true, force: true, maxRetries: 3 });
-    } catch {
-      /* the node cache mount of the killed process may linger; the OS temp cleaner gets it */
-    }
+    removeDataDir(dataDir);
   });
 
   test("queued_create_survives_api_restart and command_survives_data_plane_restart", async (t) => {
@@ -84,7 +63,7 @@ describe("Native recovery end to end", { skip, timeout: 20 * 60_000 }, () => {
       assert.equal(r.status, 202);
       queued.push(r.body.id);
     }
-    await kill9(current); // no graceful hand-back: claimed work must be re-claimed after staleness
+    await current.proc.stop("SIGKILL"); // no graceful hand-back: claimed work must be re-claimed after staleness
 
     current = await up(env);
     c = new NativeClient(current.apiUrl, token);
