@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { execFile, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
+import { baseEnv } from "../support/space-process.ts";
 import { startStack, type Stack } from "../support/stack.ts";
 
 const PYTHON = resolve(".tools/py/bin/python");
@@ -37,9 +38,14 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
 
   /** Runs one scenario script; fails with its stderr when it does not print its JSON. */
   function run(script: string): Promise<Observed> {
-    const env: Record<string, string> = {};
-    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith("E2B_") && !k.startsWith("SPACE_")) env[k] = v;
-    Object.assign(env, { E2B_API_KEY: stack.apiKey, E2B_API_URL: stack.apiUrl, E2B_SANDBOX_URL: stack.sandboxUrl, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1" });
+    const env = {
+      ...baseEnv(),
+      E2B_API_KEY: stack.apiKey,
+      E2B_API_URL: stack.apiUrl,
+      E2B_SANDBOX_URL: stack.sandboxUrl,
+      PYTHONUNBUFFERED: "1",
+      PYTHONDONTWRITEBYTECODE: "1",
+    };
     return new Promise((res, rej) => {
       execFile(PYTHON, [resolve(SCRIPTS, script)], { env, cwd: SCRIPTS, timeout: 8 * 60_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
         const last = stdout.trim().split("\n").pop() ?? "";
