@@ -247,9 +247,6 @@ export class LinuxNetworkSlots implements NetworkSlots {
       // Record first: a crash in the middle leaves a record the next init tears down.
       await this.writeRecord(slot);
       await ip(["netns", "add", slot.netns], signal);
-      // Loopback up with the namespace: a memory checkpoint restored before the rest of the
-      // slot is set up rebinds its 127.0.0.1 sockets (node/snapshots).
-      await ip(["-n", slot.netns, "link", "set", "lo", "up"], signal);
       return slot;
     } catch (e) {
       await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
@@ -273,7 +270,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
       // A MAC derived from the slot index: the node's neighbour entry for a reused address
       // stays valid (a random MAC would leave it stale for up to a minute).
       await ip(["-n", slot.netns, "-b", "-"], signal,
-        `link set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
+        `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
       // Independent of each other: the namespace's own settings and the node's rules.
       await Promise.all([this.loopbackPorts(slot, signal), nft(addSlotScript(this.table, slot.owner, slot.address, slot.policy, this.nextGeneration()), signal)]);
     } catch (e) {
