@@ -302,10 +302,13 @@ export class SandboxManager {
       logPath: this.o.runtime.kind === "runc" ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
-    // A memory checkpoint restores into the bare netns too (tcp-close: its connections come
-    // back closed, its listeners are on 0.0.0.0 or loopback, which the netns has from the start).
-    if (via) await via.start(id, signal);
-    else await this.o.runtime.start(id, signal);
+    if (via) {
+      // A memory checkpoint comes back with its sockets: its addresses must be in place.
+      // (Overlapping CRIU with the slot's setup won under heavy load but cost 40-60 ms on a
+      // quiet 2-core node, CPU contention: the slot's setup already overlaps disk and bundle.)
+      await slotConfigured;
+      await via.start(id, signal);
+    } else await this.o.runtime.start(id, signal);
     timings.runtimeMs = ms(t);
     // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
     const tSlot = performance.now();
