@@ -2,7 +2,9 @@
 // (disk snapshot, network slot, runtime start, envd ready), the same workload run by bare
 // `runc run` of the same rootfs in the same run (baseline), and idle sandbox memory.
 //
-//   node --import tsx bench/node.ts [--n 50] [--stub-envd]      (root; after scripts/setup.sh)
+//   node --import tsx bench/node.ts [--n 50] [--stub-envd] [--slot-pool N]      (root; after scripts/setup.sh)
+//
+// --slot-pool sets SPACE_NODE_NETWORK_POOL_TARGET (default 0, as the reference: slots built on claim).
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,7 +18,7 @@ import { BUNDLE, ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "../
 import { OciRuntime } from "../src/runtime/oci/oci-runtime.ts";
 import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-client.ts";
 
-const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false } } });
+const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false }, "slot-pool": { type: "string", default: "0" } } });
 const N = Number(values.n);
 const envdDir = values["stub-envd"] ? join(REPO_DIR, "test", "node", "fixtures", "envd-stub") : join(REPO_DIR, "dist", "envd");
 
@@ -37,6 +39,7 @@ const config = loadConfig({}, {
   SPACE_NODE_DISK_RESERVE_MIB: "1024",
   SPACE_INTERNAL_TOKEN: "bench",
   SPACE_NODE_SLOT_CIDR: "10.200.64.0/18",
+  SPACE_NODE_NETWORK_POOL_TARGET: values["slot-pool"],
 });
 const agent = createNodeAgent(config, createLogger("warn", "bench"), {
   envdDir,
@@ -137,7 +140,7 @@ try {
   for (const id of idle) await m.kill(id, sig());
 
   const result = {
-    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, envd: values["stub-envd"] ? "stub" : `dist/envd (${launch.kind})`, loadavg1m: { start: round(loadAtStart[0]!), end: round(loadavg()[0]!) } },
+    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, slotPool: config.SPACE_NODE_NETWORK_POOL_TARGET, envd: values["stub-envd"] ? "stub" : `dist/envd (${launch.kind})`, loadavg1m: { start: round(loadAtStart[0]!), end: round(loadavg()[0]!) } },
     n: N,
     nodeCreateToReadyMs: stats(parts.totalMs!),
     // Disk and slot run in parallel from the start; the runtime starts once the disk and the
