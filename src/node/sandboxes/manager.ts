@@ -59,8 +59,8 @@ interface Live extends Record_ {
 
 /** How a sandbox is restored instead of created (node/snapshots). */
 export interface RestoreVia {
-  /** Sets up the sandbox's disk: its root path, and `limited` once its quota is set (overlapped with the start). */
-  disk(signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }>;
+  /** Sets up the sandbox's disk; returns its root path. */
+  disk(signal: AbortSignal): Promise<string>;
   /** Starts the prepared bundle from the memory checkpoint. */
   start(id: string, signal: AbortSignal): Promise<void>;
 }
@@ -197,7 +197,7 @@ export class SandboxManager {
         // Disk and slot are independent: set them up in parallel. The container starts as
         // soon as the slot's netns exists; the rest of the slot is set up meanwhile.
         const tDisk = performance.now();
-        const diskP = (via ? via.disk(signal) : this.ensureDisk(spec, signal)).then((d) => {
+        const diskP = (via ? via.disk(signal).then((root) => ({ root, limited: Promise.resolve() })) : this.ensureDisk(spec, signal)).then((d) => {
           timings.diskMs = ms(tDisk);
           return d;
         });
@@ -304,8 +304,8 @@ export class SandboxManager {
     await this.o.runtime.prepare(run, signal);
     if (via) {
       // A memory checkpoint comes back with its sockets: its addresses must be in place.
-      // (Overlapping CRIU with the slot's setup won under heavy load but cost 40-60 ms on a
-      // quiet 2-core node, CPU contention: the slot's setup already overlaps disk and bundle.)
+      // (Measured: restoring while the slot or the disk quota is still being set up won under
+      // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
       await slotConfigured;
       await via.start(id, signal);
     } else await this.o.runtime.start(id, signal);

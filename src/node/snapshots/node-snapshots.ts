@@ -315,14 +315,14 @@ export class NodeSnapshots {
     const st = await this.o.manager.create(spec, signal, {
       disk: async (sig) => {
         const path = this.o.disks.sandboxPath(id);
-        const root = this.o.disks.sandboxRoot(id);
-        if (await exists(path)) return { root, limited: Promise.resolve() };
-        await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
-        // The quota lands while the processes are restored; a failure fails the restore,
-        // whose cleanup releases the disk.
-        const limited = btrfs.qgroupLimit(path, spec.diskMib, sig).then(() => undefined);
-        limited.catch(() => undefined); // observed by the manager; never an unhandled rejection
-        return { root, limited };
+        if (!(await exists(path))) {
+          await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
+          await btrfs.qgroupLimit(path, spec.diskMib, sig).catch(async (e: unknown) => {
+            await btrfs.subvolumeDelete(path).catch(() => undefined);
+            throw e;
+          });
+        }
+        return this.o.disks.sandboxRoot(id);
       },
       start: (cid, sig) => this.cp.restore(cid, image, meta.checkpoint, sig),
     });
