@@ -8,9 +8,10 @@ import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, createWriteStream } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { Readable, Transform } from "node:stream";
+import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { SpaceError } from "../../core/errors.ts";
+import { digestMeter } from "../digest-meter.ts";
 import { checkBlobKey, checkBlobPrefix, throwIfAborted, type BlobInfo, type BlobKey, type BlobStore } from "../blob-store.ts";
 
 export class FsBlobStore implements BlobStore {
@@ -35,18 +36,10 @@ export class FsBlobStore implements BlobStore {
     throwIfAborted(signal);
     await mkdir(this.tmpDir, { recursive: true });
     const tmp = join(this.tmpDir, `${randomBytes(8).toString("hex")}.part`);
-    const hash = createHash("sha256");
-    let sizeBytes = 0;
-    const meter = new Transform({
-      transform(chunk: Buffer, _enc, cb) {
-        hash.update(chunk);
-        sizeBytes += chunk.length;
-        cb(null, chunk);
-      },
-    });
+    const meter = digestMeter();
     try {
       const src = body instanceof Uint8Array ? Readable.from([Buffer.from(body.buffer, body.byteOffset, body.byteLength)]) : body;
-      await pipeline(src, meter, createWriteStream(tmp, { flags: "wx" }), signal ? { signal } : {});
+      await pipeline(src, meter.stream, createWriteStream(tmp, { flags: "wx" }), signal ? { signal } : {});
       const fh = await open(tmp, "r");
       try {
         await fh.sync();
@@ -54,7 +47,7 @@ export class FsBlobStore implements BlobStore {
         await fh.close();
       }
       await mkdir(dirname(dest), { recursive: true });
-      const info: BlobInfo = { key, sizeBytes, sha256: hash.digest("hex") };
+      const info: BlobInfo = { key, ...meter.result() };
       await rename(tmp, dest).catch((e: NodeJS.ErrnoException) => {
         if (e.code === "EISDIR" || e.code === "ENOTDIR" || e.code === "ENOTEMPTY") {
           throw new SpaceError("failed_precondition", `blob key ${key} conflicts with an existing prefix`);

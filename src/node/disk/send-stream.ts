@@ -3,12 +3,12 @@
  * template distribution: a child's stdout as a stream, a stream into a child's stdin, and
  * a download that refuses bytes whose sha256 or size differ from what was recorded.
  */
-import { createHash } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { spawn } from "node:child_process";
-import { PassThrough, Transform } from "node:stream";
+import { PassThrough } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { BlobStore } from "../../blob/blob-store.ts";
+import { digestMeter } from "../../blob/digest-meter.ts";
 import { SpaceError } from "../../core/errors.ts";
 
 /** A recorded blob: its key, size and sha256 of the stored bytes. */
@@ -60,17 +60,9 @@ export async function pipeInto(src: NodeJS.ReadableStream, argv: string[], signa
 /** Downloads `part` to `file`, refusing it when its sha256 or size differs from the record. */
 export async function downloadVerified(blob: BlobStore, part: BlobPart, file: string, signal: AbortSignal, what = "snapshot part"): Promise<void> {
   const src = await blob.get(part.key, signal);
-  const hash = createHash("sha256");
-  let size = 0;
-  const tap = new Transform({
-    transform(chunk: Buffer, _e, cb) {
-      hash.update(chunk);
-      size += chunk.length;
-      cb(null, chunk);
-    },
-  });
-  await pipeline(src, tap, createWriteStream(file), { signal });
-  const sha = hash.digest("hex");
+  const meter = digestMeter();
+  await pipeline(src, meter.stream, createWriteStream(file), { signal });
+  const { sizeBytes: size, sha256: sha } = meter.result();
   if (sha !== part.sha256 || size !== part.sizeBytes) {
     throw new SpaceError(
       "failed_precondition",
