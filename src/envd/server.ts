@@ -1,6 +1,7 @@
 /**
  * envd's one HTTP port: Connect RPC (process.Process, filesystem.Filesystem; Connect
- * protocol, JSON and binary) plus plain routes (/health, /files, /envs, /metrics, /init).
+ * protocol, JSON and binary) plus plain routes (/health, /files, /envs, /metrics, /init)
+ * and SPACE's own /space/processes/ended.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
@@ -14,6 +15,7 @@ import { processService } from "./process/service.ts";
 import { filesystemService } from "./filesystem/service.ts";
 import { getFile, postFile } from "./http/files.ts";
 import { getEnvs, getMetrics, postInit } from "./http/system.ts";
+import { ENDED_PROCESSES_PATH } from "./process/ended.ts";
 import { sendJson } from "./http/respond.ts";
 
 async function* mapStreamErrors<T>(it: AsyncIterable<T>): AsyncIterable<T> {
@@ -77,12 +79,25 @@ export function createEnvdHandler(envd: Envd): (req: IncomingMessage, res: Serve
       void getMetrics(envd, res);
       return;
     }
+    if (p === ENDED_PROCESSES_PATH && req.method === "GET") return getEndedProcess(envd, res, url);
     if (p === "/init" && req.method === "POST") {
       void postInit(envd, req, res);
       return;
     }
     sendJson(res, 404, { code: 404, message: `no route ${req.method} ${p}` });
   };
+}
+
+/** How the process tagged `?tag=` ended: 200 with the record, 404 when none is kept. */
+function getEndedProcess(envd: Envd, res: ServerResponse, url: URL): void {
+  const tag = url.searchParams.get("tag");
+  if (!tag) {
+    sendJson(res, 400, { code: 400, message: "query parameter tag is required" });
+    return;
+  }
+  const rec = envd.processes.ended.get(tag);
+  if (!rec) sendJson(res, 404, { code: 404, message: `no ended process with tag ${JSON.stringify(tag)} is kept` });
+  else sendJson(res, 200, rec);
 }
 
 export function createEnvdServer(envd: Envd): Server {

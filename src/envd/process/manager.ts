@@ -15,6 +15,7 @@ import { createRequire } from "node:module";
 import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
 import type { User } from "../users.ts";
+import { DetachedOutput, EndedProcesses } from "./ended.ts";
 import { signalDescription } from "./signals.ts";
 
 const HIGH_WATER_BYTES = 4 * 1024 * 1024;
@@ -137,6 +138,8 @@ export class ManagedProcess {
   readonly config: ProcessConfigInput;
   readonly isPty: boolean;
   endInfo: EndInfo | undefined;
+  /** Tagged processes: what they wrote while nobody listened (for the ended record). */
+  readonly detached: DetachedOutput | undefined;
   private readonly subs = new Set<Subscriber>();
   private paused = false;
   private lastDataMs = Date.now();
@@ -150,6 +153,7 @@ export class ManagedProcess {
   ) {
     this.pid = child.kind === "pipe" ? child.cp.pid! : child.pty.pid;
     this.tag = opts.tag;
+    this.detached = opts.tag !== undefined ? new DetachedOutput() : undefined;
     this.config = opts.config;
     this.isPty = child.kind === "pty";
     this.stdinOpen = child.kind === "pty" || opts.stdin;
@@ -200,7 +204,10 @@ export class ManagedProcess {
 
   private emitData(stream: OutputStream, data: Buffer): void {
     this.lastDataMs = Date.now();
-    if (this.subs.size === 0) return;
+    if (this.subs.size === 0) {
+      this.detached?.push(stream, data);
+      return;
+    }
     const ev: ProcEvent = { kind: "data", stream, data };
     let over = false;
     for (const s of this.subs) {
@@ -304,6 +311,8 @@ function toEndInfo(code: number | null, sig: NodeJS.Signals | number | null): En
 
 export class ProcessManager {
   private readonly byPid = new Map<number, ManagedProcess>();
+  /** How recent tagged processes ended (SPACE-only; E2B's List/Connect never see it). */
+  readonly ended = new EndedProcesses();
   /** Called after any process ends (startEnvd() hooks the zombie reaper here). */
   onExit: (() => void) | undefined;
 
@@ -337,6 +346,7 @@ export class ProcessManager {
     checkCwd(opts.cwd);
     const onEnd = (p: ManagedProcess) => {
       this.byPid.delete(p.pid);
+      if (p.tag !== undefined && p.endInfo) this.ended.record(p.tag, p.pid, p.endInfo, p.detached);
       this.onExit?.();
     };
     let proc: ManagedProcess;
