@@ -21,6 +21,7 @@ import { registerNativeRoutes } from "../../src/api/native/routes.ts";
 import { startDispatcher, type Dispatcher } from "../../src/controller/dispatcher.ts";
 import type { HandlerMap } from "../../src/controller/operations/handler.ts";
 import { Process } from "../../src/gen/process/process_pb.ts";
+import { ENDED_PROCESSES_PATH, type EndedProcess } from "../../src/envd/process/ended.ts";
 import type { Engine, Db } from "../../src/store/db.ts";
 import { createTenant, type Tenant } from "../../src/store/tenants.ts";
 import { createToken } from "../../src/store/tokens.ts";
@@ -58,12 +59,16 @@ interface FakeProc {
   events: Array<{ case: "data"; stream: "stdout" | "stderr"; data: Uint8Array } | { case: "end"; exitCode: number; exited: boolean; status: string }>;
   wake: Set<() => void>;
   ended: boolean;
+  /** Streams attached now; output pushed while none is kept for the ended record, like envd. */
+  attached: number;
+  detached: Array<{ stream: "stdout" | "stderr"; data: Uint8Array }>;
 }
 
 /**
  * Scripted commands: `echo <args…>`, `true`, `false` (exit 1), `sleep <s>`, `spew <n>`
  * (n lines of 1 KiB), `fail-stream` (breaks the stream once after the start event);
- * anything else is refused like a missing binary (invalid_argument).
+ * anything else is refused like a missing binary (invalid_argument). Like envd, it
+ * answers `GET /space/processes/ended?tag=` for tagged processes that ended.
  */
 export class FakeEnvd {
   readonly procs = new Map<number, FakeProc>();
@@ -79,10 +84,7 @@ export class FakeEnvd {
         const cfg = req.process!;
         const known = ["echo", "true", "false", "sleep", "spew", "fail-stream"];
         if (!known.includes(cfg.cmd)) throw new ConnectError(`cannot start ${JSON.stringify(cfg.cmd)}: spawn ${cfg.cmd} ENOENT`, Code.InvalidArgument);
-        const p: FakeProc = { pid: this.nextPid++, tag: req.tag, cmd: cfg.cmd, events: [], wake: new Set(), ended: false };
-        this.procs.set(p.pid, p);
-        this.started.push(req.tag ?? cfg.cmd);
-        this.run(p, cfg.cmd, cfg.args);
+        const p = this.spawn(cfg.cmd, cfg.args, req.tag);
         if (cfg.cmd === "fail-stream") this.breakOnce.add(String(p.pid));
         return this.stream(p, ctx.signal);
       },
@@ -101,15 +103,37 @@ export class FakeEnvd {
         return {};
       },
     };
-    const handler = connectNodeAdapter({ routes: (r) => r.service(Process, impl) });
-    this.server = createServer(handler);
+    const rpc = connectNodeAdapter({ routes: (r) => r.service(Process, impl) });
+    this.server = createServer((req, res) => {
+      const url = new URL(req.url ?? "/", "http://envd");
+      if (url.pathname !== ENDED_PROCESSES_PATH) return rpc(req, res);
+      const rec = this.endedRecord(url.searchParams.get("tag") ?? "");
+      res.writeHead(rec ? 200 : 404, { "content-type": "application/json" });
+      res.end(JSON.stringify(rec ?? { code: 404, message: "no ended process with that tag is kept" }));
+    });
     await new Promise<void>((res) => this.server!.listen(0, "127.0.0.1", res));
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
     return this.url;
   }
 
+  /** Starts a scripted command with nobody attached (what a claimer that then died did). */
+  spawn(cmd: string, args: string[], tag: string | undefined): FakeProc {
+    const p: FakeProc = { pid: this.nextPid++, tag, cmd, events: [], wake: new Set(), ended: false, attached: 0, detached: [] };
+    this.procs.set(p.pid, p);
+    this.started.push(tag ?? cmd);
+    this.run(p, cmd, args);
+    return p;
+  }
+  private endedRecord(tag: string): EndedProcess | undefined {
+    const p = [...this.procs.values()].reverse().find((x) => x.tag === tag && x.ended);
+    const end = p?.events.at(-1);
+    if (!p || end?.case !== "end") return undefined;
+    const detached_output = p.detached.map((d) => ({ stream: d.stream, data: Buffer.from(d.data).toString("base64") }));
+    return { tag, pid: p.pid, exit_code: end.exitCode, exited: end.exited, status: end.status, error: end.exitCode === 0 ? null : end.status, ended_at: new Date().toISOString(), detached_output, detached_output_dropped_bytes: 0 };
+  }
   private push(p: FakeProc, ev: FakeProc["events"][number]) {
     p.events.push(ev);
+    if (ev.case === "data" && p.attached === 0) p.detached.push(ev);
     for (const w of p.wake) w();
   }
   end(p: FakeProc, exitCode: number, exited: boolean, status: string) {
@@ -147,6 +171,14 @@ export class FakeEnvd {
     });
   }
   private async *stream(p: FakeProc, signal: AbortSignal, from = 0) {
+    p.attached++;
+    try {
+      yield* this.events(p, signal, from);
+    } finally {
+      p.attached--;
+    }
+  }
+  private async *events(p: FakeProc, signal: AbortSignal, from: number) {
     yield { event: { event: { case: "start" as const, value: { pid: p.pid } } } };
     let i = from;
     for (;;) {

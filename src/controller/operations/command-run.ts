@@ -10,7 +10,10 @@
  * Survives a broken stream (data plane restart): the process keeps running in the
  * sandbox; the handler reattaches by pid (Process/Connect) with backoff. A re-run after
  * the claimer died reattaches the same way, by pid or by the command's tag, so a
- * command never starts twice.
+ * command never starts twice. A command that ended while no stream was attached is
+ * finished from envd's record of ended tagged processes: its exit code and the last
+ * 64 KiB it wrote while detached (older detached output is lost, and so is output a
+ * still-running process wrote while detached: Connect streams live output only).
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { SpaceError, notFound } from "../../core/errors.ts";
@@ -30,7 +33,8 @@ import {
   markCommandRunning,
   type Command as CommandRow,
 } from "../../store/commands.ts";
-import { fromConnectError, processClient, type ProcessClient } from "./envd-client.ts";
+import type { EndedProcess } from "../../envd/process/ended.ts";
+import { endedProcess, fromConnectError, processClient, type ProcessClient } from "./envd-client.ts";
 import { CommandRunRequest, parseTarget, readRequest } from "./requests.ts";
 
 /** NOTIFY channel: payload = command id that got output or ended (followers wake at once). */
@@ -41,6 +45,7 @@ const FLUSH_BYTES = 64 * 1024;
 const FLUSH_MS = 15;
 
 type Stream = "stdout" | "stderr" | "pty";
+type End = Pick<ProcessEvent_EndEvent, "exitCode" | "exited" | "status" | "error">;
 
 /** Coalesces output events into chunks and appends them in order, one write at a time. */
 export class OutputSink {
@@ -107,13 +112,16 @@ export function commandRun(deps: HandlerDeps): OperationHandler {
       );
     }
     const ref = { sandboxId: sb.id, nodeId: sb.nodeId };
-    const connect = async () => processClient(await svc.substrate.proxyTarget(ref, ENVD_PORT, signal), { accessToken: sb.envdAccessToken, user: cmd.cmd.user });
+    const target = () => svc.substrate.proxyTarget(ref, ENVD_PORT, signal);
+    const auth = { accessToken: sb.envdAccessToken, user: cmd.cmd.user };
+    const connect = async () => processClient(await target(), auth);
+    const record = async (s: AbortSignal) => endedProcess(await target(), auth, cmd.id, s);
     let client = await connect();
 
     const timeoutS = typeof cmd.cmd.timeout_s === "number" ? cmd.cmd.timeout_s : DEFAULT_COMMAND_TIMEOUT_S;
     const startedMs = cmd.startedAt?.getTime() ?? Date.now();
     const sink = new OutputSink(db, cmd.id);
-    const run = new CommandRun(client, cmd, sink, db, log, op.claimCount > 1);
+    const run = new CommandRun(client, record, cmd, sink, db, log, op.claimCount > 1);
     const timer = setTimeout(() => void run.kill("timeout"), Math.max(0, startedMs + timeoutS * 1000 - Date.now()));
     try {
       let attempt = 0;
@@ -125,6 +133,14 @@ export function commandRun(deps: HandlerDeps): OperationHandler {
         } catch (e: unknown) {
           if (signal.aborted || (e instanceof SpaceError && e.code === "failed_precondition")) throw e;
           const err = fromConnectError(e, `command ${cmd.id}`);
+          if (err.code === "not_found") {
+            // Gone from envd's table: it may have ended while no stream was attached.
+            const end = await run.endedWhileDetached(signal).catch(() => undefined);
+            if (end) {
+              await sink.flush();
+              return await finish(db, cmd.id, end, run.killedFor, timeoutS);
+            }
+          }
           if (run.pid === null) {
             // Never started: envd refused it (bad cmd/cwd/user) or was unreachable before
             // the start event. A refusal is permanent and names envd's reason.
@@ -161,6 +177,8 @@ class CommandRun {
 
   constructor(
     public client: ProcessClient,
+    /** envd's record of how the command's tagged process ended, if it has one. */
+    private readonly record: (signal: AbortSignal) => Promise<EndedProcess | undefined>,
     private readonly cmd: CommandRow,
     private readonly sink: OutputSink,
     private readonly db: Db,
@@ -174,13 +192,17 @@ class CommandRun {
   #startSent = false;
 
   /** One attempt: start (or reattach) and read to the end event. */
-  async stream(signal: AbortSignal): Promise<ProcessEvent_EndEvent> {
-    const events =
-      this.pid !== null
-        ? this.client.connect({ process: { selector: { case: "pid", value: this.pid } } }, { signal })
-        : (await this.#alreadyStarted(signal))
-          ? this.client.connect({ process: { selector: { case: "tag", value: this.cmd.id } } }, { signal })
-          : this.#start(signal);
+  async stream(signal: AbortSignal): Promise<End> {
+    let events;
+    if (this.pid !== null) events = this.client.connect({ process: { selector: { case: "pid", value: this.pid } } }, { signal });
+    else if (!this.#mayHaveStarted()) events = this.#start(signal);
+    else if (await this.#running(signal)) events = this.client.connect({ process: { selector: { case: "tag", value: this.cmd.id } } }, { signal });
+    else {
+      // Not running: it may have started and ended already (never start it twice).
+      const end = await this.endedWhileDetached(signal);
+      if (end) return end;
+      events = this.#start(signal);
+    }
     for await (const res of events) {
       const ev = res.event?.event;
       switch (ev?.case) {
@@ -217,18 +239,40 @@ class CommandRun {
   }
 
   /**
-   * Before a Start whose pid is not recorded: is the tag already running? A re-claimed
-   * operation asks even when its row says queued (the dead claimer may have started the
-   * process and died before recording the pid), as does a retry after a broken stream.
+   * Before a Start whose pid is not recorded: may it have been started already? A
+   * re-claimed operation asks even when its row says queued (the dead claimer may have
+   * started the process and died before recording the pid), as does a retry after a
+   * broken stream.
    */
-  async #alreadyStarted(signal: AbortSignal): Promise<boolean> {
-    if (!this.rerun && !this.#startSent && this.cmd.state !== "running" && this.cmd.startedAt === null) return false;
+  #mayHaveStarted(): boolean {
+    return this.rerun || this.#startSent || this.cmd.state === "running" || this.cmd.startedAt !== null;
+  }
+
+  /** Is the command's tag running in envd? */
+  async #running(signal: AbortSignal): Promise<boolean> {
     try {
       const { processes } = await this.client.list({}, { signal });
       return processes.some((p) => p.tag === this.cmd.id);
     } catch {
       return false;
     }
+  }
+
+  /** How the process ended, from envd's record, when it ended with no stream attached. */
+  async endedWhileDetached(signal: AbortSignal): Promise<End | undefined> {
+    const rec = await this.record(signal);
+    if (!rec) return undefined;
+    this.log.warn(
+      { commandId: this.cmd.id, pid: rec.pid, exitCode: rec.exit_code, droppedBytes: rec.detached_output_dropped_bytes },
+      "command ended while its stream was detached; storing the output envd kept",
+    );
+    for (const o of rec.detached_output) this.sink.push(o.stream, Buffer.from(o.data, "base64"));
+    if (this.pid === null) {
+      this.pid = rec.pid;
+      // A cancel that raced the end leaves the row killed; finish() then keeps that.
+      await markCommandRunning(this.db, this.cmd.id, rec.pid).catch(() => {});
+    }
+    return { exitCode: rec.exit_code, exited: rec.exited, status: rec.status, error: rec.error ?? undefined };
   }
 
   async kill(why: "timeout"): Promise<void> {
@@ -240,7 +284,7 @@ class CommandRun {
   }
 }
 
-async function finish(db: Db, id: string, end: ProcessEvent_EndEvent, killedFor: "timeout" | null, timeoutS: number): Promise<unknown> {
+async function finish(db: Db, id: string, end: End, killedFor: "timeout" | null, timeoutS: number): Promise<unknown> {
   if (killedFor === "timeout") {
     await ended(db, id, { state: "killed", exitCode: end.exitCode, error: `killed after timeout_s=${timeoutS}` });
     throw new SpaceError("deadline_exceeded", `command ${id} passed its timeout_s=${timeoutS} and was killed`);

@@ -7,6 +7,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SpaceError, type ErrorCode } from "../../core/errors.ts";
 import { Process } from "../../gen/process/process_pb.ts";
+import { ENDED_PROCESSES_PATH, EndedProcessSchema, type EndedProcess } from "../../envd/process/ended.ts";
 import type { ProxyTarget } from "../../substrate/substrate.ts";
 
 export type ProcessClient = Client<typeof Process>;
@@ -18,9 +19,32 @@ export interface EnvdAuth {
   user?: string;
 }
 
-export function processClient(target: ProxyTarget, auth: EnvdAuth = {}): ProcessClient {
+function envdHeaders(target: ProxyTarget, auth: EnvdAuth): Record<string, string> {
   const headers: Record<string, string> = { ...target.headers };
   if (auth.accessToken) headers["x-access-token"] = auth.accessToken;
+  return headers;
+}
+
+/**
+ * How envd's process tagged `tag` ended (envd keeps the last few minutes of tagged
+ * processes, SPACE-only route); undefined when envd keeps no record of it.
+ */
+export async function endedProcess(target: ProxyTarget, auth: EnvdAuth, tag: string, signal: AbortSignal): Promise<EndedProcess | undefined> {
+  const url = `${target.baseUrl.toString().replace(/\/+$/, "")}${ENDED_PROCESSES_PATH}?tag=${encodeURIComponent(tag)}`;
+  const res = await fetch(url, { headers: envdHeaders(target, auth), signal });
+  if (res.status === 404) {
+    await res.body?.cancel();
+    return undefined;
+  }
+  const text = await res.text();
+  if (!res.ok) throw new SpaceError(res.status === 401 ? "unauthenticated" : "unavailable", `envd ${ENDED_PROCESSES_PATH} for tag ${tag}: HTTP ${res.status} ${text.slice(0, 200)}`);
+  const parsed = EndedProcessSchema.safeParse(JSON.parse(text));
+  if (!parsed.success) throw new SpaceError("internal", `envd ${ENDED_PROCESSES_PATH} for tag ${tag}: bad body: ${parsed.error.message}`);
+  return parsed.data;
+}
+
+export function processClient(target: ProxyTarget, auth: EnvdAuth = {}): ProcessClient {
+  const headers = envdHeaders(target, auth);
   // The node proxy authenticates the control plane with `authorization`; envd reads the
   // user from the same header name. Only set it when the proxy does not use it.
   if (auth.user && !Object.keys(headers).some((h) => h.toLowerCase() === "authorization")) {
