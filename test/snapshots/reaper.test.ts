@@ -85,7 +85,9 @@ describe("node snapshot reaper", { skip, timeout: 10 * 60_000 }, () => {
     // A restore that failed early no longer uses the copy; say so rather than blame the reaper.
     let early: unknown;
     restoring.catch((e: unknown) => (early = e));
-    const during = await reaper({}).sweep();
+    // Usage is read without `btrfs subvolume sync`, which can outlast the whole restore under
+    // load (the copy is then rightly free again); the sweep must see the restore in flight.
+    const during = await reaper({ usage: async () => 1 }).sweep();
     assert.ok(!during.freed.some((f) => f.snapshotId === desc.snapshotId), `in use, not freed: ${JSON.stringify(during.freed)}${early ? `; the restore had already failed: ${String(early)}` : ""}`);
     assert.equal((await restoring).state, "running");
     assert.equal((await sh(node, sid, "cat /home/user/mark")).stdout.trim(), "before-fork");
