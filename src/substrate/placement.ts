@@ -41,6 +41,24 @@ export interface PlacementWork extends PlacementConstraints {
   environment?: EnvironmentBinding;
 }
 
+/**
+ * The work a request asks for, its node selector merged with the operator's extras (extras
+ * win); absent fields stay absent. One shape for both substrates: Direct decides on it,
+ * Kubernetes renders it into the pod.
+ */
+export function placementWork(req: PlacementWork, selectorExtras: Readonly<Record<string, string>>): PlacementWork {
+  const nodeSelector = { ...(req.nodeSelector ?? {}), ...selectorExtras };
+  return {
+    templateId: req.templateId,
+    vcpu: req.vcpu,
+    memoryMib: req.memoryMib,
+    diskMib: req.diskMib,
+    ...(req.nodeGroup !== undefined ? { nodeGroup: req.nodeGroup } : {}),
+    ...(Object.keys(nodeSelector).length ? { nodeSelector } : {}),
+    ...(req.environment ? { environment: req.environment } : {}),
+  };
+}
+
 export interface Capacity {
   vcpu: number;
   memoryMib: number;

@@ -12,6 +12,7 @@ import type { SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
 import { NodeClient } from "./node-client.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import {
+  placementWork,
   requirePlacement,
   type Capacity,
   type GateMode,
@@ -85,16 +86,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   /** The decision without side effects (admin "why not here?" and benchmarks). */
   async decide(req: PlacementRequest, signal: AbortSignal): Promise<PlacementDecision & { nodeId: string }> {
     const nodes = await this.#nodes.list(signal);
-    const selector = { ...(req.nodeSelector ?? {}), ...this.#extras };
-    const work = {
-      templateId: req.templateId,
-      vcpu: req.vcpu,
-      memoryMib: req.memoryMib,
-      diskMib: req.diskMib,
-      ...(req.nodeGroup !== undefined ? { nodeGroup: req.nodeGroup } : {}),
-      ...(Object.keys(selector).length ? { nodeSelector: selector } : {}),
-      ...(req.environment ? { environment: req.environment } : {}),
-    };
+    const work = placementWork(req, this.#extras);
     const opts: PlacementOptions = {
       gate: this.#gate,
       inflight: this.#inflight,

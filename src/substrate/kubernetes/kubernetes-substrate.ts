@@ -20,7 +20,7 @@ import type { SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
 import { environmentLabel } from "../../node/templates/environment.ts";
 import { NodeClient } from "../direct/node-client.ts";
 import type { GateObservation } from "../direct/direct-substrate.ts";
-import type { GateMode, GatePlacement } from "../placement.ts";
+import { placementWork, type GateMode, type GatePlacement } from "../placement.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
 import { errorCodeOfMarker, isConflict, isNotFound, KubeError, type KubeApi } from "./kube.ts";
 import {
@@ -99,18 +99,11 @@ export class KubernetesSubstrate extends NodeApiSubstrate implements Substrate {
         );
       }
     }
-    const selector = { ...(req.nodeSelector ?? {}), ...this.#d.selectorExtras };
     const { pod, warnings } = renderPod(
       {
         namespace,
         sandboxId: req.sandboxId,
-        templateId: req.templateId,
-        vcpu: req.vcpu,
-        memoryMib: req.memoryMib,
-        diskMib: req.diskMib,
-        ...(req.nodeGroup !== undefined ? { nodeGroup: req.nodeGroup } : {}),
-        ...(Object.keys(selector).length ? { nodeSelector: selector } : {}),
-        ...(env ? { environment: env } : {}),
+        ...placementWork(req, this.#d.selectorExtras),
         ...(shortlist ? { shortlist } : {}),
       },
       gate,
