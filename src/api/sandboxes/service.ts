@@ -426,18 +426,19 @@ export class SandboxService {
    * parts uploaded and checksummed, node freed) → suspended. The snapshot row (one per
    * attempt) is restorable only once the node answered with its descriptor. A failure
    * leaves the sandbox running (the node thaws it; if the node already let it go, it is
-   * restored from the node's local copy), never half.
+   * restored from the node's local copy), never half. `upload: false` (warm-pool members)
+   * keeps the parts on the node only: the restore is pinned there.
    */
-  async suspend(tenantId: TenantId, id: string): Promise<SandboxRecord> {
+  async suspend(tenantId: TenantId, id: string, opts: { upload?: boolean } = {}): Promise<SandboxRecord> {
     const rec = await this.get(tenantId, id);
     if (pausedStates.includes(rec.state)) throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
     if (rec.state !== "running" || !rec.nodeId) {
       throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be paused`, { retryable: true });
     }
-    return this.#suspendRecord(rec);
+    return this.#suspendRecord(rec, opts.upload ?? true);
   }
 
-  async #suspendRecord(rec: SandboxRecord): Promise<SandboxRecord> {
+  async #suspendRecord(rec: SandboxRecord, upload = true): Promise<SandboxRecord> {
     const ref: SandboxRef = { sandboxId: rec.id, nodeId: rec.nodeId! };
     const suspending = await this.#repo.transition(rec.id, ["running"], "suspending");
     if (!suspending) {
@@ -451,7 +452,7 @@ export class SandboxService {
     const snapshotId = await this.#snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend" });
     let desc: SnapshotDescriptor;
     try {
-      desc = await this.#substrate.suspend(ref, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      desc = await this.#substrate.suspend(ref, { snapshotId, upload }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
     } catch (e: unknown) {
       const err = SpaceError.from(e);
       this.#log.warn({ sandboxId: rec.id, snapshotId, code: err.code, err: e }, "suspend failed");
