@@ -17,6 +17,7 @@ import { createNodeAgent, REPO_DIR } from "../src/node/agent.ts";
 import { BUNDLE, ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "../src/node/sandboxes/envd-launch.ts";
 import { OciRuntime } from "../src/runtime/oci/oci-runtime.ts";
 import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-client.ts";
+import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork } from "../test/support/node-network-cleanup.ts";
 
 const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false }, "slot-pool": { type: "string", default: "0" } } });
 const N = Number(values.n);
@@ -38,7 +39,7 @@ const config = loadConfig({}, {
   SPACE_NODE_BTRFS_IMAGE_GIB: "16",
   SPACE_NODE_DISK_RESERVE_MIB: "1024",
   SPACE_INTERNAL_TOKEN: "bench",
-  SPACE_NODE_SLOT_CIDR: "10.200.64.0/18",
+  SPACE_NODE_SLOT_CIDR: pickSlotRange(dir, "spaceb0", 18),
   SPACE_NODE_NETWORK_POOL_TARGET: values["slot-pool"],
 });
 const agent = createNodeAgent(config, createLogger("warn", "bench"), {
@@ -46,6 +47,9 @@ const agent = createNodeAgent(config, createLogger("warn", "bench"), {
   runtimeStateDir: stateDir,
   hostScope: { bridge: "spaceb0", nftTable: "space_bench", vethPrefix: "vb", cgroupParent: "space-bench" },
 });
+const network = { bridge: "spaceb0", nftTable: "space_bench", vethPrefix: "vb", slotsDir: join(dir, "node", "slots") };
+await writeFile(join(dir, OWNER_PID_FILE), `${process.pid}\n`);
+const forget = cleanupOnSignal(() => removeNodeNetwork(network));
 await agent.start();
 const m = agent.manager!;
 // The same envd start as the node's (from its startup snapshot when there is one).
@@ -164,6 +168,8 @@ try {
 } finally {
   for (const s of m.list()) await m.kill(s.sandboxId, sig()).catch(() => undefined);
   await agent.stop({ unmountCache: true });
+  forget();
+  removeNodeNetwork(network);
   await rm(dir, { recursive: true, force: true });
   await rm(stateDir, { recursive: true, force: true });
 }

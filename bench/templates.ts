@@ -16,6 +16,7 @@ import { join } from "node:path";
 import { Sandbox, Template } from "e2b";
 import { BuildRecipe } from "../src/node/templates/recipe.ts";
 import { spec, startTestNode } from "../test/node/helpers.ts";
+import { pickSlotRange } from "../test/support/node-network-cleanup.ts";
 import { startStack } from "../test/support/stack.ts";
 import { makeOciArchive } from "../test/templates/fixtures.ts";
 
@@ -31,7 +32,7 @@ async function stackBench(): Promise<void> {
   const stack = await startStack({
     env: {
       SPACE_NODE_BRIDGE: "spcbtpl0", SPACE_NODE_NFT_TABLE: "space_bench_tpl", SPACE_NODE_VETH_PREFIX: "vb",
-      SPACE_NODE_CGROUP_PARENT: "space-bench-tpl", SPACE_NODE_SLOT_CIDR: "10.205.0.0/20", SPACE_NODE_BTRFS_IMAGE_GIB: "16",
+      SPACE_NODE_CGROUP_PARENT: "space-bench-tpl", SPACE_NODE_SLOT_CIDR: pickSlotRange("bench-templates-stack", "spcbtpl0", 20), SPACE_NODE_BTRFS_IMAGE_GIB: "16",
       SPACE_NODE_DISK_RESERVE_MIB: "1024", SPACE_NODE_RUNTIME_STATE_DIR: `/run/space-bench-tpl-${process.pid}`,
     },
   });
@@ -84,7 +85,7 @@ async function nodeBench(): Promise<void> {
   const blobDir = await mkdtemp(join(tmpdir(), "space-bench-tplnode-"));
   const node = await startTestNode({
     realEnvd: true,
-    env: { SPACE_BLOB_URL: blobDir, SPACE_NODE_SLOT_CIDR: "10.205.32.0/20" },
+    env: { SPACE_BLOB_URL: blobDir, SPACE_NODE_SLOT_CIDR: pickSlotRange("bench-templates-node", "spcbtpn0", 20) },
     deps: { hostScope: { bridge: "spcbtpn0", nftTable: "space_bench_tpn", vethPrefix: "vbn", cgroupParent: "space-bench-tpn" } },
   });
   const sig = () => AbortSignal.timeout(600_000);

@@ -18,8 +18,10 @@ import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
+import { conflictingRoutes } from "../../src/node/network/cidr.ts";
+import { hostRoutesSync, removeNodeNetwork } from "../support/node-network-cleanup.ts";
 import { baseEnv, runSpace, type SpaceProcess } from "../support/space-process.ts";
-import { freePort, removeDataDir, waitFor } from "../support/stack.ts";
+import { freePort, nodeNetworkOf, removeDataDir, waitFor } from "../support/stack.ts";
 
 export interface LabNodeSpec {
   /** One lowercase letter: names the node, its namespace and host objects. */
@@ -66,6 +68,8 @@ export interface LabNode {
   netns: string;
   stateDir: string;
   cgroupParent: string;
+  /** Its environment (host scope, data dir). */
+  env: Record<string, string>;
   proc?: SpaceProcess;
   /** Set by the first registration check. */
   id?: string;
@@ -100,14 +104,14 @@ function sh(cmd: string, args: string[], allowFailure = false): string {
   return r.stdout;
 }
 
-/** A /24 under 10.254/16 no interface on this machine uses. */
+/** A /24 under 10.254/16 no route on this machine overlaps (stale bridges of killed runs included). */
 function freeSubnet(): number {
-  const used = sh("ip", ["-4", "-o", "addr", "show"]);
+  const routes = hostRoutesSync();
   for (let i = 0; i < 50; i++) {
     const s = 1 + randomBytes(1)[0]! % 250;
-    if (!used.includes(`10.254.${s}.`)) return s;
+    if (!conflictingRoutes(`10.254.${s}.0/24`, "", routes).length) return s;
   }
-  throw new Error("no free 10.254.x.0/24 for the lab bridge");
+  throw new Error("no 10.254.x.0/24 free of routes on this machine for the lab bridge");
 }
 
 export async function startLab(o: LabOptions): Promise<Lab> {
@@ -147,7 +151,9 @@ export async function startLab(o: LabOptions): Promise<Lab> {
     await Promise.all(controllers.map((c) => c.proc.stop()));
     await Promise.all(apis.map((a) => a.proc.stop()));
     for (const n of nodes) {
-      // Its bridge and nft tables go with the namespace; the host veth with its peer.
+      // Slot namespaces are the host's (the agent only joined its own for the network);
+      // its bridge and nft tables go with its namespace, the host veth with its peer.
+      removeNodeNetwork(nodeNetworkOf(n.env, n.netns));
       sh("ip", ["netns", "delete", n.netns], true);
       sh("rm", ["-rf", n.stateDir], true);
     }
@@ -262,6 +268,7 @@ export async function startLab(o: LabOptions): Promise<Lab> {
         netns,
         stateDir,
         cgroupParent: env.SPACE_NODE_CGROUP_PARENT!,
+        env,
         async start() {
           node.proc = runSpace(["node"], env, { netns });
           await node.proc.waitFor("is up at", 180_000);

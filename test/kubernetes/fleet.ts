@@ -12,14 +12,14 @@
  *   f.apiUrl, f.apiKey, f.adminToken, f.cluster?.kube, f.nodes[i].name (= Node name / node id)
  *   await f.stop();
  */
-import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freshDb, type TestDb } from "../support/db.ts";
 import { runSpace, type SpaceProcess } from "../support/space-process.ts";
-import { freePort, hostScopeFor, removeDataDir } from "../support/stack.ts";
+import { removeNodeNetwork } from "../support/node-network-cleanup.ts";
+import { freePort, hostScopeFor, nodeNetworkOf, removeDataDir } from "../support/stack.ts";
 import { startCluster, type TestCluster } from "./cluster.ts";
 
 export interface KubeFleetNode {
@@ -86,8 +86,7 @@ export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet>
     await controller?.stop();
     await api?.stop();
     for (const n of nodes) {
-      spawnSync("ip", ["link", "del", n.env.SPACE_NODE_BRIDGE!]);
-      for (const family of ["inet", "bridge"]) spawnSync("nft", ["delete", "table", family, n.env.SPACE_NODE_NFT_TABLE!]);
+      removeNodeNetwork(nodeNetworkOf(n.env));
       removeDataDir(n.dataDir);
     }
     removeDataDir(ctlDir);

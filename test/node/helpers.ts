@@ -1,7 +1,7 @@
 /** Shared setup of node tests: a fresh node dir, a small node cache, a started agent. */
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { loadConfig, type VarName } from "../../src/core/config.ts";
@@ -10,6 +10,7 @@ import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { createNodeAgent, REPO_DIR, type NodeAgent, type NodeAgentDeps } from "../../src/node/agent.ts";
 import type { SandboxSpec } from "../../src/node/api/contract.ts";
+import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork, type NodeNetwork } from "../support/node-network-cleanup.ts";
 
 export const isRoot = process.getuid?.() === 0;
 export const STUB_ENVD_DIR = join(REPO_DIR, "test", "node", "fixtures", "envd-stub");
@@ -17,18 +18,14 @@ export const REAL_ENVD_DIR = join(REPO_DIR, "dist", "envd");
 export const hasRealEnvd = existsSync(join(REAL_ENVD_DIR, "envd.mjs"));
 
 /**
- * Each test node owns its host objects (bridge, nft table, veth names, cgroup parent, a /24
- * of 10.200.128.0/17), derived from its dir: test processes running at the same time, and a
- * `space up` on the same machine, never sweep each other's. A restart reuses the dir, so
- * the same scope.
+ * Each test node owns its host objects (bridge, nft table, veth names, cgroup parent),
+ * derived from its dir: test processes running at the same time, and a `space up` on the
+ * same machine, never sweep each other's. A restart reuses the dir, so the same scope. Its
+ * slot /24 is one no route on the machine overlaps (pickSlotRange), chosen at start.
  */
 export function testScope(dir: string) {
-  const h = createHash("sha256").update(dir).digest();
-  const tag = h.toString("hex").slice(0, 4);
-  return {
-    scope: { bridge: `spt${tag}`, nftTable: `space_t${tag}`, vethPrefix: `t${tag}`, cgroupParent: `space-test-${tag}` },
-    cidr: `10.200.${128 + (h[4]! % 128)}.0/24`,
-  };
+  const tag = createHash("sha256").update(dir).digest("hex").slice(0, 4);
+  return { scope: { bridge: `spt${tag}`, nftTable: `space_t${tag}`, vethPrefix: `t${tag}`, cgroupParent: `space-test-${tag}` } };
 }
 
 export interface TestNode {
@@ -42,6 +39,8 @@ export async function startTestNode(
 ): Promise<TestNode> {
   const dir = o.dir ?? (await mkdtemp(join(tmpdir(), "space-node-test-")));
   const scoped = testScope(dir);
+  const scope = { ...scoped.scope, ...o.deps?.hostScope };
+  const network: NodeNetwork = { bridge: scope.bridge, nftTable: scope.nftTable, vethPrefix: scope.vethPrefix, slotsDir: join(dir, "node", "slots") };
   const config = loadConfig({}, {
     SPACE_DATA_DIR: dir,
     SPACE_NODE_DIR: join(dir, "node"),
@@ -49,7 +48,7 @@ export async function startTestNode(
     SPACE_NODE_DISK_RESERVE_MIB: "1024",
     SPACE_INTERNAL_TOKEN: "test-token",
     SPACE_LOG_LEVEL: "warn",
-    SPACE_NODE_SLOT_CIDR: scoped.cidr,
+    SPACE_NODE_SLOT_CIDR: pickSlotRange(dir, scope.bridge),
     SPACE_NODE_MAX_SLOTS: "200",
     ...o.env,
   });
@@ -58,10 +57,20 @@ export async function startTestNode(
   const agent = createNodeAgent(config, logger, {
     envdDir: o.realEnvd && hasRealEnvd ? REAL_ENVD_DIR : STUB_ENVD_DIR,
     runtimeStateDir: stateDir,
-    hostScope: scoped.scope,
     ...o.deps,
+    hostScope: scope,
   });
-  await agent.start();
+  // Marks the dir as this process's for scripts/clean-leftovers.sh (an idle node holds nothing open in it).
+  await writeFile(join(dir, OWNER_PID_FILE), `${process.pid}\n`);
+  const forget = cleanupOnSignal(() => removeNodeNetwork(network));
+  try {
+    await agent.start();
+  } catch (e) {
+    await agent.stop({ unmountCache: true }).catch(() => undefined);
+    removeNodeNetwork(network);
+    forget();
+    throw e;
+  }
   return {
     agent,
     dir,
@@ -69,11 +78,11 @@ export async function startTestNode(
       const m = agent.manager;
       if (m && !c.keepDir) for (const s of m.list()) await m.kill(s.sandboxId, AbortSignal.timeout(60_000));
       await agent.stop({ unmountCache: c.unmount ?? !c.keepDir });
+      forget();
       if (!c.keepDir) {
+        removeNodeNetwork(network);
         await rm(dir, { recursive: true, force: true });
         await rm(stateDir, { recursive: true, force: true });
-        await exec("nft", ["delete", "table", "inet", scoped.scope.nftTable], { allowFailure: true });
-        await exec("ip", ["link", "delete", scoped.scope.bridge], { allowFailure: true });
       }
     },
   };

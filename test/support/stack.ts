@@ -6,12 +6,13 @@
  * `SPACE_E2E_STACK=<apiUrl>,<sandboxUrl>,<apiKey>,<adminToken>` reuses a running stack
  * instead (fast iteration).
  */
-import { spawnSync } from "node:child_process";
+import { spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type AddressInfo } from "node:net";
 import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { cleanupOnSignal, pickSlotRange, removeNodeNetwork, type NodeNetwork } from "./node-network-cleanup.ts";
 import { runSpace } from "./space-process.ts";
 
 export { waitFor } from "./wait.ts";
@@ -57,7 +58,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const ownDir = !opts.dataDir;
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "space-e2e-"));
   const [apiPort, gatewayPort, nodePort] = [await freePort(), await freePort(), await freePort()];
-  const proc = runSpace(["up"], {
+  const env = {
     SPACE_DATA_DIR: dataDir,
     SPACE_API_PORT: String(apiPort),
     SPACE_GATEWAY_PORT: String(gatewayPort),
@@ -65,11 +66,22 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "warn",
     ...hostScopeFor(dataDir),
     ...opts.env,
-  });
+  };
+  const proc = runSpace(["up"], env);
   const { child } = proc;
+  const network = nodeNetworkOf(env);
+  // Interrupted: the stack releases its node on SIGTERM; whatever a stuck one leaves goes too.
+  const forget = cleanupOnSignal(() => {
+    stopSync(child);
+    removeNodeNetwork(network);
+    if (ownDir) removeDataDir(dataDir);
+  });
 
   const stop = async () => {
     await proc.stop();
+    forget();
+    // It releases its node on stop (SPACE_NODE_RELEASE_ON_STOP); a stack killed or stuck past its deadline did not.
+    removeNodeNetwork(network);
     if (ownDir) removeDataDir(dataDir);
   };
 
@@ -116,11 +128,42 @@ export function hostScopeFor(dataDir: string): Record<string, string> {
     SPACE_NODE_VETH_PREFIX: `x${tag.slice(0, 3)}`,
     SPACE_NODE_CGROUP_PARENT: `space-${tag}`,
     SPACE_NODE_RUNTIME_STATE_DIR: join(dataDir, "runc"),
-    SPACE_NODE_SLOT_CIDR: `10.${210 + (h[3]! % 40)}.${h[4]!}.0/24`,
+    SPACE_NODE_SLOT_CIDR: pickSlotRange(dataDir, `sx${tag}`),
     SPACE_NODE_MAX_SLOTS: "200",
     SPACE_NODE_RELEASE_ON_STOP: "true",
     SPACE_NODE_DISK_RESERVE_MIB: "1024",
   };
+}
+
+/** The host network objects of a `space up` / `space node` started with `env` (hostScopeFor's names). */
+export function nodeNetworkOf(env: Record<string, string>, netns?: string): NodeNetwork {
+  const { SPACE_NODE_BRIDGE: bridge, SPACE_NODE_NFT_TABLE: nftTable, SPACE_NODE_VETH_PREFIX: vethPrefix } = env;
+  // Never a default scope: that could be a real `space up` on this machine.
+  if (!bridge || !nftTable || !vethPrefix) throw new Error("a harness node needs its own SPACE_NODE_BRIDGE, SPACE_NODE_NFT_TABLE and SPACE_NODE_VETH_PREFIX");
+  return {
+    bridge,
+    nftTable,
+    vethPrefix,
+    slotsDir: join(env.SPACE_NODE_DIR || join(env.SPACE_DATA_DIR!, "node"), "slots"),
+    ...(netns ? { netns } : {}),
+  };
+}
+
+/** SIGTERM, up to 30 s for it to release its node, then SIGKILL; blocking (signal handlers cannot wait). */
+function stopSync(child: ChildProcess): void {
+  const pid = child.pid;
+  if (pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
+  const alive = () => {
+    try {
+      return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+    } catch {
+      return false;
+    }
+  };
+  child.kill("SIGTERM");
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  for (const end = Date.now() + 30_000; alive() && Date.now() < end; ) Atomics.wait(nap, 0, 0, 100);
+  if (alive()) child.kill("SIGKILL");
 }
 
 /** Removes a stack's data directory, unmounting what its node left mounted first (never deleting through a mount). */

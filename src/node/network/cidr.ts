@@ -43,3 +43,37 @@ export function parseSlotRange(cidr: string): SlotRange {
     },
   };
 }
+
+function block(cidr: string): { net: number; prefix: number } {
+  const [ip, bits] = cidr.split("/");
+  const prefix = bits === undefined ? 32 : Number(bits);
+  const mask = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
+  return { net: (ipToInt(ip!) & mask) >>> 0, prefix };
+}
+
+/** Whether two CIDRs share an address (one contains the other, since CIDR blocks nest). */
+export function cidrsOverlap(a: string, b: string): boolean {
+  const x = block(a);
+  const y = block(b);
+  const p = Math.min(x.prefix, y.prefix);
+  const mask = p === 0 ? 0 : (0xffffffff << (32 - p)) >>> 0;
+  return ((x.net & mask) >>> 0) === ((y.net & mask) >>> 0);
+}
+
+/** An IPv4 route of the host (`ip -j route`): `dst` is `default`, an address or a CIDR. */
+export interface HostRoute {
+  dst: string;
+  dev?: string;
+}
+
+/**
+ * Routes that overlap `cidr`, leaving out the default route and routes through `ownDev`
+ * (the node's own bridge, kept from an earlier run: reused as it is).
+ */
+export function conflictingRoutes(cidr: string, ownDev: string, routes: HostRoute[]): HostRoute[] {
+  return routes.filter((r) => r.dst !== "default" && r.dev !== ownDev && cidrsOverlap(cidr, r.dst));
+}
+
+export function describeRoute(r: HostRoute): string {
+  return r.dev ? `${r.dst} dev ${r.dev}` : r.dst;
+}

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import { parseSlotRange, type SlotRange } from "./cidr.ts";
+import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type SlotRange } from "./cidr.ts";
 import type { ARecord } from "../dns/wire.ts";
 import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
 import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "./policy.ts";
@@ -133,6 +133,16 @@ export class LinuxNetworkSlots implements NetworkSlots {
    * a slot is torn down. `keep` says which sandbox ids still own their slot.
    */
   async init(keep: (owner: string) => boolean, signal: AbortSignal): Promise<void> {
+    // Another route into the range (another agent's bridge, a stale one, the machine's
+    // network) would shadow or steal the slots' traffic: refuse before creating anything.
+    const conflicts = conflictingRoutes(this.range.cidr, this.bridge, await hostRoutes(signal));
+    if (conflicts.length) {
+      throw new SpaceError(
+        "failed_precondition",
+        `slot range ${this.range.cidr} (SPACE_NODE_SLOT_CIDR) overlaps the route ${conflicts.map(describeRoute).join(", ")} on this host, which is not this node's bridge ${this.bridge}: choose a free range or remove that route`,
+        { details: { slotCidr: this.range.cidr, routes: conflicts.map(describeRoute) } },
+      );
+    }
     await writeFile("/proc/sys/net/ipv4/ip_forward", "1\n");
     await mkdir(this.o.stateDir, { recursive: true });
     const haveBridge = (await listLinks(signal)).includes(this.bridge);
@@ -470,6 +480,15 @@ export class LinuxNetworkSlots implements NetworkSlots {
   static isPoolOwner(owner: string): boolean {
     return POOL.test(owner);
   }
+}
+
+/** The IPv4 routes of the main table in this process's network namespace. */
+export async function hostRoutes(signal: AbortSignal): Promise<HostRoute[]> {
+  const r = await exec("ip", ["-j", "-4", "route", "show"], { timeoutMs: T, signal });
+  const rows = JSON.parse(r.stdout.trim() || "[]") as Array<{ dst?: unknown; dev?: unknown }>;
+  return rows
+    .filter((x): x is { dst: string; dev?: unknown } => typeof x.dst === "string")
+    .map((x) => ({ dst: x.dst, ...(typeof x.dev === "string" ? { dev: x.dev } : {}) }));
 }
 
 export async function listNetns(signal: AbortSignal): Promise<string[]> {
