@@ -123,6 +123,12 @@ const vars = {
   SPACE_DEFAULT_MEMORY_MIB: [int(64, 1_048_576), "1024", "memory of a sandbox that asks for none"],
   SPACE_DEFAULT_DISK_MIB: [int(64, 10_000_000), "2048", "disk of a sandbox that asks for none"],
   SPACE_WARM_POOLS: [z.string().regex(/^$|^[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?(,[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?)*$/, "template=size[:vcpu/memoryMib/diskMib],…"), "", "warm pools kept by the controller, e.g. base=5 (admin API pools of the same name win); empty = none"],
+  SPACE_WARM_POOL_IDLE_POLICY: [
+    oneOf(["running", "suspended", "suspend_when_memory_short"] as const),
+    "running",
+    "what idle warm members do, for pools that do not set it: stay running, stay suspended on their node, or be suspended while their node is short of memory",
+  ],
+  SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT: [int(0, 100), "20", "suspend_when_memory_short: a node with less free memory than this share of its budget (memory × overcommit) is short"],
   SPACE_DEBIAN_MIRROR: [url(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
   SPACE_ENCRYPTION_KEY: [z.string().regex(/^$|^[0-9a-f]{64}$/, "64 hex characters (a 256-bit key) or empty"), "", "cluster key wrapping snapshot data keys; empty = no encryption"],
   SPACE_SNAPSHOT_REAPER_TARGET: [fraction(), "0.40", "node cache usage (fraction of its disk) above which the node frees local snapshot copies already durable in the blob store, least recently used first"],

@@ -6,11 +6,17 @@
  * Slot states: creating → ready → adopted (terminal; the row is history) | retiring →
  * (deleted once its sandbox is killed); creating → failed → (deleted). `reserved` is a
  * ready member claimed by a Native admission for one tenant, adopted by its create.
+ * Idle policy (controller/warm-pools/idle-policy.ts): ready → suspending → suspended →
+ * resuming → ready; a suspended member is adopted (restored first) or retired like a ready one.
  */
 import { randomId, type TenantId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import { columns, json } from "./sql.ts";
 import type { WarmPoolSlot, WarmSlotState } from "./warm-pool.ts";
+
+/** What a pool's idle members do (controller/warm-pools/idle-policy.ts decides). */
+export const idlePolicies = ["running", "suspended", "suspend_when_memory_short"] as const;
+export type IdlePolicy = (typeof idlePolicies)[number];
 
 export interface WarmPool {
   name: string;
@@ -20,6 +26,8 @@ export interface WarmPool {
   memoryMib: number;
   diskMib: number;
   source: "api" | "config";
+  idlePolicy: IdlePolicy;
+  minFreeMemoryPercent: number;
   templateId: string | null;
   buildId: string | null;
   status: Record<string, unknown>;
@@ -27,12 +35,20 @@ export interface WarmPool {
   updatedAt: Date;
 }
 
-export type WarmSlot = Omit<WarmPoolSlot, "state"> & { state: WarmSlotState | "reserved"; reason: string | null; reservedFor: string | null };
+export type WarmSlot = Omit<WarmPoolSlot, "state"> & {
+  state: WarmSlotState | "reserved" | "suspending" | "suspended" | "resuming";
+  reason: string | null;
+  reservedFor: string | null;
+};
 
-const PCOLS = columns(["name", "tenant_id", "size", "vcpu", "memory_mib", "disk_mib", "source", "template_id", "build_id", "status", "created_at", "updated_at"]);
-const SCOLS = columns([
-  "id", "pool", "build_id", "sandbox_id", "node_id", "state", "created_at", "updated_at", "ready_at", "adopted_at", "reason", "reserved_for",
+const PCOLS = columns([
+  "name", "tenant_id", "size", "vcpu", "memory_mib", "disk_mib", "source", "idle_policy", "min_free_memory_percent", "template_id", "build_id", "status",
+  "created_at", "updated_at",
 ]);
+const SLOT_COLUMNS = [
+  "id", "pool", "build_id", "sandbox_id", "node_id", "state", "created_at", "updated_at", "ready_at", "adopted_at", "reason", "reserved_for",
+] as const;
+const SCOLS = columns(SLOT_COLUMNS);
 
 export interface WarmPoolSpec {
   name: string;
@@ -42,6 +58,9 @@ export interface WarmPoolSpec {
   memoryMib: number;
   diskMib: number;
   source?: "api" | "config";
+  /** Default `running`, 20 %. */
+  idlePolicy?: IdlePolicy;
+  minFreeMemoryPercent?: number;
 }
 
 /**
@@ -50,12 +69,17 @@ export interface WarmPoolSpec {
  */
 export async function upsertWarmPool(q: Queryable, s: WarmPoolSpec, opts: { onlyIfSource?: "config" } = {}): Promise<WarmPool | undefined> {
   return q.maybeOne<WarmPool>(
-    `INSERT INTO warm_pools (name, tenant_id, size, vcpu, memory_mib, disk_mib, source) VALUES ($1, $2, $3, $4, $5, $6, $7)
+    `INSERT INTO warm_pools (name, tenant_id, size, vcpu, memory_mib, disk_mib, source, idle_policy, min_free_memory_percent)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $10)
      ON CONFLICT (name) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, size = EXCLUDED.size, vcpu = EXCLUDED.vcpu,
-       memory_mib = EXCLUDED.memory_mib, disk_mib = EXCLUDED.disk_mib, source = EXCLUDED.source, updated_at = now()
+       memory_mib = EXCLUDED.memory_mib, disk_mib = EXCLUDED.disk_mib, source = EXCLUDED.source,
+       idle_policy = EXCLUDED.idle_policy, min_free_memory_percent = EXCLUDED.min_free_memory_percent, updated_at = now()
        WHERE $8::text IS NULL OR warm_pools.source = $8
      RETURNING ${PCOLS}`,
-    [s.name, s.tenantId ?? null, s.size, s.vcpu, s.memoryMib, s.diskMib, s.source ?? "api", opts.onlyIfSource ?? null],
+    [
+      s.name, s.tenantId ?? null, s.size, s.vcpu, s.memoryMib, s.diskMib, s.source ?? "api", opts.onlyIfSource ?? null,
+      s.idlePolicy ?? "running", s.minFreeMemoryPercent ?? 20,
+    ],
   );
 }
 
@@ -158,11 +182,15 @@ export async function deleteSlot(q: Queryable, id: string): Promise<void> {
   await q.execute(`DELETE FROM warm_pool_slots WHERE id = $1`, [id]);
 }
 
+/** A claimed slot and the state it was claimed from (a `suspended` member must be restored first). */
+export type ClaimedSlot = WarmSlot & { claimedFrom: "ready" | "suspended" };
+
 /**
- * Claims one ready member of `pools` from build `buildId` (oldest first), skipping
- * `exclude`. One statement: the row lock (SKIP LOCKED) plus `state = 'ready'` in the
- * outer WHERE mean two concurrent claims never return the same slot. A member of any
- * other build is never returned, whether or not the reconciler has drained it yet.
+ * Claims one member of `pools` from build `buildId`, skipping `exclude`: a running
+ * (`ready`) one, oldest first, else a `suspended` one. One statement: the row lock (SKIP
+ * LOCKED) plus the state check in the outer WHERE mean two concurrent claims never
+ * return the same slot. A member of any other build is never returned, whether or not
+ * the reconciler has drained it yet.
  */
 export async function claimReadySlot(
   q: Queryable,
@@ -171,16 +199,16 @@ export async function claimReadySlot(
   exclude: readonly string[],
   to: "adopted" | "reserved" = "adopted",
   reservedFor: string | null = null,
-): Promise<WarmSlot | undefined> {
-  return q.maybeOne<WarmSlot>(
-    `UPDATE warm_pool_slots SET state = $4, updated_at = now(), reserved_for = $5,
-        adopted_at = CASE WHEN $4 = 'adopted' THEN now() ELSE adopted_at END
-      WHERE id = (SELECT id FROM warm_pool_slots
-                   WHERE pool = ANY($1::text[]) AND state = 'ready' AND sandbox_id IS NOT NULL
-                     AND build_id IS NOT DISTINCT FROM $2 AND NOT (id = ANY($3::text[]))
-                   ORDER BY ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-        AND state = 'ready'
-      RETURNING ${SCOLS}`,
+): Promise<ClaimedSlot | undefined> {
+  return q.maybeOne<ClaimedSlot>(
+    `WITH c AS (SELECT id, state FROM warm_pool_slots
+                 WHERE pool = ANY($1::text[]) AND state IN ('ready', 'suspended') AND sandbox_id IS NOT NULL
+                   AND build_id IS NOT DISTINCT FROM $2 AND NOT (id = ANY($3::text[]))
+                 ORDER BY state = 'suspended', ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+     UPDATE warm_pool_slots w SET state = $4, updated_at = now(), reserved_for = $5,
+        adopted_at = CASE WHEN $4 = 'adopted' THEN now() ELSE w.adopted_at END
+       FROM c WHERE w.id = c.id AND w.state = c.state
+     RETURNING ${columns(SLOT_COLUMNS, "w")}, c.state AS "claimedFrom"`,
     [[...pools], buildId, [...exclude], to, reservedFor],
   );
 }
@@ -245,7 +273,7 @@ export async function slotSandboxes(
 export async function orphanMembers(q: Queryable, poolTenant: TenantId, olderThanMs: number): Promise<string[]> {
   const rows = await q.query<{ id: string }>(
     `SELECT s.id FROM sandboxes s
-      WHERE s.tenant_id = $1 AND s.state IN ('creating', 'running', 'paused', 'failed')
+      WHERE s.tenant_id = $1 AND s.state IN ('creating', 'running', 'paused', 'suspending', 'suspended', 'resuming', 'failed')
         AND s.created_at < now() - $2 * interval '1 millisecond'
         AND NOT EXISTS (SELECT 1 FROM warm_pool_slots w WHERE w.sandbox_id = s.id)
       LIMIT 100`,

@@ -383,7 +383,8 @@ describe("warm pools: pure parts", () => {
     const base = (o: Partial<PlanInput>): PlanInput => ({
       target: { size: 3, templateId: "t", buildId: "b1", ...SHAPE },
       slots: [], sandboxes: new Map(), nodes: new Map([[N1, { status: "ready", usableEnvironments: [ENV] }]]),
-      gate: "off", binding: { kind: "none" }, poolTenant: "pool", inflight: new Set(), now,
+      gate: "off", binding: { kind: "none" }, poolTenant: "pool", inflight: new Set(), moving: new Set(),
+      idle: { policy: "running", minFreeMemoryPercent: 20 }, idleSettleMs: 10_000, now,
       creatingTimeoutMs: 60_000, reservationTtlMs: 60_000, maxAgeMs: 3_600_000, maxParallelCreates: 4, ...o,
     });
     const cases: Array<[string, Partial<PlanInput>, (p: ReturnType<typeof planPool>) => void]> = [

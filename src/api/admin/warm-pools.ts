@@ -4,11 +4,16 @@
  *
  *   GET    /admin/api/v1/warm-pools                    → { pools: [...] }
  *   GET    /admin/api/v1/warm-pools/{template}         → pool with members
- *   PUT    /admin/api/v1/warm-pools/{template}         { size, vcpu?, memory_mib?, disk_mib?, tenant_id? } → pool
+ *   PUT    /admin/api/v1/warm-pools/{template}         { size, vcpu?, memory_mib?, disk_mib?, tenant_id?,
+ *                                                        idle_policy?, min_free_memory_percent? } → pool
  *   DELETE /admin/api/v1/warm-pools/{template}         → 204 (members drain)
  *
  * `{template}` is an alias (URL-encoded `alias:tag` too) or a template id; `tenant_id`
  * names whose private template it is (NULL: platform/public, any tenant adopts).
+ * `idle_policy`: `running` (default), `suspended` (idle members kept suspended on their
+ * node, restored when adopted) or `suspend_when_memory_short` (suspended while their node's
+ * free memory is under `min_free_memory_percent` of its budget, resumed once it is not);
+ * absent fields take SPACE_WARM_POOL_IDLE_POLICY / _MIN_FREE_MEMORY_PERCENT.
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
@@ -17,7 +22,7 @@ import type { TenantId } from "../../core/ids.ts";
 import { notFound } from "../../core/errors.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import { parseInput as parse } from "../errors.ts";
-import { deleteWarmPool, getWarmPool, listSlots, listWarmPools, upsertWarmPool, type WarmPool } from "../../store/warm-pools.ts";
+import { deleteWarmPool, getWarmPool, idlePolicies, listSlots, listWarmPools, upsertWarmPool, type IdlePolicy, type WarmPool } from "../../store/warm-pools.ts";
 import { getTenant } from "../../store/tenants.ts";
 import type { ControlPlane } from "../../cli/processes.ts";
 import { installWarmPools } from "../../controller/warm-pools/index.ts";
@@ -30,15 +35,21 @@ export function warmPoolSurface(cp: ControlPlane): (app: FastifyInstance) => voi
     registerWarmPoolAdminRoutes(app, {
       db: cp.db,
       adminToken: cp.adminToken,
-      defaults: { vcpu: c.SPACE_DEFAULT_VCPU, memoryMib: c.SPACE_DEFAULT_MEMORY_MIB, diskMib: c.SPACE_DEFAULT_DISK_MIB },
+      defaults: {
+        vcpu: c.SPACE_DEFAULT_VCPU,
+        memoryMib: c.SPACE_DEFAULT_MEMORY_MIB,
+        diskMib: c.SPACE_DEFAULT_DISK_MIB,
+        idlePolicy: c.SPACE_WARM_POOL_IDLE_POLICY,
+        minFreeMemoryPercent: c.SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT,
+      },
     });
 }
 
 export interface WarmPoolAdminDeps {
   db: Db;
   adminToken: string;
-  /** Sandbox defaults: a pool without a shape gets what a create asking for none gets. */
-  defaults: { vcpu: number; memoryMib: number; diskMib: number };
+  /** Sandbox defaults: a pool without a shape gets what a create asking for none gets; idle policy from the config. */
+  defaults: { vcpu: number; memoryMib: number; diskMib: number; idlePolicy: IdlePolicy; minFreeMemoryPercent: number };
 }
 
 const PoolParams = z.object({ template: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "a template id or alias[:tag]") });
@@ -49,6 +60,8 @@ const PoolBody = z
     memory_mib: z.number().int().min(64).max(1_048_576).optional(),
     disk_mib: z.number().int().min(64).max(10_000_000).optional(),
     tenant_id: z.string().min(1).nullable().optional(),
+    idle_policy: z.enum(idlePolicies, { message: `idle_policy must be one of ${idlePolicies.join(", ")}` }).optional(),
+    min_free_memory_percent: z.number().int().min(0).max(100).optional(),
   })
   .strict();
 
@@ -60,6 +73,8 @@ export function present(p: WarmPool) {
     vcpu: p.vcpu,
     memory_mib: p.memoryMib,
     disk_mib: p.diskMib,
+    idle_policy: p.idlePolicy,
+    min_free_memory_percent: p.minFreeMemoryPercent,
     source: p.source,
     template_id: p.templateId,
     build_id: p.buildId,
@@ -105,6 +120,8 @@ export function registerWarmPoolAdminRoutes(app: FastifyInstance, deps: WarmPool
       vcpu: b.vcpu ?? deps.defaults.vcpu,
       memoryMib: b.memory_mib ?? deps.defaults.memoryMib,
       diskMib: b.disk_mib ?? deps.defaults.diskMib,
+      idlePolicy: b.idle_policy ?? deps.defaults.idlePolicy,
+      minFreeMemoryPercent: b.min_free_memory_percent ?? deps.defaults.minFreeMemoryPercent,
       source: "api",
     });
     return present(p!);

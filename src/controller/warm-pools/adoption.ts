@@ -4,14 +4,17 @@
  * SandboxService (`WarmAdopter`).
  *
  * 1. Pools matching (template, exact shape, tenant) and the build the template boots now.
- * 2. Claim one ready member of that build in one statement (SKIP LOCKED; never two
- *    creates for one member; an old build's member is never returned).
+ * 2. Claim one member of that build in one statement (SKIP LOCKED; never two creates
+ *    for one member; an old build's member is never returned): a running one, else a
+ *    suspended one (idle policy), which is then restored on its node (its checkpoint
+ *    never left it). A member whose restore fails leaves the pool; the create goes cold.
  * 3. Check its node (behaviours.md C): unknown to the directory → back to the pool;
  *    draining/fenced/unavailable, or gate `on` and the node does not publish the build's
  *    environment → refused: it leaves the pool (retiring) and the pool refills; a node
  *    outside the create's group/selector → back.
  * 4. Personalise without restarting: env vars + envd access token (node-api `init`, which
- *    calls envd `/init`), egress policy (live), then hand the row to the caller's tenant
+ *    calls envd `/init` and gives the member, booted in the background, its normal CPU
+ *    priority), egress policy (live), then hand the row to the caller's tenant
  *    with metadata, timeout, lifecycle and tokens in one statement. Members keep their
  *    sandbox id: it was never shown to anyone, and the node, its hostname and
  *    E2B_SANDBOX_ID already carry it.
@@ -31,6 +34,7 @@ import { egressPolicyOf } from "../../api/network/policy.ts";
 import type { SandboxRecord, TemplateResolver } from "../../api/sandboxes/model.ts";
 import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../api/sandboxes/service.ts";
 import {
+  type ClaimedSlot,
   claimReadySlot,
   currentBuildOf,
   handOverSandbox,
@@ -149,12 +153,19 @@ export class WarmPoolAdoption implements WarmAdopter {
     // A caller-chosen id (Native) adopts only the member reserved for it at admission.
     if (req.input.id !== undefined) {
       const slot = await reservedSlotOf(db, req.input.id, tenantId);
-      if (!slot || !(await moveSlot(db, slot.id, ["reserved"], "adopted", { reservedFor: null }))) {
+      // Whether it is suspended (restore first) is read alongside the claim: no extra round trip's wait.
+      const [claimed, member] = slot
+        ? await Promise.all([moveSlot(db, slot.id, ["reserved"], "adopted", { reservedFor: null }), this.#d.sandboxes.repo.getById(req.input.id)])
+        : [false, undefined];
+      if (!slot || !claimed) {
         // Its reservation lapsed after the create checked it: the id names someone else's sandbox.
         if (await this.#d.sandboxes.repo.getById(req.input.id)) {
           throw new SpaceError("unavailable", `warm member ${req.input.id} is no longer reserved for this create; retrying under a new id`, { retryable: true });
         }
         return null;
+      }
+      if (member?.state === "suspended" && !(await this.#restore(poolTenant, slot))) {
+        throw new SpaceError("unavailable", `warm member ${req.input.id} reserved for this create could not be restored; retrying cold`, { retryable: true });
       }
       const rec = await this.#personalise(tenantId, poolTenant, slot, req, t0, signal);
       // Its id is taken by the failed member: a retry (the dispatcher's, on `unavailable`) creates cold under a new id.
@@ -164,6 +175,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     for (let i = 0; i < MAX_CLAIMS; i++) {
       const claimed = await this.#claim(tenantId, req, "adopted", signal);
       if (!claimed) return null;
+      if (claimed.slot.claimedFrom === "suspended" && !(await this.#restore(poolTenant, claimed.slot))) return null;
       const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, req, t0, signal, claimed.node);
       if (rec) return rec;
     }
@@ -187,7 +199,30 @@ export class WarmPoolAdoption implements WarmAdopter {
 
   async release(sandboxId: SandboxId, tenantId: TenantId): Promise<void> {
     const slot = await reservedSlotOf(this.#d.db, sandboxId, tenantId);
-    if (slot) await moveSlot(this.#d.db, slot.id, ["reserved"], "ready", { reservedFor: null });
+    if (!slot) return;
+    const member = await this.#d.sandboxes.repo.getById(sandboxId);
+    await moveSlot(this.#d.db, slot.id, ["reserved"], member?.state === "suspended" ? "suspended" : "ready", { reservedFor: null });
+  }
+
+  /**
+   * Restores a claimed suspended member on its node (same id; its checkpoint is node-local,
+   * so the restore is pinned there). false: it failed, and the member has left the pool.
+   */
+  async #restore(poolTenant: TenantId, slot: WarmSlot): Promise<boolean> {
+    const { db, sandboxes, metrics, log } = this.#d;
+    const t0 = performance.now();
+    try {
+      await sandboxes.connect(poolTenant, slot.sandboxId!, undefined);
+      log.debug({ slot: slot.id, sandboxId: slot.sandboxId, ms: Math.round(performance.now() - t0) }, "suspended warm member restored");
+      return true;
+    } catch (e: unknown) {
+      log.warn({ err: e, slot: slot.id, sandboxId: slot.sandboxId }, "restoring a suspended warm member failed; it leaves the pool, creating cold");
+      await moveSlot(db, slot.id, ["adopted"], "failed", { reason: `restore: ${SpaceError.from(e).message.slice(0, 300)}` });
+      metrics.retired.inc({ pool: slot.pool, reason: "restore_failed" });
+      metrics.misses.inc({ pool: slot.pool, reason: "restore_failed" });
+      await sandboxes.kill(poolTenant, slot.sandboxId!, "warm member failed to restore").catch(() => undefined);
+      return false;
+    }
   }
 
   /**
@@ -199,7 +234,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     req: Omit<AdoptRequest, "input">,
     to: "adopted" | "reserved",
     signal: AbortSignal,
-  ): Promise<{ slot: WarmSlot; node: NodeEntry | undefined } | null> {
+  ): Promise<{ slot: ClaimedSlot; node: NodeEntry | undefined } | null> {
     const { db, metrics, log } = this.#d;
     const templateId = req.template.templateId;
     const pools = await matchingWarmPools(db, templateId, req, tenantId);
@@ -227,7 +262,7 @@ export class WarmPoolAdoption implements WarmAdopter {
       const verdict = checkMember(node, this.#d.gate, binding, req.placement);
       if (verdict.kind === "adopt") return { slot, node };
       if (verdict.kind === "back") {
-        await moveSlot(db, slot.id, [to], "ready", { reservedFor: null });
+        await moveSlot(db, slot.id, [to], slot.claimedFrom, { reservedFor: null });
         log.debug({ slot: slot.id, reason: verdict.reason }, "warm member put back");
         continue;
       }
@@ -259,9 +294,13 @@ export class WarmPoolAdoption implements WarmAdopter {
       // envd (env, token) and the node's firewall (egress) are independent: both at once.
       const policy = egressPolicyOf(input.allowInternetAccess, input.network);
       await Promise.all([
-        Object.keys(input.envVars).length || envdAccessToken
-          ? this.#d.personaliser.init(ref, { envVars: input.envVars, ...(envdAccessToken ? { accessToken: envdAccessToken } : {}) }, signal, node)
-          : undefined,
+        // Always: besides env and token, init gives the member (booted in the background) its normal CPU priority.
+        this.#d.personaliser.init(
+          ref,
+          Object.keys(input.envVars).length || envdAccessToken ? { envVars: input.envVars, ...(envdAccessToken ? { accessToken: envdAccessToken } : {}) } : {},
+          signal,
+          node,
+        ),
         JSON.stringify(policy) !== DEFAULT_POLICY
           ? sandboxes.substrate.setEgress(
               ref,

@@ -2,14 +2,18 @@
  * `SPACE_WARM_POOLS`: pools from configuration, `template=size[:vcpu/memoryMib/diskMib]`
  * separated by commas, e.g. `base=5,python=2:1/512/2048`. A pool without a shape takes
  * the sandbox defaults (SPACE_DEFAULT_VCPU/_MEMORY_MIB/_DISK_MIB), which is what a create
- * that asks for nothing gets, so it adopts.
+ * that asks for nothing gets, so it adopts. Their idle policy is the configured default
+ * (SPACE_WARM_POOL_IDLE_POLICY, _MIN_FREE_MEMORY_PERCENT).
  */
 import { SpaceError } from "../../core/errors.ts";
-import type { WarmPoolSpec } from "../../store/warm-pools.ts";
+import type { IdlePolicy, WarmPoolSpec } from "../../store/warm-pools.ts";
 
 const ENTRY = /^([A-Za-z0-9._:/-]{1,200})=(\d{1,4})(?::(\d{1,3})\/(\d{2,7})\/(\d{2,8}))?$/;
 
-export function parseWarmPoolsConfig(raw: string, defaults: { vcpu: number; memoryMib: number; diskMib: number }): WarmPoolSpec[] {
+export function parseWarmPoolsConfig(
+  raw: string,
+  defaults: { vcpu: number; memoryMib: number; diskMib: number; idlePolicy?: IdlePolicy; minFreeMemoryPercent?: number },
+): WarmPoolSpec[] {
   const out: WarmPoolSpec[] = [];
   for (const part of raw.split(",").map((p) => p.trim()).filter(Boolean)) {
     const m = ENTRY.exec(part);
@@ -23,6 +27,8 @@ export function parseWarmPoolsConfig(raw: string, defaults: { vcpu: number; memo
       vcpu: m[3] ? Number(m[3]) : defaults.vcpu,
       memoryMib: m[4] ? Number(m[4]) : defaults.memoryMib,
       diskMib: m[5] ? Number(m[5]) : defaults.diskMib,
+      ...(defaults.idlePolicy ? { idlePolicy: defaults.idlePolicy } : {}),
+      ...(defaults.minFreeMemoryPercent !== undefined ? { minFreeMemoryPercent: defaults.minFreeMemoryPercent } : {}),
       source: "config",
     });
   }

@@ -41,7 +41,14 @@ export function installWarmPools(cp: ControlPlane): WarmPoolAdoption {
 export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
   const adoption = installWarmPools(cp);
   const log = cp.log.child({ component: "warm-pools" });
-  const defaults = { vcpu: cp.config.SPACE_DEFAULT_VCPU, memoryMib: cp.config.SPACE_DEFAULT_MEMORY_MIB, diskMib: cp.config.SPACE_DEFAULT_DISK_MIB };
+  const c = cp.config;
+  const defaults = {
+    vcpu: c.SPACE_DEFAULT_VCPU,
+    memoryMib: c.SPACE_DEFAULT_MEMORY_MIB,
+    diskMib: c.SPACE_DEFAULT_DISK_MIB,
+    idlePolicy: c.SPACE_WARM_POOL_IDLE_POLICY,
+    minFreeMemoryPercent: c.SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT,
+  };
   return startWarmPoolReconciler({
     db: cp.db,
     sandboxes: cp.layer.sandboxes,
@@ -52,6 +59,8 @@ export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
     log,
     warmer: new EnvdWarmer(cp.layer.sandboxes.substrate, log),
     poolTenant: () => adoption.poolTenant(),
-    configPools: parseWarmPoolsConfig(cp.config.SPACE_WARM_POOLS, defaults),
+    configPools: parseWarmPoolsConfig(c.SPACE_WARM_POOLS, defaults),
+    // Published memory is as old as the last heartbeat: judge a node only after a couple.
+    idleSettleMs: 2 * c.SPACE_NODE_HEARTBEAT_MS + 1000,
   });
 }

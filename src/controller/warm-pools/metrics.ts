@@ -8,8 +8,10 @@ import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 export interface WarmPoolMetrics {
   /** Target size per pool. */
   size: Gauge<"pool">;
-  /** Members ready to adopt. */
+  /** Running members ready to adopt. */
   ready: Gauge<"pool">;
+  /** Suspended members (idle policy; adopted after a restore on their node). */
+  suspended: Gauge<"pool">;
   /** Members being created (refills in flight). */
   creating: Gauge<"pool">;
   adoptions: Counter<"pool">;
@@ -29,7 +31,13 @@ export function warmPoolMetrics(registry: Registry): WarmPoolMetrics {
   if (cached) return cached;
   const m: WarmPoolMetrics = {
     size: new Gauge({ name: "space_warm_pool_size", help: "Target size of each warm pool", labelNames: ["pool"], registers: [registry] }),
-    ready: new Gauge({ name: "space_warm_pool_ready", help: "Warm pool members ready to adopt", labelNames: ["pool"], registers: [registry] }),
+    ready: new Gauge({ name: "space_warm_pool_ready", help: "Running warm pool members ready to adopt", labelNames: ["pool"], registers: [registry] }),
+    suspended: new Gauge({
+      name: "space_warm_pool_suspended",
+      help: "Suspended warm pool members (restored on their node when adopted)",
+      labelNames: ["pool"],
+      registers: [registry],
+    }),
     creating: new Gauge({ name: "space_warm_pool_creating", help: "Warm pool members being created", labelNames: ["pool"], registers: [registry] }),
     adoptions: new Counter({ name: "space_warm_pool_adoptions_total", help: "Creates served by adopting a warm member", labelNames: ["pool"], registers: [registry] }),
     misses: new Counter({

@@ -1,10 +1,12 @@
 /**
  * What one reconcile of a pool should do, from what it observed (pure, table-tested):
- * which slots to forget, retire, fail or unreserve, how many members to create, and the
- * status to write. The reconciler (reconciler.ts) loads, calls this, then converges.
+ * which slots to forget, retire, fail or unreserve, which idle members to suspend or
+ * resume (idle-policy.ts), how many members to create, and the status to write. The
+ * reconciler (reconciler.ts) loads, calls this, then converges.
  */
-import type { EnvironmentBinding, GateMode } from "../../substrate/placement.ts";
+import type { Capacity, EnvironmentBinding, GateMode } from "../../substrate/placement.ts";
 import type { WarmSlot } from "../../store/warm-pools.ts";
+import { idleMoves, type IdleMember, type IdleSpec } from "./idle-policy.ts";
 
 /**
  * Why a member leaves its pool without being adopted.
@@ -48,6 +50,9 @@ export interface MemberSandbox {
 export interface NodeView {
   status: string;
   usableEnvironments: readonly string[];
+  /** Published capacity and use (absent: not published; only unconditional idle policies act). */
+  capacity?: Capacity | null;
+  used?: Capacity | null;
 }
 
 export interface PlanInput {
@@ -62,6 +67,11 @@ export interface PlanInput {
   poolTenant: string;
   /** Slots whose create runs in this process now. */
   inflight: ReadonlySet<string>;
+  /** Slots whose suspend or resume runs in this process now. */
+  moving: ReadonlySet<string>;
+  idle: IdleSpec;
+  /** A node whose members moved more recently than this is not judged on its published memory yet. */
+  idleSettleMs: number;
   now: Date;
   /** A `creating` slot older than this with no create in flight is failed (its creator died). */
   creatingTimeoutMs: number;
@@ -80,10 +90,16 @@ export interface Plan {
   retire: Array<{ slotId: string; reason: RetireReason }>;
   /** retiring slots whose sandbox must be killed, then forgotten. */
   kill: Array<{ slotId: string; sandboxId: string | null }>;
-  /** creating → failed: no creator. */
+  /** creating | suspending | resuming → failed: no process is moving it any more. */
   fail: string[];
-  /** reserved → ready. */
-  unreserve: string[];
+  /** reserved → ready, or → suspended for a suspended member. */
+  unreserve: Array<{ slotId: string; to: "ready" | "suspended" }>;
+  /** suspending | resuming left behind by a process that died: → the state its sandbox is in. */
+  settle: Array<{ slotId: string; from: "suspending" | "resuming"; to: "ready" | "suspended" }>;
+  /** ready → suspending → suspended (idle policy). */
+  suspend: string[];
+  /** suspended → resuming → ready (idle policy). */
+  resume: string[];
   /** Members to start now. */
   create: number;
   status: PoolStatus;
@@ -91,24 +107,32 @@ export interface Plan {
 
 export interface PoolStatus {
   size: number;
+  /** Running members ready to adopt. */
   ready: number;
+  /** Suspended members (adopted after a restore on their node). */
+  suspended: number;
+  /** Members being suspended or resumed. */
+  moving: number;
   creating: number;
   reserved: number;
   retiring: number;
   templateId: string | null;
   buildId: string | null;
-  /** Ready when `ready >= size`; the reason says what is missing. */
+  /** Ready when `ready + suspended + moving >= size`; the reason says what is missing. */
   conditions: Array<{ type: "Ready"; status: boolean; reason: string }>;
 }
 
-const LIVE = new Set(["creating", "running"]);
+/** Sandbox states in which a member still holds something to kill. */
+const LIVE = new Set(["creating", "running", "suspending", "suspended", "resuming"]);
 
 export function planPool(i: PlanInput): Plan {
-  const plan: Plan = { forget: [], retire: [], kill: [], fail: [], unreserve: [], create: 0, status: emptyStatus(i) };
+  const plan: Plan = { forget: [], retire: [], kill: [], fail: [], unreserve: [], settle: [], suspend: [], resume: [], create: 0, status: emptyStatus(i) };
   const t = i.target;
   const keep: WarmSlot[] = [];
   let creating = 0;
   let reserved = 0;
+  let moving = 0;
+  const busyNodes = new Set<string>();
   for (const s of i.slots) {
     const sb = s.sandboxId ? i.sandboxes.get(s.sandboxId) : undefined;
     const ours = sb !== undefined && sb.tenantId === i.poolTenant;
@@ -118,14 +142,12 @@ export function planPool(i: PlanInput): Plan {
         if (!ours || age(i.now, s.adoptedAt ?? s.updatedAt) > 60_000) plan.forget.push(s.id);
         break;
       case "failed":
-        plan.kill.push({ slotId: s.id, sandboxId: ours && LIVE.has(sb.state) ? s.sandboxId : null });
-        break;
       case "retiring":
         plan.kill.push({ slotId: s.id, sandboxId: ours && LIVE.has(sb.state) ? s.sandboxId : null });
         break;
       case "reserved":
-        if (!ours) plan.forget.push(s.id);
-        else if (age(i.now, s.updatedAt) > i.reservationTtlMs) plan.unreserve.push(s.id);
+        if (!ours || (sb.state !== "running" && sb.state !== "suspended")) plan.forget.push(s.id);
+        else if (age(i.now, s.updatedAt) > i.reservationTtlMs) plan.unreserve.push({ slotId: s.id, to: sb.state === "suspended" ? "suspended" : "ready" });
         else reserved++;
         break;
       case "creating":
@@ -133,8 +155,19 @@ export function planPool(i: PlanInput): Plan {
         else if (age(i.now, s.createdAt) > i.creatingTimeoutMs) plan.fail.push(s.id);
         else creating++; // another leader's create may still finish (it moves the slot itself)
         break;
-      case "ready": {
-        if (!ours || sb.state !== "running") {
+      case "suspending":
+      case "resuming":
+        if (sb?.nodeId) busyNodes.add(sb.nodeId);
+        if (i.moving.has(s.id)) moving++;
+        else if (!ours) plan.forget.push(s.id);
+        else if (sb.state === "running" || sb.state === "suspended") plan.settle.push({ slotId: s.id, from: s.state, to: sb.state === "running" ? "ready" : "suspended" });
+        else if (age(i.now, s.updatedAt) > i.creatingTimeoutMs) plan.fail.push(s.id);
+        else moving++; // another leader's move may still finish
+        break;
+      case "ready":
+      case "suspended": {
+        const want = s.state === "ready" ? "running" : "suspended";
+        if (!ours || sb.state !== want) {
           // Killed (timeout, lost node) or handed over outside a claim: nothing to adopt.
           plan.forget.push(s.id);
           break;
@@ -148,20 +181,35 @@ export function planPool(i: PlanInput): Plan {
   }
   const size = t?.size ?? 0;
   // Newest extras leave first: the oldest are adopted first anyway.
-  const retiredExcess = Math.max(0, Math.min(keep.length + creating - size, keep.length));
-  if (retiredExcess > 0) {
-    const byNewest = [...keep].sort((a, b) => (b.readyAt ? new Date(b.readyAt).getTime() : 0) - (a.readyAt ? new Date(a.readyAt).getTime() : 0));
-    for (const s of byNewest.slice(0, retiredExcess)) plan.retire.push({ slotId: s.id, reason: "excess" });
+  const retiredExcess = Math.max(0, Math.min(keep.length + creating + moving - size, keep.length));
+  const byNewest = [...keep].sort((a, b) => (b.readyAt ? new Date(b.readyAt).getTime() : 0) - (a.readyAt ? new Date(a.readyAt).getTime() : 0));
+  for (const s of byNewest.slice(0, retiredExcess)) plan.retire.push({ slotId: s.id, reason: "excess" });
+  const idle = byNewest.slice(retiredExcess);
+  const ready = idle.filter((s) => s.state === "ready").length;
+  const suspended = idle.length - ready;
+  if (t) {
+    plan.create = Math.max(0, Math.min(size - idle.length - moving - creating, i.maxParallelCreates - creating));
+    const members: IdleMember[] = idle.map((s) => ({
+      slotId: s.id,
+      state: s.state as "ready" | "suspended",
+      nodeId: i.sandboxes.get(s.sandboxId!)!.nodeId,
+      memoryMib: i.sandboxes.get(s.sandboxId!)!.memoryMib,
+      movedAt: new Date(s.updatedAt),
+      readyAt: s.readyAt ? new Date(s.readyAt) : null,
+    }));
+    const moves = idleMoves(i.idle, members, i.nodes, { now: i.now, settleMs: i.idleSettleMs, busyNodes });
+    plan.suspend = moves.suspend;
+    plan.resume = moves.resume;
   }
-  const ready = keep.length - retiredExcess;
-  if (t) plan.create = Math.max(0, Math.min(size - ready - creating, i.maxParallelCreates - creating));
   plan.status = {
     ...emptyStatus(i),
     ready,
+    suspended,
+    moving,
     creating,
     reserved,
     retiring: plan.retire.length + plan.kill.length,
-    conditions: [condition(t, ready, creating)],
+    conditions: [condition(t, ready + suspended + moving, creating)],
   };
   return plan;
 }
@@ -182,7 +230,7 @@ function retireReason(i: PlanInput, s: WarmSlot, sb: MemberSandbox): RetireReaso
   return null;
 }
 
-/** Pure: Ready when the pool holds its size; the reason names what is missing. */
+/** Pure: Ready when the pool holds its size (running or suspended members); the reason names what is missing. */
 export function condition(t: PoolTarget | null, ready: number, creating: number): PoolStatus["conditions"][number] {
   if (!t) return { type: "Ready", status: false, reason: "PoolDeletedOrUnresolved" };
   if (ready >= t.size) return { type: "Ready", status: true, reason: t.size === 0 ? "Empty" : "Full" };
@@ -193,6 +241,8 @@ function emptyStatus(i: PlanInput): PoolStatus {
   return {
     size: i.target?.size ?? 0,
     ready: 0,
+    suspended: 0,
+    moving: 0,
     creating: 0,
     reserved: 0,
     retiring: 0,

@@ -8,7 +8,9 @@
  * Members are ordinary sandboxes of the pool tenant created through the shared
  * SandboxService (placement, capacity, the environment gate: a refill under `on` lands
  * only on nodes publishing the build's environment), so they count against node
- * capacity exactly like any sandbox.
+ * capacity exactly like any sandbox. Idle members are suspended and resumed by the
+ * pool's idle policy (idle-policy.ts) through the same service: a suspended member
+ * keeps its checkpoint on its node (no upload) and no longer counts as resident there.
  */
 import type { Db } from "../../store/db.ts";
 import type { Logger } from "../../core/log.ts";
@@ -56,8 +58,10 @@ export interface WarmPoolReconcilerDeps {
   intervalMs?: number;
   /** Readies a started member before it is offered (warm-up.ts); none in unit tests. */
   warmer?: MemberWarmer;
-  /** Members created concurrently per pool. Default 4. */
+  /** Members created concurrently per pool; also suspends/resumes in flight per pool. Default 4. */
   maxParallelCreates?: number;
+  /** A node whose members were suspended or resumed more recently than this is not judged on its published memory yet (≥ a heartbeat). Default 10 s. */
+  idleSettleMs?: number;
   now?: () => Date;
 }
 
@@ -65,7 +69,7 @@ export interface WarmPoolReconciler {
   /** One pass over every pool now (tests, and `wake` after an admin change). */
   reconcileAll(): Promise<void>;
   reconcilePool(name: string): Promise<void>;
-  /** Resolves when every member create started so far has finished. */
+  /** Resolves when every member create, suspend and resume started so far has finished. */
   settle(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -80,7 +84,11 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
   const { db, sandboxes, log, metrics } = deps;
   const now = deps.now ?? (() => new Date());
   const inflight = new Map<string, Promise<void>>();
+  /** Suspends and resumes of idle members running in this process (slot id → its promise). */
+  const moving = new Map<string, Promise<void>>();
   const backoff = new Map<string, { until: number; delayMs: number }>();
+  /** Per pool: idle moves paused after a failed suspend/resume (a substrate that cannot suspend is not asked every pass). */
+  const idleBackoff = new Map<string, { until: number; delayMs: number }>();
   const abort = new AbortController();
   let configApplied = false;
   let lastOrphanSweep = 0;
@@ -126,6 +134,9 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
       binding,
       poolTenant,
       inflight: new Set(inflight.keys()),
+      moving: new Set(moving.keys()),
+      idle: { policy: pool?.idlePolicy ?? "running", minFreeMemoryPercent: pool?.minFreeMemoryPercent ?? 20 },
+      idleSettleMs: deps.idleSettleMs ?? 10_000,
       now: now(),
       creatingTimeoutMs: CREATING_TIMEOUT_MS,
       reservationTtlMs: RESERVATION_TTL_MS,
@@ -143,12 +154,13 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
       }
     };
     for (const id of plan.forget) await attempt("forget", () => deleteSlot(db, id));
-    for (const id of plan.fail) await attempt("fail", () => moveSlot(db, id, ["creating"], "failed", { reason: "creator gone" }));
-    for (const id of plan.unreserve) await attempt("unreserve", () => moveSlot(db, id, ["reserved"], "ready", { reservedFor: null }));
+    for (const id of plan.fail) await attempt("fail", () => moveSlot(db, id, ["creating", "suspending", "resuming"], "failed", { reason: "creator gone" }));
+    for (const u of plan.unreserve) await attempt("unreserve", () => moveSlot(db, u.slotId, ["reserved"], u.to, { reservedFor: null }));
+    for (const m of plan.settle) await attempt("settle", () => moveSlot(db, m.slotId, [m.from], m.to));
     for (const r of plan.retire) {
       await attempt("retire", async () => {
         // Conditional: an adoption that claimed it first wins, and the member stays adopted.
-        if (await moveSlot(db, r.slotId, ["ready"], "retiring", { reason: r.reason })) {
+        if (await moveSlot(db, r.slotId, ["ready", "suspended"], "retiring", { reason: r.reason })) {
           metrics.retired.inc({ pool: name, reason: r.reason });
           log.info({ pool: name, slot: r.slotId, reason: r.reason }, "warm member retiring");
           const s = slots.find((x) => x.id === r.slotId);
@@ -169,9 +181,19 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
         startMember(pool, resolved, slot, poolTenant);
       }
     }
+    if ((idleBackoff.get(name)?.until ?? 0) <= Date.now()) {
+      const room = Math.max(0, (deps.maxParallelCreates ?? 4) - plan.status.moving);
+      const bySlot = new Map(slots.map((s) => [s.id, s]));
+      const moves = [...plan.suspend.map((id) => ({ id, verb: "suspend" as const })), ...plan.resume.map((id) => ({ id, verb: "resume" as const }))];
+      for (const m of moves.slice(0, room)) {
+        const slot = bySlot.get(m.id);
+        if (slot?.sandboxId) startMove(name, slot, m.verb, poolTenant);
+      }
+    }
 
     metrics.size.set({ pool: name }, plan.status.size);
     metrics.ready.set({ pool: name }, plan.status.ready);
+    metrics.suspended.set({ pool: name }, plan.status.suspended);
     metrics.creating.set({ pool: name }, plan.status.creating + plan.create);
     if (pool) {
       const status = { ...plan.status, ...(errors.length ? { lastError: SpaceError.from(errors[0]).message.slice(0, 300) } : {}) };
@@ -179,6 +201,7 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
     } else {
       metrics.size.remove({ pool: name });
       metrics.ready.remove({ pool: name });
+      metrics.suspended.remove({ pool: name });
       metrics.creating.remove({ pool: name });
     }
     if (errors.length) throw errors[0];
@@ -213,6 +236,7 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
             resources: { vcpu: pool.vcpu, memoryMib: pool.memoryMib, diskMib: pool.diskMib },
             placement: {},
             adopt: false,
+            background: true,
           },
           abort.signal,
         );
@@ -237,6 +261,50 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
       }
     })();
     inflight.set(slot.id, p);
+  }
+
+  /**
+   * ready → suspending → suspended, or suspended → resuming → ready. The first move is
+   * conditional: an adoption that claimed the member first wins and nothing happens. A
+   * failed suspend leaves the member as the service left its sandbox (running: ready
+   * again; else it leaves the pool); a failed resume (restore) takes it out of the pool,
+   * and a fresh member replaces it.
+   */
+  function startMove(pool: string, slot: WarmSlot, verb: "suspend" | "resume", poolTenant: TenantId): void {
+    const sandboxId = slot.sandboxId!;
+    const [from, via, to] = verb === "suspend" ? (["ready", "suspending", "suspended"] as const) : (["suspended", "resuming", "ready"] as const);
+    const p = (async () => {
+      try {
+        if (!(await moveSlot(db, slot.id, [from], via))) return;
+        const t0 = performance.now();
+        try {
+          if (verb === "suspend") await sandboxes.suspend(poolTenant, sandboxId, { upload: false });
+          else await sandboxes.connect(poolTenant, sandboxId, undefined);
+        } catch (e) {
+          const err = SpaceError.from(e);
+          const now = await sandboxes.repo.getById(sandboxId as SandboxId);
+          const back = verb === "suspend" && now?.state === "running";
+          await moveSlot(db, slot.id, [via], back ? from : "failed", back ? {} : { reason: `${verb}: ${err.code}: ${err.message}`.slice(0, 500) });
+          if (!back) metrics.retired.inc({ pool, reason: `${verb}_failed` });
+          log.warn({ pool, slot: slot.id, sandboxId, code: err.code, err: e }, `warm member ${verb} failed`);
+          const delayMs = Math.min((idleBackoff.get(pool)?.delayMs ?? 1000) * 2, 60_000);
+          idleBackoff.set(pool, { until: Date.now() + delayMs, delayMs });
+          return;
+        }
+        if (!(await moveSlot(db, slot.id, [via], to))) {
+          // Retired or failed meanwhile: the next pass kills what is left of it.
+          log.info({ pool, slot: slot.id, sandboxId }, `warm member ${verb} finished after its slot moved on`);
+          return;
+        }
+        idleBackoff.delete(pool);
+        log.info({ pool, slot: slot.id, sandboxId, ms: Math.round(performance.now() - t0) }, verb === "suspend" ? "warm member suspended" : "warm member resumed");
+      } catch (e) {
+        log.warn({ pool, slot: slot.id, sandboxId, err: e }, `warm member ${verb}: slot update failed`);
+      } finally {
+        moving.delete(slot.id);
+      }
+    })();
+    moving.set(slot.id, p);
   }
 
   const inBackoff = (name: string) => (backoff.get(name)?.until ?? 0) > Date.now();
@@ -277,14 +345,14 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
     reconcileAll,
     reconcilePool,
     async settle() {
-      while (inflight.size) await Promise.allSettled([...inflight.values()]);
+      while (inflight.size || moving.size) await Promise.allSettled([...inflight.values(), ...moving.values()]);
     },
     async stop() {
       stopped = true;
       if (timer) clearTimeout(timer);
       await running;
       abort.abort();
-      await Promise.allSettled([...inflight.values()]);
+      await Promise.allSettled([...inflight.values(), ...moving.values()]);
     },
     ...{ start: tick },
   } as WarmPoolReconciler & { start(): void };
