@@ -12,7 +12,7 @@ import { createTenant } from "../../src/store/tenants.ts";
 import { deleteNode, registerNode, setNodeStatus } from "../../src/store/nodes.ts";
 import { createBuild, createTemplate, setRelease, updateBuild } from "../../src/store/templates.ts";
 import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
-import type { PlacementRequest, SandboxRef } from "../../src/substrate/substrate.ts";
+import type { PlacementRequest, SandboxRef, SandboxSpec, SandboxStatus, SnapshotDescriptor } from "../../src/substrate/substrate.ts";
 import { createSandboxLayer } from "../../src/api/sandboxes/index.ts";
 import { StoreNodeDirectory, StoreTemplates } from "../../src/api/sandboxes/queries.ts";
 import type { CreateInput } from "../../src/api/sandboxes/service.ts";
@@ -25,7 +25,8 @@ import { createWarmPoolReconciler } from "../../src/controller/warm-pools/reconc
 import { warmPoolMetrics } from "../../src/controller/warm-pools/metrics.ts";
 import { parseWarmPoolsConfig } from "../../src/controller/warm-pools/config.ts";
 import { planPool, type PlanInput } from "../../src/controller/warm-pools/plan.ts";
-import { listSlots, moveSlot, upsertWarmPool, type WarmSlot } from "../../src/store/warm-pools.ts";
+import { idleMoves, type IdleMember } from "../../src/controller/warm-pools/idle-policy.ts";
+import { getWarmPool, listSlots, moveSlot, upsertWarmPool, type WarmSlot } from "../../src/store/warm-pools.ts";
 import { SpaceError } from "../../src/core/errors.ts";
 
 const log = pino({ level: "silent" });
@@ -39,13 +40,26 @@ const input = (o: Partial<CreateInput> = {}): CreateInput => ({
   network: null, onTimeout: "kill", autoResume: false, resources: {}, ...o,
 });
 
-/** Places on the given nodes in turn (the real placement is tested elsewhere). */
+/** Places on the given nodes in turn, a pinned restore on its node (the real placement is tested elsewhere). */
 class RoundRobinSubstrate extends FakeSubstrate {
   nodes: string[] = [N1];
+  failNextRestore = false;
   #i = 0;
   override async place(req: PlacementRequest): Promise<SandboxRef> {
+    if (req.pinnedNodeId) {
+      this.calls.push(`place ${req.sandboxId} pinned ${req.pinnedNodeId}`);
+      return { sandboxId: req.sandboxId, nodeId: req.pinnedNodeId };
+    }
     this.calls.push(`place ${req.sandboxId}`);
     return { sandboxId: req.sandboxId, nodeId: this.nodes[this.#i++ % this.nodes.length]! };
+  }
+  override async restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec): Promise<SandboxStatus> {
+    if (this.failNextRestore) {
+      this.failNextRestore = false;
+      this.calls.push(`restore ${ref.sandboxId} failed`);
+      throw new SpaceError("internal", "criu restore failed");
+    }
+    return super.restore(ref, snapshot, spec);
   }
 }
 
@@ -328,6 +342,106 @@ for (const engine of testEngines()) {
       }
     });
 
+    test("idle policy suspended: members are suspended on their node and still count; a create prefers a running member, then restores a suspended one on its node and personalises it; a failed restore leaves the pool and the create goes cold", async () => {
+      const s = await setup(engine.name, { size: 2 });
+      const states = async () => (await listSlots(s.db, "base")).map((x) => x.state).sort();
+      /** Reconcile (moves and creates finishing) until `ok`. */
+      const until = async (ok: () => Promise<boolean>, what: string) => {
+        for (let i = 0; i < 20; i++) {
+          await s.reconciler.reconcileAll();
+          await s.reconciler.settle();
+          if (await ok()) return;
+        }
+        assert.fail(`${what}: ${JSON.stringify(await listSlots(s.db, "base"))}`);
+      };
+      try {
+        await upsertWarmPool(s.db, { name: "base", size: 2, ...SHAPE, idlePolicy: "suspended" });
+        await until(async () => (await states()).join() === "suspended,suspended", "2 suspended members");
+        const suspended = await listSlots(s.db, "base");
+        for (const m of suspended) {
+          assert.ok(!s.substrate.running.has(m.sandboxId!), `member ${m.sandboxId} no longer runs on its node`);
+          const row = await s.db.one<{ state: string }>(`SELECT state FROM sandboxes WHERE id = $1`, [m.sandboxId]);
+          assert.equal(row.state, "suspended");
+        }
+        assert.ok([...s.substrate.snapshots.values()].every((d) => d.parts.length === 0), "checkpoints stay on the node (no upload)");
+        assert.equal(s.substrate.calls.filter((c) => c.startsWith("start")).length, 2, "suspended members count toward the size: no refill");
+        await s.reconciler.reconcileAll(); // status and gauges are written from what a pass observed
+        assert.equal(await s.counter("space_warm_pool_suspended"), 2);
+        assert.equal(await s.counter("space_warm_pool_ready"), 0);
+        const status = (await getWarmPool(s.db, "base"))!.status as { suspended: number; conditions: Array<{ status: boolean }> };
+        assert.equal(status.suspended, 2);
+        assert.equal(status.conditions[0]!.status, true, "a pool of suspended members is Ready");
+
+        // One more running member (grown pool, its create finishes before the next pass suspends it).
+        await upsertWarmPool(s.db, { name: "base", size: 3, ...SHAPE, idlePolicy: "suspended" });
+        await s.reconciler.reconcileAll();
+        await s.reconciler.settle();
+        assert.equal((await states()).join(), "ready,suspended,suspended");
+        const running = (await listSlots(s.db, "base")).find((x) => x.state === "ready")!.sandboxId;
+        const first = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        assert.equal(first.id, running, "a running member is preferred over suspended ones");
+
+        const restoresBefore = s.substrate.calls.filter((c) => c.startsWith("restore")).length;
+        const sb = await s.sandboxes.create(s.tenant.id, input({ envVars: { WARM: "s" }, metadata: { who: "me" } }), AbortSignal.timeout(5000));
+        const member = suspended.find((m) => m.sandboxId === sb.id);
+        assert.ok(member, "then a suspended member is adopted");
+        assert.equal(s.substrate.calls.filter((c) => c.startsWith("restore")).length, restoresBefore + 1, "restored once");
+        assert.ok(s.substrate.calls.includes(`place ${sb.id} pinned ${member.nodeId}`), "restored on its own node");
+        assert.equal(sb.state, "running");
+        assert.equal(sb.tenantId, s.tenant.id);
+        assert.deepEqual(sb.metadata, { who: "me" });
+        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === sb.id)?.body, { envVars: { WARM: "s" }, accessToken: sb.envdAccessToken });
+        assert.equal(await s.counter("space_warm_pool_adoptions_total"), 2);
+
+        const last = (await listSlots(s.db, "base")).find((x) => x.state === "suspended")!;
+        s.substrate.failNextRestore = true;
+        const cold = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        assert.notEqual(cold.id, last.sandboxId);
+        assert.ok(s.substrate.calls.includes(`start ${cold.id}`), "the create went cold");
+        const gone = await s.db.one<{ state: string }>(`SELECT state FROM sandboxes WHERE id = $1`, [last.sandboxId]);
+        assert.equal(gone.state, "killed", "the member that failed to restore left the pool");
+        const misses = (await s.registry.getSingleMetric("space_warm_pool_misses_total")!.get()).values;
+        assert.ok(misses.some((v) => v.labels.reason === "restore_failed" && v.value === 1));
+        await until(async () => (await states()).join() === "suspended,suspended,suspended", "the pool refills with suspended members");
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("a policy change resumes suspended members; a Native reservation of a suspended member restores it at create, and a released one goes back suspended", async () => {
+      const s = await setup(engine.name, { size: 2 });
+      const states = async () => (await listSlots(s.db, "base")).map((x) => x.state).sort().join();
+      const until = async (want: string) => {
+        for (let i = 0; i < 20 && (await states()) !== want; i++) {
+          await s.reconciler.reconcileAll();
+          await s.reconciler.settle();
+        }
+        assert.equal(await states(), want);
+      };
+      try {
+        await upsertWarmPool(s.db, { name: "base", size: 2, ...SHAPE, idlePolicy: "suspended" });
+        await until("suspended,suspended");
+        const sig = () => AbortSignal.timeout(5000);
+        const released = (await s.sandboxes.reserveWarm(s.tenant.id, input(), sig()))!;
+        await s.sandboxes.releaseWarm(s.tenant.id, released);
+        assert.equal(await states(), "suspended,suspended", "a released suspended member goes back suspended");
+        const id = (await s.sandboxes.reserveWarm(s.tenant.id, input(), sig()))!;
+        const mine = await s.sandboxes.create(s.tenant.id, input({ id, envVars: { R: "2" } }), sig());
+        assert.equal(mine.id, id);
+        assert.equal(mine.state, "running");
+        assert.ok(s.substrate.running.has(id), "restored before it was handed over");
+        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === id)?.body.envVars, { R: "2" });
+
+        await upsertWarmPool(s.db, { name: "base", size: 2, ...SHAPE, idlePolicy: "running" });
+        await until("ready,ready");
+        for (const m of await listSlots(s.db, "base")) assert.ok(s.substrate.running.has(m.sandboxId!), `${m.sandboxId} runs again`);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
     test("pool tenant refills never adopt; a deleted pool drains", async () => {
       const s = await setup(engine.name, { size: 2 });
       try {
@@ -347,6 +461,34 @@ for (const engine of testEngines()) {
 }
 
 describe("warm pools: pure parts", () => {
+  test("idleMoves: the policy decision", () => {
+    const now = new Date("2026-01-01T12:00:00Z");
+    const old = new Date(now.getTime() - 60_000);
+    const m = (slotId: string, state: IdleMember["state"], o: Partial<IdleMember> = {}): IdleMember => ({
+      slotId, state, nodeId: N1, memoryMib: 1024, movedAt: old, readyAt: new Date(old.getTime() + Number(slotId)), ...o,
+    });
+    // 8 GiB × 2 (overcommit) = 16 GiB budget; 20 % floor = 3276.8 MiB.
+    const node = (usedMib: number) => ({ capacity: { networkSlots: 100, memoryMib: 8192, vcpu: 8, diskMib: 100_000 }, used: { networkSlots: 0, memoryMib: usedMib, vcpu: 0, diskMib: 0 } });
+    const nodes = (usedMib: number) => new Map([[N1, node(usedMib)]]);
+    const opts = { now, settleMs: 10_000, busyNodes: new Set<string>() };
+    const short = { policy: "suspend_when_memory_short", minFreeMemoryPercent: 20 } as const;
+    const members = [m("1", "ready"), m("2", "ready"), m("3", "ready")];
+    const cases: Array<[string, ReturnType<typeof idleMoves>, { suspend: string[]; resume: string[] }]> = [
+      ["running: suspended members resume", idleMoves({ policy: "running", minFreeMemoryPercent: 20 }, [m("1", "suspended"), m("2", "ready")], nodes(0), opts), { suspend: [], resume: ["1"] }],
+      ["running: only what fits the node resumes", idleMoves({ policy: "running", minFreeMemoryPercent: 20 }, [m("1", "suspended"), m("2", "suspended")], nodes(16384 - 1500), opts), { suspend: [], resume: ["1"] }],
+      ["suspended: every running member on a known node", idleMoves({ policy: "suspended", minFreeMemoryPercent: 20 }, [m("1", "ready"), m("2", "suspended"), m("3", "ready", { nodeId: N2 })], nodes(0), opts), { suspend: ["1"], resume: [] }],
+      ["short: plenty free, nothing moves", idleMoves(short, members, nodes(4096), opts), { suspend: [], resume: [] }],
+      ["short: under the floor, the newest are suspended until it is met", idleMoves(short, members, nodes(16384 - 1500), opts), { suspend: ["3", "2"], resume: [] }],
+      ["short: above the floor again, the oldest resume while it holds", idleMoves(short, [m("1", "suspended"), m("2", "suspended"), m("3", "suspended")], nodes(16384 - 5500), opts), { suspend: [], resume: ["1", "2"] }],
+      ["short: a member moved recently, the node is not judged yet", idleMoves(short, [...members.slice(1), m("1", "ready", { movedAt: now })], nodes(16000), opts), { suspend: [], resume: [] }],
+      ["short: a member moving now, the node is not judged", idleMoves(short, members, nodes(16000), { ...opts, busyNodes: new Set([N1]) }), { suspend: [], resume: [] }],
+      ["short: no published capacity, nothing moves", idleMoves(short, members, new Map([[N1, { capacity: null, used: null }]]), opts), { suspend: [], resume: [] }],
+      ["unknown node: nothing moves", idleMoves({ policy: "running", minFreeMemoryPercent: 20 }, [m("1", "suspended")], new Map(), opts), { suspend: [], resume: [] }],
+    ];
+    for (const [name, got, want] of cases) assert.deepEqual(got, want, name);
+  });
+
+
   test("SPACE_WARM_POOLS parsing", () => {
     const d = { vcpu: 2, memoryMib: 1024, diskMib: 2048 };
     assert.deepEqual(parseWarmPoolsConfig("", d), []);
@@ -465,6 +607,55 @@ describe("warm pools: pure parts", () => {
           assert.equal(p.create, 0);
           assert.equal(p.status.conditions[0]!.reason, "PoolDeletedOrUnresolved");
         },
+      ],
+      [
+        "suspended members count toward the size and stay suspended; idle policy suspended suspends the running ones",
+        {
+          idle: { policy: "suspended", minFreeMemoryPercent: 20 },
+          slots: [slot("1", "suspended"), slot("2", "ready")],
+          sandboxes: new Map([["sb1", sb({ state: "suspended" })], ["sb2", sb()]]),
+        },
+        (p) => {
+          assert.equal(p.create, 1);
+          assert.deepEqual(p.suspend, ["2"]);
+          assert.deepEqual([p.status.ready, p.status.suspended], [1, 1]);
+        },
+      ],
+      [
+        "a suspended member whose sandbox is not suspended is forgotten; one from an old build retires (and is killed)",
+        {
+          slots: [slot("1", "suspended"), slot("2", "suspended", { buildId: "b0" }), slot("3", "retiring")],
+          sandboxes: new Map([["sb1", sb({ state: "killed" })], ["sb2", sb({ state: "suspended" })], ["sb3", sb({ state: "suspended" })]]),
+        },
+        (p) => {
+          assert.deepEqual(p.forget, ["1"]);
+          assert.deepEqual(p.retire, [{ slotId: "2", reason: "build_changed" }]);
+          assert.deepEqual(p.kill, [{ slotId: "3", sandboxId: "sb3" }], "a suspended sandbox is still killed");
+        },
+      ],
+      [
+        "moves: in flight counted; left behind settle to their sandbox's state; stuck ones fail",
+        {
+          slots: [
+            slot("1", "suspending"),
+            slot("2", "suspending"),
+            slot("3", "resuming"),
+            slot("4", "resuming", { updatedAt: new Date(now.getTime() - 120_000) }),
+          ],
+          sandboxes: new Map([["sb1", sb({ state: "suspending" })], ["sb2", sb({ state: "suspended" })], ["sb3", sb()], ["sb4", sb({ state: "resuming" })]]),
+          moving: new Set(["1"]),
+        },
+        (p) => {
+          assert.deepEqual(p.settle, [{ slotId: "2", from: "suspending", to: "suspended" }, { slotId: "3", from: "resuming", to: "ready" }]);
+          assert.deepEqual(p.fail, ["4"]);
+          assert.equal(p.status.moving, 1);
+          assert.equal(p.create, 2);
+        },
+      ],
+      [
+        "an expired reservation of a suspended member goes back suspended",
+        { slots: [slot("1", "reserved", { updatedAt: new Date(now.getTime() - 120_000) })], sandboxes: new Map([["sb1", sb({ state: "suspended" })]]) },
+        (p) => assert.deepEqual(p.unreserve, [{ slotId: "1", to: "suspended" }]),
       ],
       [
         "full pool is Ready",
