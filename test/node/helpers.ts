@@ -1,6 +1,7 @@
 /** Shared setup of node tests: a fresh node dir, a small node cache, a started agent. */
+import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -11,6 +12,7 @@ import { createLogger } from "../../src/core/log.ts";
 import { createNodeAgent, REPO_DIR, type NodeAgent, type NodeAgentDeps } from "../../src/node/agent.ts";
 import type { SandboxSpec } from "../../src/node/api/contract.ts";
 import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork, type NodeNetwork } from "../support/node-network-cleanup.ts";
+import { removeDataDir } from "../support/stack.ts";
 
 export const isRoot = process.getuid?.() === 0;
 export const STUB_ENVD_DIR = join(REPO_DIR, "test", "node", "fixtures", "envd-stub");
@@ -62,7 +64,17 @@ export async function startTestNode(
   });
   // Marks the dir as this process's for scripts/clean-leftovers.sh (an idle node holds nothing open in it).
   await writeFile(join(dir, OWNER_PID_FILE), `${process.pid}\n`);
-  const forget = cleanupOnSignal(() => removeNodeNetwork(network));
+  const forget = cleanupOnSignal(() => {
+    // Interrupted: its sandboxes would outlive this process, holding their netns and the cache mount.
+    if (config.SPACE_RUNTIME !== "process") {
+      const rt = config.SPACE_RUNTIME;
+      const ids = spawnSync(rt, ["--root", stateDir, "list", "-q"], { encoding: "utf8" }).stdout ?? "";
+      for (const id of ids.split("\n").filter(Boolean)) spawnSync(rt, ["--root", stateDir, "delete", "--force", id]);
+    }
+    removeNodeNetwork(network);
+    removeDataDir(dir);
+    rmSync(stateDir, { recursive: true, force: true });
+  });
   try {
     await agent.start();
   } catch (e) {
