@@ -3,7 +3,11 @@
 # leave behind (node agents cannot clean up after SIGKILL). Prints each thing it removes
 # (or, with --dry-run, would remove) and each candidate it keeps, with the reason.
 #
-#   bash scripts/clean-leftovers.sh [--dry-run]        (root)
+#   bash scripts/clean-leftovers.sh [--dry-run] [--orphan-sandboxes]        (root)
+#
+# --orphan-sandboxes also deletes the containers of test, bench and lab nodes whose
+# harness is gone (a SIGKILLed test leaves its sandboxes running, and they keep their
+# netns, bridge and cache mount alive).
 #
 # CLEAN_LEFTOVERS_MIN_AGE_S (default 60): namespaces younger than this are kept.
 #
@@ -24,11 +28,14 @@
 set -euo pipefail
 
 dry=0
-case "${1:-}" in
-  --dry-run) dry=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--dry-run]" >&2; exit 2 ;;
-esac
+orphans=0
+for arg in "$@"; do
+  case $arg in
+    --dry-run) dry=1 ;;
+    --orphan-sandboxes) orphans=1 ;;
+    *) echo "usage: $0 [--dry-run] [--orphan-sandboxes]" >&2; exit 2 ;;
+  esac
+done
 [[ $(id -u) -eq 0 ]] || { echo "clean-leftovers: run as root" >&2; exit 1; }
 
 act() { # act <what> <command...>
@@ -45,23 +52,62 @@ declare -A ns_live=()      # net:[inode] of every live process
 declare -A foreign_dev=()  # major:minor mounted in another mount namespace (containers)
 default_scope=0
 self_mnt=$(readlink /proc/self/ns/mnt)
-declare -A mnt_seen=()
-for p in /proc/[0-9]*; do
-  pid=${p#/proc/}
-  [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
-  cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-  [[ -n $cmd ]] || continue # kernel thread
-  env=$(tr '\0' '\n' 2>/dev/null <"$p/environ") || env=""
-  printf '%s\n%s\n' "$cmd" "$env" >>"$refs"
-  if [[ $cmd =~ space(\.mjs)?\ (up|node)( |$) ]] && ! grep -q '^SPACE_NODE_BRIDGE=.' <<<"$env"; then default_scope=1; fi
-  net=$(readlink "$p/ns/net" 2>/dev/null) && ns_live[$net]=1
-  mnt=$(readlink "$p/ns/mnt" 2>/dev/null) || continue
-  if [[ $mnt != "$self_mnt" && -z ${mnt_seen[$mnt]:-} ]]; then
-    mnt_seen[$mnt]=1
-    while read -r dev; do foreign_dev[$dev]=1; done < <(awk '{print $3}' "$p/mountinfo" 2>/dev/null | sort -u)
-  fi
-done
+scan() {
+  local p pid cmd env net mnt dev
+  local -A mnt_seen=()
+  : >"$refs"
+  ns_live=() foreign_dev=() default_scope=0
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+    [[ -n $cmd ]] || continue # kernel thread
+    env=$(tr '\0' '\n' 2>/dev/null <"$p/environ") || env=""
+    printf '%s\n%s\n' "$cmd" "$env" >>"$refs"
+    if [[ $cmd =~ space(\.mjs)?\ (up|node)( |$) ]] && ! grep -q '^SPACE_NODE_BRIDGE=.' <<<"$env"; then default_scope=1; fi
+    net=$(readlink "$p/ns/net" 2>/dev/null) && ns_live[$net]=1
+    mnt=$(readlink "$p/ns/mnt" 2>/dev/null) || continue
+    if [[ $mnt != "$self_mnt" && -z ${mnt_seen[$mnt]:-} ]]; then
+      mnt_seen[$mnt]=1
+      while read -r dev; do foreign_dev[$dev]=1; done < <(awk '{print $3}' "$p/mountinfo" 2>/dev/null | sort -u)
+    fi
+  done
+}
+scan
 named() { grep -qF -- "$1" "$refs"; }
+harness_alive() { # harness_alive <data dir>: its .space-harness-pid names a live process
+  local owner
+  [[ -f $1/.space-harness-pid ]] || return 1
+  owner=$(tr -dc 0-9 <"$1/.space-harness-pid")
+  [[ -n $owner && -d /proc/$owner ]]
+}
+
+# --- sandboxes of dead harnesses (--orphan-sandboxes) ---------------------------------------
+# Runtime state dirs of test, bench and lab nodes; a /tmp data dir's `runc` is a test stack's.
+# Only with the flag: these are running processes (CI passes it; nothing else runs then).
+if ((orphans)); then
+  deleted=0
+  for st in /run/space-test/* /run/space-bench/* /run/space-lab/* /run/space-bench-tpl-* /run/space-e2e-tpl-* /tmp/*/runc; do
+    [[ -d $st ]] || continue
+    case $st in
+      /run/space-test/* | /run/space-bench/*) data=/tmp/${st##*/} ;;
+      /tmp/*/runc) data=${st%/runc} ;;
+      *) data="" ;;
+    esac
+    why=""
+    named "$st" && why="a live process names it"
+    [[ -z $why && -n $data ]] && named "$data" && why="a live process names $data"
+    [[ -z $why && -n $data ]] && harness_alive "$data" && why="its harness process lives"
+    for c in "$st"/*/; do
+      [[ -d $c ]] || continue
+      id=$(basename "$c")
+      if [[ -n $why ]]; then keep "sandbox $id ($st)" "$why"; continue; fi
+      act "sandbox $id ($st)" sh -c 'runc --root "$1" delete --force "$2" 2>/dev/null || crun --root "$1" delete --force "$2"' _ "$st" "$id" && deleted=1
+    done
+    [[ -z $why && $st == /run/* ]] && ! ((dry)) && rmdir "$st" 2>/dev/null || true
+  done
+  ((deleted && !dry)) && scan
+fi
 
 listening=" $(ss -Hlntu 2>/dev/null | awk '{print $5}' | sed 's/:[^:]*$//; s/%.*//' | tr '\n' ' ') "
 
@@ -165,10 +211,7 @@ while read -r target; do
 done < <(findmnt -rn -t btrfs -o TARGET)
 for d in "${!dirs[@]}"; do
   why=""
-  if [[ -f $d/.space-harness-pid ]]; then
-    owner=$(tr -dc 0-9 <"$d/.space-harness-pid")
-    [[ -n $owner && -d /proc/$owner ]] && why="its harness process $owner lives"
-  fi
+  harness_alive "$d" && why="its harness process lives"
   [[ -z $why ]] && named "$d" && why="a live process names it"
   if [[ -z $why ]]; then
     for link in /proc/[0-9]*/cwd /proc/[0-9]*/fd/*; do
