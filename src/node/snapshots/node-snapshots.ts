@@ -157,7 +157,7 @@ export class NodeSnapshots {
       async () => {
         const st = this.o.manager.get(sandboxId);
         // The manager resumed a resident-paused sandbox before this: it is running.
-        meta = await this.capture(sandboxId, st.template, snapshotId, { leaveRunning: false, wasPaused: false }, signal);
+        meta = await this.capture(sandboxId, st.template, snapshotId, { leaveRunning: false, wasPaused: false, timings }, signal);
       },
       signal,
     );
@@ -171,7 +171,7 @@ export class NodeSnapshots {
     const timings: Record<string, number> = {};
     const t0 = performance.now();
     const meta = await this.o.manager.withRunning(sandboxId, (st) =>
-      this.capture(sandboxId, st.template, snapshotId, { leaveRunning: true, wasPaused: st.state === "paused" }, signal),
+      this.capture(sandboxId, st.template, snapshotId, { leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
     );
     timings.captureMs = ms(t0);
     return this.finish(meta, opts.upload, timings, signal);
@@ -185,13 +185,14 @@ export class NodeSnapshots {
     sandboxId: string,
     template: string,
     snapshotId: string,
-    { leaveRunning, wasPaused }: { leaveRunning: boolean; wasPaused: boolean },
+    { leaveRunning, wasPaused, timings }: { leaveRunning: boolean; wasPaused: boolean; timings: Record<string, number> },
     signal: AbortSignal,
   ): Promise<LocalMeta> {
     if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
     const dir = this.localDir(snapshotId);
     const image = join(dir, "image");
     const rt = this.o.runtime;
+    const t0 = performance.now();
     let dumped = false;
     try {
       // The parent lookup and directories need no freeze: overlapped with it.
@@ -201,8 +202,13 @@ export class NodeSnapshots {
         mkdir(join(this.cacheSnaps, snapshotId), { recursive: true }),
         wasPaused ? undefined : rt.pause(sandboxId, signal),
       ]);
+      timings.freezeMs = ms(t0);
+      const tDisk = performance.now();
       await exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal });
+      timings.diskSnapshotMs = ms(tDisk);
+      const tDump = performance.now();
       const checkpoint = await this.cp.checkpoint(sandboxId, image, { leaveRunning, signal });
+      timings.dumpMs = ms(tDump);
       dumped = true;
       await writeMeta(image, checkpoint);
       const meta: LocalMeta = { snapshotId, sourceSandboxId: sandboxId, template, parentPath: parent.path, parentUuid: parent.uuid, checkpoint, createdAt: new Date().toISOString() };
