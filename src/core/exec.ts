@@ -4,6 +4,7 @@
  */
 import { spawn, type SpawnOptions } from "node:child_process";
 import type { Readable, Writable } from "node:stream";
+import { applyPriority } from "./priority.ts";
 
 export interface ExecOptions {
   timeoutMs?: number;
@@ -53,6 +54,7 @@ export async function exec(cmd: string, args: readonly string[], opts: ExecOptio
   return new Promise<ExecResult>((resolve, reject) => {
     const spawnOpts: SpawnOptions = { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ["pipe", "pipe", "pipe"] };
     const child = spawn(cmd, args, spawnOpts);
+    applyPriority(child.pid);
     const out: Buffer[] = [];
     let outBytes = 0;
     const err: Buffer[] = [];
@@ -108,5 +110,7 @@ export async function exec(cmd: string, args: readonly string[], opts: ExecOptio
 
 /** Starts a long-running child the caller supervises (envd under the process runtime, postgres in tests). */
 export function spawnDaemon(cmd: string, args: readonly string[], opts: SpawnOptions = {}) {
-  return spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], ...opts });
+  const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], ...opts });
+  applyPriority(child.pid);
+  return child;
 }

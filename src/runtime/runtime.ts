@@ -22,7 +22,8 @@ export interface RunSpec {
   mounts: { source: string; destination: string; readonly: boolean }[];
   /** Path of the network namespace to join (`/run/netns/<id>`); absent = host network (process runtime). */
   netnsPath?: string;
-  resources: { vcpu: number; memoryMib: number; pidsLimit: number };
+  /** `cpuShares`: relative CPU weight (cgroup cpu.shares; absent = the default 1024). */
+  resources: { vcpu: number; memoryMib: number; pidsLimit: number; cpuShares?: number };
   /** Files the runtime points the init's stdout/stderr at (kept by the node; CRIU cannot dump deleted files). */
   logPath: string;
 }

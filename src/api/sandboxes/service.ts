@@ -59,6 +59,8 @@ export interface CreateInput {
   adopt?: boolean;
   /** Trusted internal callers (warm-pool refills) that already resolved the template. */
   resolvedTemplate?: ResolvedTemplate;
+  /** Nobody waits for it (warm-pool refills): the node boots it at low CPU priority until it is personalised. */
+  background?: boolean;
 }
 
 /** What a create asks a warm pool for (resolved and validated by the service). */
@@ -304,6 +306,7 @@ export class SandboxService {
         ...(rec.envdAccessToken ? { accessToken: rec.envdAccessToken } : {}),
         allowInternetAccess: effectiveInternetAccess(rec),
         network: egressPolicyOf(rec.allowInternetAccess, rec.network),
+        ...(input.background ? { background: true } : {}),
       };
       const status = await this.#substrate.start(ref, spec, signal);
       // The timeout counts from when the sandbox is usable, like E2B's.

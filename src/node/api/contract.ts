@@ -9,7 +9,7 @@
  *   GET    /v1/sandboxes                        → { sandboxes: SandboxStatus[] }
  *   GET    /v1/sandboxes/:id                    → SandboxStatus
  *   POST   /v1/sandboxes/:id/pause|resume|stop|start → SandboxStatus
- *   POST   /v1/sandboxes/:id/init               SandboxInit → SandboxStatus (env, token, user re-applied to envd)
+ *   POST   /v1/sandboxes/:id/init               SandboxInit → SandboxStatus (env, token re-applied to envd; back to normal CPU priority)
  *   DELETE /v1/sandboxes/:id                    → 204 (absent = ok)
  *   GET    /v1/sandboxes/:id/metrics            → SandboxMetrics
  *   ANY    /v1/sandboxes/:id/proxy/:port/<path> → raw HTTP proxied to the sandbox's <port> (envd is 49983)
@@ -43,6 +43,11 @@ export const SandboxSpec = z
     allowInternetAccess: z.boolean().default(true),
     /** The compiled egress policy (src/api/network); when present it replaces allowInternetAccess. */
     network: EgressPolicy.optional(),
+    /**
+     * Nobody waits for it (a warm pool member): booted at low CPU priority so creates and
+     * commands someone waits for win the node's CPU; `init` (adoption) restores it.
+     */
+    background: z.boolean().optional(),
   })
   .strict();
 export type SandboxSpec = z.infer<typeof SandboxSpec>;

@@ -10,6 +10,7 @@ import { createServer } from "node:net";
 import { mkdir, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
+import { inBackground, isBackground, restorePriority } from "../../core/priority.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import { ENVD_PORT, type SandboxMetrics, type SandboxSpec, type SandboxStatus } from "../api/contract.ts";
@@ -167,6 +168,7 @@ export class SandboxManager {
    * checkpoint instead of the template and a cold boot (node/snapshots).
    */
   async create(spec: SandboxSpec, signal: AbortSignal, via?: RestoreVia): Promise<SandboxStatus> {
+    if (spec.background && !isBackground()) return inBackground(() => this.create(spec, signal, via));
     const t0 = performance.now();
     const id = spec.sandboxId;
     const existing = this.sandboxes.get(id);
@@ -296,7 +298,7 @@ export class SandboxManager {
         { source: this.o.envdDir, destination: ENVD_MOUNT, readonly: true },
       ],
       ...(this.o.slots ? { netnsPath: this.o.slots.get(id)!.netnsPath } : {}),
-      resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024 },
+      resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024, ...(s.spec.background ? { cpuShares: BACKGROUND_CPU_SHARES } : {}) },
       // runc: stdio on /dev/null, because CRIU cannot dump a host file the container's mount
       // namespace does not see (memory checkpoints, node/snapshots).
       logPath: this.o.runtime.kind === "runc" ? "/dev/null" : join(this.logsDir, `${id}.log`),
@@ -495,9 +497,23 @@ export class SandboxManager {
     if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
     if (body.envVars) s.spec.envVars = { ...s.spec.envVars, ...body.envVars };
     if (body.accessToken !== undefined) s.spec.accessToken = body.accessToken;
-    await this.initEnvd(s, body);
+    await Promise.all([
+      body.envVars || body.accessToken !== undefined ? this.initEnvd(s, body) : undefined,
+      s.spec.background ? this.toForeground(s) : undefined,
+    ]);
     await this.saveRecord(s);
     return this.toStatus(s);
+  }
+
+  /** A background sandbox (warm member) gets the default CPU weight and normal niceness back. */
+  private async toForeground(s: Live): Promise<void> {
+    const dir = this.o.runtime.cgroupDirs(s.spec.sandboxId).cpu;
+    delete s.spec.background;
+    if (!dir) return;
+    await writeFile(join(dir, "cpu.shares"), String(DEFAULT_CPU_SHARES));
+    // niceness is per thread on Linux: every task, not just each process.
+    const tasks = await readFile(join(dir, "tasks"), "utf8").catch(() => "");
+    restorePriority(tasks.split("\n").filter(Boolean).map(Number));
   }
 
   async setEgress(id: string, allowInternetAccess: boolean, signal: AbortSignal, policy?: EgressPolicy): Promise<void> {
@@ -668,6 +684,9 @@ export class SandboxManager {
 }
 
 const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;
+/** cgroup v1 cpu.shares: the kernel default, and a background sandbox's (1/8: it still boots on a busy node, envd must answer within its ready timeout). */
+const DEFAULT_CPU_SHARES = 1024;
+const BACKGROUND_CPU_SHARES = 128;
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -88,7 +88,7 @@ export function buildOciSpec(spec: RunSpec, opts: OciSpecOptions): Record<string
       resources: {
         devices: [{ allow: false, access: "rwm" }],
         memory: { limit: memBytes, swap: memBytes },
-        cpu: { quota: spec.resources.vcpu * CPU_PERIOD_US, period: CPU_PERIOD_US },
+        cpu: { quota: spec.resources.vcpu * CPU_PERIOD_US, period: CPU_PERIOD_US, ...(spec.resources.cpuShares ? { shares: spec.resources.cpuShares } : {}) },
         pids: { limit: spec.resources.pidsLimit },
       },
       seccomp: defaultSeccompProfile(),
