@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { pino } from "pino";
 import { freshDb, testEngines } from "../support/db.ts";
 import { createTenant } from "../../src/store/tenants.ts";
-import { deleteNode, registerNode, setNodeStatus } from "../../src/store/nodes.ts";
+import { deleteNode, heartbeatNode, registerNode, setNodeStatus } from "../../src/store/nodes.ts";
 import { createBuild, createTemplate, setRelease, updateBuild } from "../../src/store/templates.ts";
 import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
 import type { PlacementRequest, SandboxRef, SandboxSpec, SandboxStatus, SnapshotDescriptor } from "../../src/substrate/substrate.ts";
@@ -437,6 +437,46 @@ for (const engine of testEngines()) {
         await until("ready,ready");
         for (const m of await listSlots(s.db, "base")) assert.ok(s.substrate.running.has(m.sandboxId!), `${m.sandboxId} runs again`);
       } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("suspend_when_memory_short: suspends while the node's published free memory is under the floor, waits for a heartbeat to judge it again, resumes once memory frees up", async () => {
+      const s = await setup(engine.name, { size: 3 });
+      let clock = 0; // 0: the real clock; else a fixed instant
+      const r = createWarmPoolReconciler({
+        db: s.db, sandboxes: s.sandboxes, templates: new StoreTemplates(s.db), nodes: new StoreNodeDirectory(s.db), gate: "off",
+        metrics: warmPoolMetrics(s.registry), log, poolTenant: () => s.adoption.poolTenant(), idleSettleMs: 60_000,
+        now: () => (clock ? new Date(clock) : new Date()),
+      });
+      const pass = async () => {
+        await r.reconcileAll();
+        await r.settle();
+      };
+      const states = async () => (await listSlots(s.db, "base")).map((x) => x.state).sort().join();
+      // Budget 65536 MiB × 2 (overcommit) = 131072; floor 50 % = 65536 MiB free.
+      const publish = (usedMib: number) => heartbeatNode(s.db, N1, { used: { networkSlots: 3, memoryMib: usedMib, vcpu: 3, diskMib: 0 } });
+      try {
+        await s.fill(3);
+        await upsertWarmPool(s.db, { name: "base", size: 3, ...SHAPE, idlePolicy: "suspend_when_memory_short", minFreeMemoryPercent: 50 });
+        await publish(131072 - 65536 + 100);
+        clock = Date.now() + 120_000; // the members are older than the settle window
+        await pass();
+        assert.equal(await states(), "ready,ready,suspended", "one member (256 MiB) lifts the node back above the floor");
+        clock = 0;
+        await pass();
+        assert.equal(await states(), "ready,ready,suspended", "the node's published memory predates the suspend: not judged again yet");
+        await publish(131072 - 65536 + 100 - 256); // the next heartbeat
+        clock = Date.now() + 120_000;
+        await pass();
+        assert.equal(await states(), "ready,ready,suspended", "above the floor, but a resume would sink it again: stays suspended");
+        await publish(1024);
+        await pass();
+        assert.equal(await states(), "ready,ready,ready", "memory freed up: resumed");
+        for (const m of await listSlots(s.db, "base")) assert.ok(s.substrate.running.has(m.sandboxId!));
+      } finally {
+        await r.stop();
         await s.reconciler.stop();
         await s.drop();
       }
