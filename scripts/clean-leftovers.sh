@@ -6,10 +6,12 @@
 #   bash scripts/clean-leftovers.sh [--dry-run] [--orphan-sandboxes]        (root)
 #
 # --orphan-sandboxes also deletes the containers of test, bench and lab nodes whose
-# harness is gone (a SIGKILLed test leaves its sandboxes running, and they keep their
-# netns, bridge and cache mount alive).
+# harness is gone, and kills the processes of sandboxes on a bridge no node serves (a
+# SIGKILLed test or stack leaves its sandboxes running, and they keep their netns, bridge
+# and cache mount alive). Never those on space0 (a stopped `space up` adopts them).
 #
 # CLEAN_LEFTOVERS_MIN_AGE_S (default 60): namespaces younger than this are kept.
+# CLEAN_LEFTOVERS_ONLY=<regex>: only objects whose name or path matches (tests).
 #
 # Owned, never touched:
 #   bridge (sx*, sp*, slb*)  a live process listens on one of its addresses (node resolver,
@@ -36,6 +38,7 @@ for arg in "$@"; do
     *) echo "usage: $0 [--dry-run] [--orphan-sandboxes]" >&2; exit 2 ;;
   esac
 done
+only() { [[ -z ${CLEAN_LEFTOVERS_ONLY:-} || $1 =~ $CLEAN_LEFTOVERS_ONLY ]]; }
 [[ $(id -u) -eq 0 ]] || { echo "clean-leftovers: run as root" >&2; exit 1; }
 
 act() { # act <what> <command...>
@@ -88,7 +91,7 @@ harness_alive() { # harness_alive <data dir>: its .space-harness-pid names a liv
 if ((orphans)); then
   deleted=0
   for st in /run/space-test/* /run/space-bench/* /run/space-lab/* /run/space-bench-tpl-* /run/space-e2e-tpl-* /tmp/*/runc; do
-    [[ -d $st ]] || continue
+    [[ -d $st ]] && only "$st" || continue
     case $st in
       /run/space-test/* | /run/space-bench/*) data=/tmp/${st##*/} ;;
       /tmp/*/runc) data=${st%/runc} ;;
@@ -131,9 +134,18 @@ for l in json.load(sys.stdin):
     print(l["ifname"], l.get("master", "-"), l.get("link_netnsid", "-"))')
 
 # --- bridges --------------------------------------------------------------------------
+kill_netns() { # kill_netns <name>: SIGKILL every process in the namespace
+  local ino p
+  ino=$(stat -L -c %i "/run/netns/$1") || return 1
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/ns/net" 2>/dev/null) == "net:[$ino]" ]] && kill -9 "${p#/proc/}" 2>/dev/null
+  done
+  return 0
+}
+killed=0
 declare -A bridge_live=() stale_bridges=()
 for br in $(ip -j link show type bridge | python3 -c 'import json,sys; print(" ".join(l["ifname"] for l in json.load(sys.stdin)))'); do
-  [[ $br =~ ^(sx|sp|slb) ]] || continue
+  [[ $br =~ ^(sx|sp|slb) ]] && only "$br" || continue
   why=""
   for a in $(ip -4 -o addr show dev "$br" | awk '{print $4}' | cut -d/ -f1); do
     [[ $listening == *" $a "* ]] && why="a process listens on $a"
@@ -143,17 +155,25 @@ for br in $(ip -j link show type bridge | python3 -c 'import json,sys; print(" "
   if [[ -z $why ]]; then
     for entry in "${veths[@]}"; do
       read -r v master ns <<<"$entry"
-      [[ $master == "$br" && $ns != - ]] && ns_has_procs "$ns" && why="port $v leads to netns $ns, which has processes"
+      [[ $master == "$br" && $ns != - ]] && ns_has_procs "$ns" || continue
+      # No node serves this bridge: its sandboxes are orphans (their node died). Not
+      # space0: a stopped `space up` keeps its sandboxes for the next start to adopt.
+      if ((orphans)) && [[ $br != space0 ]]; then
+        act "sandbox processes in netns $ns (port $v of $br, which no node serves)" kill_netns "$ns" && killed=1
+      else
+        why="port $v leads to netns $ns, which has processes"
+      fi
     done
   fi
   if [[ -n $why ]]; then bridge_live[$br]=1; keep "bridge $br" "$why"; else stale_bridges[$br]=1; fi
 done
+((killed && !dry)) && sleep 1 && scan
 
 # --- network namespaces (first: their veth pairs go with them) ---------------------------
 now=$(date +%s)
 min_age=${CLEAN_LEFTOVERS_MIN_AGE_S:-60}
 for ns in $(ip netns list | awk '{print $1}'); do
-  [[ $ns =~ ^([a-z0-9]{20}|pool[0-9]+|space-.*|sp.*)$ ]] || continue
+  [[ $ns =~ ^([a-z0-9]{20}|pool[0-9]+|space-.*|sp.*)$ ]] && only "$ns" || continue
   why=""
   ns_has_procs "$ns" && why="it has processes"
   [[ -z $why ]] && named "/run/netns/$ns" && why="a live process names it"
@@ -179,7 +199,7 @@ done
 # --- nft tables ------------------------------------------------------------------------
 declare -A table_live=()
 while read -r _ family table; do
-  [[ $family == inet && $table == space* ]] || continue
+  [[ $family == inet && $table == space* ]] && only "$table" || continue
   why=""
   for br in $(nft list table inet "$table" 2>/dev/null | grep -oE 'iifname "[^"]+"' | cut -d'"' -f2 | sort -u); do
     [[ -n ${bridge_live[$br]:-} ]] && why="its rules name live bridge $br"
@@ -189,7 +209,7 @@ while read -r _ family table; do
   if [[ -n $why ]]; then table_live[$table]=1; keep "nft table inet $table" "$why"; fi
 done < <(nft list tables)
 while read -r _ family table; do
-  [[ $table == space* ]] || continue
+  [[ $table == space* ]] && only "$table" || continue
   [[ $family == inet || $family == bridge ]] || continue
   if [[ -n ${table_live[$table]:-} ]]; then
     [[ $family == bridge ]] && keep "nft table bridge $table" "its inet twin is kept"
@@ -210,6 +230,7 @@ while read -r target; do
   [[ $target =~ ^(/tmp/[^/]+)/ ]] && dirs[${BASH_REMATCH[1]}]=1
 done < <(findmnt -rn -t btrfs -o TARGET)
 for d in "${!dirs[@]}"; do
+  only "$d" || continue
   why=""
   harness_alive "$d" && why="its harness process lives"
   [[ -z $why ]] && named "$d" && why="a live process names it"
