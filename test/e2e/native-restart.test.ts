@@ -9,8 +9,9 @@ import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { removeNodeNetwork } from "../support/node-network-cleanup.ts";
 import { runSpace, type SpaceProcess } from "../support/space-process.ts";
-import { freePort, removeDataDir } from "../support/stack.ts";
+import { freePort, hostScopeFor, nodeNetworkOf, removeDataDir } from "../support/stack.ts";
 import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
@@ -37,9 +38,12 @@ async function up(env: Record<string, string>): Promise<Up> {
 
 describe("Native recovery end to end", { skip, timeout: 20 * 60_000 }, () => {
   const dataDir = mkdtempSync(join(tmpdir(), "space-native-restart-"));
+  // Its own bridge, nft table, slot range and runtime state (not `space up`'s defaults), removed after.
+  const scope = { SPACE_DATA_DIR: dataDir, ...hostScopeFor(dataDir) };
   let current: Up | undefined;
   after(async () => {
     await current?.proc.stop();
+    removeNodeNetwork(nodeNetworkOf(scope));
     // The node leaves its cache mounts behind after a kill -9 (and today after SIGTERM too).
     removeDataDir(dataDir);
   });
@@ -47,7 +51,7 @@ describe("Native recovery end to end", { skip, timeout: 20 * 60_000 }, () => {
   test("queued_create_survives_api_restart and command_survives_data_plane_restart", async (t) => {
     const ports = { SPACE_API_PORT: String(await freePort()), SPACE_GATEWAY_PORT: String(await freePort()), SPACE_NODE_PORT: String(await freePort()) };
     // Stale claims of the killed process are re-claimed after 2 s instead of 60 s.
-    const env = { SPACE_DATA_DIR: dataDir, SPACE_CONTROLLER_CLAIM_STALE_MS: "2000", ...ports };
+    const env = { ...scope, SPACE_CONTROLLER_CLAIM_STALE_MS: "2000", ...ports };
     current = await up(env);
     const why = await nativeSkipReason(current.apiUrl);
     if (why) return t.skip(why);
