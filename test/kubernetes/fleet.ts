@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freshDb, type TestDb } from "../support/db.ts";
 import { runSpace, type SpaceProcess } from "../support/space-process.ts";
-import { removeNodeNetwork } from "../support/node-network-cleanup.ts";
+import { removeNodeContainers, removeNodeNetwork } from "../support/node-network-cleanup.ts";
 import { freePort, hostScopeFor, nodeNetworkOf, removeDataDir } from "../support/stack.ts";
 import { startCluster, type TestCluster } from "./cluster.ts";
 
@@ -86,6 +86,7 @@ export async function startKubeFleet(opts: KubeFleetOptions): Promise<KubeFleet>
     await controller?.stop();
     await api?.stop();
     for (const n of nodes) {
+      removeNodeContainers(n.env.SPACE_RUNTIME ?? "runc", n.env.SPACE_NODE_RUNTIME_STATE_DIR!);
       removeNodeNetwork(nodeNetworkOf(n.env));
       removeDataDir(n.dataDir);
     }

@@ -1,5 +1,4 @@
 /** Shared setup of node tests: a fresh node dir, a small node cache, a started agent. */
-import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, rmSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
@@ -11,7 +10,7 @@ import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { createNodeAgent, REPO_DIR, type NodeAgent, type NodeAgentDeps } from "../../src/node/agent.ts";
 import type { SandboxSpec } from "../../src/node/api/contract.ts";
-import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork, type NodeNetwork } from "../support/node-network-cleanup.ts";
+import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeContainers, removeNodeNetwork, type NodeNetwork } from "../support/node-network-cleanup.ts";
 import { removeDataDir } from "../support/stack.ts";
 
 export const isRoot = process.getuid?.() === 0;
@@ -65,12 +64,7 @@ export async function startTestNode(
   // Marks the dir as this process's for scripts/clean-leftovers.sh (an idle node holds nothing open in it).
   await writeFile(join(dir, OWNER_PID_FILE), `${process.pid}\n`);
   const forget = cleanupOnSignal(() => {
-    // Interrupted: its sandboxes would outlive this process, holding their netns and the cache mount.
-    if (config.SPACE_RUNTIME !== "process") {
-      const rt = config.SPACE_RUNTIME;
-      const ids = spawnSync(rt, ["--root", stateDir, "list", "-q"], { encoding: "utf8" }).stdout ?? "";
-      for (const id of ids.split("\n").filter(Boolean)) spawnSync(rt, ["--root", stateDir, "delete", "--force", id]);
-    }
+    removeNodeContainers(config.SPACE_RUNTIME, stateDir);
     removeNodeNetwork(network);
     removeDataDir(dir);
     rmSync(stateDir, { recursive: true, force: true });

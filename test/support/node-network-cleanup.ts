@@ -120,6 +120,17 @@ export function removeNodeNetwork(n: NodeNetwork): string[] {
  */
 export const OWNER_PID_FILE = ".space-harness-pid";
 
+/**
+ * Deletes (kills) every container of a node's runtime state dir: the sandboxes of a node
+ * that was killed, or stopped without releasing them, would outlive the harness and hold
+ * their netns and the node's cache mount. Returns the ids.
+ */
+export function removeNodeContainers(runtime: string, stateDir: string): string[] {
+  if (runtime === "process" || !existsSync(stateDir)) return [];
+  const ids = run([runtime, "--root", stateDir, "list", "-q"]).stdout.split("\n").filter(Boolean);
+  return ids.filter((id) => run([runtime, "--root", stateDir, "delete", "--force", id]).ok);
+}
+
 const onSignal = new Set<() => void>();
 let installed = false;
 

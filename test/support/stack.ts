@@ -12,7 +12,7 @@ import { createServer, type AddressInfo } from "node:net";
 import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { cleanupOnSignal, pickSlotRange, removeNodeNetwork, type NodeNetwork } from "./node-network-cleanup.ts";
+import { cleanupOnSignal, pickSlotRange, removeNodeContainers, removeNodeNetwork, type NodeNetwork } from "./node-network-cleanup.ts";
 import { runSpace } from "./space-process.ts";
 
 export { waitFor } from "./wait.ts";
@@ -58,7 +58,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const ownDir = !opts.dataDir;
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "space-e2e-"));
   const [apiPort, gatewayPort, nodePort] = [await freePort(), await freePort(), await freePort()];
-  const env = {
+  const env: Record<string, string> = {
     SPACE_DATA_DIR: dataDir,
     SPACE_API_PORT: String(apiPort),
     SPACE_GATEWAY_PORT: String(gatewayPort),
@@ -70,9 +70,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const proc = runSpace(["up"], env);
   const { child } = proc;
   const network = nodeNetworkOf(env);
+  // Its sandboxes, when it was killed (never a default runtime state dir: that may be a real `space up`'s).
+  const removeContainers = () => env.SPACE_NODE_RUNTIME_STATE_DIR && removeNodeContainers(env.SPACE_RUNTIME ?? "runc", env.SPACE_NODE_RUNTIME_STATE_DIR);
   // Interrupted: the stack releases its node on SIGTERM; whatever a stuck one leaves goes too.
   const forget = cleanupOnSignal(() => {
     stopSync(child);
+    removeContainers();
     removeNodeNetwork(network);
     if (ownDir) removeDataDir(dataDir);
   });
@@ -81,6 +84,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     await proc.stop();
     forget();
     // It releases its node on stop (SPACE_NODE_RELEASE_ON_STOP); a stack killed or stuck past its deadline did not.
+    removeContainers();
     removeNodeNetwork(network);
     if (ownDir) removeDataDir(dataDir);
   };
