@@ -1,10 +1,12 @@
 /**
  * The only module that starts system commands (runc, btrfs, ip, nft, criu).
  * argv arrays only, never a shell; every call has a timeout and honours a signal.
+ * Commands run through the spawn server (spawn-client.ts): forking this process itself
+ * would stall its event loop for as long as copying its page tables takes.
  */
 import { spawn, type SpawnOptions } from "node:child_process";
-import type { Readable, Writable } from "node:stream";
-import { applyPriority } from "./priority.ts";
+import { applyPriority, BACKGROUND_NICE, isBackground } from "./priority.ts";
+import { spawnClient } from "./spawn-client.ts";
 
 export interface ExecOptions {
   timeoutMs?: number;
@@ -17,6 +19,11 @@ export interface ExecOptions {
   allowFailure?: boolean;
   /** Keep at most this many bytes of stdout (default 16 MiB). */
   maxStdoutBytes?: number;
+  /**
+   * stdin, stdout, stderr from/to files (stdin read, the others appended) instead of pipes:
+   * for commands that hand their stdio to something outliving them (`runc run -d`).
+   */
+  stdioPaths?: [string, string, string];
 }
 
 export interface ExecResult {
@@ -48,64 +55,25 @@ export class ExecError extends Error {
 
 export async function exec(cmd: string, args: readonly string[], opts: ExecOptions = {}): Promise<ExecResult> {
   const argv = [cmd, ...args];
-  const started = performance.now();
-  const timeoutMs = opts.timeoutMs ?? 60_000;
-  const maxOut = opts.maxStdoutBytes ?? 16 * 1024 * 1024;
-  return new Promise<ExecResult>((resolve, reject) => {
-    const spawnOpts: SpawnOptions = { cwd: opts.cwd, env: opts.env ?? process.env, stdio: ["pipe", "pipe", "pipe"] };
-    const child = spawn(cmd, args, spawnOpts);
-    applyPriority(child.pid);
-    const out: Buffer[] = [];
-    let outBytes = 0;
-    const err: Buffer[] = [];
-    let timedOut = false;
-    let killTimer: NodeJS.Timeout | undefined;
-    const terminate = () => {
-      child.kill("SIGTERM");
-      killTimer = setTimeout(() => child.kill("SIGKILL"), 2000);
-      killTimer.unref();
-    };
-    const timer = setTimeout(() => {
-      timedOut = true;
-      terminate();
-    }, timeoutMs);
-    const onAbort = () => terminate();
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
-    (child.stdout as Readable).on("data", (b: Buffer) => {
-      if (outBytes < maxOut) out.push(b);
-      outBytes += b.length;
-    });
-    (child.stderr as Readable).on("data", (b: Buffer) => {
-      err.push(b);
-      if (err.length > 64) err.splice(0, err.length - 64);
-    });
-    const stdin = child.stdin as Writable;
-    stdin.on("error", () => undefined);
-    if (opts.input !== undefined) stdin.end(opts.input);
-    else stdin.end();
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      opts.signal?.removeEventListener("abort", onAbort);
-      reject(Object.assign(new Error(`${argv.join(" ")}: ${e.message}`), { cause: e }));
-    });
-    child.on("close", (code, sig) => {
-      clearTimeout(timer);
-      if (killTimer) clearTimeout(killTimer);
-      opts.signal?.removeEventListener("abort", onAbort);
-      const result: ExecResult = {
-        argv,
-        exitCode: code,
-        signal: sig,
-        timedOut,
-        durationMs: Math.round(performance.now() - started),
-        stdout: Buffer.concat(out).toString("utf8"),
-        stderr: Buffer.concat(err).toString("utf8"),
-      };
-      if (!timedOut && !sig && (code === 0 || opts.allowFailure)) resolve(result);
-      else if (opts.allowFailure && !timedOut) resolve(result);
-      else reject(new ExecError(result));
-    });
-  });
+  const reply = await spawnClient.run(
+    {
+      cmd,
+      args,
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+      env: opts.env ?? process.env,
+      ...(opts.input !== undefined ? { input: opts.input } : {}),
+      timeoutMs: opts.timeoutMs ?? 60_000,
+      maxStdoutBytes: opts.maxStdoutBytes ?? 16 * 1024 * 1024,
+      ...(isBackground() ? { nice: BACKGROUND_NICE } : {}),
+      ...(opts.stdioPaths ? { stdioPaths: opts.stdioPaths } : {}),
+    },
+    opts.signal,
+  );
+  if ("error" in reply) throw new Error(`${argv.join(" ")}: ${reply.error}`);
+  const result: ExecResult = { argv, ...reply };
+  if (!result.timedOut && !result.signal && (result.exitCode === 0 || opts.allowFailure)) return result;
+  if (opts.allowFailure && !result.timedOut) return result;
+  throw new ExecError(result);
 }
 
 /** Starts a long-running child the caller supervises (envd under the process runtime, postgres in tests). */

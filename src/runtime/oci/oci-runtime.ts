@@ -3,10 +3,10 @@
  * is named after its sandbox id, lives under one `--root` state dir, and has its cgroup
  * at `space/<id>` so a startup sweep can reclaim orphans.
  */
-import { mkdir, open, readFile, rm, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { exec, ExecError, spawnDaemon } from "../../core/exec.ts";
+import { exec, ExecError } from "../../core/exec.ts";
 import { internal, notFound, SpaceError, unavailable } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec, RuntimeState, RuntimeStatus } from "../runtime.ts";
@@ -77,21 +77,19 @@ export class OciRuntime implements Runtime {
     // `run -d` hands its own stdio to the container's init: give it /dev/null and a log file
     // the node keeps (never pipes, which would tie the init's lifetime to ours, and never
     // deleted files, which CRIU cannot dump).
-    const log = await open(logPath, "a");
-    const devnull = await open("/dev/null", "r");
-    try {
-      const child = spawnDaemon(this.bin(), [...this.base(), "run", "-d", "--bundle", dir, id], {
-        stdio: [devnull.fd, log.fd, log.fd],
-        cwd: dir,
-      });
-      const code = await waitChild(child, CMD_TIMEOUT_MS, signal);
-      if (code !== 0) {
-        const tail = (await readFile(logPath, "utf8").catch(() => "")).slice(-2000);
-        throw internal(`${this.kind} run ${id} exited ${code}: ${tail.trim()}`);
-      }
-    } finally {
-      await log.close();
-      await devnull.close();
+    const r = await exec(this.bin(), [...this.base(), "run", "-d", "--bundle", dir, id], {
+      stdioPaths: ["/dev/null", logPath, logPath],
+      cwd: dir,
+      timeoutMs: CMD_TIMEOUT_MS,
+      signal,
+      allowFailure: true,
+    }).catch((e: unknown) => {
+      if (e instanceof ExecError && e.result.timedOut) throw unavailable(`runtime start timed out after ${CMD_TIMEOUT_MS} ms`);
+      throw internal(`cannot start the runtime: ${e instanceof Error ? e.message : String(e)}`, e);
+    });
+    if (r.exitCode !== 0) {
+      const tail = (await readFile(logPath, "utf8").catch(() => "")).slice(-2000);
+      throw internal(`${this.kind} run ${id} exited ${r.signal ?? r.exitCode}: ${tail.trim()}`);
     }
   }
 
@@ -224,25 +222,6 @@ function toStatus(s: string): RuntimeStatus {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function waitChild(child: ReturnType<typeof spawnDaemon>, timeoutMs: number, signal: AbortSignal): Promise<number | null> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(unavailable(`runtime start timed out after ${timeoutMs} ms`));
-    }, timeoutMs);
-    const onAbort = () => child.kill("SIGKILL");
-    signal.addEventListener("abort", onAbort, { once: true });
-    child.on("error", (e) => {
-      clearTimeout(timer);
-      reject(internal(`cannot start the runtime: ${e.message}`, e));
-    });
-    child.on("exit", (code) => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", onAbort);
-      resolve(code);
-    });
-  });
-}
 
 let ownCgroupsCache: Record<string, string> | undefined;
 /** controller → our cgroup path, from /proc/self/cgroup (v1 hybrid; `unified` for v2). */

@@ -1,0 +1,118 @@
+/**
+ * The caller's side of the spawn server (spawn-server.mjs): one small child process,
+ * started on first use, that runs every exec() so a big process never forks itself.
+ * A request's reply resolves its promise; if the server dies, its pending requests fail
+ * and the next request starts a new one. The server is unref'd while idle, so it never
+ * keeps a process alive.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+export interface SpawnRequest {
+  cmd: string;
+  args: readonly string[];
+  cwd?: string;
+  env: Record<string, string | undefined>;
+  input?: string | Buffer;
+  timeoutMs: number;
+  maxStdoutBytes: number;
+  /** nice(1) level for the command. */
+  nice?: number;
+  /** stdin, stdout, stderr as files (stdin read, the others appended) instead of pipes. */
+  stdioPaths?: [string, string, string];
+}
+
+export type SpawnReply =
+  | { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; durationMs: number; stdout: string; stderr: string }
+  | { error: string };
+
+const SERVER = fileURLToPath(new URL("./spawn-server.mjs", import.meta.url));
+
+interface Pending {
+  resolve(r: SpawnReply): void;
+  reject(e: Error): void;
+}
+
+class SpawnClient {
+  #child: ChildProcess | null = null;
+  #pending = new Map<number, Pending>();
+  #seq = 0;
+  #buf = "";
+
+  run(req: SpawnRequest, signal?: AbortSignal): Promise<SpawnReply> {
+    const child = this.#server();
+    const id = ++this.#seq;
+    return new Promise<SpawnReply>((resolve, reject) => {
+      const onAbort = () => this.#write(child, { kill: id });
+      signal?.addEventListener("abort", onAbort, { once: true });
+      const settle = () => {
+        signal?.removeEventListener("abort", onAbort);
+        this.#pending.delete(id);
+        if (this.#pending.size === 0) this.#idle(child, true);
+      };
+      this.#pending.set(id, {
+        resolve: (r) => {
+          settle();
+          resolve(r);
+        },
+        reject: (e) => {
+          settle();
+          reject(e);
+        },
+      });
+      this.#idle(child, false);
+      const { input, ...rest } = req;
+      this.#write(child, {
+        id,
+        ...rest,
+        ...(input === undefined ? {} : Buffer.isBuffer(input) ? { input: input.toString("base64"), inputBase64: true } : { input }),
+      });
+      if (signal?.aborted) onAbort();
+    });
+  }
+
+  #server(): ChildProcess {
+    if (this.#child) return this.#child;
+    // Small heap: the point of this process is that forking it is cheap.
+    const child = spawn(process.execPath, ["--max-old-space-size=64", SERVER], { stdio: ["pipe", "pipe", "inherit"] });
+    this.#child = child;
+    this.#buf = "";
+    child.stdout!.setEncoding("utf8");
+    child.stdout!.on("data", (chunk: string) => {
+      this.#buf += chunk;
+      let nl: number;
+      while ((nl = this.#buf.indexOf("\n")) >= 0) {
+        const line = this.#buf.slice(0, nl);
+        this.#buf = this.#buf.slice(nl + 1);
+        const { id, ...reply } = JSON.parse(line) as { id: number } & SpawnReply;
+        this.#pending.get(id)?.resolve(reply);
+      }
+    });
+    child.stdin!.on("error", () => undefined);
+    const lost = (why: string) => {
+      if (this.#child !== child) return;
+      this.#child = null;
+      const err = new Error(`spawn server ${why}`);
+      for (const p of [...this.#pending.values()]) p.reject(err);
+    };
+    child.on("error", (e) => lost(`failed: ${e.message}`));
+    child.on("exit", (code, sig) => lost(`exited (${sig ?? code})`));
+    this.#idle(child, true);
+    return child;
+  }
+
+  #write(child: ChildProcess, msg: unknown): void {
+    child.stdin!.write(`${JSON.stringify(msg)}\n`);
+  }
+
+  /** Idle: the server must not keep this process alive. */
+  #idle(child: ChildProcess, idle: boolean): void {
+    const handles = [child, child.stdin, child.stdout] as Array<{ ref(): void; unref(): void } | null>;
+    for (const h of handles) {
+      if (idle) h?.unref();
+      else h?.ref();
+    }
+  }
+}
+
+export const spawnClient = new SpawnClient();
