@@ -9,8 +9,12 @@ VERSION=4.1.1
 SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 TARBALL="criu_${VERSION}.orig.tar.xz"
 
-# Local patches (scripts/setup/criu-patches): their digest is part of the cache key.
-PATCHES="$(cat "$REPO"/scripts/setup/criu-patches/*.patch 2>/dev/null | sha256sum | cut -c1-16)"
+# CRIU caches the kernel features it probes (~40-70 ms a run) only on tmpfs; its default,
+# /run, is not tmpfs on every host. Ours is a tmpfs dir the node mounts when needed
+# (src/runtime/oci/checkpoint.ts, CRIU_KDAT_DIR).
+RUNDIR=/run/space/criu
+# Local patches (scripts/setup/criu-patches) and RUNDIR: their digest is part of the cache key.
+PATCHES="$( (cat "$REPO"/scripts/setup/criu-patches/*.patch 2>/dev/null; echo "RUNDIR=$RUNDIR") | sha256sum | cut -c1-16)"
 if [ -x "$OUT/criu" ] && "$OUT/criu" --version 2>/dev/null | grep -q "Version: $VERSION" \
    && [ "$(cat "$OUT/patches" 2>/dev/null)" = "$PATCHES" ]; then
   echo "criu $VERSION: cached at $OUT/criu"
@@ -42,7 +46,7 @@ for p in "$REPO"/scripts/setup/criu-patches/*.patch; do
   [ -e "$p" ] && patch -p1 -s < "$p"
 done
 echo "criu: building (about 40 s on 2 cores)"
-make -j"$(nproc)" criu >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" >&2; exit 1; }
+make -j"$(nproc)" criu RUNDIR="$RUNDIR" >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log" >&2; exit 1; }
 install -m 0755 criu/criu "$OUT/criu.new"
 mv "$OUT/criu.new" "$OUT/criu"
 echo "$PATCHES" > "$OUT/patches"

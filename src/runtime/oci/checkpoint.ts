@@ -12,7 +12,7 @@
  * files by path and checks their size, so the checkpoint records the log's size and the
  * restore recreates the file at the same path with that size (`prepareLog`).
  */
-import { mkdir, open, readFile, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, readFile, stat, statfs, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { exec } from "../../core/exec.ts";
@@ -56,14 +56,34 @@ export function checkpointerFor(runtime: Runtime): Checkpointer | undefined {
   return new RuncCheckpointer(runtime, c.criuPath, c.stateDir);
 }
 
+/** Where the project's CRIU build keeps its kernel-feature cache (RUNDIR in scripts/setup/criu.sh). */
+export const CRIU_KDAT_DIR = "/run/space/criu";
+const TMPFS_MAGIC = 0x01021994;
+
+/**
+ * CRIU probes the kernel's features on every run (~40-70 ms of each dump and restore
+ * measured here) unless it can keep them in a file on tmpfs (gone at reboot, so never stale).
+ * /run is tmpfs on most hosts but not on every one (here it is ext4): the cache's dir gets a
+ * small root-only tmpfs of its own then. Best effort: without it CRIU just probes each time.
+ */
+async function ensureKdatDir(): Promise<void> {
+  await mkdir(CRIU_KDAT_DIR, { recursive: true, mode: 0o700 });
+  if ((await statfs(CRIU_KDAT_DIR)).type === TMPFS_MAGIC) return;
+  await exec("mount", ["-t", "tmpfs", "-o", "size=1m,mode=0700,nosuid,nodev,noexec", "space-criu", CRIU_KDAT_DIR], { timeoutMs: 30_000 });
+}
+
 class RuncCheckpointer implements Checkpointer {
+  private kdat: Promise<void> | undefined;
+
   constructor(
     private readonly rt: OciRuntime,
     private readonly criu: string,
     private readonly stateDir: string,
   ) {}
 
-  private base(): string[] {
+  /** runc's arguments for CRIU, once the kernel-feature cache's dir is ready. */
+  private async base(): Promise<string[]> {
+    await (this.kdat ??= ensureKdatDir().catch(() => undefined));
     return ["--root", this.stateDir, "--criu", this.criu];
   }
 
@@ -79,7 +99,7 @@ class RuncCheckpointer implements Checkpointer {
     // file not be read (slower: connections dumped under a network lock, then closed anyway).
     const conf = join(work, "criu.conf");
     await writeFile(conf, DUMP_CONFIG);
-    const args = [...this.base(), "checkpoint", "--image-path", imageDir, "--work-path", work, "--tcp-established", "--file-locks"];
+    const args = [...(await this.base()), "checkpoint", "--image-path", imageDir, "--work-path", work, "--tcp-established", "--file-locks"];
     if (opts.leaveRunning) args.push("--leave-running");
     // With --leave-running the container keeps writing its log: record the size CRIU saw.
     // The init is frozen during the dump; the size read right before is what it records
@@ -110,7 +130,7 @@ class RuncCheckpointer implements Checkpointer {
     try {
       const r = await exec(
         "runc",
-        [...this.base(), "restore", "--detach", "--image-path", imageDir, "--work-path", work, "--bundle", bundle, "--file-locks", id],
+        [...(await this.base()), "restore", "--detach", "--image-path", imageDir, "--work-path", work, "--bundle", bundle, "--file-locks", id],
         { timeoutMs: T, signal, allowFailure: true, cwd: bundle },
       );
       if (r.exitCode !== 0) {
