@@ -204,11 +204,28 @@ export class NodeSnapshots {
       ]);
       timings.freezeMs = ms(t0);
       const tDisk = performance.now();
-      await exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal });
-      timings.diskSnapshotMs = ms(tDisk);
-      const tDump = performance.now();
-      const checkpoint = await this.cp.checkpoint(sandboxId, image, { leaveRunning, signal });
-      timings.dumpMs = ms(tDump);
+      const snapshotDisk = () =>
+        exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal }).then(() => {
+          timings.diskSnapshotMs = ms(tDisk);
+        });
+      const dump = () =>
+        this.cp.checkpoint(sandboxId, image, { leaveRunning, signal }).then((c) => {
+          timings.dumpMs = ms(tDisk);
+          return c;
+        });
+      let checkpoint: CheckpointMeta;
+      if (leaveRunning) {
+        // Both of one instant: the source stays stopped through both (frozen by us, its tasks
+        // held by CRIU while it dumps), so they run side by side; a failure of either leaves
+        // it running. A suspend keeps the order: its dump ends the processes, so the disk
+        // snapshot must have succeeded first.
+        const d = dump();
+        await settleAll([snapshotDisk(), d]);
+        checkpoint = await d;
+      } else {
+        await snapshotDisk();
+        checkpoint = await dump();
+      }
       dumped = true;
       await writeMeta(image, checkpoint);
       const meta: LocalMeta = { snapshotId, sourceSandboxId: sandboxId, template, parentPath: parent.path, parentUuid: parent.uuid, checkpoint, createdAt: new Date().toISOString() };
@@ -218,10 +235,13 @@ export class NodeSnapshots {
       await this.dropLocal(snapshotId).catch(() => undefined);
       throw e;
     } finally {
-      // A suspend's processes end with the dump. CRIU thaws what it dumped with
-      // --leave-running, and a failed dump leaves it frozen: check.
-      const st = dumped && !leaveRunning ? null : await rt.state(sandboxId, AbortSignal.timeout(30_000)).catch(() => null);
-      if (st?.status === "paused" && !wasPaused) await rt.resume(sandboxId, AbortSignal.timeout(30_000)).catch(() => undefined);
+      // A suspend's processes end with the dump. After a --leave-running dump CRIU puts back
+      // the freezer state it found (frozen by us): thaw it without asking first. After a
+      // failure it may or may not be frozen: check.
+      if (!wasPaused && !(dumped && !leaveRunning)) {
+        const frozen = dumped || (await rt.state(sandboxId, AbortSignal.timeout(30_000)).catch(() => null))?.status === "paused";
+        if (frozen) await rt.resume(sandboxId, AbortSignal.timeout(30_000)).catch(() => undefined);
+      }
     }
   }
 
