@@ -5,6 +5,7 @@
 //   node --import tsx bench/node.ts [--n 50] [--stub-envd] [--slot-pool N]      (root; after scripts/setup.sh)
 //
 // --slot-pool sets SPACE_NODE_NETWORK_POOL_TARGET (default 0, as the reference: slots built on claim).
+import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -33,21 +34,24 @@ const sig = () => AbortSignal.timeout(60_000);
 
 const dir = await mkdtemp(join(tmpdir(), "space-bench-node-"));
 const stateDir = join("/run/space-bench", dir.split("/").pop()!);
+// Host objects of this run only (bench runs beside each other and tests must not share a bridge).
+const tag = createHash("sha256").update(dir).digest("hex").slice(0, 5);
+const scope = { bridge: `spb${tag}`, nftTable: `space_b${tag}`, vethPrefix: `b${tag}`, cgroupParent: `space-bench-${tag}` };
 const config = loadConfig({}, {
   SPACE_DATA_DIR: dir,
   SPACE_NODE_DIR: join(dir, "node"),
   SPACE_NODE_BTRFS_IMAGE_GIB: "16",
   SPACE_NODE_DISK_RESERVE_MIB: "1024",
   SPACE_INTERNAL_TOKEN: "bench",
-  SPACE_NODE_SLOT_CIDR: pickSlotRange(dir, "spaceb0", 18),
+  SPACE_NODE_SLOT_CIDR: pickSlotRange(dir, scope.bridge, 18),
   SPACE_NODE_NETWORK_POOL_TARGET: values["slot-pool"],
 });
 const agent = createNodeAgent(config, createLogger("warn", "bench"), {
   envdDir,
   runtimeStateDir: stateDir,
-  hostScope: { bridge: "spaceb0", nftTable: "space_bench", vethPrefix: "vb", cgroupParent: "space-bench" },
+  hostScope: scope,
 });
-const network = { bridge: "spaceb0", nftTable: "space_bench", vethPrefix: "vb", slotsDir: join(dir, "node", "slots") };
+const network = { ...scope, slotsDir: join(dir, "node", "slots") };
 await writeFile(join(dir, OWNER_PID_FILE), `${process.pid}\n`);
 const forget = cleanupOnSignal(() => removeNodeNetwork(network));
 await agent.start();

@@ -17,7 +17,6 @@ import { join } from "node:path";
 import { newExecutionId, newSandboxId } from "../src/core/ids.ts";
 import { newSnapshotId } from "../src/store/snapshots.ts";
 import { sh, spec, startTestNode, type TestNode } from "../test/node/helpers.ts";
-import { pickSlotRange } from "../test/support/node-network-cleanup.ts";
 
 const n = Number(process.argv.slice(2).find((a) => /^\d+$/.test(a)) ?? 5);
 const encrypt = process.argv.includes("--encrypt");
@@ -81,13 +80,11 @@ try {
   nodes.push(
     await startTestNode({
       realEnvd: true,
-      env: { SPACE_BLOB_URL: blobDir, SPACE_NODE_SLOT_CIDR: pickSlotRange("bench-snapshots-a", "spsnbn0", 20), ...key },
-      deps: { hostScope: { bridge: "spsnbn0", nftTable: "space_snap_bench", vethPrefix: "vsx", cgroupParent: "space-snap-bench" } },
+      env: { SPACE_BLOB_URL: blobDir, ...key },
     }),
     await startTestNode({
       realEnvd: true,
-      env: { SPACE_BLOB_URL: blobDir, SPACE_NODE_SLOT_CIDR: pickSlotRange("bench-snapshots-b", "spsnbn1", 20), ...key },
-      deps: { hostScope: { bridge: "spsnbn1", nftTable: "space_snap_bench1", vethPrefix: "vsy", cgroupParent: "space-snap-bench1" } },
+      env: { SPACE_BLOB_URL: blobDir, ...key },
     }),
   );
   console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}`);

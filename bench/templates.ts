@@ -16,7 +16,6 @@ import { join } from "node:path";
 import { Sandbox, Template } from "e2b";
 import { BuildRecipe } from "../src/node/templates/recipe.ts";
 import { spec, startTestNode } from "../test/node/helpers.ts";
-import { pickSlotRange } from "../test/support/node-network-cleanup.ts";
 import { startStack } from "../test/support/stack.ts";
 import { makeOciArchive } from "../test/templates/fixtures.ts";
 
@@ -29,13 +28,8 @@ if (!nodeOnly) await stackBench();
 await nodeBench();
 
 async function stackBench(): Promise<void> {
-  const stack = await startStack({
-    env: {
-      SPACE_NODE_BRIDGE: "spcbtpl0", SPACE_NODE_NFT_TABLE: "space_bench_tpl", SPACE_NODE_VETH_PREFIX: "vb",
-      SPACE_NODE_CGROUP_PARENT: "space-bench-tpl", SPACE_NODE_SLOT_CIDR: pickSlotRange("bench-templates-stack", "spcbtpl0", 20), SPACE_NODE_BTRFS_IMAGE_GIB: "16",
-      SPACE_NODE_DISK_RESERVE_MIB: "1024", SPACE_NODE_RUNTIME_STATE_DIR: `/run/space-bench-tpl-${process.pid}`,
-    },
-  });
+  // Its own host scope (startStack's hostScopeFor): bench runs beside tests and other benches.
+  const stack = await startStack({ env: { SPACE_NODE_BTRFS_IMAGE_GIB: "16" } });
   const oci = await makeOciArchive();
   const ctx = await mkdtemp(join(tmpdir(), "space-bench-ctx-"));
   await writeFile(join(ctx, "hello.txt"), "hello\n");
@@ -85,8 +79,7 @@ async function nodeBench(): Promise<void> {
   const blobDir = await mkdtemp(join(tmpdir(), "space-bench-tplnode-"));
   const node = await startTestNode({
     realEnvd: true,
-    env: { SPACE_BLOB_URL: blobDir, SPACE_NODE_SLOT_CIDR: pickSlotRange("bench-templates-node", "spcbtpn0", 20) },
-    deps: { hostScope: { bridge: "spcbtpn0", nftTable: "space_bench_tpn", vethPrefix: "vbn", cgroupParent: "space-bench-tpn" } },
+    env: { SPACE_BLOB_URL: blobDir },
   });
   const sig = () => AbortSignal.timeout(600_000);
   const tc = node.agent.templates!;
