@@ -34,6 +34,7 @@ const q = (a: number[], p: number) => [...a].sort((x, y) => x - y)[Math.min(a.le
 async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
   const [a, b] = nodes as [TestNode, TestNode];
   const breakdown: Series = {};
+  const forkBreakdown: Series = {};
   const r: Series = { cold: [], suspend: [], "suspend capture": [], "restore same node": [], "restore cross node": [], fork: [], bytes: [] };
   const time = async <T>(k: string, fn: () => Promise<T>): Promise<T> => {
     const t = performance.now();
@@ -61,7 +62,9 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
     const fid = newSandboxId();
     const fork = await time("fork", async () => {
       const f = await b.agent.snapshots!.checkpointLive(s.sandboxId, newSnapshotId(), { upload: false }, sig());
-      await b.agent.snapshots!.restore({ ...s, sandboxId: fid, executionId: newExecutionId() }, f, sig());
+      const st = await b.agent.snapshots!.restore({ ...s, sandboxId: fid, executionId: newExecutionId() }, f, sig());
+      for (const [k, v] of Object.entries(f.timings)) (forkBreakdown[`capture.${k}`] ??= []).push(v);
+      for (const [k, v] of Object.entries(st.timings ?? {})) (forkBreakdown[`restore.${k}`] ??= []).push(v);
       return f;
     });
     await b.agent.manager!.kill(fid, sig());
@@ -73,6 +76,8 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
   }
   const med = Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, q(v, 0.5)]));
   console.log(`  ${kind}: same-node restore breakdown (medians, ms) ${JSON.stringify(med)}`);
+  const forkMed = Object.fromEntries(Object.entries(forkBreakdown).map(([k, v]) => [k, q(v, 0.5)]));
+  console.log(`  ${kind}: fork breakdown (medians, ms) ${JSON.stringify(forkMed)}`);
   return r;
 }
 
