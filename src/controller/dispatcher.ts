@@ -60,9 +60,16 @@ const STOP_REASON = "dispatcher stopping";
 
 export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher> {
   const { db, log } = deps;
-  const tickMs = deps.config.SPACE_CONTROLLER_TICK_MS;
   const claimLimit = deps.config.SPACE_CONTROLLER_CLAIM_LIMIT;
   const staleMs = deps.config.SPACE_CONTROLLER_CLAIM_STALE_MS;
+  /**
+   * The poll behind NOTIFY. PGlite is embedded: every operation is written by this process
+   * (the data dir is locked) and its NOTIFY reaches the listener in-process, never lost, so
+   * polling there only finds claims gone stale (a previous run's) — a quarter of the
+   * staleness window is soon enough. Polling every tick held PGlite's one connection for a
+   * few ms 40 times a second, in front of every request's queries.
+   */
+  const tickMs = db.engine === "pglite" ? Math.max(deps.config.SPACE_CONTROLLER_TICK_MS, Math.floor(staleMs / 4)) : deps.config.SPACE_CONTROLLER_TICK_MS;
   const maxInFlight = deps.maxInFlight ?? 512;
   const retryUnavailableMs = deps.retryUnavailableMs ?? 120_000;
   const workerId = deps.workerId ?? `${hostname()}-${process.pid}-${randomId(6)}`;
