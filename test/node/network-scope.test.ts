@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { createSocket } from "node:dgram";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -72,6 +73,22 @@ describe("slot range against host routes", () => {
         const again = slots(a, aDir);
         await again.init(() => false, T());
         const slot = await again.claim(`netscope${tag}`, OPEN_POLICY, T());
+
+        // A second agent given the same names while this one serves the bridge (its resolver
+        // holds gateway:53) is refused before it rebuilds the table or sweeps the veths.
+        const resolver = createSocket("udp4");
+        await new Promise<void>((r) => resolver.bind({ address: slot.gateway, port: 53 }, r));
+        try {
+          const twin = await slots(a, join(dir, "twin"))
+            .init(() => false, T())
+            .then(() => undefined, (e: unknown) => e);
+          assert.ok(twin instanceof SpaceError && twin.code === "failed_precondition", `expected a refusal, got ${String(twin)}`);
+          assert.match(twin.message, new RegExp(`bridge ${a.bridge} is in use: .*${slot.gateway.replace(/\./g, "\\.")}:53`));
+          assert.match((await exec("nft", ["list", "table", "inet", a.nftTable])).stdout, new RegExp(slot.address.replace(/\./g, "\\.")), "the slot's rules were rebuilt away");
+          assert.ok((await exec("ip", ["-o", "link", "show"])).stdout.includes(`${slot.hostVeth}@`), "the slot's veth was swept");
+        } finally {
+          resolver.close();
+        }
         // Killed here: nothing released. The harness removes slot, veth, tables, bridge.
         const removed = removeNodeNetwork({ ...a, slotsDir: aDir });
         assert.deepEqual(removed.sort(), [`bridge ${a.bridge}`, `netns ${slot.netns}`, `nft table bridge ${a.nftTable}`, `nft table inet ${a.nftTable}`, `veth ${slot.hostVeth}`].sort());

@@ -5,6 +5,7 @@
  * claim and torn down on release; an optional warm pool (all knobs default 0) keeps
  * pre-built slots. The number of slots is the node's advertised capacity.
  */
+import { createSocket } from "node:dgram";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
@@ -143,9 +144,17 @@ export class LinuxNetworkSlots implements NetworkSlots {
         { details: { slotCidr: this.range.cidr, routes: conflicts.map(describeRoute) } },
       );
     }
+    const haveBridge = (await listLinks(signal)).includes(this.bridge);
+    // A bridge another live agent serves (two agents given the same names) would have its
+    // table rebuilt and its veths swept below: refuse while its resolver holds the gateway.
+    if (haveBridge && (await portTaken(this.range.gateway, 53))) {
+      throw new SpaceError(
+        "failed_precondition",
+        `bridge ${this.bridge} is in use: something on this host already listens on its gateway ${this.range.gateway}:53 (another node agent with the same SPACE_NODE_BRIDGE?); give each agent its own SPACE_NODE_BRIDGE, SPACE_NODE_NFT_TABLE, SPACE_NODE_VETH_PREFIX and SPACE_NODE_SLOT_CIDR`,
+      );
+    }
     await writeFile("/proc/sys/net/ipv4/ip_forward", "1\n");
     await mkdir(this.o.stateDir, { recursive: true });
-    const haveBridge = (await listLinks(signal)).includes(this.bridge);
     if (!haveBridge) {
       await ip(["-b", "-"], signal, `link add ${this.bridge} type bridge\naddr add ${this.range.gateway}/${this.range.prefix} dev ${this.bridge}\nlink set ${this.bridge} up\n`);
     } else {
@@ -480,6 +489,22 @@ export class LinuxNetworkSlots implements NetworkSlots {
   static isPoolOwner(owner: string): boolean {
     return POOL.test(owner);
   }
+}
+
+/** Whether a UDP socket is bound to address:port already (an address not on this host is free). */
+function portTaken(address: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = createSocket("udp4");
+    sock.once("error", (e: NodeJS.ErrnoException) => {
+      try {
+        sock.close();
+      } catch {
+        /* never bound */
+      }
+      resolve(e.code === "EADDRINUSE");
+    });
+    sock.bind({ address, port, exclusive: true }, () => sock.close(() => resolve(false)));
+  });
 }
 
 /** The IPv4 routes of the main table in this process's network namespace. */
