@@ -19,6 +19,7 @@ import { BUNDLE, ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "../
 import { OciRuntime } from "../src/runtime/oci/oci-runtime.ts";
 import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-client.ts";
 import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork } from "../test/support/node-network-cleanup.ts";
+import { removeDataDir } from "../test/support/stack.ts";
 
 const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false }, "slot-pool": { type: "string", default: "0" } } });
 const N = Number(values.n);
@@ -53,8 +54,18 @@ const agent = createNodeAgent(config, createLogger("warn", "bench"), {
 });
 const network = { ...scope, slotsDir: join(dir, "node", "slots") };
 await writeFile(join(dir, OWNER_PID_FILE), `${process.pid}\n`);
+const cleanup = async () => {
+  forget();
+  await agent.stop({ unmountCache: true }).catch((e: unknown) => console.error("bench: node stop failed", e));
+  removeNodeNetwork(network);
+  removeDataDir(dir); // unmounts what is left first, never deleting through a mount
+  await rm(stateDir, { recursive: true, force: true });
+};
 const forget = cleanupOnSignal(() => removeNodeNetwork(network));
-await agent.start();
+await agent.start().catch(async (e: unknown) => {
+  await cleanup();
+  throw e;
+});
 const m = agent.manager!;
 // The same envd start as the node's (from its startup snapshot when there is one).
 const launch = await envdLaunch(envdDir, process.execPath, createLogger("warn", "bench"));
@@ -171,9 +182,5 @@ try {
   console.log(JSON.stringify(result, null, 2));
 } finally {
   for (const s of m.list()) await m.kill(s.sandboxId, sig()).catch(() => undefined);
-  await agent.stop({ unmountCache: true });
-  forget();
-  removeNodeNetwork(network);
-  await rm(dir, { recursive: true, force: true });
-  await rm(stateDir, { recursive: true, force: true });
+  await cleanup();
 }
