@@ -100,12 +100,15 @@ export async function enqueueOperation<Req = unknown>(
   ];
   let inserted: Operation<Req> | undefined;
   try {
+    // The NOTIFY rides in the same statement: one round trip less before a dispatcher can claim it.
     inserted = await q.maybeOne<Operation<Req>>(
-      `INSERT INTO operations (id, tenant_id, kind, target_id, request, request_hash, idempotency_key, deadline_at)
-       VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7,
-               coalesce($8::timestamptz, now() + $9::bigint * interval '1 millisecond'))
-       ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-       RETURNING ${COLS}`,
+      `WITH ins AS (
+         INSERT INTO operations (id, tenant_id, kind, target_id, request, request_hash, idempotency_key, deadline_at)
+         VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7,
+                 coalesce($8::timestamptz, now() + $9::bigint * interval '1 millisecond'))
+         ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+         RETURNING *)
+       SELECT ${COLS}, pg_notify('${OPERATIONS_CHANNEL}', ins.id) AS notified FROM ins`,
       params,
     );
   } catch (e) {
@@ -113,7 +116,7 @@ export async function enqueueOperation<Req = unknown>(
     throw e;
   }
   if (inserted) {
-    await notify(q, OPERATIONS_CHANNEL, inserted.id);
+    delete (inserted as { notified?: unknown }).notified;
     return { operation: inserted, replayed: false };
   }
   // Conflict on (tenant, key): the row is committed (ON CONFLICT waited for its inserter).
