@@ -1,6 +1,7 @@
 /**
- * Warm-up of a fresh pool member before it is offered: one trivial command in the shape
- * the e2b SDK sends (`/bin/bash -l -c …`) through the node's proxy into envd. A new
+ * Warm-up of a fresh pool member before it is offered: an empty `/init` and one trivial
+ * command in the shape the e2b SDK sends (`/bin/bash -l -c …`) through the node's proxy
+ * into envd. A new
  * member's envd has never served a process start (its Node.js code paths are not yet
  * compiled) and its own disk snapshot has not read bash, libc or the login profile into
  * the page cache; without this the adopter's first command pays for both. The member
@@ -29,7 +30,16 @@ export class EnvdWarmer implements MemberWarmer {
     const t0 = performance.now();
     const s = AbortSignal.any([signal, AbortSignal.timeout(WARM_UP_TIMEOUT_MS)]);
     try {
-      const client = processClient(await this.substrate.proxyTarget(ref, ENVD_PORT, s));
+      const target = await this.substrate.proxyTarget(ref, ENVD_PORT, s);
+      // An empty /init changes nothing; it compiles the path adoption's personalisation takes.
+      const init = await fetch(`${target.baseUrl.href}/init`, {
+        method: "POST",
+        headers: { ...target.headers, "content-type": "application/json" },
+        body: "{}",
+        signal: s,
+      });
+      await init.arrayBuffer();
+      const client = processClient(target);
       for await (const _ of client.start({ process: { cmd: "/bin/bash", args: ["-l", "-c", "true"], envs: {} }, stdin: false }, { signal: s })) {
         // drained: the stream ends with the process
       }

@@ -6,6 +6,7 @@
  * Every host object is named after the sandbox id.
  */
 import { EventEmitter } from "node:events";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { mkdir, readdir, readFile, rm, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -497,22 +498,28 @@ export class SandboxManager {
     if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
     if (body.envVars) s.spec.envVars = { ...s.spec.envVars, ...body.envVars };
     if (body.accessToken !== undefined) s.spec.accessToken = body.accessToken;
-    await Promise.all([
-      body.envVars || body.accessToken !== undefined ? this.initEnvd(s, body) : undefined,
-      s.spec.background ? this.toForeground(s) : undefined,
-    ]);
-    await this.saveRecord(s);
+    // Full CPU weight first: envd answers /init at the weight it then has.
+    if (s.spec.background) this.toForeground(s);
+    await Promise.all([body.envVars || body.accessToken !== undefined ? this.initEnvd(s, body) : undefined, this.saveRecord(s)]);
     return this.toStatus(s);
   }
 
-  /** A background sandbox (warm member) gets the default CPU weight and normal niceness back. */
-  private async toForeground(s: Live): Promise<void> {
+  /**
+   * A background sandbox (warm member) gets the default CPU weight and normal niceness back.
+   * Synchronous: two tiny cgroup files, where a trip through the fs thread pool cost more.
+   */
+  private toForeground(s: Live): void {
     const dir = this.o.runtime.cgroupDirs(s.spec.sandboxId).cpu;
     delete s.spec.background;
     if (!dir) return;
-    await writeFile(join(dir, "cpu.shares"), String(DEFAULT_CPU_SHARES));
+    writeFileSync(join(dir, "cpu.shares"), String(DEFAULT_CPU_SHARES));
     // niceness is per thread on Linux: every task, not just each process.
-    const tasks = await readFile(join(dir, "tasks"), "utf8").catch(() => "");
+    let tasks = "";
+    try {
+      tasks = readFileSync(join(dir, "tasks"), "utf8");
+    } catch {
+      /* no tasks file: nothing to renice */
+    }
     restorePriority(tasks.split("\n").filter(Boolean).map(Number));
   }
 
