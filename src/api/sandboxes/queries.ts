@@ -198,6 +198,8 @@ export class StoreSandboxRepo implements SandboxRepo {
   }
 }
 
+const RESOLVE_CACHE_MS = 1000;
+
 /**
  * Templates by id or alias: the tenant's own, platform ones (tenant NULL) or public; the
  * rootfs size from the newest ready build. When the store knows none, a template that a
@@ -205,6 +207,13 @@ export class StoreSandboxRepo implements SandboxRepo {
  * with the rootfs size the node reports.
  */
 export class StoreTemplates implements TemplateResolver {
+  /**
+   * Templates only node inventories know (`base`), believed for RESOLVE_CACHE_MS: finding
+   * one costs three queries, on every create (twice for a Native create). They cannot be
+   * deleted through the API; placement still checks the node that runs it.
+   */
+  readonly #nodeOnly = new Map<string, { at: number; value: ResolvedTemplate }>();
+
   /** `nodes`: where node-only templates are found when nodes are not in the store (Kubernetes: Node annotations). */
   constructor(
     private readonly db: Db,
@@ -212,6 +221,8 @@ export class StoreTemplates implements TemplateResolver {
   ) {}
 
   async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
+    const hit = this.#nodeOnly.get(idOrAlias);
+    if (hit && Date.now() - hit.at < RESOLVE_CACHE_MS) return hit.value;
     const byRelease = await this.db.maybeOne<{ templateId: string; alias: string; rootfs: number | null }>(
       `SELECT r.template_id AS "templateId", r.alias, b.rootfs_size_mib AS rootfs
          FROM releases r JOIN builds b ON b.id = r.build_id
@@ -232,6 +243,15 @@ export class StoreTemplates implements TemplateResolver {
     if (byId) return { templateId: byId.id, alias: byId.id === idOrAlias ? null : idOrAlias, rootfsSizeMib: byId.rootfs };
     // A template only a node's inventory knows (e.g. `base`): ready nodes first, but a node
     // that is restarting still counts, so placement answers "unavailable" (retryable), not "not found".
+    const found = await this.#fromInventory(idOrAlias);
+    if (found) {
+      if (this.#nodeOnly.size >= 1000) this.#nodeOnly.clear();
+      this.#nodeOnly.set(idOrAlias, { at: Date.now(), value: found });
+    }
+    return found;
+  }
+
+  async #fromInventory(idOrAlias: string): Promise<ResolvedTemplate | null> {
     if (this.nodes) {
       const known = (await this.nodes.list(AbortSignal.timeout(10_000))).some((n) => n.templates.includes(idOrAlias));
       return known ? { templateId: idOrAlias, alias: null, rootfsSizeMib: null } : null;
