@@ -21,6 +21,7 @@ import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox, type ConnectionOpts } from "e2b";
+import { counterScript } from "../support/counter.ts";
 import { startStack, type Stack } from "../support/stack.ts";
 import { ALL, NativeClient, nativeSkipReason, tenantWithToken, type Res } from "./native-client.ts";
 
@@ -28,22 +29,6 @@ const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespa
 const RUN = randomBytes(4).toString("hex");
 const KEY = randomBytes(32).toString("hex");
 
-/** A counter in a script whose name is unique on this machine, so its processes can be counted on the host. */
-const counterScript = (name: string) => ({
-  path: `/home/user/${name}.py`,
-  // Written by rename, so a reader never sees the file truncated mid-write.
-  source: `import os, time
-i = 0
-while True:
-    i += 1
-    with open('/home/user/${name}.tmp', 'w') as f:
-        f.write(str(i))
-    os.replace('/home/user/${name}.tmp', '/home/user/${name}')
-    time.sleep(0.05)
-`,
-  value: `/home/user/${name}`,
-  start: `nohup python3 /home/user/${name}.py >/dev/null 2>&1 &`,
-});
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -11,21 +11,13 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Sandbox, type ConnectionOpts } from "e2b";
+import { counterScript } from "../support/counter.ts";
 import { startStack, type Stack } from "../support/stack.ts";
 import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
 
-// Written by rename, so a reader never sees the file truncated mid-write.
-const COUNTER = `import os, time
-i = 0
-while True:
-    i += 1
-    with open('/home/user/counter.tmp', 'w') as f:
-        f.write(str(i))
-    os.replace('/home/user/counter.tmp', '/home/user/counter')
-    time.sleep(0.05)
-`;
+const COUNTER = counterScript().source;
 
 describe("ECW suspend/restore/fork with the e2b SDK", { skip, timeout: 10 * 60_000 }, () => {
   let stack: Stack;

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { Sandbox, type ConnectionOpts } from "e2b";
-import { startStack, waitFor, type Stack } from "../support/stack.ts";
+import { adminRequest, metricSum, startStack, waitFor, type Stack } from "../support/stack.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
 
@@ -19,24 +19,10 @@ describe("warm pools: suspended idle members with the e2b SDK", { skip, timeout:
   let opts: ConnectionOpts & { sandboxUrl: string };
   const created: Sandbox[] = [];
 
-  const admin = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${stack.apiUrl}/admin/api/v1${path}`, {
-      method,
-      headers: { authorization: `Bearer ${stack.adminToken}`, ...(body ? { "content-type": "application/json" } : {}) },
-      ...(body ? { body: JSON.stringify(body) } : {}),
-    });
-    const text = await res.text();
-    return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
-  };
+  const admin = (method: string, path: string, body?: unknown) => adminRequest(stack, method, path, body);
   const members = async () => ((await admin("GET", "/warm-pools/base")).body as { members: Array<{ state: string; sandbox_id: string }> }).members;
   const suspendedIds = async () => (await members()).filter((m) => m.state === "suspended").map((m) => m.sandbox_id);
-  const metric = async (name: string) => {
-    const text = await (await fetch(`${stack.apiUrl}/metrics`)).text();
-    return text
-      .split("\n")
-      .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
-      .reduce((a, l) => a + Number(l.split(" ").pop()), 0);
-  };
+  const metric = (name: string) => metricSum(stack.apiUrl, name);
   /** Containers the stack's node runs (runc state dir of its host scope), by id. */
   const containers = () => {
     const r = spawnSync("runc", ["--root", join(stack.dataDir, "runc"), "list", "-f", "json"], { encoding: "utf8" });

@@ -9,7 +9,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox, type ConnectionOpts } from "e2b";
-import { startStack, waitFor, type Stack } from "../support/stack.ts";
+import { adminRequest, metricSum, startStack, waitFor, type Stack } from "../support/stack.ts";
 import { ALL, NativeClient, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
@@ -19,24 +19,10 @@ describe("warm pools with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
   let opts: ConnectionOpts & { sandboxUrl: string };
   const created: Sandbox[] = [];
 
-  const admin = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${stack.apiUrl}/admin/api/v1${path}`, {
-      method,
-      headers: { authorization: `Bearer ${stack.adminToken}`, ...(body ? { "content-type": "application/json" } : {}) },
-      ...(body ? { body: JSON.stringify(body) } : {}),
-    });
-    const text = await res.text();
-    return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
-  };
+  const admin = (method: string, path: string, body?: unknown) => adminRequest(stack, method, path, body);
   const pool = async () => (await admin("GET", "/warm-pools/base")).body as { status: { ready?: number }; members: Array<{ state: string; sandbox_id: string }> };
   const readyIds = async () => (await pool()).members.filter((m) => m.state === "ready").map((m) => m.sandbox_id);
-  const metric = async (name: string) => {
-    const text = await (await fetch(`${stack.apiUrl}/metrics`)).text();
-    return text
-      .split("\n")
-      .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
-      .reduce((a, l) => a + Number(l.split(" ").pop()), 0);
-  };
+  const metric = (name: string) => metricSum(stack.apiUrl, name);
 
   before(async () => {
     // 1 vCPU sandboxes: this suite holds up to 16 at once (5 members, 5 adopted, 5 refills,

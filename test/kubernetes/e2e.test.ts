@@ -15,6 +15,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { Sandbox, type ConnectionOpts } from "e2b";
+import { counterScript } from "../support/counter.ts";
 import { postgresSkipReason } from "../support/db.ts";
 import { waitFor } from "../support/stack.ts";
 import { podNameOf } from "../../src/substrate/kubernetes/names.ts";
@@ -34,15 +35,7 @@ interface Pod {
   status: { phase?: string; podIP?: string; conditions?: Array<{ type: string; status: string }> };
 }
 
-const COUNTER = `import time, os
-n = 0
-while True:
-    n += 1
-    with open('/home/user/counter.tmp', 'w') as f:
-        f.write(str(n))
-    os.replace('/home/user/counter.tmp', '/home/user/counter')
-    time.sleep(0.1)
-`;
+const COUNTER = counterScript().source;
 
 describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, timeout: 15 * 60_000 }, () => {
   let f: KubeFleet;

@@ -191,3 +191,23 @@ function parseEnv(text: string): Record<string, string> {
   for (const m of text.matchAll(/^export ([A-Z0-9_]+)=(.*)$/gm)) vars[m[1]!] = m[2]!.trim();
   return vars;
 }
+
+/** An admin API call on a stack: its status and JSON body (`{}` when empty). */
+export async function adminRequest(stack: Pick<Stack, "apiUrl" | "adminToken">, method: string, path: string, body?: unknown) {
+  const res = await fetch(`${stack.apiUrl}/admin/api/v1${path}`, {
+    method,
+    headers: { authorization: `Bearer ${stack.adminToken}`, ...(body ? { "content-type": "application/json" } : {}) },
+    ...(body ? { body: JSON.stringify(body) } : {}),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} };
+}
+
+/** The sum of a metric's samples over all its label sets on the stack's /metrics. */
+export async function metricSum(apiUrl: string, name: string): Promise<number> {
+  const text = await (await fetch(`${apiUrl}/metrics`)).text();
+  return text
+    .split("\n")
+    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+    .reduce((a, l) => a + Number(l.split(" ").pop()), 0);
+}
