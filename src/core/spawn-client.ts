@@ -73,20 +73,23 @@ class SpawnClient {
 
   #server(): ChildProcess {
     if (this.#child) return this.#child;
-    // Small heap: the point of this process is that forking it is cheap.
-    const child = spawn(process.execPath, ["--max-old-space-size=64", SERVER], { stdio: ["pipe", "pipe", "inherit"] });
+    // Room for a 16 MiB output serialised to JSON (control bytes escape to six); it stays small
+    // otherwise, which is the point: forking it is cheap.
+    const child = spawn(process.execPath, ["--max-old-space-size=512", SERVER], { stdio: ["pipe", "pipe", "inherit"] });
     this.#child = child;
     this.#buf = "";
     child.stdout!.setEncoding("utf8");
+    // Only the new chunk is searched for line ends: a reply may carry megabytes of output.
     child.stdout!.on("data", (chunk: string) => {
-      this.#buf += chunk;
-      let nl: number;
-      while ((nl = this.#buf.indexOf("\n")) >= 0) {
-        const line = this.#buf.slice(0, nl);
-        this.#buf = this.#buf.slice(nl + 1);
+      let start = 0;
+      for (let nl = chunk.indexOf("\n"); nl >= 0; nl = chunk.indexOf("\n", start)) {
+        const line = this.#buf + chunk.slice(start, nl);
+        this.#buf = "";
+        start = nl + 1;
         const { id, ...reply } = JSON.parse(line) as { id: number } & SpawnReply;
         this.#pending.get(id)?.resolve(reply);
       }
+      this.#buf += chunk.slice(start);
     });
     child.stdin!.on("error", () => undefined);
     const lost = (why: string) => {
