@@ -53,17 +53,23 @@ save_machine_cache() {
   cp -n "$REPO"/.tools/templates/*.tar "$REPO"/.tools/templates/*.json "$MACHINE_CACHE/templates/" 2>/dev/null || true
 }
 
-# 4. CRIU 4.1.1 (memory checkpoints), cached at .tools/criu/criu.
+# 4. The btrfs simple-quota switch the node cache uses (.tools/bin/btrfs-squota; see its source).
+mkdir -p "$REPO/.tools/bin"
+if [ ! -x "$REPO/.tools/bin/btrfs-squota" ] || [ "$REPO/scripts/setup/btrfs-squota.c" -nt "$REPO/.tools/bin/btrfs-squota" ]; then
+  cc -O2 -Wall -Werror -o "$REPO/.tools/bin/btrfs-squota" "$REPO/scripts/setup/btrfs-squota.c"
+fi
+
+# 5. CRIU 4.1.1 (memory checkpoints), cached at .tools/criu/criu.
 if [ "${SPACE_SETUP_SKIP_CRIU:-0}" != 1 ]; then
   bash "$REPO/scripts/setup/criu.sh" "$REPO"
 fi
 
-# 5. The base template tarball (debootstrap of bookworm), cached at .tools/templates/.
+# 6. The base template tarball (debootstrap of bookworm), cached at .tools/templates/.
 if [ "${SPACE_SETUP_SKIP_TEMPLATE:-0}" != 1 ]; then
   (cd "$REPO" && node --import tsx scripts/setup/build-base-template.ts)
 fi
 
-# 6. The e2b Python SDK venv for test/e2e/python-sdk.test.ts (.tools/py; pinned, reused).
+# 7. The e2b Python SDK venv for test/e2e/python-sdk.test.ts (.tools/py; pinned, reused).
 bash "$REPO/scripts/setup/python-sdk.sh" || echo "setup: no Python SDK venv; test/e2e/python-sdk will skip" >&2
 
 save_machine_cache

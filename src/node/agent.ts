@@ -208,6 +208,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             imageGib: config.SPACE_NODE_BTRFS_IMAGE_GIB,
             logger: log,
             signal,
+            squotaHelper: join(REPO_DIR, ".tools", "bin", "btrfs-squota"),
           });
           disks = new Disks(cache, { reserveMib: config.SPACE_NODE_DISK_RESERVE_MIB, logger: log });
           if (!(await disks.templateInfo(BASE_TEMPLATE))) {

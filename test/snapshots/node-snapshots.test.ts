@@ -136,6 +136,32 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     for (const fid of ids) await b.agent.manager!.kill(fid, AbortSignal.timeout(60_000));
   });
 
+  it("a restored disk counts what its source wrote against disk_mib, on the same node and fetched on another", async () => {
+    const rootfs = (await a.agent.disks!.templateInfo("base"))!.rootfsSizeMib;
+    const small = spec({ diskMib: rootfs + 64 });
+    await a.agent.manager!.create(small, AbortSignal.timeout(120_000));
+    try {
+      const w = await sh(a, small.sandboxId, "dd if=/dev/urandom of=/home/user/first bs=1M count=40 conv=fsync 2>&1; echo rc=$?");
+      assert.match(w.stdout, /rc=0/, w.stdout);
+      const snap = await a.agent.snapshots!.checkpointLive(small.sandboxId, newSnapshotId(), { upload: true }, AbortSignal.timeout(300_000));
+      for (const [node, fid] of [[a, newSandboxId()], [b, newSandboxId()]] as const) {
+        await node.agent.snapshots!.restore({ ...small, sandboxId: fid, executionId: newExecutionId() }, snap, AbortSignal.timeout(300_000));
+        try {
+          const used = (await node.agent.disks!.usage(fid, AbortSignal.timeout(30_000)))!.referencedBytes;
+          assert.ok(used >= (rootfs + 40) * 1048576, `usage ${used} counts the template and the source's 40 MiB`);
+          // 40 MiB more would pass only if the restored disk's limit forgot the first 40.
+          const r = await sh(node, fid, "dd if=/dev/zero of=/home/user/second bs=1M count=40 conv=fsync 2>&1; echo rc=$?", "user", 120_000);
+          assert.match(r.stdout, /Disk quota exceeded|No space left/, r.stdout);
+          assert.doesNotMatch(r.stdout, /rc=0/);
+        } finally {
+          await node.agent.manager!.kill(fid, AbortSignal.timeout(60_000));
+        }
+      }
+    } finally {
+      await a.agent.manager!.kill(small.sandboxId, AbortSignal.timeout(60_000));
+    }
+  });
+
   it("refuses a stream that fails its checksum (rejects_corrupted_stream)", async () => {
     // Node A has no copy of the fork snapshot: it must fetch, and one byte of the disk part is flipped.
     const disk = forkDesc.parts.find((p) => p.kind === "disk")!;

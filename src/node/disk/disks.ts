@@ -1,9 +1,11 @@
 /**
  * Sandbox disks on the node cache: a template is a read-only subvolume; a sandbox's disk
- * is a writable snapshot of it (copy-on-write, milliseconds) whose qgroup limits the
- * referenced bytes to `disk_mib`, so writing past it fails inside the sandbox (EDQUOT).
+ * is a writable snapshot of it (copy-on-write, milliseconds) whose qgroup limits it to
+ * `disk_mib`, so writing past it fails inside the sandbox (EDQUOT). Under simple quotas a
+ * qgroup counts only what its subvolume wrote: the disk's limit and usage are then offset by
+ * its base, the size of what it was snapshotted from, recorded beside it.
  */
-import { readdir, readFile, rename, writeFile } from "node:fs/promises";
+import { readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
 import { invalid, notFound, SpaceError } from "../../core/errors.ts";
@@ -123,12 +125,12 @@ export class Disks {
     return t;
   }
 
-  /** Snapshot of the template with a qgroup limit of diskMib (exists = ok). */
   /** The sandbox's root filesystem as the runtime sees it (suid allowed; see NodeCache.rootsDir). */
   sandboxRoot(id: string): string {
     return join(this.cache.rootsDir, id);
   }
 
+  /** Snapshot of the template limited to diskMib (exists = ok). */
   async ensureSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<string> {
     const d = await this.snapshotSandboxDisk(id, template, diskMib, signal);
     await d.limited;
@@ -144,14 +146,40 @@ export class Disks {
     const path = this.sandboxPath(id);
     if (await exists(path)) return { root: this.sandboxRoot(id), limited: Promise.resolve() };
     await btrfs.snapshot(this.templatePath(template), path, signal);
-    const limited = btrfs.qgroupLimit(path, diskMib, signal).then(() => undefined);
+    const baseMib = (await this.templateInfo(template))?.rootfsSizeMib ?? 0;
+    const limited = this.limitSandboxDisk(id, diskMib, baseMib, signal);
     limited.catch(() => undefined); // observed by the caller; never an unhandled rejection
     return { root: this.sandboxRoot(id), limited };
+  }
+
+  /**
+   * Limits a sandbox disk to diskMib in all. `baseMib`: the size of what it was snapshotted
+   * from, already counted against the disk under simple quotas but not charged to its qgroup.
+   */
+  async limitSandboxDisk(id: string, diskMib: number, baseMib: number, signal: AbortSignal): Promise<void> {
+    if (this.cache.quotaMode === "classic") {
+      await btrfs.qgroupLimit(this.sandboxPath(id), diskMib, signal);
+      return;
+    }
+    await writeFile(this.basePath(id), String(baseMib));
+    // A restored disk may already hold more than diskMib: then it is full, not unlimited.
+    await btrfs.qgroupLimit(this.sandboxPath(id), Math.max(1, diskMib - baseMib), signal);
+  }
+
+  /** The size a sandbox disk started from that its qgroup does not count (0: classic qgroups). */
+  async baseMib(id: string): Promise<number> {
+    if (this.cache.quotaMode === "classic") return 0;
+    return Number(await readFile(this.basePath(id), "utf8").catch(() => "0")) || 0;
+  }
+
+  private basePath(id: string): string {
+    return join(this.cache.sandboxesDir, `.base-${id}`);
   }
 
   /** Absent = ok. */
   async releaseSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
     await btrfs.subvolumeDelete(this.sandboxPath(id), signal);
+    await rm(this.basePath(id), { force: true });
     this.scheduleQgroupReap();
   }
 
@@ -197,7 +225,14 @@ export class Disks {
   }
 
   async usage(id: string, signal: AbortSignal): Promise<btrfs.QgroupUsage | undefined> {
-    return btrfs.qgroupUsage(this.sandboxPath(id), signal).catch(() => undefined);
+    const [u, base] = await Promise.all([btrfs.qgroupUsage(this.sandboxPath(id), signal).catch(() => undefined), this.baseMib(id)]);
+    return u && { ...u, referencedBytes: u.referencedBytes + base * 1048576 };
+  }
+
+  /** The whole size of a subvolume's files (what simple quotas do not say of a snapshot). */
+  async treeSizeMib(path: string, signal: AbortSignal): Promise<number> {
+    const du = await exec("du", ["-s", "-x", "--block-size=1M", path], { timeoutMs: 300_000, signal });
+    return Number(du.stdout.split(/\s+/)[0]) || 1;
   }
 
   async listSandboxDisks(): Promise<string[]> {

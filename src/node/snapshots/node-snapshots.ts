@@ -71,6 +71,8 @@ interface LocalMeta {
   createdAt?: string;
   /** Every part is in the blob store (published by this node, or fetched from it): the node's copy may be reaped. */
   durable?: boolean;
+  /** Under simple quotas, the disk's whole size: what a disk restored from it starts from (Disks.limitSandboxDisk). */
+  diskBaseMib?: number;
 }
 
 /** A local snapshot copy as the node's reaper sees it. */
@@ -203,6 +205,9 @@ export class NodeSnapshots {
         wasPaused ? undefined : rt.pause(sandboxId, signal),
       ]);
       timings.freezeMs = ms(t0);
+      // The sandbox is stopped from here to the end of the capture: its disk usage holds.
+      const diskBase = this.capturedBaseMib(sandboxId, signal);
+      diskBase.catch(() => undefined);
       const tDisk = performance.now();
       const snapshotDisk = () =>
         exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal }).then(() => {
@@ -228,7 +233,16 @@ export class NodeSnapshots {
       }
       dumped = true;
       await writeMeta(image, checkpoint);
-      const meta: LocalMeta = { snapshotId, sourceSandboxId: sandboxId, template, parentPath: parent.path, parentUuid: parent.uuid, checkpoint, createdAt: new Date().toISOString() };
+      const meta: LocalMeta = {
+        snapshotId,
+        sourceSandboxId: sandboxId,
+        template,
+        parentPath: parent.path,
+        parentUuid: parent.uuid,
+        checkpoint,
+        createdAt: new Date().toISOString(),
+        diskBaseMib: await diskBase,
+      };
       await this.writeLocalMeta(meta);
       return meta;
     } catch (e) {
@@ -343,7 +357,8 @@ export class NodeSnapshots {
         const path = this.o.disks.sandboxPath(id);
         if (!(await exists(path))) {
           await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
-          await btrfs.qgroupLimit(path, spec.diskMib, sig).catch(async (e: unknown) => {
+          const base = meta.diskBaseMib ?? (await this.o.disks.templateInfo(meta.template))?.rootfsSizeMib ?? 0;
+          await this.o.disks.limitSandboxDisk(id, spec.diskMib, base, sig).catch(async (e: unknown) => {
             await btrfs.subvolumeDelete(path).catch(() => undefined);
             throw e;
           });
@@ -355,6 +370,13 @@ export class NodeSnapshots {
     await mkdir(join(this.o.nodeDir, "snapshots", "sandbox-parents"), { recursive: true });
     await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
     return { ...st, timings: { ...(st.timings ?? {}), fetchMs, restoreTotalMs: ms(t0) } };
+  }
+
+  /** Under simple quotas, a captured disk's whole size: the sandbox's base plus what it wrote. */
+  private async capturedBaseMib(sandboxId: string, signal: AbortSignal): Promise<number | undefined> {
+    if (this.o.disks.cache.quotaMode === "classic") return undefined;
+    const u = await this.o.disks.usage(sandboxId, signal);
+    return u && Math.ceil(u.referencedBytes / 1048576);
   }
 
   async hasLocal(snapshotId: string): Promise<boolean> {
@@ -419,6 +441,8 @@ export class NodeSnapshots {
         checkpoint: checkpoint ?? { logPath: "/dev/null", logSize: 0, config: {} },
         createdAt: new Date().toISOString(),
         durable: true,
+        // A received disk owns only what it changed from its parent: measure it whole.
+        diskBaseMib: this.o.disks.cache.quotaMode === "simple" ? await this.o.disks.treeSizeMib(join(target, "disk"), signal) : undefined,
       };
       await this.writeLocalMeta(meta);
       this.o.logger.info({ snapshotId: desc.snapshotId }, "snapshot fetched from the blob store");

@@ -554,12 +554,9 @@ export class TemplateBuilder {
       throw e;
     }
     await btrfs.sync(this.o.cache.mountPath, signal).catch(() => undefined);
-    const usage = await btrfs.qgroupUsage(dest, signal).catch(() => undefined);
-    let rootfsSizeMib = Math.ceil((usage?.referencedBytes ?? 0) / 1048576);
-    if (!rootfsSizeMib) {
-      const du = await exec("du", ["-s", "-x", "--block-size=1M", dest], { timeoutMs: 300_000, signal });
-      rootfsSizeMib = Number(du.stdout.split(/\s+/)[0]) || 1;
-    }
+    // A template is a snapshot of its layers: simple quotas charge it only its own writes.
+    const usage = this.o.disks.cache.quotaMode === "classic" ? await btrfs.qgroupUsage(dest, signal).catch(() => undefined) : undefined;
+    const rootfsSizeMib = Math.ceil((usage?.referencedBytes ?? 0) / 1048576) || (await this.o.disks.treeSizeMib(dest, signal));
     const digest = `sha256:${sha256(`${key}\0finalize\0${r.recipe.startCmd ?? ""}\0${r.recipe.readyCmd ?? ""}`)}`;
     let defaultUser = r.recipe.steps.flatMap((s) => (s.type === "USER" ? [s.user] : [])).at(-1);
     if (!defaultUser && r.recipe.from.kind === "template") {
