@@ -32,8 +32,17 @@ export const snapshot = (src: string, dst: string, signal?: AbortSignal) => btrf
 export const setReadonly = (path: string, signal?: AbortSignal) => btrfs(["property", "set", "-ts", path, "ro", "true"], `make ${path} read-only`, signal);
 export const quotaEnable = (mnt: string, signal?: AbortSignal) => btrfs(["quota", "enable", mnt], `enable quotas on ${mnt}`, signal);
 
-/** Deletes a subvolume and its qgroup (so 100 create/kill cycles leave no stale qgroups). Absent = ok. */
-export async function subvolumeDelete(path: string, signal?: AbortSignal): Promise<void> {
+/**
+ * Deletes a subvolume and its qgroup (so 100 create/kill cycles leave no stale qgroups). Absent = ok.
+ * `kernelDropsQgroup`: simple quotas, where the kernel removes a dropped subvolume's qgroup itself.
+ */
+export async function subvolumeDelete(path: string, signal?: AbortSignal, o: { kernelDropsQgroup?: boolean } = {}): Promise<void> {
+  if (o.kernelDropsQgroup) {
+    await btrfs(["subvolume", "delete", path], `delete subvolume ${path}`, signal).catch((e: unknown) => {
+      if (!(e instanceof SpaceError && e.code === "not_found")) throw e;
+    });
+    return;
+  }
   const id = await subvolumeId(path, signal).catch((e: unknown) => {
     if (e instanceof SpaceError && e.code === "not_found") return undefined;
     throw e;

@@ -178,9 +178,10 @@ export class Disks {
 
   /** Absent = ok. */
   async releaseSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
-    await btrfs.subvolumeDelete(this.sandboxPath(id), signal);
+    const simple = this.cache.quotaMode === "simple";
+    await btrfs.subvolumeDelete(this.sandboxPath(id), signal, { kernelDropsQgroup: simple });
     await rm(this.basePath(id), { force: true });
-    this.scheduleQgroupReap();
+    if (!simple) this.scheduleQgroupReap();
   }
 
   private reapTimer: NodeJS.Timeout | undefined;
