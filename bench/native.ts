@@ -8,11 +8,13 @@
  * members for `base`, waited full before each part; every sample says whether it adopted,
  * and the adopted-only medians are reported apart, so cold fallbacks never pass as warm).
  *
- *   npm run bench -- native [--creates 100] [--concurrent 20] [--pool 20] [--json]
+ *   npm run bench -- native [--creates 100] [--concurrent 20] [--pool 20] [--postgres] [--json]
  *       starts the real stack (`space up` in a temp data dir: runc sandboxes)
- *   npm run bench -- native --fake
+ *   npm run bench -- native --fake [--postgres]
  *       in-process: real API over HTTP, real dispatcher + store, FakeSubstrate
  *       (measures the control plane alone, no node; cold only)
+ *   --postgres: the store is a fresh database on SPACE_TEST_DATABASE_URL's server (the
+ *       scale-out configuration; real NOTIFY) instead of PGlite embedded in the API process
  *   SPACE_BENCH_API_URL=… SPACE_BENCH_TOKEN=<key or token> [SPACE_ADMIN_TOKEN=…] npm run bench -- native
  *       against a running stack (warm phase only with the admin token)
  *
@@ -22,6 +24,7 @@
 import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import { startHarness, type Harness } from "../test/native/harness.ts";
+import { freshDb, type TestDb } from "../test/support/db.ts";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
 
 interface Op {
@@ -51,6 +54,7 @@ async function main() {
       concurrent: { type: "string", default: process.env.SPACE_BENCH_CONCURRENT ?? "20" },
       pool: { type: "string", default: "20" },
       fake: { type: "boolean", default: false },
+      postgres: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
   });
@@ -63,8 +67,9 @@ async function main() {
   let h: Harness | undefined;
   let stack: Stack | undefined;
   let mode = "remote stack";
+  let pg: TestDb | undefined;
   if (values.fake) {
-    const engine = (process.env.SPACE_BENCH_ENGINE ?? "pglite") as "pglite" | "postgres";
+    const engine = values.postgres ? "postgres" : ((process.env.SPACE_BENCH_ENGINE ?? "pglite") as "pglite" | "postgres");
     h = await startHarness(engine);
     await h.app.listen({ port: 0, host: "127.0.0.1" });
     base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`;
@@ -73,11 +78,16 @@ async function main() {
     mode = `in-process (${engine}, FakeSubstrate: the control plane alone, not the node)`;
   } else if (!base) {
     // 1 vCPU sandboxes and room for C concurrent creates beside a full pool on a small node.
+    if (values.postgres) pg = await freshDb("postgres", { migrate: false });
     stack = await startStack({
-      env: { SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1", SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32" },
+      env: {
+        SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1",
+        SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32",
+        ...(pg ? { SPACE_DATABASE_URL: pg.url } : {}),
+      },
     });
     ({ apiUrl: base, apiKey: token, adminToken } = stack);
-    mode = "real stack (space up, runc sandboxes)";
+    mode = `real stack (space up, runc sandboxes, store: ${pg ? "postgres" : "pglite"})`;
   }
   const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
   const admin = async (method: string, path: string, body?: unknown) => {
@@ -186,6 +196,7 @@ async function main() {
   } finally {
     await h?.close();
     await stack?.stop();
+    await pg?.drop();
   }
   const out = {
     bench: "native",

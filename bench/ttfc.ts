@@ -4,7 +4,10 @@
  * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
  * waited full before each phase), and the cold/warm ratio.
  *
- *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--size 50] [--json]
+ *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--size 50] [--postgres] [--json]
+ *
+ * `--postgres`: the stack's store is a fresh database on SPACE_TEST_DATABASE_URL's server
+ * (the scale-out configuration) instead of PGlite embedded in the API process.
  *
  * Targets E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY / SPACE_ADMIN_TOKEN when set;
  * otherwise starts the real stack (`space up` in a temp data dir). Sandboxes are killed
@@ -12,6 +15,7 @@
  */
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
+import { freshDb, type TestDb } from "../test/support/db.ts";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
 
 /** Nearest-rank percentile. */
@@ -49,6 +53,7 @@ async function main() {
       sequential: { type: "string", default: "50" },
       concurrent: { type: "string", default: "20" },
       size: { type: "string", default: "50" },
+      postgres: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
   });
@@ -57,11 +62,17 @@ async function main() {
   let sandboxUrl = process.env.E2B_SANDBOX_URL;
   let apiKey = process.env.E2B_API_KEY;
   let adminToken = process.env.SPACE_ADMIN_TOKEN;
+  let pg: TestDb | undefined;
   if (!apiUrl || !sandboxUrl || !apiKey || !adminToken) {
+    if (values.postgres) pg = await freshDb("postgres", { migrate: false });
     // 1 vCPU sandboxes so pool + adopted + refills fit a small machine (members count against capacity).
     // 20 concurrent creates plus a full pool exceed this 2-core node at the default 8x vCPU overcommit.
     stack = await startStack({
-      env: { SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1", SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32" },
+      env: {
+        SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1",
+        SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32",
+        ...(pg ? { SPACE_DATABASE_URL: pg.url } : {}),
+      },
     });
     ({ apiUrl, sandboxUrl, apiKey, adminToken } = stack);
   }
@@ -149,6 +160,7 @@ async function main() {
     await admin("DELETE", "/warm-pools/base");
   } finally {
     await stack?.stop();
+    await pg?.drop();
   }
   const ratio = (cold: string, warm: string) => {
     const c = results.find((r) => r.name.startsWith(cold))!;
@@ -156,9 +168,10 @@ async function main() {
     return Math.round((c.ttfcMedianMs / w.ttfcMedianMs) * 10) / 10;
   };
   const ratios = { sequentialMedian: ratio("cold sequential", "warm sequential"), concurrentMedian: ratio("cold concurrent", "warm concurrent") };
-  if (values.json) process.stdout.write(JSON.stringify({ bench: "ttfc", results, coldOverWarm: ratios }, null, 2) + "\n");
+  const store = stack ? (pg ? "postgres" : "pglite") : "external stack";
+  if (values.json) process.stdout.write(JSON.stringify({ bench: "ttfc", store, results, coldOverWarm: ratios }, null, 2) + "\n");
   else {
-    process.stdout.write("TTFC: Sandbox.create → first commands.run('echo hi'), cold vs warm pool (same stack)\n");
+    process.stdout.write(`TTFC: Sandbox.create → first commands.run('echo hi'), cold vs warm pool (same stack, store: ${store})\n`);
     for (const r of results) {
       const adopted = "adopted" in r ? `, adopted ${String((r as { adopted: number }).adopted)}/${r.n}` : "";
       process.stdout.write(
