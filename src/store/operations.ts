@@ -101,11 +101,14 @@ export async function enqueueOperation<Req = unknown>(
   let inserted: Operation<Req> | undefined;
   try {
     // The NOTIFY rides in the same statement: one round trip less before a dispatcher can claim it.
+    // queued_at is the instant the row is written (clock_timestamp), not the statement's start
+    // (now(): before parsing and planning, which take PGlite over a millisecond): the queue wait
+    // then starts when the operation exists, and ends at the claim statement's start.
     inserted = await q.maybeOne<Operation<Req>>(
       `WITH ins AS (
-         INSERT INTO operations (id, tenant_id, kind, target_id, request, request_hash, idempotency_key, deadline_at)
+         INSERT INTO operations (id, tenant_id, kind, target_id, request, request_hash, idempotency_key, deadline_at, queued_at)
          VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7,
-                 coalesce($8::timestamptz, now() + $9::bigint * interval '1 millisecond'))
+                 coalesce($8::timestamptz, now() + $9::bigint * interval '1 millisecond'), clock_timestamp())
          ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
          RETURNING *)
        SELECT ${COLS}, pg_notify('${OPERATIONS_CHANNEL}', ins.id) AS notified FROM ins`,
@@ -212,7 +215,9 @@ export async function claimOperations(q: Queryable, c: ClaimInput): Promise<Oper
     kindFilter = `AND kind = ANY($4::text[])`;
   }
   const rows = await q.query<Operation>(
-    `UPDATE operations SET state = 'claimed', claimed_by = $1, claimed_at = now(), heartbeat_at = now(),
+    // statement_timestamp(), not now() (on Postgres the claim is a transaction): this statement's
+    // snapshot sees only operations committed before it began, so claimed_at >= queued_at.
+    `UPDATE operations SET state = 'claimed', claimed_by = $1, claimed_at = statement_timestamp(), heartbeat_at = now(),
             claim_count = claim_count + 1
       WHERE id IN (
         SELECT id FROM operations
