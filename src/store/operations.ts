@@ -215,9 +215,9 @@ export async function claimOperations(q: Queryable, c: ClaimInput): Promise<Oper
     kindFilter = `AND kind = ANY($4::text[])`;
   }
   const rows = await q.query<Operation>(
-    // statement_timestamp(), not now() (on Postgres the claim is a transaction): this statement's
-    // snapshot sees only operations committed before it began, so claimed_at >= queued_at.
-    `UPDATE operations SET state = 'claimed', claimed_by = $1, claimed_at = statement_timestamp(), heartbeat_at = now(),
+    // now() is when the claim began. On Postgres the claim is a transaction whose start may
+    // precede the commit of an operation its statement then sees: never before queued_at.
+    `UPDATE operations SET state = 'claimed', claimed_by = $1, claimed_at = greatest(now(), queued_at), heartbeat_at = now(),
             claim_count = claim_count + 1
       WHERE id IN (
         SELECT id FROM operations
