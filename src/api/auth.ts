@@ -26,11 +26,51 @@ export interface Principal {
 /** The E2B SDK reads the numeric `code` of this body; wording matches E2B's. */
 export const invalidApiKey = () => new SpaceError("unauthenticated", "Invalid API key");
 
+/**
+ * Credentials verified in the last CACHE_MS, per database. Every request paid a lookup (one
+ * or two queries: ~2 ms each on PGlite, on the path of a create and of its first command).
+ * Revoking a key or token or disabling a tenant through this process forgets them at once
+ * (forgetCredentials); a change made through another replica is seen within CACHE_MS.
+ */
+const CACHE_MS = 1000;
+const CACHE_MAX = 10_000;
+const verified = new WeakMap<Queryable, Map<string, { until: number; principal: Principal }>>();
+
+async function cached(db: Queryable, kind: string, secret: string, lookup: () => Promise<{ principal: Principal; expiresAt?: Date | null } | undefined>): Promise<Principal | undefined> {
+  const key = `${kind}:${createHash("sha256").update(secret).digest("hex")}`;
+  let m = verified.get(db);
+  const hit = m?.get(key);
+  const now = Date.now();
+  if (hit && hit.until > now) return hit.principal;
+  const found = await lookup();
+  if (!found) return undefined;
+  if (!m) verified.set(db, (m = new Map()));
+  if (m.size >= CACHE_MAX) m.clear();
+  m.set(key, { until: Math.min(now + CACHE_MS, found.expiresAt?.getTime() ?? Infinity), principal: found.principal });
+  return found.principal;
+}
+
+/** Drops every remembered credential of `db` (a key or token revoked, a tenant disabled). */
+export function forgetCredentials(db: Queryable): void {
+  verified.delete(db);
+}
+
+const apiKeyPrincipal = (db: Queryable, key: string) =>
+  cached(db, "key", key, async () => {
+    const found = await lookupApiKey(db, key);
+    return found && { principal: { tenantId: found.tenant.id, scopes: [...tenantScopes], kind: "api_key" } };
+  });
+
+/** The tenant of an ECW API key, or null (unknown, revoked, tenant disabled). */
+export async function tenantOfApiKey(db: Queryable, key: string): Promise<TenantId | null> {
+  return (await apiKeyPrincipal(db, key))?.tenantId ?? null;
+}
+
 export async function authenticateApiKey(db: Queryable, key: string | undefined): Promise<Principal> {
   if (!key) throw new SpaceError("unauthenticated", "Invalid API key: the X-API-KEY header is missing");
-  const found = await lookupApiKey(db, key);
+  const found = await apiKeyPrincipal(db, key);
   if (!found) throw invalidApiKey();
-  return { tenantId: found.tenant.id, scopes: [...tenantScopes], kind: "api_key" };
+  return found;
 }
 
 function sameSecret(a: string, b: string): boolean {
@@ -50,10 +90,13 @@ export function bearerOf(req: FastifyRequest): string | undefined {
 export async function authenticateBearer(db: Queryable, bearer: string | undefined, adminToken: string): Promise<Principal> {
   if (!bearer) throw new SpaceError("unauthenticated", "missing credentials: send Authorization: Bearer <token>");
   if (adminToken && sameSecret(bearer, adminToken)) return { tenantId: null, scopes: ["admin"], kind: "admin" };
-  const token = await verifyToken(db, bearer);
-  if (token) return { tenantId: token.tenantId, scopes: token.scopes, kind: "token" };
-  const key = await lookupApiKey(db, bearer);
-  if (key) return { tenantId: key.tenant.id, scopes: [...tenantScopes], kind: "api_key" };
+  const token = await cached(db, "token", bearer, async () => {
+    const t = await verifyToken(db, bearer);
+    return t && { principal: { tenantId: t.tenantId, scopes: t.scopes, kind: "token" }, expiresAt: t.expiresAt };
+  });
+  if (token) return token;
+  const key = await apiKeyPrincipal(db, bearer);
+  if (key) return key;
   throw new SpaceError("unauthenticated", "invalid credentials: unknown, revoked or expired token");
 }
 

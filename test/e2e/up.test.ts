@@ -77,6 +77,26 @@ test("space up: health, metrics, lock, admin, and a restart that keeps tenant an
     const wrong = await fetch(`${stack.apiUrl}/sandboxes`, { headers: { "x-api-key": "e2b_wrong_wrong_wrong_wrong" } });
     assert.equal(wrong.status, 401);
     assert.equal(((await wrong.json()) as { code: number }).code, 401);
+
+    // Verified credentials are remembered briefly; a revoke or a disable is felt at once.
+    const acme = ((await created.json()) as { id: string }).id;
+    const mk = async (kind: "keys" | "tokens", body: unknown) =>
+      (await (await fetch(`${stack.apiUrl}/admin/api/v1/tenants/${acme}/${kind}`, { method: "POST", headers: admin, body: JSON.stringify(body) })).json()) as { id: string; key?: string; token?: string };
+    const key = await mk("keys", { name: "revoked-soon" });
+    const token = await mk("tokens", { scopes: ["sandboxes:read"] });
+    const viaKey = () => fetch(`${stack.apiUrl}/sandboxes`, { headers: { "x-api-key": key.key! } }).then((r) => r.status);
+    const viaToken = () => fetch(`${stack.apiUrl}/v1/sandboxes`, { headers: { authorization: `Bearer ${token.token!}` } }).then((r) => r.status);
+    assert.equal(await viaKey(), 200);
+    assert.equal(await viaToken(), 200);
+    assert.equal((await fetch(`${stack.apiUrl}/admin/api/v1/tenants/${acme}/keys/${key.id}`, { method: "DELETE", headers: admin })).status, 204);
+    assert.equal(await viaKey(), 401, "a revoked key is refused at once");
+    assert.equal(await viaToken(), 200);
+    assert.equal((await fetch(`${stack.apiUrl}/admin/api/v1/tenants/${acme}/tokens/${token.id}`, { method: "DELETE", headers: admin })).status, 204);
+    assert.equal(await viaToken(), 401, "a revoked token is refused at once");
+    const key2 = await mk("keys", { name: "tenant-disabled" });
+    assert.equal((await fetch(`${stack.apiUrl}/sandboxes`, { headers: { "x-api-key": key2.key! } })).status, 200);
+    assert.equal((await fetch(`${stack.apiUrl}/admin/api/v1/tenants/${acme}/disable`, { method: "POST", headers: admin })).status, 200);
+    assert.equal((await fetch(`${stack.apiUrl}/sandboxes`, { headers: { "x-api-key": key2.key! } })).status, 401, "a disabled tenant's key is refused at once");
   } finally {
     await stack.stop();
   }

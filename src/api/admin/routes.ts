@@ -9,7 +9,7 @@ import type { Db } from "../../store/db.ts";
 import { createTenant, getTenant, listTenants, setTenantDisabled } from "../../store/tenants.ts";
 import { createApiKey, listApiKeys, revokeApiKey } from "../../store/api-keys.ts";
 import { createToken, listTokens, revokeToken } from "../../store/tokens.ts";
-import { authenticateBearer, bearerOf, requireScope, tenantScopes, type Principal } from "../auth.ts";
+import { authenticateBearer, bearerOf, forgetCredentials, requireScope, tenantScopes, type Principal } from "../auth.ts";
 import { parseInput as parse } from "../errors.ts";
 
 export interface AdminDeps {
@@ -55,7 +55,9 @@ export function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): void
   app.post(`${base}/tenants/:id/disable`, async (req) => {
     await admin(req);
     const { id } = parse(TenantParams, req.params, "path");
-    return setTenantDisabled(deps.db, id as TenantId, true);
+    const t = await setTenantDisabled(deps.db, id as TenantId, true);
+    forgetCredentials(deps.db);
+    return t;
   });
   app.post(`${base}/tenants/:id/keys`, async (req, reply) => {
     await admin(req);
@@ -75,6 +77,7 @@ export function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): void
     await admin(req);
     const { id, childId } = parse(ChildParams, req.params, "path");
     await revokeApiKey(deps.db, id as TenantId, childId);
+    forgetCredentials(deps.db);
     return reply.status(204).send();
   });
   app.post(`${base}/tenants/:id/tokens`, async (req, reply) => {
@@ -99,6 +102,7 @@ export function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): void
     await admin(req);
     const { childId } = parse(ChildParams, req.params, "path");
     await revokeToken(deps.db, childId);
+    forgetCredentials(deps.db);
     return reply.status(204).send();
   });
 }

@@ -15,7 +15,7 @@ import {
   type Sandbox,
   type SandboxPatch as StorePatch,
 } from "../../store/sandboxes.ts";
-import { lookupApiKey } from "../../store/api-keys.ts";
+import { tenantOfApiKey } from "../auth.ts";
 import { getNode, listNodes, type NodeRecord } from "../../store/nodes.ts";
 import { createExecution } from "../../store/executions.ts";
 import { SpaceError } from "../../core/errors.ts";
@@ -283,8 +283,7 @@ function inventory(n: NodeRecord): Array<{ templateId: string; rootfsSizeMib?: n
 export class StoreApiKeys implements ApiKeyAuth {
   constructor(private readonly db: Db) {}
   async tenantForApiKey(rawKey: string): Promise<TenantId | null> {
-    const r = await lookupApiKey(this.db, rawKey);
-    return r ? r.tenant.id : null;
+    return tenantOfApiKey(this.db, rawKey);
   }
 }
 
