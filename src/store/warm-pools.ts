@@ -130,16 +130,17 @@ export async function matchingWarmPools(
  * templates the store has no build of (e.g. `base`, built by each node).
  */
 export async function currentBuildOf(q: Queryable, templateId: string): Promise<string | null> {
-  const r = await q.maybeOne<{ id: string }>(
-    `SELECT id FROM (
-        (SELECT r.build_id AS id, 0 AS k, r.updated_at AS at FROM releases r WHERE r.template_id = $1 ORDER BY r.updated_at DESC LIMIT 1)
-        UNION ALL
-        (SELECT b.id, 1, b.created_at FROM builds b WHERE b.template_id = $1 AND b.status = 'ready' ORDER BY b.created_at DESC LIMIT 1)
-     ) x ORDER BY k LIMIT 1`,
-    [templateId],
-  );
+  const r = await q.maybeOne<{ id: string }>(`SELECT ${currentBuildSql("$1")} AS id`, [templateId]);
   return r?.id ?? null;
 }
+
+/** currentBuildOf as a scalar subquery of the template id `param` (NULL: no build). */
+const currentBuildSql = (param: string) =>
+  `(SELECT id FROM (
+      (SELECT r.build_id AS id, 0 AS k FROM releases r WHERE r.template_id = ${param} ORDER BY r.updated_at DESC LIMIT 1)
+      UNION ALL
+      (SELECT b.id, 1 FROM builds b WHERE b.template_id = ${param} AND b.status = 'ready' ORDER BY b.created_at DESC LIMIT 1)
+   ) x ORDER BY k LIMIT 1)`;
 
 export async function insertWarmSlot(q: Queryable, pool: string, buildId: string | null): Promise<WarmSlot> {
   return q.one<WarmSlot>(`INSERT INTO warm_pool_slots (id, pool, build_id) VALUES ($1, $2, $3) RETURNING ${SCOLS}`, [
@@ -186,16 +187,16 @@ export async function deleteSlot(q: Queryable, id: string): Promise<void> {
 export type ClaimedSlot = WarmSlot & { claimedFrom: "ready" | "suspended" };
 
 /**
- * Claims one member of `pools` from build `buildId`, skipping `exclude`: a running
- * (`ready`) one, oldest first, else a `suspended` one. One statement: the row lock (SKIP
- * LOCKED) plus the state check in the outer WHERE mean two concurrent claims never
- * return the same slot. A member of any other build is never returned, whether or not
- * the reconciler has drained it yet.
+ * Claims one member of `pools` from the current build of `templateId` (currentBuildOf, read
+ * in the same statement), skipping `exclude`: a running (`ready`) one, oldest first, else a
+ * `suspended` one. One statement: the row lock (SKIP LOCKED) plus the state check in the
+ * outer WHERE mean two concurrent claims never return the same slot. A member of any other
+ * build is never returned, whether or not the reconciler has drained it yet.
  */
 export async function claimReadySlot(
   q: Queryable,
   pools: readonly string[],
-  buildId: string | null,
+  templateId: string,
   exclude: readonly string[],
   to: "adopted" | "reserved" = "adopted",
   reservedFor: string | null = null,
@@ -203,13 +204,13 @@ export async function claimReadySlot(
   return q.maybeOne<ClaimedSlot>(
     `WITH c AS (SELECT id, state FROM warm_pool_slots
                  WHERE pool = ANY($1::text[]) AND state IN ('ready', 'suspended') AND sandbox_id IS NOT NULL
-                   AND build_id IS NOT DISTINCT FROM $2 AND NOT (id = ANY($3::text[]))
+                   AND build_id IS NOT DISTINCT FROM ${currentBuildSql("$2::text")} AND NOT (id = ANY($3::text[]))
                  ORDER BY state = 'suspended', ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
      UPDATE warm_pool_slots w SET state = $4, updated_at = now(), reserved_for = $5,
         adopted_at = CASE WHEN $4 = 'adopted' THEN now() ELSE w.adopted_at END
        FROM c WHERE w.id = c.id AND w.state = c.state
      RETURNING ${columns(SLOT_COLUMNS, "w")}, c.state AS "claimedFrom"`,
-    [[...pools], buildId, [...exclude], to, reservedFor],
+    [[...pools], templateId, [...exclude], to, reservedFor],
   );
 }
 

@@ -36,7 +36,6 @@ import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type S
 import {
   type ClaimedSlot,
   claimReadySlot,
-  currentBuildOf,
   handOverSandbox,
   matchingWarmPools,
   moveSlot,
@@ -239,9 +238,8 @@ export class WarmPoolAdoption implements WarmAdopter {
     const templateId = req.template.templateId;
     const pools = await matchingWarmPools(db, templateId, req, tenantId);
     if (!pools.length) return null; // creates without a pool pay one read
-    // Independent reads: one round trip's wait on Postgres instead of three.
-    const [buildId, binding, nodeList] = await Promise.all([
-      currentBuildOf(db, templateId),
+    // Independent reads: one round trip's wait on Postgres instead of two.
+    const [binding, nodeList] = await Promise.all([
       this.#d.gate === "on" && this.#d.templates.binding ? this.#d.templates.binding(templateId) : ({ kind: "none" } as EnvironmentBinding),
       this.#d.nodes.list(signal),
     ]);
@@ -255,7 +253,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     const tried: string[] = [];
     const reservedFor = to === "reserved" ? tenantId : null;
     for (let i = 0; i < MAX_CLAIMS; i++) {
-      const slot = await claimReadySlot(db, names, buildId, tried, to, reservedFor);
+      const slot = await claimReadySlot(db, names, templateId, tried, to, reservedFor);
       if (!slot) break;
       tried.push(slot.id);
       const node = slot.nodeId ? nodes.get(slot.nodeId) : undefined;
