@@ -40,6 +40,7 @@ import {
   matchingWarmPools,
   moveSlot,
   reservedSlotOf,
+  type WarmPool,
   type WarmSlot,
 } from "../../store/warm-pools.ts";
 import { ensureTenant } from "../../store/tenants.ts";
@@ -110,6 +111,8 @@ export class WarmPoolAdoption implements WarmAdopter {
   readonly #now: () => Date;
   #poolTenant: Promise<TenantId> | null = null;
   #anyPool: { at: number; value: Promise<boolean> } | null = null;
+  /** Pools matching a (template, shape, tenant), read at most every POOLS_HINT_MS. */
+  #matching = new Map<string, { at: number; value: Promise<WarmPool[]> }>();
 
   constructor(deps: WarmPoolAdoptionDeps) {
     this.#d = deps;
@@ -236,7 +239,7 @@ export class WarmPoolAdoption implements WarmAdopter {
   ): Promise<{ slot: ClaimedSlot; node: NodeEntry | undefined } | null> {
     const { db, metrics, log } = this.#d;
     const templateId = req.template.templateId;
-    const pools = await matchingWarmPools(db, templateId, req, tenantId);
+    const pools = await this.#matchingPools(templateId, req, tenantId);
     if (!pools.length) return null; // creates without a pool pay one read
     // Independent reads: one round trip's wait on Postgres instead of two.
     const [binding, nodeList] = await Promise.all([
@@ -271,6 +274,22 @@ export class WarmPoolAdoption implements WarmAdopter {
     }
     metrics.misses.inc({ pool: label, reason: tried.length ? "all_refused" : "empty" });
     return null;
+  }
+
+  /**
+   * A stale answer is harmless for POOLS_HINT_MS: a pool made since has no ready member yet,
+   * and a member of a pool deleted since still fits the create's template and shape.
+   */
+  #matchingPools(templateId: string, shape: { vcpu: number; memoryMib: number; diskMib: number }, tenantId: TenantId): Promise<WarmPool[]> {
+    const key = `${templateId}\0${shape.vcpu}\0${shape.memoryMib}\0${shape.diskMib}\0${tenantId}`;
+    const now = Date.now();
+    const hit = this.#matching.get(key);
+    if (hit && now - hit.at <= POOLS_HINT_MS) return hit.value;
+    if (this.#matching.size > 1000) this.#matching.clear();
+    const value = matchingWarmPools(this.#d.db, templateId, shape, tenantId);
+    this.#matching.set(key, { at: now, value });
+    value.catch(() => this.#matching.delete(key));
+    return value;
   }
 
   async #personalise(
