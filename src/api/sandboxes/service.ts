@@ -142,10 +142,12 @@ export const MAX_TIMEOUT_SEC = 24 * 60 * 60;
 /**
  * Events other components react to: `ended(id)` when a sandbox stops serving traffic
  * (killed, failed, paused, suspended) so the gateway cuts its streams and forgets
- * its route.
+ * its route; `adopted(rec)` when a warm member starts serving its adopter, so the
+ * gateway knows the route before the first command asks for it.
  */
 export interface SandboxEventMap {
   ended: [id: SandboxId];
+  adopted: [rec: SandboxRecord];
 }
 
 export class SandboxService {
@@ -245,7 +247,10 @@ export class SandboxService {
     if (this.#warm && input.adopt !== false && (input.id !== undefined || (await this.#warm.hasPools()))) {
       // A ready member personalised in place; none (or any doubt) → the cold path below.
       const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
-      if (adopted) return adopted;
+      if (adopted) {
+        this.events.emit("adopted", adopted);
+        return adopted;
+      }
     }
 
     const now = this.#now();
