@@ -1,7 +1,10 @@
 // node-api end to end: lifecycle (pause/resume, stop/start with the same disk, kill),
 // metrics, egress hook, auth, and the raw streaming proxy (stub envd with echo/stream routes).
 import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { request } from "node:http";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { inCidr } from "../../src/node/network/cidr.ts";
@@ -145,6 +148,23 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     assert.equal(again.statusCode, 200, again.body);
     assert.equal(again.json().state, "running");
     assert.equal((await sh(node, s.sandboxId, "cat /home/user/kept.txt")).stdout.trim(), "kept");
+  });
+
+  it("replaces the sandbox's /etc/hosts on start, never writing through a symlink to the host", async () => {
+    const hostFile = join(await mkdtemp(join(tmpdir(), "space-etc-")), "victim");
+    await writeFile(hostFile, "host content\n");
+    assert.equal((await call("POST", `/v1/sandboxes/${s.sandboxId}/stop`)).json().state, "stopped");
+    const etc = join(node.agent.disks!.sandboxRoot(s.sandboxId), "etc");
+    await rm(join(etc, "hosts"), { force: true });
+    await symlink(hostFile, join(etc, "hosts"));
+    await rm(join(etc, "hostname"), { force: true });
+    await symlink(hostFile, join(etc, "hostname"));
+    const again = await call("POST", `/v1/sandboxes/${s.sandboxId}/start`);
+    assert.equal(again.statusCode, 200, again.body);
+    assert.equal(await readFile(hostFile, "utf8"), "host content\n", "the host file is untouched");
+    assert.match((await sh(node, s.sandboxId, "cat /etc/hosts")).stdout, new RegExp(`\\t${s.sandboxId}\n`));
+    assert.equal((await sh(node, s.sandboxId, "cat /etc/hostname")).stdout.trim(), s.sandboxId);
+    await rm(dirname(hostFile), { recursive: true, force: true });
   });
 
   it("kills idempotently and releases everything", async () => {

@@ -18,6 +18,7 @@ import { ENVD_PORT, type SandboxMetrics, type SandboxSpec, type SandboxStatus } 
 import type { Disks } from "../disk/disks.ts";
 import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } from "../network/policy.ts";
 import type { NetworkSlots } from "../network/slots.ts";
+import { resolveInRoot } from "../templates/rootfs-fs.ts";
 import { CleanupStack } from "./cleanup-stack.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
@@ -366,22 +367,34 @@ export class SandboxManager {
   }
 
   /** /etc/hosts and resolv.conf of the sandbox's own disk. */
+  /**
+   * hosts, hostname and resolv.conf, in parallel. Each is replaced, never written through:
+   * a template's /etc (or a file in it) may be a symlink, and it resolves within the rootfs.
+   */
   private async writeSandboxFiles(s: Live, rootfs: string): Promise<void> {
     const id = s.spec.sandboxId;
-    await writeFile(join(rootfs, "etc/hosts"), `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n${s.address}\t${id}\n`);
-    await writeFile(join(rootfs, "etc/hostname"), `${id}\n`);
-    const resolv = await readFile(this.o.resolvConf ?? "/etc/resolv.conf", "utf8").catch(() => "");
     // A loopback resolver of the node is unreachable (and refused) from a sandbox. With a
     // network slot, the node resolver on the slot gateway is the only DNS a sandbox reaches.
     const gateway = this.o.slots?.get(id)?.gateway;
-    const usable = gateway
+    const resolv = gateway
       ? `nameserver ${gateway}\n`
-      : resolv
+      : (await readFile(this.o.resolvConf ?? "/etc/resolv.conf", "utf8").catch(() => ""))
           .split("\n")
           .filter((l) => !/^nameserver\s+(127\.|::1)/.test(l))
           .join("\n");
-    await rm(join(rootfs, "etc/resolv.conf"), { force: true });
-    await writeFile(join(rootfs, "etc/resolv.conf"), usable);
+    const etc = await resolveInRoot(rootfs, "/etc");
+    const files: Array<[string, string]> = [
+      ["hosts", `127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n${s.address}\t${id}\n`],
+      ["hostname", `${id}\n`],
+      ["resolv.conf", resolv],
+    ];
+    await Promise.all(
+      files.map(async ([name, text]) => {
+        const p = join(etc, name);
+        await rm(p, { force: true });
+        await writeFile(p, text, { flag: "wx" });
+      }),
+    );
   }
 
   // ---------------------------------------------------------------- lifecycle
