@@ -8,6 +8,7 @@
 import { timingSafeEqual, createHash } from "node:crypto";
 import type { FastifyRequest } from "fastify";
 import { SpaceError } from "../core/errors.ts";
+import { Recent } from "../core/recent.ts";
 import type { TenantId } from "../core/ids.ts";
 import type { Queryable } from "../store/db.ts";
 import { lookupApiKey } from "../store/api-keys.ts";
@@ -33,26 +34,24 @@ export const invalidApiKey = () => new SpaceError("unauthenticated", "Invalid AP
  * (forgetCredentials); a change made through another replica is seen within CACHE_MS.
  */
 const CACHE_MS = 1000;
-const CACHE_MAX = 10_000;
-const verified = new WeakMap<Queryable, Map<string, { until: number; principal: Principal }>>();
+const verified = new WeakMap<Queryable, Recent<Principal>>();
 
+/** Only what verified is kept: a key made a moment ago works at once. */
 async function cached(db: Queryable, kind: string, secret: string, lookup: () => Promise<{ principal: Principal; expiresAt?: Date | null } | undefined>): Promise<Principal | undefined> {
   const key = `${kind}:${createHash("sha256").update(secret).digest("hex")}`;
-  let m = verified.get(db);
-  const hit = m?.get(key);
-  const now = Date.now();
-  if (hit && hit.until > now) return hit.principal;
+  let recent = verified.get(db);
+  const hit = recent?.get(key);
+  if (hit) return hit;
   const found = await lookup();
   if (!found) return undefined;
-  if (!m) verified.set(db, (m = new Map()));
-  if (m.size >= CACHE_MAX) m.clear();
-  m.set(key, { until: Math.min(now + CACHE_MS, found.expiresAt?.getTime() ?? Infinity), principal: found.principal });
+  if (!recent) verified.set(db, (recent = new Recent<Principal>(CACHE_MS, 10_000)));
+  recent.set(key, found.principal, found.expiresAt ? found.expiresAt.getTime() - Date.now() : CACHE_MS);
   return found.principal;
 }
 
 /** Drops every remembered credential of `db` (a key or token revoked, a tenant disabled). */
 export function forgetCredentials(db: Queryable): void {
-  verified.delete(db);
+  verified.get(db)?.clear();
 }
 
 const apiKeyPrincipal = (db: Queryable, key: string) =>

@@ -19,6 +19,7 @@ import { tenantOfApiKey } from "../auth.ts";
 import { getNode, listNodes, type NodeRecord } from "../../store/nodes.ts";
 import { createExecution } from "../../store/executions.ts";
 import { SpaceError } from "../../core/errors.ts";
+import { Recent } from "../../core/recent.ts";
 import type { ExecutionId, NodeId, SandboxId, TenantId } from "../../core/ids.ts";
 import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
 import type { EnvironmentBinding } from "../../substrate/placement.ts";
@@ -212,7 +213,7 @@ export class StoreTemplates implements TemplateResolver {
    * one costs three queries, on every create (twice for a Native create). They cannot be
    * deleted through the API; placement still checks the node that runs it.
    */
-  readonly #nodeOnly = new Map<string, { at: number; value: ResolvedTemplate }>();
+  readonly #nodeOnly = new Recent<ResolvedTemplate>(RESOLVE_CACHE_MS);
 
   /** `nodes`: where node-only templates are found when nodes are not in the store (Kubernetes: Node annotations). */
   constructor(
@@ -222,7 +223,7 @@ export class StoreTemplates implements TemplateResolver {
 
   async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
     const hit = this.#nodeOnly.get(idOrAlias);
-    if (hit && Date.now() - hit.at < RESOLVE_CACHE_MS) return hit.value;
+    if (hit) return hit;
     const byRelease = await this.db.maybeOne<{ templateId: string; alias: string; rootfs: number | null }>(
       `SELECT r.template_id AS "templateId", r.alias, b.rootfs_size_mib AS rootfs
          FROM releases r JOIN builds b ON b.id = r.build_id
@@ -244,10 +245,7 @@ export class StoreTemplates implements TemplateResolver {
     // A template only a node's inventory knows (e.g. `base`): ready nodes first, but a node
     // that is restarting still counts, so placement answers "unavailable" (retryable), not "not found".
     const found = await this.#fromInventory(idOrAlias);
-    if (found) {
-      if (this.#nodeOnly.size >= 1000) this.#nodeOnly.clear();
-      this.#nodeOnly.set(idOrAlias, { at: Date.now(), value: found });
-    }
+    if (found) this.#nodeOnly.set(idOrAlias, found);
     return found;
   }
 

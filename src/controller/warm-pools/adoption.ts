@@ -44,6 +44,7 @@ import {
   type WarmSlot,
 } from "../../store/warm-pools.ts";
 import { ensureTenant } from "../../store/tenants.ts";
+import { Recent } from "../../core/recent.ts";
 import type { WarmPoolMetrics } from "./metrics.ts";
 
 /** The tenant warm members belong to until adopted (no API key: nobody sees them). */
@@ -110,9 +111,9 @@ export class WarmPoolAdoption implements WarmAdopter {
   readonly #d: WarmPoolAdoptionDeps;
   readonly #now: () => Date;
   #poolTenant: Promise<TenantId> | null = null;
-  #anyPool: { at: number; value: Promise<boolean> } | null = null;
+  readonly #anyPool = new Recent<Promise<boolean>>(POOLS_HINT_MS);
   /** Pools matching a (template, shape, tenant), read at most every POOLS_HINT_MS. */
-  #matching = new Map<string, { at: number; value: Promise<WarmPool[]> }>();
+  readonly #matching = new Recent<Promise<WarmPool[]>>(POOLS_HINT_MS);
 
   constructor(deps: WarmPoolAdoptionDeps) {
     this.#d = deps;
@@ -124,17 +125,15 @@ export class WarmPoolAdoption implements WarmAdopter {
    * create cold while a just-made pool could not have a ready member yet anyway.
    */
   hasPools(): Promise<boolean> {
-    const now = Date.now();
-    if (!this.#anyPool || now - this.#anyPool.at > POOLS_HINT_MS) {
-      this.#anyPool = {
-        at: now,
-        value: this.#d.db
-          .maybeOne<{ one: number }>(`SELECT 1 AS one FROM warm_pools LIMIT 1`)
-          .then((r) => r !== undefined)
-          .catch(() => true), // unsure: let adoption look
-      };
+    let value = this.#anyPool.get("");
+    if (!value) {
+      value = this.#d.db
+        .maybeOne<{ one: number }>(`SELECT 1 AS one FROM warm_pools LIMIT 1`)
+        .then((r) => r !== undefined)
+        .catch(() => true); // unsure: let adoption look
+      this.#anyPool.set("", value);
     }
-    return this.#anyPool.value;
+    return value;
   }
 
   poolTenant(): Promise<TenantId> {
@@ -282,12 +281,10 @@ export class WarmPoolAdoption implements WarmAdopter {
    */
   #matchingPools(templateId: string, shape: { vcpu: number; memoryMib: number; diskMib: number }, tenantId: TenantId): Promise<WarmPool[]> {
     const key = `${templateId}\0${shape.vcpu}\0${shape.memoryMib}\0${shape.diskMib}\0${tenantId}`;
-    const now = Date.now();
     const hit = this.#matching.get(key);
-    if (hit && now - hit.at <= POOLS_HINT_MS) return hit.value;
-    if (this.#matching.size > 1000) this.#matching.clear();
+    if (hit) return hit;
     const value = matchingWarmPools(this.#d.db, templateId, shape, tenantId);
-    this.#matching.set(key, { at: now, value });
+    this.#matching.set(key, value);
     value.catch(() => this.#matching.delete(key));
     return value;
   }

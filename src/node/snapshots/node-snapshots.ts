@@ -359,7 +359,7 @@ export class NodeSnapshots {
           await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
           const base = meta.diskBaseMib ?? (await this.o.disks.templateInfo(meta.template))?.rootfsSizeMib ?? 0;
           await this.o.disks.limitSandboxDisk(id, spec.diskMib, base, sig).catch(async (e: unknown) => {
-            await btrfs.subvolumeDelete(path).catch(() => undefined);
+            await this.o.disks.releaseSandboxDisk(id, AbortSignal.timeout(60_000)).catch(() => undefined);
             throw e;
           });
         }
