@@ -73,7 +73,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     for (const l of set) l.destroy();
   };
   sandboxes.events.on("ended", onEnded);
-  sandboxes.events.on("adopted", (rec) => cache.set(rec.id, { rec, until: Date.now() + cacheMs }));
+  sandboxes.events.on("started", (rec) => cache.set(rec.id, { rec, until: Date.now() + cacheMs }));
 
   async function lookup(id: string): Promise<SandboxRecord | null> {
     const hit = cache.get(id);

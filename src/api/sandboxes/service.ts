@@ -142,12 +142,13 @@ export const MAX_TIMEOUT_SEC = 24 * 60 * 60;
 /**
  * Events other components react to: `ended(id)` when a sandbox stops serving traffic
  * (killed, failed, paused, suspended) so the gateway cuts its streams and forgets
- * its route; `adopted(rec)` when a warm member starts serving its adopter, so the
- * gateway knows the route before the first command asks for it.
+ * its route; `started(rec)` when a create (cold, adopted or from a snapshot) hands a
+ * running sandbox to its caller, so the gateway knows the route before the first
+ * command asks for it.
  */
 export interface SandboxEventMap {
   ended: [id: SandboxId];
-  adopted: [rec: SandboxRecord];
+  started: [rec: SandboxRecord];
 }
 
 export class SandboxService {
@@ -234,6 +235,12 @@ export class SandboxService {
   }
 
   async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+    const rec = await this.#create(tenantId, input, signal);
+    if (rec.state === "running") this.events.emit("started", rec);
+    return rec;
+  }
+
+  async #create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
     const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#snapshots.findNamed(tenantId, input.template) : null;
     if (fromSnapshot) return this.#createFromSnapshot(tenantId, fromSnapshot, input);
     const plan = await this.#plan(tenantId, input);
@@ -247,10 +254,7 @@ export class SandboxService {
     if (this.#warm && input.adopt !== false && (input.id !== undefined || (await this.#warm.hasPools()))) {
       // A ready member personalised in place; none (or any doubt) → the cold path below.
       const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
-      if (adopted) {
-        this.events.emit("adopted", adopted);
-        return adopted;
-      }
+      if (adopted) return adopted;
     }
 
     const now = this.#now();

@@ -23,6 +23,12 @@ export interface TemplateInfo {
 
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
+/** The whole size of the files under `path` (what simple quotas do not say of a snapshot), at least 1 MiB. */
+export async function treeSizeMib(path: string, signal: AbortSignal): Promise<number> {
+  const du = await exec("du", ["-s", "-x", "--block-size=1M", path], { timeoutMs: 300_000, signal });
+  return Number(du.stdout.split(/\s+/)[0]) || 1;
+}
+
 export class Disks {
   readonly cache: NodeCache;
   private readonly reserveMib: number;
@@ -228,12 +234,6 @@ export class Disks {
   async usage(id: string, signal: AbortSignal): Promise<btrfs.QgroupUsage | undefined> {
     const [u, base] = await Promise.all([btrfs.qgroupUsage(this.sandboxPath(id), signal).catch(() => undefined), this.baseMib(id)]);
     return u && { ...u, referencedBytes: u.referencedBytes + base * 1048576 };
-  }
-
-  /** The whole size of a subvolume's files (what simple quotas do not say of a snapshot). */
-  async treeSizeMib(path: string, signal: AbortSignal): Promise<number> {
-    const du = await exec("du", ["-s", "-x", "--block-size=1M", path], { timeoutMs: 300_000, signal });
-    return Number(du.stdout.split(/\s+/)[0]) || 1;
   }
 
   async listSandboxDisks(): Promise<string[]> {

@@ -34,7 +34,7 @@ import type { Runtime } from "../../runtime/runtime.ts";
 import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
 import * as btrfs from "../disk/btrfs.ts";
 import { downloadVerified, pipeInto, spawnStream } from "../disk/send-stream.ts";
-import type { Disks } from "../disk/disks.ts";
+import { treeSizeMib, type Disks } from "../disk/disks.ts";
 import { exists } from "../disk/node-cache.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
 
@@ -442,7 +442,7 @@ export class NodeSnapshots {
         createdAt: new Date().toISOString(),
         durable: true,
         // A received disk owns only what it changed from its parent: measure it whole.
-        diskBaseMib: this.o.disks.cache.quotaMode === "simple" ? await this.o.disks.treeSizeMib(join(target, "disk"), signal) : undefined,
+        diskBaseMib: this.o.disks.cache.quotaMode === "simple" ? await treeSizeMib(join(target, "disk"), signal) : undefined,
       };
       await this.writeLocalMeta(meta);
       this.o.logger.info({ snapshotId: desc.snapshotId }, "snapshot fetched from the blob store");

@@ -8,6 +8,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
+import { treeSizeMib } from "../disk/disks.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { Progress } from "./progress.ts";
@@ -98,8 +99,7 @@ export async function ensureBaseTemplateTarball(o: {
     await rm(join(root, "var/lib/apt/lists"), { recursive: true, force: true });
     await mkdir(join(root, "var/lib/apt/lists/partial"), { recursive: true });
     progress?.step("measure and pack");
-    const du = await exec("du", ["-s", "-x", "--block-size=1M", root], { timeoutMs: 120_000, signal: o.signal });
-    const rootfsSizeMib = Number(du.stdout.split(/\s+/)[0]);
+    const rootfsSizeMib = await treeSizeMib(root, o.signal);
     const tarPath = `${stem}.tar`;
     await exec("tar", ["--numeric-owner", "--xattrs", "--acls", "-C", root, "-cf", `${tarPath}.tmp`, "."], { timeoutMs: 10 * 60_000, signal: o.signal });
     await rename(`${tarPath}.tmp`, tarPath);

@@ -22,7 +22,7 @@ import type { Logger } from "../../core/log.ts";
 import type { BlobStore } from "../../blob/blob-store.ts";
 import type { Runtime } from "../../runtime/runtime.ts";
 import * as btrfs from "../disk/btrfs.ts";
-import type { Disks, TemplateInfo } from "../disk/disks.ts";
+import { treeSizeMib, type Disks, type TemplateInfo } from "../disk/disks.ts";
 import type { NodeCache } from "../disk/node-cache.ts";
 import type { NetworkSlots } from "../network/slots.ts";
 import { normalizeImage, unpackImage } from "./oci-source.ts";
@@ -556,7 +556,7 @@ export class TemplateBuilder {
     await btrfs.sync(this.o.cache.mountPath, signal).catch(() => undefined);
     // A template is a snapshot of its layers: simple quotas charge it only its own writes.
     const usage = this.o.disks.cache.quotaMode === "classic" ? await btrfs.qgroupUsage(dest, signal).catch(() => undefined) : undefined;
-    const rootfsSizeMib = Math.ceil((usage?.referencedBytes ?? 0) / 1048576) || (await this.o.disks.treeSizeMib(dest, signal));
+    const rootfsSizeMib = Math.ceil((usage?.referencedBytes ?? 0) / 1048576) || (await treeSizeMib(dest, signal));
     const digest = `sha256:${sha256(`${key}\0finalize\0${r.recipe.startCmd ?? ""}\0${r.recipe.readyCmd ?? ""}`)}`;
     let defaultUser = r.recipe.steps.flatMap((s) => (s.type === "USER" ? [s.user] : [])).at(-1);
     if (!defaultUser && r.recipe.from.kind === "template") {
