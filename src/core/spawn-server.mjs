@@ -14,7 +14,6 @@
  */
 import { spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
-import { setPriority } from "node:os";
 import { createInterface } from "node:readline";
 
 /** @type {Map<number, () => void>} */
@@ -50,19 +49,16 @@ function start(req) {
   try {
     /** @type {import("node:child_process").StdioOptions} */
     const stdio = req.stdioPaths ? req.stdioPaths.map((p, i) => (fds[fds.push(openSync(p, i === 0 ? "r" : "a")) - 1])) : ["pipe", "pipe", "pipe"];
-    child = spawn(req.cmd, req.args, { cwd: req.cwd, env: req.env, stdio });
+    // Niceness is per thread: renicing the pid after spawn raced the command's own threads
+    // and children (runc forks the container's init from another thread), so start it niced.
+    child = req.nice
+      ? spawn("nice", ["-n", String(req.nice), req.cmd, ...req.args], { cwd: req.cwd, env: req.env, stdio })
+      : spawn(req.cmd, req.args, { cwd: req.cwd, env: req.env, stdio });
   } catch (e) {
     send({ id: req.id, error: e instanceof Error ? e.message : String(e) });
     return;
   } finally {
     for (const fd of fds) closeSync(fd); // the child has its own copies now
-  }
-  if (req.nice && child.pid !== undefined) {
-    try {
-      setPriority(child.pid, req.nice);
-    } catch {
-      /* exited already */
-    }
   }
   let done = false;
   let timedOut = false;
