@@ -5,6 +5,8 @@
 # tarball once per machine (debootstrap, ~1 min the first time; cached under .tools/).
 #   SPACE_SETUP_SKIP_TEMPLATE=1   skip the base template
 #   SPACE_SETUP_SKIP_CRIU=1       skip the CRIU build
+#   SPACE_NO_CACHE=1              ignore the machine-wide cache (build CRIU and the base
+#                                 template from scratch, as a new machine would)
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 started=$(date +%s)
@@ -46,8 +48,12 @@ fi
 # once reuses them (their cache keys travel with them, so a changed recipe still rebuilds).
 MACHINE_CACHE="${SPACE_MACHINE_CACHE:-/var/cache/space}"
 mkdir -p "$REPO/.tools/criu" "$REPO/.tools/templates" "$MACHINE_CACHE/criu" "$MACHINE_CACHE/templates"
-cp -n "$MACHINE_CACHE"/criu/criu "$MACHINE_CACHE"/criu/patches "$REPO/.tools/criu/" 2>/dev/null || true
-cp -n "$MACHINE_CACHE"/templates/* "$REPO/.tools/templates/" 2>/dev/null || true
+if [ "${SPACE_NO_CACHE:-0}" = 1 ]; then
+  echo "setup: SPACE_NO_CACHE=1: not using the machine cache $MACHINE_CACHE"
+else
+  cp -n "$MACHINE_CACHE"/criu/criu "$MACHINE_CACHE"/criu/patches "$REPO/.tools/criu/" 2>/dev/null || true
+  cp -n "$MACHINE_CACHE"/templates/* "$REPO/.tools/templates/" 2>/dev/null || true
+fi
 save_machine_cache() {
   cp -f "$REPO/.tools/criu/criu" "$REPO/.tools/criu/patches" "$MACHINE_CACHE/criu/" 2>/dev/null || true
   cp -n "$REPO"/.tools/templates/*.tar "$REPO"/.tools/templates/*.json "$MACHINE_CACHE/templates/" 2>/dev/null || true
