@@ -143,11 +143,17 @@ type Vars = typeof vars;
 export type Config = { [K in keyof Vars]: z.output<Vars[K][0]> };
 export type VarName = keyof Vars;
 
+/**
+ * Variables of the project's own scripts (set-up, tests, benches), not of any process:
+ * `npm start` runs set-up and `space up` in one environment, so they must not be refused.
+ */
+const toolingVariable = /^SPACE_(SETUP|TEST|BENCH|K8S|E2E)_[A-Z0-9_]+$|^SPACE_(NO_CACHE|MACHINE_CACHE|ETCD_UNSAFE_NO_FSYNC)$/;
+
 /** Parses every SPACE_* variable; unknown SPACE_* variables are refused too (a typo loses nothing silently). */
 export function loadConfig(env: Record<string, string | undefined>, overrides: Partial<Record<VarName, string>> = {}): Config {
   const problems: string[] = [];
   for (const key of Object.keys(env)) {
-    if (key.startsWith("SPACE_") && !(key in vars)) problems.push(`${key} is not a SPACE variable (known: see \`space config\`)`);
+    if (key.startsWith("SPACE_") && !(key in vars) && !toolingVariable.test(key)) problems.push(`${key} is not a SPACE variable (known: see \`space config\`)`);
   }
   const out: Record<string, unknown> = {};
   for (const [name, [schema, dflt]] of Object.entries(vars)) {
