@@ -5,7 +5,7 @@ export const LANES = [
   { id: "unit", title: "unit (src/)" },
   { id: "store", title: "store, blob, operations and control plane (PGlite, fs, s3rver)" },
   { id: "postgres", title: "store and control plane on Postgres" },
-  { id: "node", title: "node agent, network, snapshots, templates (runc, btrfs, CRIU)" },
+  { id: "node", title: "envd, node agent, network, snapshots, templates (runc, btrfs, CRIU)" },
   { id: "e2e", title: "end-to-end (space up, e2b SDKs)" },
   { id: "fleet", title: "fleet lab (3 node agents on Postgres)" },
   { id: "kubernetes", title: "Kubernetes (kube-apiserver, kube-scheduler, node agents as kubelets)" },
@@ -15,10 +15,10 @@ export const LANES = [
 export function laneOf(file) {
   const f = file.replaceAll("\\", "/");
   if (f.includes("test/kubernetes/")) return "kubernetes";
-  if (f.includes("test/fleet/") || f.endsWith("test/e2e/fleet.test.ts")) return "fleet";
+  if (f.endsWith("test/e2e/fleet.test.ts")) return "fleet";
   if (f.endsWith("test/e2e/python-sdk.test.ts")) return "python";
   if (f.includes("test/e2e/")) return "e2e";
-  if (/test\/(node|network|snapshots|templates)\//.test(f)) return "node";
+  if (/test\/(envd|node|network|snapshots|templates)\//.test(f)) return "node";
   if (f.startsWith("src/") || f.includes("/src/")) return "unit";
   return "store";
 }
