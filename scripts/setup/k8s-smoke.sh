@@ -24,7 +24,9 @@ apid=$!
 pids+=($apid)
 for _ in $(seq 1 240); do
   if ! kill -0 "$apid" 2>/dev/null; then
-    echo "kube-apiserver exited before it was ready:"; grep -m1 -E 'panic|F[0-9]{4} ' "$dir/apiserver.log" || true; tail -15 "$dir/apiserver.log"; exit 1
+    echo "kube-apiserver exited before it was ready:"
+    grep -m1 -A12 -E '^panic|^F[0-9]{4} ' "$dir/apiserver.log" || tail -15 "$dir/apiserver.log"
+    exit 1
   fi
   if [[ "$(curl -sk -H 'Authorization: Bearer smoke-token' "https://127.0.0.1:$api/readyz" 2>/dev/null)" == ok ]]; then
     echo "kube-apiserver ready"; exit 0

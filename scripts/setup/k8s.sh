@@ -43,7 +43,11 @@ if ! command -v go >/dev/null 2>&1; then
   echo "k8s.sh: no Go toolchain (go on PATH); cannot build kube-apiserver/kube-scheduler" >&2
   exit 1
 fi
-rm -f "$bin" "$out/recipe"
+rm -rf "$bin" "$out/recipe" "$out/build"
+# The multi-call binary dispatches on its own name, so it is built (and smoke-tested)
+# as build/space-k8s and moved into place only when it passed.
+new="$out/build/space-k8s"
+mkdir -p "$out/build"
 echo "k8s.sh: building space-k8s $version (first time on this machine: ~4-20 min)" >&2
 start=$(date +%s)
 # Every field of component-base/version comes from the one pinned version: the
@@ -53,16 +57,16 @@ ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMi
 (
   cd scripts/setup/k8s
   GOFLAGS=-mod=mod CGO_ENABLED=0 timeout "${SPACE_K8S_BUILD_TIMEOUT:-2400}" \
-    go build -trimpath -ldflags "$ldflags" -o "$bin.tmp" .
-) || { rm -f "$bin.tmp"; echo "k8s.sh: go build failed (or exceeded SPACE_K8S_BUILD_TIMEOUT=${SPACE_K8S_BUILD_TIMEOUT:-2400}s)" >&2; exit 1; }
-echo "k8s.sh: built in $(( $(date +%s) - start ))s, $(du -h "$bin.tmp" | cut -f1); smoke test" >&2
-if ! why=$(bash scripts/setup/k8s-smoke.sh "$bin.tmp" 2>&1); then
-  rm -f "$bin.tmp"
+    go build -trimpath -ldflags "$ldflags" -o "$new" .
+) || { rm -rf "$out/build"; echo "k8s.sh: go build failed (or exceeded SPACE_K8S_BUILD_TIMEOUT=${SPACE_K8S_BUILD_TIMEOUT:-2400}s)" >&2; exit 1; }
+echo "k8s.sh: built in $(( $(date +%s) - start ))s, $(du -h "$new" | cut -f1); smoke test" >&2
+if ! why=$(bash scripts/setup/k8s-smoke.sh "$new" 2>&1); then
+  rm -rf "$out/build"
   echo "k8s.sh: the built binary failed its smoke test and was not kept:" >&2
   echo "$why" >&2
   exit 1
 fi
-mv "$bin.tmp" "$bin"
+mv "$new" "$bin" && rm -rf "$out/build"
 echo "$recipe" > "$out/recipe"
 links
 mkdir -p "$(dirname "$machine")" && cp "$bin" "$machine.tmp" && mv "$machine.tmp" "$machine" && echo "$recipe" > "$(dirname "$machine")/recipe"
