@@ -117,6 +117,10 @@ let laneSkipped = false;
 for (const l of lanes) {
   const c = counts[l.id] ?? { pass: 0, fail: 0, skip: 0, reasons: [] };
   const s = skipped.get(l.id);
+  if (!s && c.pass + c.fail + c.skip === 0) {
+    console.log(`  ${"-".padEnd(7)} ${l.title}: no test of this lane in the selection`);
+    continue;
+  }
   const state = c.fail ? "FAIL" : s || (c.pass === 0 && c.skip > 0) ? "skipped" : "ok";
   laneSkipped ||= state === "skipped";
   console.log(`  ${state.padEnd(7)} ${l.title}: ${c.pass} passed, ${c.fail} failed, ${c.skip} skipped${s ? ` (${s.why}; enable: ${s.enable})` : ""}`);
