@@ -37,7 +37,7 @@ import {
   type BuildRecipe,
   type BuildStep,
   type LayerConfig,
-} from "./recipe.ts";
+} from "../../contract/build-recipe.ts";
 import { chmodFiles, chownAll, copyIntoRoot, ensureSandboxUser, lookupUser, resolveInRoot } from "./rootfs-fs.ts";
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
