@@ -17,11 +17,20 @@ export const NodeTemplateName = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, 
 export const NodeBuildRequest = z.object({ buildId: z.string().min(1).max(100), name: NodeTemplateName, recipe: BuildRecipe }).strict();
 export type NodeBuildRequest = z.input<typeof NodeBuildRequest>;
 
+export const BuildLogEntry = z.object({
+  timestamp: z.string(),
+  level: z.enum(["debug", "info", "warn", "error"]),
+  message: z.string(),
+  /** `base`, the 1-based step index, or `finalize` (E2B's step names). */
+  step: z.string().optional(),
+});
+export type BuildLogEntry = z.infer<typeof BuildLogEntry>;
+
 export const NodeBuildStatusSchema = z.object({
   buildId: z.string(),
   name: z.string(),
   status: z.enum(["building", "ready", "failed"]),
-  logEntries: z.array(z.object({ timestamp: z.string(), level: z.enum(["debug", "info", "warn", "error"]), message: z.string(), step: z.string().optional() })),
+  logEntries: z.array(BuildLogEntry),
   logsTotal: z.number(),
   result: z
     .object({

@@ -30,8 +30,7 @@ import {
 } from "../store/templates.ts";
 import { nodeTemplateName, type BuildRecipeInput, type BuildStep } from "../contract/build-recipe.ts";
 import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
-import type { BuildLogEntry } from "../node/templates/builder.ts";
-import { NodeBuildStatusSchema, type NodeBuildStatusWire } from "../contract/node-builds.ts";
+import { NodeBuildStatusSchema, type BuildLogEntry, type NodeBuildStatusWire } from "../contract/node-builds.ts";
 
 /** The E2B build body (TemplateBuildStartV2). */
 export const TemplateBuildStart = z.object({
