@@ -12,8 +12,8 @@
  */
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
-import { podNameOf } from "../src/substrate/kubernetes/names.ts";
-import type { PodObject } from "../src/substrate/kubernetes/wait.ts";
+import { podNameOf } from "../src/kube/names.ts";
+import type { PodObject } from "../src/kube/objects.ts";
 import { k8sSkipReason } from "../test/kubernetes/cluster.ts";
 import { startKubeFleet, type KubeFleet } from "../test/kubernetes/fleet.ts";
 

@@ -10,7 +10,7 @@
  *   - policy update (setPolicy) latency for 1, 100 and 1,000 rules
  */
 import { compileEcw } from "../src/api/network/policy.ts";
-import { OPEN_POLICY, type EgressPolicy } from "../src/node/network/policy.ts";
+import { OPEN_POLICY, type EgressPolicy } from "../src/contract/egress-policy.ts";
 import { INET, probe, startRig } from "../test/network/harness.ts";
 
 const rig = await startRig();

@@ -14,7 +14,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox, Template } from "e2b";
-import { BuildRecipe } from "../src/node/templates/recipe.ts";
+import { BuildRecipe } from "../src/contract/build-recipe.ts";
 import { spec, startTestNode } from "../test/node/helpers.ts";
 import { startStack } from "../test/support/stack.ts";
 import { makeOciArchive } from "../test/templates/fixtures.ts";

@@ -58,7 +58,7 @@ export const controllerLoops: readonly LoopFactory[] = [
 /** Where the controller's lease lives: a coordination.k8s.io Lease on Kubernetes, else the store's lease row. */
 async function leaseOf(cp: ControlPlane): Promise<{ backend: LeaseBackend; name: string }> {
   if (cp.config.SPACE_SUBSTRATE !== "kubernetes") return { backend: storeLeaseBackend(cp.db), name: "controller" };
-  const { createKubeApi, kubeConnectionOf } = await import("../substrate/kubernetes/kube.ts");
+  const { createKubeApi, kubeConnectionOf } = await import("../kube/kube-api.ts");
   const { kubeLeaseBackend } = await import("../substrate/kubernetes/lease.ts");
   return { backend: kubeLeaseBackend(createKubeApi(kubeConnectionOf(cp.config)), cp.config.SPACE_KUBE_NAMESPACE), name: "space-controller" };
 }

@@ -4,7 +4,7 @@
  * A standalone `space node` does the same over the Admin API (Direct fleet).
  */
 import type { NodeId } from "../core/ids.ts";
-import type { NodeInventory } from "../node/api/contract.ts";
+import type { NodeInventory } from "../contract/node-api.ts";
 import type { Db } from "../store/db.ts";
 import { heartbeatNode, registerNode } from "../store/nodes.ts";
 import { listSandboxesOnNode } from "../store/sandboxes.ts";

@@ -28,7 +28,7 @@ import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
 import { registerEcwTemplateRoutes } from "../api/ecw/templates.ts";
 import { BuildCoordinator } from "../controller/builds.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
-import { parseSelector } from "../substrate/placement.ts";
+import { parseSelector } from "../core/selector.ts";
 
 /** What every control-plane component shares inside one process. */
 export interface ControlPlane {
@@ -92,7 +92,7 @@ export async function openControlPlane(
 
 /** SPACE_SUBSTRATE=kubernetes: sandboxes are pods placed by kube-scheduler on the Nodes node agents register (src/substrate/kubernetes). */
 async function kubernetesSubstrateOf(config: Config, log: Logger, internalToken: string, onGate: CensusMetrics["onGate"]) {
-  const { createKubeApi } = await import("../substrate/kubernetes/kube.ts");
+  const { createKubeApi } = await import("../kube/kube-api.ts");
   const { KubernetesSubstrate } = await import("../substrate/kubernetes/kubernetes-substrate.ts");
   const { KubeNodeDirectory } = await import("../substrate/kubernetes/node-directory.ts");
   const kube = createKubeApi(config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" });

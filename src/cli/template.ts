@@ -16,7 +16,7 @@ import { isAbsolute, join, resolve } from "node:path";
 import { exec } from "../core/exec.ts";
 import { invalid, SpaceError } from "../core/errors.ts";
 import { Progress } from "../node/templates/progress.ts";
-import { IMAGE_TRANSPORTS } from "../node/templates/recipe.ts";
+import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
 
 export interface DockerfileStep {
   type: "RUN" | "COPY" | "ENV" | "WORKDIR" | "USER";

@@ -13,7 +13,7 @@ import { controllerLoops, startController } from "./controller.ts";
 import { createNodeAgent } from "../node/agent.ts";
 import { hostScopeOf } from "../node/ctl/standalone.ts";
 import { storePublisher, wantedOnNode } from "./node-link.ts";
-import { parseSelector } from "../substrate/placement.ts";
+import { parseSelector } from "../core/selector.ts";
 import type { ControlPlane } from "./processes.ts";
 
 export async function runUp(config: Config): Promise<() => Promise<void>> {

@@ -28,10 +28,9 @@ import {
   type Build,
   type Template,
 } from "../store/templates.ts";
-import { nodeTemplateName, type BuildRecipeInput, type BuildStep } from "../node/templates/recipe.ts";
-import { IMAGE_TRANSPORTS } from "../node/templates/recipe.ts";
-import type { BuildLogEntry } from "../node/templates/builder.ts";
-import { NodeBuildStatusSchema, type NodeBuildStatusWire } from "../node/templates/routes.ts";
+import { nodeTemplateName, type BuildRecipeInput, type BuildStep } from "../contract/build-recipe.ts";
+import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
+import { NodeBuildStatusSchema, type BuildLogEntry, type NodeBuildStatusWire } from "../contract/node-builds.ts";
 
 /** The E2B build body (TemplateBuildStartV2). */
 export const TemplateBuildStart = z.object({

@@ -6,7 +6,7 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
-import { isIpv4, isIpv4Cidr } from "../node/network/policy.ts";
+import { isIpv4, isIpv4Cidr } from "./cidr.ts";
 
 export class ConfigError extends Error {
   constructor(message: string) {

@@ -15,7 +15,7 @@ import { processService } from "./process/service.ts";
 import { filesystemService } from "./filesystem/service.ts";
 import { getFile, postFile } from "./http/files.ts";
 import { getEnvs, getMetrics, postInit } from "./http/system.ts";
-import { ENDED_PROCESSES_PATH } from "./process/ended.ts";
+import { ENDED_PROCESSES_PATH } from "../contract/ended-process.ts";
 import { sendJson } from "./http/respond.ts";
 
 async function* mapStreamErrors<T>(it: AsyncIterable<T>): AsyncIterable<T> {

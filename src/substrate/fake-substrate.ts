@@ -3,7 +3,7 @@
  * to fail the next start with a given error. Not for production use.
  */
 import { SpaceError } from "../core/errors.ts";
-import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
+import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
 import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "./substrate.ts";
 
 export class FakeSubstrate implements Substrate {

@@ -3,7 +3,7 @@
  * placed, a sandbox is driven the same way whether SPACE or kube-scheduler chose its
  * node. Substrates say how to reach a node (`client`) and own placement, start and kill.
  */
-import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxStatus } from "../node/api/contract.ts";
+import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
 import { SpaceError } from "../core/errors.ts";
 import type { NodeClient } from "./direct/node-client.ts";
 import type { ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";

@@ -1,13 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import {
-  decidePlacement,
-  requirePlacement,
-  parseSelector,
-  type PlacementNode,
-  type PlacementWork,
-  type GateMode,
-} from "./placement.ts";
+import { decidePlacement, requirePlacement, type PlacementNode, type PlacementWork, type GateMode } from "./placement.ts";
+import { parseSelector } from "../core/selector.ts";
 import { computeCensus } from "../controller/census.ts";
 
 const ENV_A = "sha256:aaaaaaaaaaaaaaaa";

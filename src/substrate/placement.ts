@@ -10,7 +10,9 @@
  *   selector (request's + operator extras) → environment gate → free capacity.
  * Score: free capacity (slots, memory, vCPU) + template-cache locality − in-flight.
  */
+import { DEFAULT_OVERCOMMIT, type Overcommit } from "../contract/overcommit.ts";
 import { SpaceError } from "../core/errors.ts";
+import { formatSelector } from "../core/selector.ts";
 
 /** `SPACE_ENVIRONMENT_PLACEMENT_GATE` (behaviours.md C). */
 export const gateModes = ["off", "shadow", "on"] as const;
@@ -129,13 +131,6 @@ export interface PlacementDecision {
   /** Human-readable reason per node class when nodeId is null. */
   explanation: string;
 }
-
-export interface Overcommit {
-  vcpu: number;
-  memory: number;
-  disk: number;
-}
-export const DEFAULT_OVERCOMMIT: Readonly<Overcommit> = { vcpu: 8, memory: 2, disk: 4 };
 
 /** Filters and ranks; never throws (see `requirePlacement` for the error). */
 export function decidePlacement(nodes: readonly PlacementNode[], work: PlacementWork, opts: PlacementOptions): PlacementDecision {
@@ -303,25 +298,5 @@ export function explain(total: number, rejected: Partial<Record<RejectReason, st
 export function countRejected(rejected: Partial<Record<RejectReason, string[]>>): Partial<Record<RejectReason, number>> {
   const out: Partial<Record<RejectReason, number>> = {};
   for (const r of rejectReasons) if (rejected[r]?.length) out[r] = rejected[r]!.length;
-  return out;
-}
-
-export function formatSelector(s: Record<string, string>): string {
-  return Object.entries(s)
-    .map(([k, v]) => `${k}=${v}`)
-    .join(",");
-}
-
-/** `a=b,c=d` → {a: "b", c: "d"} (config and CLI form of a selector). */
-export function parseSelector(s: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const part of s
-    .split(",")
-    .map((p) => p.trim())
-    .filter(Boolean)) {
-    const i = part.indexOf("=");
-    if (i <= 0) throw new SpaceError("invalid_argument", `selector entry '${part}' must be key=value`);
-    out[part.slice(0, i)] = part.slice(i + 1);
-  }
   return out;
 }

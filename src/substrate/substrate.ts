@@ -6,14 +6,11 @@
  *
  * Every verb takes an AbortSignal; `kill` is idempotent (absent = ok).
  */
-import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../node/api/contract.ts";
-import type { SnapshotDescriptorWire } from "../node/snapshots/contract.ts";
+import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type { SnapshotDescriptor } from "../contract/snapshot-descriptor.ts";
 import type { EnvironmentBinding } from "./placement.ts";
 
-export type { SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding };
-
-/** What a node returns for a memory checkpoint + disk snapshot; kept by the control plane to restore it. */
-export type SnapshotDescriptor = SnapshotDescriptorWire;
+export type { SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding, SnapshotDescriptor };
 
 export interface SnapshotOptions {
   /** `sn_` + 16 chars, chosen by the control plane (its snapshot row id). */

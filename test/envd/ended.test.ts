@@ -2,7 +2,8 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { DetachedOutput, ENDED_PROCESSES_PATH, EndedProcesses, EndedProcessSchema } from "../../src/envd/process/ended.ts";
+import { DetachedOutput, EndedProcesses } from "../../src/envd/process/ended.ts";
+import { ENDED_PROCESSES_PATH, EndedProcessSchema } from "../../src/contract/ended-process.ts";
 import { ProcessManager } from "../../src/envd/process/manager.ts";
 import { startEnvd, waitFor, type RunningEnvd } from "./harness.ts";
 

@@ -18,7 +18,7 @@ import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
-import { conflictingRoutes } from "../../src/node/network/cidr.ts";
+import { conflictingRoutes } from "../../src/core/cidr.ts";
 import { hostRoutesSync, removeNodeNetwork } from "../support/node-network-cleanup.ts";
 import { baseEnv, runSpace, type SpaceProcess } from "../support/space-process.ts";
 import { freePort, nodeNetworkOf, removeDataDir, waitFor } from "../support/stack.ts";

@@ -18,7 +18,7 @@ import { createTenant } from "../../src/store/tenants.ts";
 import { insertSandbox, transitionSandbox } from "../../src/store/sandboxes.ts";
 import type { NodeId } from "../../src/core/ids.ts";
 import { createControlPlaneLink } from "../../src/node/ctl/registration.ts";
-import type { NodeInventory } from "../../src/node/api/contract.ts";
+import type { NodeInventory } from "../../src/contract/node-api.ts";
 
 const ADMIN = "admin-token-0123456789";
 const INTERNAL = "internal-token-0123456789";

@@ -14,7 +14,7 @@ import { generateKeyPairSync } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createKubeApi, isConflict, type KubeApi } from "../../src/substrate/kubernetes/kube.ts";
+import { createKubeApi, isConflict, type KubeApi } from "../../src/kube/kube-api.ts";
 import { freePort, waitFor } from "../support/stack.ts";
 
 const ROOT = resolve(import.meta.dirname, "..", "..");

@@ -18,7 +18,7 @@ import { Sandbox, type ConnectionOpts } from "e2b";
 import { counterScript } from "../support/counter.ts";
 import { postgresSkipReason } from "../support/db.ts";
 import { waitFor } from "../support/stack.ts";
-import { podNameOf } from "../../src/substrate/kubernetes/names.ts";
+import { podNameOf } from "../../src/kube/names.ts";
 import { k8sSkipReason } from "./cluster.ts";
 import { startKubeFleet, type KubeFleet } from "./fleet.ts";
 import { scenarios, skippedOn } from "./scenarios.ts";

@@ -21,7 +21,7 @@ import { registerNativeRoutes } from "../../src/api/native/routes.ts";
 import { startDispatcher, type Dispatcher } from "../../src/controller/dispatcher.ts";
 import type { HandlerMap } from "../../src/controller/operations/handler.ts";
 import { Process } from "../../src/gen/process/process_pb.ts";
-import { ENDED_PROCESSES_PATH, type EndedProcess } from "../../src/envd/process/ended.ts";
+import { ENDED_PROCESSES_PATH, type EndedProcess } from "../../src/contract/ended-process.ts";
 import type { Engine, Db } from "../../src/store/db.ts";
 import { createTenant, type Tenant } from "../../src/store/tenants.ts";
 import { createToken } from "../../src/store/tokens.ts";
@@ -30,7 +30,7 @@ import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
 import type { ProxyTarget, SandboxRef } from "../../src/substrate/substrate.ts";
 import type { NodeId } from "../../src/core/ids.ts";
 import { SpaceError } from "../../src/core/errors.ts";
-import type { SandboxStatus } from "../../src/node/api/contract.ts";
+import type { SandboxStatus } from "../../src/contract/node-api.ts";
 
 export const log = pino({ level: process.env.SPACE_TEST_LOG ?? "silent" });
 export const ALL_SCOPES = ["sandboxes:read", "sandboxes:write", "commands:exec"];

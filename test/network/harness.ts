@@ -13,7 +13,7 @@ import { newSandboxId } from "../../src/core/ids.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { REPO_DIR } from "../../src/node/agent.ts";
 import { NodeResolver } from "../../src/node/dns/resolver.ts";
-import type { EgressPolicy } from "../../src/node/network/policy.ts";
+import type { EgressPolicy } from "../../src/contract/egress-policy.ts";
 import { EgressProxy, guardrailCheck } from "../../src/node/network/egress-proxy.ts";
 import { LinuxNetworkSlots, type Slot } from "../../src/node/network/slots.ts";
 import type { FakeInternetConfig } from "./fake-internet.ts";

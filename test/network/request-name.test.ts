@@ -6,7 +6,7 @@ import { connect as tlsConnect } from "node:tls";
 import { compileEcw, compileNative } from "../../src/api/network/policy.ts";
 import { guardrailCheck } from "../../src/node/network/egress-proxy.ts";
 import { addSlotScript, natRules } from "../../src/node/network/nft.ts";
-import { proxiesNamedPorts, verdictFor } from "../../src/node/network/policy.ts";
+import { proxiesNamedPorts, verdictFor } from "../../src/contract/egress-policy.ts";
 import { httpHost, requestName, tlsServerName } from "../../src/node/network/request-name.ts";
 
 /** The first bytes Node's own TLS client sends for `servername` (a real-world ClientHello). */

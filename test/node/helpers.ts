@@ -9,7 +9,7 @@ import { exec } from "../../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { createNodeAgent, REPO_DIR, type NodeAgent, type NodeAgentDeps } from "../../src/node/agent.ts";
-import type { SandboxSpec } from "../../src/node/api/contract.ts";
+import type { SandboxSpec } from "../../src/contract/node-api.ts";
 import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeContainers, removeNodeNetwork, type NodeNetwork } from "../support/node-network-cleanup.ts";
 import { removeDataDir } from "../support/stack.ts";
 

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
-import { inCidr } from "../../src/node/network/cidr.ts";
+import { inCidr } from "../../src/core/cidr.ts";
 import { isRoot, sh, spec, startTestNode, type TestNode } from "./helpers.ts";
 
 const skip = isRoot ? false : "needs root (runc, btrfs, netns)";

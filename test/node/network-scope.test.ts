@@ -12,8 +12,8 @@ import { describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { SpaceError } from "../../src/core/errors.ts";
 import { createLogger } from "../../src/core/log.ts";
-import { cidrsOverlap, conflictingRoutes } from "../../src/node/network/cidr.ts";
-import { OPEN_POLICY } from "../../src/node/network/policy.ts";
+import { cidrsOverlap, conflictingRoutes } from "../../src/core/cidr.ts";
+import { OPEN_POLICY } from "../../src/contract/egress-policy.ts";
 import { LinuxNetworkSlots } from "../../src/node/network/slots.ts";
 import { pickSlotRange, removeNodeNetwork } from "../support/node-network-cleanup.ts";
 

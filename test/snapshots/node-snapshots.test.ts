@@ -15,7 +15,7 @@ import { after, before, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { newSnapshotId } from "../../src/store/snapshots.ts";
-import type { SnapshotDescriptor } from "../../src/node/snapshots/node-snapshots.ts";
+import type { SnapshotDescriptor } from "../../src/contract/snapshot-descriptor.ts";
 import { hasRealEnvd, isRoot, sh, spec, startTestNode, type TestNode } from "../node/helpers.ts";
 
 const criu = join(process.cwd(), ".tools", "criu", "criu");

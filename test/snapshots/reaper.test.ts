@@ -13,7 +13,8 @@ import { after, before, describe, it } from "node:test";
 import { createLogger } from "../../src/core/log.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { newSnapshotId } from "../../src/store/snapshots.ts";
-import type { NodeSnapshots, SnapshotDescriptor } from "../../src/node/snapshots/node-snapshots.ts";
+import type { NodeSnapshots } from "../../src/node/snapshots/node-snapshots.ts";
+import type { SnapshotDescriptor } from "../../src/contract/snapshot-descriptor.ts";
 import { SnapshotReaper, type SnapshotReaperOptions } from "../../src/node/snapshots/reaper.ts";
 import { hasRealEnvd, isRoot, sh, spec, startTestNode, type TestNode } from "../node/helpers.ts";
 

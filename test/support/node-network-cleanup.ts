@@ -10,7 +10,7 @@ import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { conflictingRoutes, intToIp, ipToInt, type HostRoute } from "../../src/node/network/cidr.ts";
+import { conflictingRoutes, intToIp, ipToInt, type HostRoute } from "../../src/core/cidr.ts";
 
 export interface NodeNetwork {
   bridge: string;

@@ -9,8 +9,8 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { FsBlobStore } from "../../src/blob/fs/fs-blob-store.ts";
-import type { BuildRecipeInput } from "../../src/node/templates/recipe.ts";
-import { BuildRecipe } from "../../src/node/templates/recipe.ts";
+import type { BuildRecipeInput } from "../../src/contract/build-recipe.ts";
+import { BuildRecipe } from "../../src/contract/build-recipe.ts";
 import { isRoot, spec, startTestNode, type TestNode } from "../node/helpers.ts";
 import { makeFilesTar, makeOciArchive, type OciFixture } from "./fixtures.ts";
 

@@ -17,7 +17,7 @@ import { parseClusterKey } from "../../src/core/envelope.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { loadConfig } from "../../src/core/config.ts";
 import * as btrfs from "../../src/node/disk/btrfs.ts";
-import { BuildRecipe } from "../../src/node/templates/recipe.ts";
+import { BuildRecipe } from "../../src/contract/build-recipe.ts";
 import { TemplateCache, type TemplateCacheOptions } from "../../src/node/templates/template-cache.ts";
 import { isRoot, sh, spec, startTestNode, type TestNode } from "../node/helpers.ts";
 import { makeFilesTar } from "./fixtures.ts";

@@ -1,7 +1,7 @@
 /** Pure logic of templates: cache keys, config carry-over, the Dockerfile subset. */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { applyConfig, configFromImage, resolveWorkdir, sourceKey, stepKey, nodeTemplateName } from "../../src/node/templates/recipe.ts";
+import { applyConfig, configFromImage, resolveWorkdir, sourceKey, stepKey, nodeTemplateName } from "../../src/contract/build-recipe.ts";
 import { parseDockerfile } from "../../src/cli/template.ts";
 import { parsePasswd } from "../../src/node/templates/rootfs-fs.ts";
 

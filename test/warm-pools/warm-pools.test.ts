@@ -18,7 +18,7 @@ import { StoreNodeDirectory, StoreTemplates } from "../../src/api/sandboxes/quer
 import type { CreateInput } from "../../src/api/sandboxes/service.ts";
 import type { NodeId } from "../../src/core/ids.ts";
 import type { GateMode } from "../../src/substrate/placement.ts";
-import type { SandboxInit } from "../../src/node/api/contract.ts";
+import type { SandboxInit } from "../../src/contract/node-api.ts";
 import { Registry } from "prom-client";
 import { WarmPoolAdoption, checkMember, type MemberPersonaliser } from "../../src/controller/warm-pools/adoption.ts";
 import { createWarmPoolReconciler } from "../../src/controller/warm-pools/reconciler.ts";

@@ -1,5 +1,5 @@
 /** SandboxRecord → the ECW JSON shapes the SDK reads (e2b-wire.md §2). */
-import type { SandboxMetrics } from "../../node/api/contract.ts";
+import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { SandboxRecord, SandboxState } from "../sandboxes/model.ts";
 import { assertNever } from "../../core/errors.ts";
 

@@ -9,7 +9,7 @@
  * 5. envd calls with only `X-Access-Token` (Python SDK 2.x before ~2.2x drops the routing
  *    headers after the class-level `Sandbox.connect(id)`): the sandbox whose envd token it is.
  */
-import { ENVD_PORT } from "../../node/api/contract.ts";
+import { ENVD_PORT } from "../../contract/node-api.ts";
 
 export const NO_ROUTE =
   "no sandbox named: send E2b-Sandbox-Id (and E2b-Sandbox-Port), use Host <port>-<id>.<domain>, or the path /sandboxes/<id>/ports/<port>/…";

@@ -12,7 +12,7 @@ import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
 import { toSandbox } from "./present.ts";
 import { compileNative, egressPolicyOf } from "../network/policy.ts";
-import { proposeAllowList } from "../../node/network/policy.ts";
+import { proposeAllowList } from "../../contract/egress-policy.ts";
 import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./schemas.ts";
 
 export const DEFAULT_CREATE_DEADLINE_MS = 30 * 60 * 1000;

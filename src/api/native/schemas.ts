@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { NativeRule } from "../network/policy.ts";
-import { ObservedDestination } from "../../node/network/policy.ts";
+import { ObservedDestination } from "../../contract/egress-policy.ts";
 
 // ---------------------------------------------------------------- shared
 

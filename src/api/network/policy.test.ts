@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { SpaceError } from "../../core/errors.ts";
-import { domainMatches } from "../../node/network/policy.ts";
+import { domainMatches } from "../../contract/egress-policy.ts";
 import { addSlotScript, bindScript, setPolicyScript } from "../../node/network/nft.ts";
 import { parseAnswers, buildAnswer, buildQuery, parseQuestion } from "../../node/dns/wire.ts";
 import { compileEcw, compileNative, egressPolicyOf } from "./policy.ts";

@@ -1,6 +1,6 @@
 /**
  * One egress engine, two front doors: both compile to the node's EgressPolicy
- * (src/node/network/policy.ts: ordered first-match rules and a default), which the node
+ * (src/contract/egress-policy.ts: ordered first-match rules and a default), which the node
  * enforces with nftables in the slot's path and its DNS resolver (domain rules).
  *
  * ECW (E2B semantics): `allow_internet_access: false` ≡ `denyOut: ['0.0.0.0/0']`;
@@ -18,13 +18,8 @@
  */
 import { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
-import {
-  EgressPolicy,
-  isDomainPattern,
-  isIpv4Cidr,
-  normalizeDomain,
-  type EgressRule,
-} from "../../node/network/policy.ts";
+import { EgressPolicy, isDomainPattern, normalizeDomain, type EgressRule } from "../../contract/egress-policy.ts";
+import { isIpv4Cidr } from "../../core/cidr.ts";
 
 export { EgressPolicy };
 

@@ -4,7 +4,7 @@
  * tests use the in-memory double in `memory-repo.ts`.
  */
 import type { SandboxId, TenantId } from "../../core/ids.ts";
-import type { EgressPolicy } from "../../node/network/policy.ts";
+import type { EgressPolicy } from "../../contract/egress-policy.ts";
 import type { EnvironmentBinding } from "../../substrate/placement.ts";
 
 /**

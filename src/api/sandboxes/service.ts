@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import type { Logger } from "../../core/log.ts";
 import { SpaceError, invalid, notFound } from "../../core/errors.ts";
 import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../../core/ids.ts";
-import type { NetworkRecord, SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
+import type { NetworkRecord, SandboxMetrics, SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxRef, SandboxStatus, SnapshotDescriptor, Substrate } from "../../substrate/substrate.ts";
 import { MemorySnapshotRepo, type SnapshotRepo, type SnapshotRow } from "./snapshot-repo.ts";
 import { egressPolicyOf } from "../network/policy.ts";

@@ -5,7 +5,7 @@
  */
 import { SpaceError, notFound } from "../../core/errors.ts";
 import type { SandboxId } from "../../core/ids.ts";
-import { ENVD_PORT } from "../../node/api/contract.ts";
+import { ENVD_PORT } from "../../contract/node-api.ts";
 import { Signal } from "../../gen/process/process_pb.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";

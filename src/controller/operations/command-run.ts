@@ -19,7 +19,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import type { SandboxId } from "../../core/ids.ts";
 import type { Logger } from "../../core/log.ts";
-import { ENVD_PORT } from "../../node/api/contract.ts";
+import { ENVD_PORT } from "../../contract/node-api.ts";
 import type { ProcessEvent_EndEvent } from "../../gen/process/process_pb.ts";
 import { Signal } from "../../gen/process/process_pb.ts";
 import type { Db } from "../../store/db.ts";
@@ -33,7 +33,7 @@ import {
   markCommandRunning,
   type Command as CommandRow,
 } from "../../store/commands.ts";
-import type { EndedProcess } from "../../envd/process/ended.ts";
+import type { EndedProcess } from "../../contract/ended-process.ts";
 import { endedProcess, fromConnectError, processClient, type ProcessClient } from "./envd-client.ts";
 import { CommandRunRequest, parseTarget, readRequest } from "./requests.ts";
 

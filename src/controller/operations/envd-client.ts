@@ -7,7 +7,7 @@ import { Code, ConnectError, createClient, type Client, type Interceptor } from 
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SpaceError, type ErrorCode } from "../../core/errors.ts";
 import { Process } from "../../gen/process/process_pb.ts";
-import { ENDED_PROCESSES_PATH, EndedProcessSchema, type EndedProcess } from "../../envd/process/ended.ts";
+import { ENDED_PROCESSES_PATH, EndedProcessSchema, type EndedProcess } from "../../contract/ended-process.ts";
 import type { ProxyTarget } from "../../substrate/substrate.ts";
 
 export type ProcessClient = Client<typeof Process>;

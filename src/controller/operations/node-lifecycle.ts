@@ -8,7 +8,7 @@
  */
 import { SpaceError } from "../../core/errors.ts";
 import { toNodeError } from "../../substrate/direct/node-client.ts";
-import { ENVD_PORT, SandboxStatus } from "../../node/api/contract.ts";
+import { ENVD_PORT, SandboxStatus } from "../../contract/node-api.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
 
 type WithRestart = Substrate & { restart(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus> };

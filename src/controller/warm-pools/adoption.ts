@@ -25,7 +25,7 @@ import type { Db } from "../../store/db.ts";
 import type { Logger } from "../../core/log.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
-import type { SandboxInit } from "../../node/api/contract.ts";
+import type { SandboxInit } from "../../contract/node-api.ts";
 import { NodeClient } from "../../substrate/direct/node-client.ts";
 import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
 import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";

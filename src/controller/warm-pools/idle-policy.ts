@@ -9,7 +9,8 @@
  * resident). Node heartbeats publish `used` every few seconds, so a node whose members
  * moved recently is left alone until its published figure can reflect the move.
  */
-import { DEFAULT_OVERCOMMIT, type Capacity } from "../../substrate/placement.ts";
+import { DEFAULT_OVERCOMMIT } from "../../contract/overcommit.ts";
+import type { Capacity } from "../../substrate/placement.ts";
 import type { IdlePolicy } from "../../store/warm-pools.ts";
 
 export interface IdleSpec {

@@ -9,7 +9,7 @@
  * a warmer cache.
  */
 import type { Logger } from "../../core/log.ts";
-import { ENVD_PORT } from "../../node/api/contract.ts";
+import { ENVD_PORT } from "../../contract/node-api.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
 import { fromConnectError, processClient } from "../operations/envd-client.ts";
 

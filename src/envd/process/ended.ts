@@ -3,34 +3,18 @@
  * was detached when a process finished (the control plane's `command.run` after a
  * restart) can still learn its exit status. E2B's protocol forgets a finished process
  * (List shows running ones, Connect to it is not_found); this record is SPACE's own,
- * served on `GET /space/processes/ended?tag=` (see server.ts). Bounded by count and age.
+ * served on `GET /space/processes/ended?tag=` (see server.ts; wire:
+ * src/contract/ended-process.ts). Bounded by count and age.
  * It includes the tail of what the process wrote while nobody listened (E2B drops that
  * output; the record keeps the last DETACHED_OUTPUT_BYTES so a re-attaching client can
  * still store it).
  */
-import { z } from "zod";
+import type { EndedProcess } from "../../contract/ended-process.ts";
 import type { EndInfo, OutputStream } from "./manager.ts";
 
-export const ENDED_PROCESSES_PATH = "/space/processes/ended";
 export const ENDED_LIMIT = 256;
 export const ENDED_TTL_MS = 15 * 60_000;
 export const DETACHED_OUTPUT_BYTES = 64 * 1024;
-
-/** Wire shape of one record (envd → control plane). */
-export const EndedProcessSchema = z.object({
-  tag: z.string(),
-  pid: z.number().int(),
-  exit_code: z.number().int(),
-  exited: z.boolean(),
-  status: z.string(),
-  error: z.string().nullable(),
-  ended_at: z.string(),
-  /** Output written while no stream was attached, in order (base64), its last DETACHED_OUTPUT_BYTES. */
-  detached_output: z.array(z.object({ stream: z.enum(["stdout", "stderr", "pty"]), data: z.string() })),
-  /** Bytes written while detached that are not in `detached_output` (older than its tail). */
-  detached_output_dropped_bytes: z.number().int().nonnegative(),
-});
-export type EndedProcess = z.infer<typeof EndedProcessSchema>;
 
 /** The last `limit` bytes a process wrote while nobody listened. */
 export class DetachedOutput {

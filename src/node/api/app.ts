@@ -1,8 +1,9 @@
 /**
  * node-api: the HTTP API the control plane (and the gateway) calls on a node. Every route
- * of contract.ts; bodies validated with its schemas; errors `{ code, message }` with the
- * status of core/errors `httpStatus`; `Authorization: Bearer <internal token>` (or, on the
- * proxy, `X-Space-Node-Token`, so a user's own Authorization header passes through).
+ * of src/contract/node-api.ts; bodies validated with its schemas; errors
+ * `{ code, message }` with the status of core/errors `httpStatus`; `Authorization: Bearer
+ * <internal token>` (or, on the proxy, `X-Space-Node-Token`, so a user's own
+ * Authorization header passes through).
  */
 import { timingSafeEqual } from "node:crypto";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
@@ -10,7 +11,7 @@ import { z } from "zod";
 import { httpStatus, SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
-import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory, type SandboxStatus } from "./contract.ts";
+import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory, type SandboxStatus } from "../../contract/node-api.ts";
 import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
 import { registerSnapshotRoutes } from "../snapshots/routes.ts";

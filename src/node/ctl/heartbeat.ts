@@ -5,7 +5,7 @@
  * next beat; beats never overlap.
  */
 import type { Logger } from "../../core/log.ts";
-import type { NodeInventory } from "../api/contract.ts";
+import type { NodeInventory } from "../../contract/node-api.ts";
 
 export interface HeartbeatOptions {
   intervalMs: number;

@@ -12,7 +12,7 @@
  */
 import { SpaceError, fromHttpStatus } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { NodeInventory } from "../api/contract.ts";
+import type { NodeInventory } from "../../contract/node-api.ts";
 
 export interface ControlPlaneLinkOptions {
   /** SPACE_NODE_CONTROL_URL, e.g. http://10.0.0.1:3000 */

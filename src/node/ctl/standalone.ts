@@ -8,7 +8,7 @@ import type { Config } from "../../core/config.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { VERSION } from "../../core/version.ts";
-import { parseSelector } from "../../substrate/placement.ts";
+import { parseSelector } from "../../core/selector.ts";
 import { createNodeAgent, type NodeAgentDeps } from "../agent.ts";
 import { createControlPlaneLink } from "./registration.ts";
 

@@ -6,8 +6,8 @@
 import type { Config } from "../../core/config.ts";
 import type { Logger } from "../../core/log.ts";
 import { VERSION } from "../../core/version.ts";
-import { parseSelector } from "../../substrate/placement.ts";
-import { createKubeApi, kubeConnectionOf, type KubeApi } from "../../substrate/kubernetes/kube.ts";
+import { parseSelector } from "../../core/selector.ts";
+import { createKubeApi, kubeConnectionOf, type KubeApi } from "../../kube/kube-api.ts";
 import { createNodeAgent, type NodeAgent } from "../agent.ts";
 import { hostScopeOf } from "../ctl/standalone.ts";
 import { VirtualKubelet } from "./virtual-kubelet.ts";

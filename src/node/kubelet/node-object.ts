@@ -7,9 +7,9 @@
  * - `nodeStatus`: capacity and allocatable (with SPACE's overcommit, including
  *   `space.dev/network-slots` from the slot capacity and `pods`), conditions, addresses.
  */
-import type { NodeInventory } from "../api/contract.ts";
-import { environmentLabel } from "../templates/environment.ts";
-import { DEFAULT_OVERCOMMIT, type Overcommit } from "../../substrate/placement.ts";
+import type { NodeInventory } from "../../contract/node-api.ts";
+import { environmentLabel } from "../../contract/execution-environment.ts";
+import { DEFAULT_OVERCOMMIT, type Overcommit } from "../../contract/overcommit.ts";
 import {
   NETWORK_SLOTS,
   NODE_API_ANNOTATION,
@@ -19,7 +19,7 @@ import {
   NODE_TAINT,
   TEMPLATES_ANNOTATION,
   USABLE_ENVIRONMENTS_ANNOTATION,
-} from "../../substrate/kubernetes/names.ts";
+} from "../../kube/names.ts";
 
 export interface NodeIdentity {
   /** The Node's name: the node agent's id. */

@@ -20,11 +20,11 @@ import { randomBytes } from "node:crypto";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { ZodError } from "zod";
-import { SandboxSpec as SandboxSpecSchema, type SandboxSpec, type SandboxStatus } from "../api/contract.ts";
-import { SnapshotDescriptor as SnapshotDescriptorSchema, type SnapshotDescriptorWire as SnapshotDescriptor } from "../snapshots/contract.ts";
+import { SandboxSpec as SandboxSpecSchema, type SandboxSpec, type SandboxStatus } from "../../contract/node-api.ts";
+import { SnapshotDescriptor as SnapshotDescriptorSchema, type SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 import type { NodeAgent } from "../agent.ts";
-import type { KubeApi, WatchEvent } from "../../substrate/kubernetes/kube.ts";
-import { isNotFound, markerCodeOf } from "../../substrate/kubernetes/kube.ts";
+import type { KubeApi, WatchEvent } from "../../kube/kube-api.ts";
+import { isNotFound, markerCodeOf } from "../../kube/kube-api.ts";
 import {
   KUBELET_COMPONENT,
   NODE_CTL_FIELD_MANAGER,
@@ -34,8 +34,8 @@ import {
   SPEC_SECRET_ANNOTATION,
   SPEC_SECRET_KEY,
   refusalMarker,
-} from "../../substrate/kubernetes/names.ts";
-import type { PodObject } from "../../substrate/kubernetes/wait.ts";
+} from "../../kube/names.ts";
+import type { PodObject } from "../../kube/objects.ts";
 import { nodeApply, nodeStatus, type NodeIdentity } from "./node-object.ts";
 
 export interface VirtualKubeletDeps {

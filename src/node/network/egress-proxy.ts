@@ -19,9 +19,9 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import { inCidr } from "./cidr.ts";
+import { inCidr } from "../../core/cidr.ts";
 import { EGRESS_PROXY_PORT } from "./nft.ts";
-import { verdictFor, type EgressPolicy } from "./policy.ts";
+import { verdictFor, type EgressPolicy } from "../../contract/egress-policy.ts";
 import { MAX_PEEK, requestName } from "./request-name.ts";
 
 export interface Destination {

@@ -19,7 +19,7 @@
  * gateway (egress-proxy.ts), which judges the HTTP Host / TLS SNI; guarded destinations
  * are never redirected, so the forward guardrails refuse them first.
  */
-import { domainRules, NAMED_PORTS, proxiesNamedPorts, type EgressPolicy, type EgressRule } from "./policy.ts";
+import { domainRules, NAMED_PORTS, proxiesNamedPorts, type EgressPolicy, type EgressRule } from "../../contract/egress-policy.ts";
 
 export const DEFAULT_TABLE = "space";
 /**

@@ -5,7 +5,7 @@
  *   requestName(bytes) → { done: true, name: "api.example.com" } | { done: false } (need more bytes)
  *   done with no name: the client sent something else (or no name); only IP rules can judge it.
  */
-import { normalizeDomain } from "./policy.ts";
+import { normalizeDomain } from "../../contract/egress-policy.ts";
 
 /** Bytes the proxy reads at most before judging (an HTTP head or a ClientHello record fits). */
 export const MAX_PEEK = 16 * 1024 + 5;

@@ -11,10 +11,10 @@ import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type SlotRange } from "./cidr.ts";
+import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type SlotRange } from "../../core/cidr.ts";
 import type { ARecord } from "../dns/wire.ts";
 import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
-import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "./policy.ts";
+import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "../../contract/egress-policy.ts";
 
 export interface Slot {
   /** Owner: a sandbox id, or `pool<index>` for a warm slot. */

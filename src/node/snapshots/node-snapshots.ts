@@ -31,34 +31,13 @@ import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { checkpointerFor, writeMeta, type CheckpointMeta, type Checkpointer } from "../../runtime/oci/checkpoint.ts";
 import type { Runtime } from "../../runtime/runtime.ts";
-import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
+import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
+import type { SnapshotDescriptor, SnapshotPartInfo } from "../../contract/snapshot-descriptor.ts";
 import * as btrfs from "../disk/btrfs.ts";
 import { downloadVerified, pipeInto, spawnStream } from "../disk/send-stream.ts";
 import { treeSizeMib, type Disks } from "../disk/disks.ts";
 import { exists } from "../disk/node-cache.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
-
-export interface SnapshotPartInfo {
-  kind: "memory" | "disk";
-  key: string;
-  sizeBytes: number;
-  sha256: string;
-}
-
-/** What the control plane keeps of a snapshot and hands back to restore it. */
-export interface SnapshotDescriptor {
-  snapshotId: string;
-  sourceSandboxId: string;
-  template: string;
-  /** btrfs identity (received uuid, else uuid) of the disk stream's parent subvolume. */
-  parentUuid: string;
-  parts: SnapshotPartInfo[];
-  /** Data key wrapped by the cluster key; absent = parts are plaintext. */
-  wrappedKey?: string;
-  sizeBytes: number;
-  /** ms spent per phase, for benchmarks. */
-  timings: Record<string, number>;
-}
 
 interface LocalMeta {
   snapshotId: string;

@@ -1,8 +1,8 @@
-/** node-api routes of snapshots (see ./contract.ts), registered by node/api/app.ts. */
+/** node-api routes of snapshots (wire: src/contract/snapshot-descriptor.ts), registered by node/api/app.ts. */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
-import { RestoreRequest, SnapshotId, SnapshotRequest } from "./contract.ts";
+import { RestoreRequest, SnapshotId, SnapshotRequest } from "../../contract/snapshot-descriptor.ts";
 import type { NodeSnapshots } from "./node-snapshots.ts";
 import { parseInput as parse } from "../../core/validate.ts";
 

@@ -37,17 +37,11 @@ import {
   type BuildRecipe,
   type BuildStep,
   type LayerConfig,
-} from "./recipe.ts";
+} from "../../contract/build-recipe.ts";
+import type { BuildLogEntry } from "../../contract/node-builds.ts";
 import { chmodFiles, chownAll, copyIntoRoot, ensureSandboxUser, lookupUser, resolveInRoot } from "./rootfs-fs.ts";
 
-export type LogLevel = "debug" | "info" | "warn" | "error";
-export interface BuildLogEntry {
-  timestamp: string;
-  level: LogLevel;
-  message: string;
-  /** `base`, the 1-based step index, or `finalize` (E2B's step names). */
-  step?: string;
-}
+type LogLevel = BuildLogEntry["level"];
 
 /** Template metadata the builder adds to the node cache's TemplateInfo. */
 export interface BuiltTemplateInfo extends TemplateInfo {

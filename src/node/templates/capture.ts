@@ -9,10 +9,11 @@
 import { randomId, newExecutionId, newSandboxId } from "../../core/ids.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
+import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import type { Disks } from "../disk/disks.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
-import type { NodeSnapshots, SnapshotDescriptor } from "../snapshots/node-snapshots.ts";
+import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
+import type { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 
 export interface CaptureDeps {
   manager: SandboxManager;

@@ -8,7 +8,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { exec, ExecError } from "../../core/exec.ts";
 import { invalid, SpaceError } from "../../core/errors.ts";
-import { IMAGE_TRANSPORTS } from "./recipe.ts";
+import { IMAGE_TRANSPORTS } from "../../contract/build-recipe.ts";
 
 export interface OciImageConfig {
   Env?: string[] | null;

@@ -1,14 +1,6 @@
 /**
- * node-api routes of the template-manager (registered beside contract.ts's routes, behind
- * the same internal-token hook and error handler):
- *
- *   POST   /v1/builds                      NodeBuildRequest → 202 NodeBuildStatus (starts; idempotent by buildId)
- *   GET    /v1/builds/:buildId?logsOffset  → NodeBuildStatus (log entries from the offset)
- *   DELETE /v1/builds/:buildId             → 204 (cancels)
- *   PUT    /v1/templates/:alias            { name } → TemplateInfo (point a node template at a built one)
- *   DELETE /v1/templates/:name             → 204 (absent = ok; also from the blob store catalog)
- *   POST   /v1/templates/:name/pull        → TemplateInfo (present, or pulled from the catalog)
- *   GET    /v1/template-cache              → { totalMib, groups } (what LRU eviction sees)
+ * node-api routes of the template-manager (wire: src/contract/node-builds.ts), registered
+ * beside the sandbox routes, behind the same internal-token hook and error handler.
  *
  * Creates and restores (POST /v1/sandboxes, POST /v1/restores) first make sure their
  * template is on this node (pulled on demand), pinned against eviction until answered.
@@ -18,36 +10,8 @@ import { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
 import type { TemplateBuilder } from "./builder.ts";
 import type { TemplateCache } from "./template-cache.ts";
-import { BuildRecipe } from "./recipe.ts";
+import { NodeBuildRequest, NodeTemplateName as NAME } from "../../contract/node-builds.ts";
 import { parseInput as parse } from "../../core/validate.ts";
-
-const NAME = z.string().regex(/^[a-z0-9][a-z0-9._-]{0,62}$/, "a node template name");
-
-export const NodeBuildRequest = z.object({ buildId: z.string().min(1).max(100), name: NAME, recipe: BuildRecipe }).strict();
-export type NodeBuildRequest = z.input<typeof NodeBuildRequest>;
-
-export const NodeBuildStatusSchema = z.object({
-  buildId: z.string(),
-  name: z.string(),
-  status: z.enum(["building", "ready", "failed"]),
-  logEntries: z.array(z.object({ timestamp: z.string(), level: z.enum(["debug", "info", "warn", "error"]), message: z.string(), step: z.string().optional() })),
-  logsTotal: z.number(),
-  result: z
-    .object({
-      name: z.string(),
-      rootfsSizeMib: z.number(),
-      digest: z.string(),
-      environment: z.string(),
-      cachedSteps: z.number(),
-      builtSteps: z.number(),
-      durationMs: z.number(),
-      config: z.object({ env: z.record(z.string(), z.string()), workdir: z.string(), user: z.string() }),
-    })
-    .optional(),
-  error: z.object({ message: z.string(), step: z.string().optional() }).optional(),
-});
-export type NodeBuildStatusWire = z.infer<typeof NodeBuildStatusSchema>;
-
 
 export function registerTemplateRoutes(app: FastifyInstance, builder: () => TemplateBuilder | undefined, templates: () => TemplateCache | undefined): void {
   const b = (): TemplateBuilder => {

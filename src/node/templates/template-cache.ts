@@ -32,10 +32,10 @@ import type { Logger } from "../../core/log.ts";
 import * as btrfs from "../disk/btrfs.ts";
 import type { Disks, TemplateInfo } from "../disk/disks.ts";
 import { downloadVerified, pipeInto, spawnStream, type BlobPart } from "../disk/send-stream.ts";
-import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
-import type { SnapshotDescriptor } from "../snapshots/node-snapshots.ts";
+import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
+import type { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 import { captureReady, restoreCaptured, type CaptureDeps } from "./capture.ts";
-import { sha256 } from "./recipe.ts";
+import { sha256 } from "../../contract/build-recipe.ts";
 
 /** Metadata the cache adds to a template's TemplateInfo. */
 export interface CachedTemplateInfo extends TemplateInfo {

@@ -1,5 +1,5 @@
 /**
- * Typed HTTP client for one node's node-api (src/node/api/contract.ts). Every call
+ * Typed HTTP client for one node's node-api (src/contract/node-api.ts). Every call
  * carries the internal token; node errors `{code,message}` come back as SpaceError with
  * the same code, so a node's `invalid_argument` stays a 400 at the public edge.
  */
@@ -15,8 +15,8 @@ import {
   type SandboxEgress,
   type SandboxInit,
   type SandboxSpec,
-} from "../../node/api/contract.ts";
-import { SnapshotDescriptor, type SnapshotDescriptorWire } from "../../node/snapshots/contract.ts";
+} from "../../contract/node-api.ts";
+import { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
 
 export interface NodeClientOptions {
@@ -97,7 +97,7 @@ export class NodeClient {
   checkpoint(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/checkpoint`, body, SnapshotDescriptor, signal, 600_000);
   }
-  restore(spec: SandboxSpec, snapshot: SnapshotDescriptorWire, signal: AbortSignal) {
+  restore(spec: SandboxSpec, snapshot: SnapshotDescriptor, signal: AbortSignal) {
     return this.#call("POST", "/v1/restores", { spec, snapshot }, SandboxStatus, signal, 600_000);
   }
   /** Idempotent: frees the node's local copy. */

@@ -16,13 +16,13 @@
 import { NodeApiSubstrate } from "../node-api-substrate.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { SandboxSpec, SandboxStatus } from "../../node/api/contract.ts";
-import { environmentLabel } from "../../node/templates/environment.ts";
+import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
+import { environmentLabel } from "../../contract/execution-environment.ts";
 import { NodeClient } from "../direct/node-client.ts";
 import type { GateObservation } from "../direct/direct-substrate.ts";
 import { placementWork, type GateMode, type GatePlacement } from "../placement.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
-import { errorCodeOfMarker, isConflict, isNotFound, KubeError, type KubeApi } from "./kube.ts";
+import { errorCodeOfMarker, isConflict, isNotFound, KubeError, type KubeApi } from "../../kube/kube-api.ts";
 import {
   EXECUTION_LABEL,
   NODE_API_ANNOTATION,
@@ -35,9 +35,10 @@ import {
   parseRefusalMarker,
   podNameOf,
   toLabelValue,
-} from "./names.ts";
+} from "../../kube/names.ts";
 import { renderPod } from "./pod.ts";
-import { waitForPod, type PodObject } from "./wait.ts";
+import { waitForPod } from "./wait.ts";
+import type { PodObject } from "../../kube/objects.ts";
 
 export interface KubernetesSubstrateDeps {
   kube: KubeApi;

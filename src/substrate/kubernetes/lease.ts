@@ -10,7 +10,7 @@
  * does with its observed time); hosts of one cluster are assumed NTP-synced.
  */
 import type { LeaseBackend } from "../../store/leader.ts";
-import { isConflict, isNotFound, type KubeApi } from "./kube.ts";
+import { isConflict, isNotFound, type KubeApi } from "../../kube/kube-api.ts";
 
 interface LeaseObject {
   apiVersion?: "coordination.k8s.io/v1";

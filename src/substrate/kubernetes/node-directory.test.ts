@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { KubeApi } from "./kube.ts";
+import type { KubeApi } from "../../kube/kube-api.ts";
 import { KubeNodeDirectory, nodeEntryOf, type KubeNodeObject } from "./node-directory.ts";
 
 const now = Date.parse("2026-01-01T00:01:00Z");

@@ -5,8 +5,8 @@
  * when cordoned, else `unavailable`.
  */
 import type { NodeDirectory, NodeEntry } from "../direct/direct-substrate.ts";
-import { isNotFound, type KubeApi } from "./kube.ts";
-import { NODE_API_ANNOTATION, NODE_GROUP_LABEL, NODE_LABEL, TEMPLATES_ANNOTATION, USABLE_ENVIRONMENTS_ANNOTATION } from "./names.ts";
+import { isNotFound, type KubeApi } from "../../kube/kube-api.ts";
+import { NODE_API_ANNOTATION, NODE_GROUP_LABEL, NODE_LABEL, TEMPLATES_ANNOTATION, USABLE_ENVIRONMENTS_ANNOTATION } from "../../kube/names.ts";
 
 export interface KubeNodeObject {
   metadata?: { name?: string; labels?: Record<string, string>; annotations?: Record<string, string> };

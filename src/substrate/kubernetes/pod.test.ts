@@ -1,8 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { renderPod, requiredTerms, cpuQuantity, type PodRenderInput, type PodRendered } from "./pod.ts";
-import { podNameOf, toLabelValue, parseRefusalMarker, refusalMarker } from "./names.ts";
-import { environmentLabel } from "../../node/templates/environment.ts";
+import { podNameOf, toLabelValue, parseRefusalMarker, refusalMarker } from "../../kube/names.ts";
+import { environmentLabel } from "../../contract/execution-environment.ts";
 import type { EnvironmentBinding } from "../placement.ts";
 
 const ENV = `sha256:${"ab12".repeat(16)}`;

@@ -12,7 +12,7 @@
  *   (shortlist terms included); an unreadable binding refuses before any pod exists.
  */
 import { SpaceError } from "../../core/errors.ts";
-import { environmentLabel } from "../../node/templates/environment.ts";
+import { environmentLabel } from "../../contract/execution-environment.ts";
 import type { GateMode } from "../placement.ts";
 import type { PlacementRequest } from "../substrate.ts";
 import {
@@ -28,7 +28,7 @@ import {
   TEMPLATE_ANNOTATION,
   podNameOf,
   toLabelValue,
-} from "./names.ts";
+} from "../../kube/names.ts";
 
 /** The subset of core/v1 Pod SPACE renders (plain JSON; what goes on the wire). */
 export interface NodeSelectorRequirement {

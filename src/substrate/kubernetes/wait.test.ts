@@ -1,8 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createLogger } from "../../core/log.ts";
-import { WatchError, type KubeApi, type WatchEvent } from "./kube.ts";
-import { waitForPod, type PodObject } from "./wait.ts";
+import { WatchError, type KubeApi, type WatchEvent } from "../../kube/kube-api.ts";
+import { waitForPod } from "./wait.ts";
+import type { PodObject } from "../../kube/objects.ts";
 import { podReady } from "./kubernetes-substrate.ts";
 
 const log = createLogger("silent", "test");

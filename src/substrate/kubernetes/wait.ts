@@ -15,27 +15,9 @@
  */
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import { errorCodeOfMarker, WatchError, type KubeApi, type WatchEvent } from "./kube.ts";
-import { REFUSAL_REASON, parseRefusalMarker } from "./names.ts";
-
-export interface PodObject {
-  metadata?: { name?: string; uid?: string; resourceVersion?: string; deletionTimestamp?: string | Date; annotations?: Record<string, string> };
-  spec?: { nodeName?: string };
-  status?: {
-    phase?: string;
-    podIP?: string;
-    reason?: string;
-    message?: string;
-    conditions?: Array<{ type: string; status: string; reason?: string; message?: string }>;
-  };
-}
-export interface EventObject {
-  metadata?: { name?: string };
-  involvedObject?: { uid?: string; name?: string };
-  reason?: string;
-  message?: string;
-  count?: number;
-}
+import { errorCodeOfMarker, WatchError, type KubeApi, type WatchEvent } from "../../kube/kube-api.ts";
+import { REFUSAL_REASON, parseRefusalMarker } from "../../kube/names.ts";
+import type { EventObject, PodObject } from "../../kube/objects.ts";
 
 export interface WaitForPodOptions<T> {
   kube: KubeApi;

@@ -1,4 +1,21 @@
-/** IPv4 helpers for the slot range (pure, unit-tested). */
+/**
+ * IPv4 helpers (pure, unit-tested): address and CIDR syntax for config and the egress
+ * policy, and the arithmetic of the node's slot range and host routes. In core/ because
+ * both the control plane and the node use them.
+ */
+const OCTET = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+const IPV4 = new RegExp(`^${OCTET}(\\.${OCTET}){3}$`);
+
+export function isIpv4(s: string): boolean {
+  return IPV4.test(s);
+}
+/** `a.b.c.d` or `a.b.c.d/n` (0..32). */
+export function isIpv4Cidr(s: string): boolean {
+  const [ip, bits, extra] = s.split("/");
+  if (extra !== undefined || !ip || !isIpv4(ip)) return false;
+  if (bits === undefined) return true;
+  return /^\d{1,2}$/.test(bits) && Number(bits) <= 32;
+}
 export function ipToInt(ip: string): number {
   const p = ip.split(".").map(Number);
   if (p.length !== 4 || p.some((x) => !Number.isInteger(x) || x < 0 || x > 255)) throw new Error(`not an IPv4 address: ${ip}`);

@@ -1,5 +1,6 @@
 /**
- * node-api wire of snapshots (added to contract.ts's routes):
+ * node-api wire of snapshots (added to node-api.ts's routes). The one SnapshotDescriptor:
+ * what a node hands back for a capture and the control plane keeps to restore it.
  *
  *   POST   /v1/sandboxes/:id/suspend     SnapshotRequest → SnapshotDescriptor (sandbox gone from the node)
  *   POST   /v1/sandboxes/:id/checkpoint  SnapshotRequest → SnapshotDescriptor (sandbox keeps running)
@@ -8,7 +9,7 @@
  *   DELETE /v1/snapshots/:snapshotId     → 204 (local copy freed; absent = ok)
  */
 import { z } from "zod";
-import { SandboxSpec } from "../api/contract.ts";
+import { SandboxSpec } from "./node-api.ts";
 
 export const SnapshotId = z.string().regex(/^sn_[a-z0-9]{16}$/, "a snapshot id");
 
@@ -27,18 +28,22 @@ export const SnapshotPartInfo = z.object({
   sizeBytes: z.number().int().nonnegative(),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
+export type SnapshotPartInfo = z.infer<typeof SnapshotPartInfo>;
 
 export const SnapshotDescriptor = z.object({
   snapshotId: SnapshotId,
   sourceSandboxId: z.string(),
   template: z.string(),
+  /** btrfs identity (received uuid, else uuid) of the disk stream's parent subvolume. */
   parentUuid: z.string(),
   parts: z.array(SnapshotPartInfo),
+  /** Data key wrapped by the cluster key; absent = parts are plaintext. */
   wrappedKey: z.string().optional(),
   sizeBytes: z.number().int().nonnegative(),
+  /** ms spent per phase, for benchmarks. */
   timings: z.record(z.string(), z.number()).default({}),
 });
-export type SnapshotDescriptorWire = z.infer<typeof SnapshotDescriptor>;
+export type SnapshotDescriptor = z.infer<typeof SnapshotDescriptor>;
 
 export const RestoreRequest = z.object({ spec: SandboxSpec, snapshot: SnapshotDescriptor }).strict();
 export type RestoreRequest = z.infer<typeof RestoreRequest>;

@@ -1,7 +1,8 @@
 /**
  * The wire between the control plane and a node agent (node-api). One schema per body;
- * both sides import these. Every call carries `Authorization: Bearer <internal token>`.
- * Errors are `{ code: ErrorCode, message }` with the status from core/errors httpStatus.
+ * both sides import these (snapshot-descriptor.ts and node-builds.ts add their routes).
+ * Every call carries `Authorization: Bearer <internal token>`. Errors are
+ * `{ code: ErrorCode, message }` with the status from core/errors httpStatus.
  *
  *   GET    /health                              → NodeHealth
  *   GET    /v1/inventory                        → NodeInventory
@@ -19,9 +20,9 @@
  * `Authorization` header reaches the sandbox untouched (a Bearer token is stripped).
  */
 import { z } from "zod";
-import { EgressPolicy } from "../network/policy.ts";
+import { EgressPolicy } from "./egress-policy.ts";
 
-export { NetworkRecord } from "../network/policy.ts";
+export { NetworkRecord } from "./egress-policy.ts";
 
 export const ENVD_PORT = 49983;
 

@@ -1,22 +1,16 @@
 /**
  * Execution environment: the tuple that decides whether this node can run a build or a
  * snapshot (runtime kind and version, rootfs format, CPU features that memory checkpoints
- * depend on). Its digest names it; the label is `space.dev/env-sha256-<12 hex>`.
+ * depend on). Its digest names it; the label is `space.dev/env-sha256-<12 hex>`. A
+ * contract: the node publishes the label, the control plane places work by it.
  */
 import { createHash } from "node:crypto";
-import { readFile } from "node:fs/promises";
 
 export interface ExecutionEnvironment {
   runtimeKind: string;
   runtimeVersion: string;
   rootfsFormat: "btrfs-subvolume" | "directory";
   cpuFeatures: string[];
-}
-
-export async function cpuFeatures(): Promise<string[]> {
-  const info = await readFile("/proc/cpuinfo", "utf8").catch(() => "");
-  const flags = /^flags\s*:\s*(.*)$/m.exec(info)?.[1] ?? "";
-  return [...new Set(flags.split(/\s+/).filter(Boolean))].sort();
 }
 
 /** `sha256:<64 hex>` of the canonical JSON of the environment. */

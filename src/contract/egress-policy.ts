@@ -7,24 +7,13 @@
  *
  * Domain rules hold the addresses the node resolver answered for a matching name (for
  * the answer's TTL); platform guardrails run before any rule (nft.ts base ruleset).
+ * A contract: the control plane writes it into node-api bodies, the node enforces it.
  */
 import { z } from "zod";
-import { inCidr } from "./cidr.ts";
+import { inCidr, isIpv4, isIpv4Cidr } from "../core/cidr.ts";
 
-const OCTET = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
-const IPV4 = new RegExp(`^${OCTET}(\\.${OCTET}){3}$`);
 const DOMAIN = /^(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 
-export function isIpv4(s: string): boolean {
-  return IPV4.test(s);
-}
-/** `a.b.c.d` or `a.b.c.d/n` (0..32). */
-export function isIpv4Cidr(s: string): boolean {
-  const [ip, bits, extra] = s.split("/");
-  if (extra !== undefined || !ip || !isIpv4(ip)) return false;
-  if (bits === undefined) return true;
-  return /^\d{1,2}$/.test(bits) && Number(bits) <= 32;
-}
 /** `example.com` or `*.example.com` (lowercase; no trailing dot). */
 export function isDomainPattern(s: string): boolean {
   return s.length <= 253 && !isIpv4(s) && DOMAIN.test(s) && s.includes(".");

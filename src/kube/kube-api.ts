@@ -3,10 +3,14 @@
  * and one `watch` primitive. Both the control plane (KubernetesSubstrate) and the node
  * agent (src/node/kubelet) go through `KubeApi`, so tests can record every call (e.g.
  * prove each event read is a watch from resource version "0").
+ *
+ * src/kube/ (client, names, object shapes) sits below both sides rather than in
+ * substrate/kubernetes or node/kubelet: it is an adapter to one external API, like blob/,
+ * and neither side owns it. It imports only core/.
  */
 import * as k8s from "@kubernetes/client-node";
 import { Agent, fetch as undiciFetch } from "undici";
-import { SpaceError, errorCodes, type ErrorCode } from "../../core/errors.ts";
+import { SpaceError, errorCodes, type ErrorCode } from "../core/errors.ts";
 
 export type WatchEventType = "ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK" | "ERROR";
 export interface WatchEvent<T = unknown> {
