@@ -9,7 +9,7 @@ import { ENVD_PORT } from "../../node/api/contract.ts";
 import { Signal } from "../../gen/process/process_pb.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
-import { finishedCommandStates, getCommand } from "../../store/commands.ts";
+import { cancelQueuedCommand, finishedCommandStates, getCommand } from "../../store/commands.ts";
 import { COMMAND_OUTPUT_CHANNEL } from "./command-run.ts";
 import { fromConnectError, processClient } from "./envd-client.ts";
 import { CommandCancelRequest, readRequest } from "./requests.ts";
@@ -24,14 +24,10 @@ export function commandCancel(deps: HandlerDeps): OperationHandler {
     if (cmd.pid === null) {
       // Only a command that has not started is marked here (the store's finishCommand
       // would also end a running one without signalling it).
-      const n = await db.execute(
-        `UPDATE commands SET state = 'killed', error = 'cancelled before it started', ended_at = now()
-          WHERE id = $1 AND state = 'queued' AND pid IS NULL`,
-        [cmd.id],
-      );
+      const cancelled = await cancelQueuedCommand(db, cmd.id);
       await db.notify(COMMAND_OUTPUT_CHANNEL, cmd.id).catch(() => {});
       const row = await getCommand(db, cmd.id);
-      if (n === 1 || row.pid === null || finishedCommandStates.includes(row.state)) return { command_id: cmd.id, state: row.state, exit_code: row.exitCode };
+      if (cancelled || row.pid === null || finishedCommandStates.includes(row.state)) return { command_id: cmd.id, state: row.state, exit_code: row.exitCode };
       cmd.pid = row.pid; // it started meanwhile: signal it below
     }
     const pid = cmd.pid;

@@ -10,6 +10,7 @@ import type { CreateInput } from "../../api/sandboxes/service.ts";
 import { toSandbox } from "../../api/native/present.ts";
 import type { CreateSandboxBody } from "../../api/native/schemas.ts";
 import { compileNative } from "../../api/network/policy.ts";
+import { retargetOperation } from "../../store/operations.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
 import { SandboxCreateRequest, parseTarget, readRequest, sandboxTarget } from "./requests.ts";
@@ -72,7 +73,7 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
     try {
       const rec = await svc.create(tenantId, input, signal);
       if (rec.id !== chosen) {
-        await deps.db.execute(`UPDATE operations SET target_id = $2 WHERE id = $1`, [op.id, sandboxTarget(rec.id)]);
+        await retargetOperation(deps.db, op.id, sandboxTarget(rec.id));
       }
       return toSandbox(rec);
     } catch (e: unknown) {
