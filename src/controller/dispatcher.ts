@@ -18,8 +18,9 @@ import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import type { SandboxService } from "../api/sandboxes/service.ts";
-import type { HandlerMap } from "./operations/handler.ts";
-import { createOperationHandlers } from "./operations/index.ts";
+import type { HandlerMap } from "../operations/handler.ts";
+import { isOperationKind, operationKindTable } from "../operations/operation-kind.ts";
+import { createOperationHandlers } from "../operations/operation-handlers.ts";
 import {
   OPERATIONS_CHANNEL,
   claimOperationsUnsynced,
@@ -150,10 +151,10 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
         } catch (e: unknown) {
           // A dependency that is down (node restarting, no ready node yet) is waited out
           // with backoff instead of failing the operation; handlers are safe to re-run.
-          // Commands are excluded: their handler reattaches by itself.
+          // Kinds whose handler reattaches by itself (commands) are excluded.
           const err = SpaceError.from(e);
           const delayMs = Math.min(250 * 2 ** (attempt - 1), 5000);
-          if (abort.signal.aborted || err.code !== "unavailable" || op.kind.startsWith("command.") || Date.now() + delayMs > retryUntil) throw e;
+          if (abort.signal.aborted || err.code !== "unavailable" || !policyOf(op.kind).retriesUnavailable || Date.now() + delayMs > retryUntil) throw e;
           opLog.warn({ attempt, msg: err.message, delayMs }, "operation hit an unavailable dependency; retrying");
           await new Promise((r) => setTimeout(r, delayMs));
           if (abort.signal.aborted) throw abort.signal.reason;
@@ -191,7 +192,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
 
   function schedule(op: OperationRow): void {
     inFlight.set(op.id, { op, abort: new AbortController() });
-    const key = op.kind.startsWith("sandbox.") && op.targetId ? op.targetId : undefined;
+    const key = policyOf(op.kind).serialised && op.targetId ? op.targetId : undefined;
     if (!key) {
       void run(op);
       return;
@@ -259,6 +260,11 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       log.info({ workerId, handedBack: held.length }, "operation dispatcher stopped");
     },
   };
+}
+
+/** How the dispatcher runs a kind (operation-kind.ts); a kind outside the table (tests) runs alone and is retried. */
+function policyOf(kind: string): { serialised: boolean; retriesUnavailable: boolean } {
+  return isOperationKind(kind) ? operationKindTable[kind] : { serialised: false, retriesUnavailable: true };
 }
 
 function deadlineError(op: OperationRow): SpaceError {

@@ -8,6 +8,7 @@ import type { TenantId } from "../../core/ids.ts";
 import type { Queryable } from "../../store/db.ts";
 import { enqueueOperation, findReplay, type Operation as OperationRow } from "../../store/operations.ts";
 import { requireScope, requireTenant, type Principal, type Scope } from "../auth.ts";
+import type { OperationKind } from "../../operations/operation-kind.ts";
 import type { NativeDeps } from "./deps.ts";
 import { toOperation } from "./present.ts";
 
@@ -63,7 +64,7 @@ export function sendOperation(reply: FastifyReply, op: OperationRow, replayed: b
 
 export interface Mutation {
   tenantId: TenantId;
-  kind: string;
+  kind: OperationKind;
   target: string;
   /** What idempotency compares: the caller's intent only (no server-chosen ids). */
   request: unknown;
