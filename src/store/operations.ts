@@ -138,10 +138,11 @@ export async function findReplay<Req = unknown>(
   q: Queryable,
   r: { tenantId: TenantId | null; idempotencyKey: string; kind: string; request: unknown },
 ): Promise<Operation<Req> | undefined> {
-  const existing = await q.maybeOne<Operation<Req>>(
-    `SELECT ${COLS} FROM operations WHERE tenant_id IS NOT DISTINCT FROM $1 AND idempotency_key = $2`,
-    [r.tenantId, r.idempotencyKey],
-  );
+  // `=` (not IS NOT DISTINCT FROM) so the lookup uses the (tenant_id, idempotency_key) index.
+  const existing =
+    r.tenantId === null
+      ? await q.maybeOne<Operation<Req>>(`SELECT ${COLS} FROM operations WHERE tenant_id IS NULL AND idempotency_key = $1`, [r.idempotencyKey])
+      : await q.maybeOne<Operation<Req>>(`SELECT ${COLS} FROM operations WHERE tenant_id = $1 AND idempotency_key = $2`, [r.tenantId, r.idempotencyKey]);
   if (existing && (existing.kind !== r.kind || existing.requestHash !== requestHash(r.request))) {
     throw idempotencyConflict({ idempotencyKey: r.idempotencyKey, operationId: existing.id, kind: existing.kind });
   }
