@@ -6,7 +6,8 @@
  * `NOTIFY space_operations`, so pickup does not wait for a tick.
  *
  * Handlers run concurrently (a slow create never blocks later work); operations on one
- * sandbox's lifecycle (`sandbox.*` with the same target) run one after another in this
+ * sandbox's lifecycle (kinds the table in src/operations/operation-kind.ts marks
+ * `serialised`: `sandbox.*`, with the same target) run one after another in this
  * replica so pause/resume/delete do not interleave on the node. Several replicas never
  * run one operation twice: claims are row-locked, and heartbeat/finish are fenced by
  * (claimer, claim count).
