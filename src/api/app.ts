@@ -5,7 +5,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { Counter, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
-import type { Db } from "../store/db.ts";
+import { ping, type Db } from "../store/db.ts";
 import { installErrorHandler } from "./errors.ts";
 
 export interface ApiAppDeps {
@@ -52,7 +52,7 @@ export async function createApiApp(deps: ApiAppDeps): Promise<FastifyInstance> {
   app.get("/health", async () => ({ status: "ok" }));
   app.get("/ready", async (_req, reply) => {
     try {
-      await deps.db.query("SELECT 1");
+      await ping(deps.db);
       for (const check of deps.readiness ?? []) await check();
       return { status: "ready" };
     } catch (e) {

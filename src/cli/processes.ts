@@ -19,7 +19,7 @@ import { createApiApp } from "../api/app.ts";
 import { registerAdminRoutes } from "../api/admin/routes.ts";
 import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { evacuateNode } from "../api/admin/evacuate.ts";
-import { warmPoolSurface } from "../api/admin/warm-pools.ts";
+import { registerWarmPoolAdminRoutes } from "../api/admin/warm-pools.ts";
 import { authenticateBearer, bearerOf } from "../api/auth.ts";
 import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts";
 import { registerEcwRoutes } from "../api/ecw/routes.ts";
@@ -28,6 +28,7 @@ import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
 import { registerEcwTemplateRoutes } from "../api/ecw/templates.ts";
 import { BuildCoordinator } from "../controller/builds.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
+import { installWarmPools, warmPoolDefaults } from "../controller/warm-pools/index.ts";
 import { parseSelector } from "../core/selector.ts";
 
 /** What every control-plane component shares inside one process. */
@@ -128,6 +129,8 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
   const { config, db, log, layer } = cp;
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
   const builds = new BuildCoordinator({ db, blobs: cp.blobs, internalToken: cp.internalToken, log });
+  // Every process that serves creates adopts warm members (the leader's reconciler makes them).
+  installWarmPools(cp);
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
     (a) =>
@@ -139,7 +142,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
         evacuate: (nodeId, signal) => evacuateNode({ db, sandboxes: layer.sandboxes, log }, nodeId, signal),
         labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
       }),
-    warmPoolSurface(cp),
+    (a) => registerWarmPoolAdminRoutes(a, { db, adminToken: cp.adminToken, defaults: warmPoolDefaults(config) }),
     (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
     (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys: layer.apiKeys, log, snapshots: layer.sandboxes }),
     (a) =>

@@ -13,6 +13,7 @@ import { Counter, Gauge, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import { listNodes } from "../store/nodes.ts";
+import { listPlacements } from "../store/sandboxes.ts";
 import type { EnvironmentBinding, GateMode, GatePlacement } from "../substrate/placement.ts";
 import type { GateObservation, NodeDirectory } from "../substrate/direct/direct-substrate.ts";
 
@@ -109,9 +110,7 @@ export function startCensus(deps: CensusDeps): { stop(): Promise<void>; tick(): 
   const tick = async (): Promise<CensusCounts | null> => {
     if (deps.gate === "off") return null;
     try {
-      const rows = await deps.db.query<{ state: string; nodeId: string | null; templateId: string | null }>(
-        `SELECT state, node_id AS "nodeId", template_id AS "templateId" FROM sandboxes WHERE state IN ('running', 'creating')`,
-      );
+      const rows = await listPlacements(deps.db);
       const bindings = new Map<string, EnvironmentBinding>();
       for (const t of new Set(rows.map((r) => r.templateId ?? ""))) bindings.set(t, t ? await deps.binding(t) : { kind: "none" });
       const nodes = deps.nodes ? await deps.nodes.list(AbortSignal.timeout(10_000)) : await listNodes(deps.db);

@@ -6,7 +6,8 @@
  * `NOTIFY space_operations`, so pickup does not wait for a tick.
  *
  * Handlers run concurrently (a slow create never blocks later work); operations on one
- * sandbox's lifecycle (`sandbox.*` with the same target) run one after another in this
+ * sandbox's lifecycle (kinds the table in src/operations/operation-kind.ts marks
+ * `serialised`: `sandbox.*`, with the same target) run one after another in this
  * replica so pause/resume/delete do not interleave on the node. Several replicas never
  * run one operation twice: claims are row-locked, and heartbeat/finish are fenced by
  * (claimer, claim count).
@@ -18,15 +19,17 @@ import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import type { SandboxService } from "../api/sandboxes/service.ts";
-import type { HandlerMap } from "./operations/handler.ts";
-import { createOperationHandlers } from "./operations/index.ts";
+import type { HandlerMap } from "../operations/handler.ts";
+import { isOperationKind, operationKindTable } from "../operations/operation-kind.ts";
+import { createOperationHandlers } from "../operations/operation-handlers.ts";
 import {
   OPERATIONS_CHANNEL,
-  claimOperations,
+  claimOperationsUnsynced,
   completeOperation,
   expireOperations,
   failOperation,
   heartbeatOperations,
+  releaseOperations,
   type Operation as OperationRow,
 } from "../store/operations.ts";
 
@@ -149,10 +152,10 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
         } catch (e: unknown) {
           // A dependency that is down (node restarting, no ready node yet) is waited out
           // with backoff instead of failing the operation; handlers are safe to re-run.
-          // Commands are excluded: their handler reattaches by itself.
+          // Kinds whose handler reattaches by itself (commands) are excluded.
           const err = SpaceError.from(e);
           const delayMs = Math.min(250 * 2 ** (attempt - 1), 5000);
-          if (abort.signal.aborted || err.code !== "unavailable" || op.kind.startsWith("command.") || Date.now() + delayMs > retryUntil) throw e;
+          if (abort.signal.aborted || err.code !== "unavailable" || !policyOf(op.kind).retriesUnavailable || Date.now() + delayMs > retryUntil) throw e;
           opLog.warn({ attempt, msg: err.message, delayMs }, "operation hit an unavailable dependency; retrying");
           await new Promise((r) => setTimeout(r, delayMs));
           if (abort.signal.aborted) throw abort.signal.reason;
@@ -190,7 +193,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
 
   function schedule(op: OperationRow): void {
     inFlight.set(op.id, { op, abort: new AbortController() });
-    const key = op.kind.startsWith("sandbox.") && op.targetId ? op.targetId : undefined;
+    const key = policyOf(op.kind).serialised && op.targetId ? op.targetId : undefined;
     if (!key) {
       void run(op);
       return;
@@ -203,18 +206,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
     });
   }
 
-  /**
-   * On Postgres the claim commits without waiting for its WAL flush: a claim lost in a
-   * crash leaves the row queued (or stale-claimed), which is re-claimed and re-run safely
-   * (handlers are re-runnable). Saves one fsync (~3 ms here) on every pickup.
-   */
-  const claim = (limit: number) =>
-    db.engine === "postgres"
-      ? db.transaction(async (tx) => {
-          await tx.execute("SET LOCAL synchronous_commit = off");
-          return claimOperations(tx, { claimer: workerId, limit, staleMs });
-        })
-      : claimOperations(db, { claimer: workerId, limit, staleMs });
+  const claim = (limit: number) => claimOperationsUnsynced(db, { claimer: workerId, limit, staleMs });
 
   const loop = (async () => {
     while (!stopped) {
@@ -261,18 +253,19 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       for (const f of held) f.abort.abort(new SpaceError("canceled", STOP_REASON));
       // Hand the interrupted operations back so the next dispatcher starts them at once
       // instead of after the staleness window (handlers are safe to re-run).
-      if (held.length) {
-        await db
-          .execute(
-            `UPDATE operations SET state = 'queued', claimed_by = NULL, heartbeat_at = NULL
-              WHERE claimed_by = $1 AND state = 'claimed' AND id = ANY($2::text[])`,
-            [workerId, held.map((f) => f.op.id)],
-          )
-          .catch((e: unknown) => log.warn({ err: e }, "could not hand back interrupted operations"));
-      }
+      await releaseOperations(
+        db,
+        workerId,
+        held.map((f) => f.op.id),
+      ).catch((e: unknown) => log.warn({ err: e }, "could not hand back interrupted operations"));
       log.info({ workerId, handedBack: held.length }, "operation dispatcher stopped");
     },
   };
+}
+
+/** How the dispatcher runs a kind (operation-kind.ts); a kind outside the table (tests) runs alone and is retried. */
+function policyOf(kind: string): { serialised: boolean; retriesUnavailable: boolean } {
+  return isOperationKind(kind) ? operationKindTable[kind] : { serialised: false, retriesUnavailable: true };
 }
 
 function deadlineError(op: OperationRow): SpaceError {

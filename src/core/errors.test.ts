@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { errorCodes, httpStatus, toOperationFailure, SpaceError } from "./errors.ts";
+import { errorCodes, hasDetail, httpStatus, idempotencyConflict, toOperationFailure, SpaceError } from "./errors.ts";
 
 test("every code maps to an HTTP status and an operation failure", () => {
   for (const code of errorCodes) {
@@ -18,4 +18,13 @@ test("SpaceError.from keeps SpaceErrors and wraps the rest as internal", () => {
   assert.equal(SpaceError.from(e), e);
   assert.equal(SpaceError.from(new Error("boom")).code, "internal");
   assert.equal(SpaceError.from({ code: "invalid_argument", message: "bad" }).code, "invalid_argument");
+});
+
+test("an idempotency conflict is told apart by its detail code, not its message", () => {
+  const e = idempotencyConflict({ operationId: "op_1" });
+  assert.equal(e.code, "aborted");
+  assert.equal(e.retryable, false);
+  assert.ok(hasDetail(e, "idempotency_conflict"));
+  assert.ok(!hasDetail(new SpaceError("aborted", "idempotency_conflict"), "idempotency_conflict"));
+  assert.ok(!hasDetail(new Error("idempotency_conflict"), "idempotency_conflict"));
 });

@@ -33,21 +33,34 @@ export const errorCodes = [
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
+/**
+ * Finer codes under a taxonomy code, for the few refusals a caller must tell apart from
+ * others of the same code: a closed list, so callers match a detail, never a message.
+ */
+export const errorDetails = [
+  /** An idempotency key was used before with a different request (code `aborted`). */
+  "idempotency_conflict",
+] as const;
+export type ErrorDetail = (typeof errorDetails)[number];
+
 export class SpaceError extends Error {
   readonly code: ErrorCode;
   readonly retryable: boolean;
+  /** Which refusal under `code` this is, when a caller must tell it apart (see errorDetails). */
+  readonly detail: ErrorDetail | undefined;
   /** Extra, safe-to-show fields (e.g. `{ field: "vcpu" }`). */
   readonly details: Record<string, unknown> | undefined;
 
   constructor(
     code: ErrorCode,
     message: string,
-    opts: { cause?: unknown; retryable?: boolean; details?: Record<string, unknown> } = {},
+    opts: { cause?: unknown; retryable?: boolean; detail?: ErrorDetail; details?: Record<string, unknown> } = {},
   ) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = "SpaceError";
     this.code = code;
     this.retryable = opts.retryable ?? (code === "unavailable" || code === "aborted");
+    this.detail = opts.detail;
     this.details = opts.details;
   }
 
@@ -77,6 +90,12 @@ export const conflict = (message: string) => new SpaceError("failed_precondition
 export const unavailable = (message: string, cause?: unknown) => new SpaceError("unavailable", message, { cause });
 export const unimplemented = (message: string) => new SpaceError("unimplemented", message);
 export const internal = (message: string, cause?: unknown) => new SpaceError("internal", message, { cause });
+/** The idempotency key was used before with a different request (the existing row named in `details`). */
+export const idempotencyConflict = (details: Record<string, unknown>) =>
+  new SpaceError("aborted", "idempotency_conflict", { retryable: false, detail: "idempotency_conflict", details });
+
+/** `e` is a SpaceError carrying `detail`. */
+export const hasDetail = (e: unknown, detail: ErrorDetail): e is SpaceError => e instanceof SpaceError && e.detail === detail;
 
 /** code → HTTP status, the one table every HTTP edge uses. */
 export const httpStatus: Record<ErrorCode, number> = {

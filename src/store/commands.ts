@@ -3,7 +3,7 @@
  * Output is stored as append-only chunks `(command_id, seq)` with each chunk's byte offset
  * in the combined output, so readers page with `afterSeq` and reattach after a restart.
  */
-import { SpaceError } from "../core/errors.ts";
+import { SpaceError, idempotencyConflict } from "../core/errors.ts";
 import { randomId, type TenantId } from "../core/ids.ts";
 import type { Db, Queryable } from "./db.ts";
 import { columns, isUniqueViolation, json } from "./sql.ts";
@@ -80,7 +80,7 @@ export async function createCommand(
   if (row) return { command: row, replayed: false };
   const existing = await q.one<Command>(`SELECT ${COLS} FROM commands WHERE sandbox_id = $1 AND idempotency_key = $2`, [input.sandboxId, key], "command");
   if (canonicalJson(existing.cmd) !== canonicalJson(input.cmd)) {
-    throw new SpaceError("aborted", "idempotency_conflict", { retryable: false, details: { reason: "idempotency_conflict", commandId: existing.id } });
+    throw idempotencyConflict({ commandId: existing.id });
   }
   return { command: existing, replayed: true };
 }
@@ -165,4 +165,17 @@ export async function readCommandOutput(
     chunks.push({ ...r, data: new Uint8Array(r.data.buffer, r.data.byteOffset, r.data.byteLength) });
   }
   return { chunks, nextSeq: chunks.length ? chunks[chunks.length - 1]!.seq : after };
+}
+
+/**
+ * Ends a command that has not started (queued, no pid) as killed; returns whether it did.
+ * A command already running is left alone: it must be signalled, not marked.
+ */
+export async function cancelQueuedCommand(q: Queryable, id: string): Promise<boolean> {
+  const n = await q.execute(
+    `UPDATE commands SET state = 'killed', error = 'cancelled before it started', ended_at = now()
+      WHERE id = $1 AND state = 'queued' AND pid IS NULL`,
+    [id],
+  );
+  return n === 1;
 }

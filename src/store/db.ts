@@ -55,6 +55,11 @@ export async function notify(q: Queryable, channel: string, payload: string): Pr
   await q.query("SELECT pg_notify($1, $2)", [channel, payload]);
 }
 
+/** One round trip to the database (readiness): throws when it cannot answer. */
+export async function ping(q: Queryable): Promise<void> {
+  await q.query("SELECT 1");
+}
+
 const CHANNEL_RE = /^[a-z_][a-z0-9_]{0,62}$/;
 function checkChannel(channel: string): string {
   if (!CHANNEL_RE.test(channel)) throw new SpaceError("invalid_argument", `channel name ${JSON.stringify(channel)} must match ${CHANNEL_RE}`);

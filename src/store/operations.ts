@@ -3,7 +3,7 @@
  *
  * - Idempotency: (tenant, idempotency key) is unique. The same key with the same request
  *   (sha256 of canonical JSON) returns the existing operation (`replayed: true`, also after
- *   it completed); with another request it is `aborted` / `idempotency_conflict`. Concurrent
+ *   it completed); with another request it is `aborted` with detail `idempotency_conflict`. Concurrent
  *   duplicates converge through the unique index + `ON CONFLICT DO NOTHING`.
  * - Enqueue sends `NOTIFY space_operations` (payload: id) so a dispatcher wakes at once;
  *   completion sends `NOTIFY space_operation_done`.
@@ -12,7 +12,7 @@
  * - Complete/fail are fenced by the claimer: a worker that lost its claim cannot finish it.
  */
 import { createHash } from "node:crypto";
-import { SpaceError, type OperationFailureCode } from "../core/errors.ts";
+import { SpaceError, idempotencyConflict, type OperationFailureCode } from "../core/errors.ts";
 import { newOperationId, type OperationId, type TenantId } from "../core/ids.ts";
 import { notify, type Db, type Queryable } from "./db.ts";
 import { columns, decodeCursor, encodeCursor, isUniqueViolation, json, pageLimit } from "./sql.ts";
@@ -123,18 +123,48 @@ export async function enqueueOperation<Req = unknown>(
     return { operation: inserted, replayed: false };
   }
   // Conflict on (tenant, key): the row is committed (ON CONFLICT waited for its inserter).
-  const existing = await q.maybeOne<Operation<Req>>(
-    `SELECT ${COLS} FROM operations WHERE tenant_id IS NOT DISTINCT FROM $1 AND idempotency_key = $2`,
-    [input.tenantId, key],
-  );
+  const existing = await findReplay<Req>(q, { tenantId: input.tenantId, idempotencyKey: key!, kind: input.kind, request: input.request });
   if (!existing) throw new SpaceError("aborted", `operation with idempotency key ${JSON.stringify(key)} vanished; retry`);
-  if (existing.requestHash !== hash || existing.kind !== input.kind) {
-    throw new SpaceError("aborted", "idempotency_conflict", {
-      retryable: false,
-      details: { reason: "idempotency_conflict", idempotencyKey: key, operationId: existing.id },
-    });
-  }
   return { operation: existing, replayed: true };
+}
+
+/**
+ * The operation recorded under the tenant's idempotency key, which a request with that key
+ * replays; undefined when the key is new. The one idempotency check: the key used before
+ * with another kind or request is an idempotency conflict (detail `idempotency_conflict`,
+ * `details.operationId` and `details.kind` name the existing operation).
+ */
+export async function findReplay<Req = unknown>(
+  q: Queryable,
+  r: { tenantId: TenantId | null; idempotencyKey: string; kind: string; request: unknown },
+): Promise<Operation<Req> | undefined> {
+  // `=` (not IS NOT DISTINCT FROM) so the lookup uses the (tenant_id, idempotency_key) index.
+  const existing =
+    r.tenantId === null
+      ? await q.maybeOne<Operation<Req>>(`SELECT ${COLS} FROM operations WHERE tenant_id IS NULL AND idempotency_key = $1`, [r.idempotencyKey])
+      : await q.maybeOne<Operation<Req>>(`SELECT ${COLS} FROM operations WHERE tenant_id = $1 AND idempotency_key = $2`, [r.tenantId, r.idempotencyKey]);
+  if (existing && (existing.kind !== r.kind || existing.requestHash !== requestHash(r.request))) {
+    throw idempotencyConflict({ idempotencyKey: r.idempotencyKey, operationId: existing.id, kind: existing.kind });
+  }
+  return existing;
+}
+
+/**
+ * Hands claimed operations back to the queue (a stopping dispatcher), so the next claimer
+ * starts them at once instead of after the staleness window.
+ */
+export async function releaseOperations(q: Queryable, claimer: string, ids: readonly string[]): Promise<void> {
+  if (ids.length === 0) return;
+  await q.execute(
+    `UPDATE operations SET state = 'queued', claimed_by = NULL, heartbeat_at = NULL
+      WHERE claimed_by = $1 AND state = 'claimed' AND id = ANY($2::text[])`,
+    [claimer, [...ids]],
+  );
+}
+
+/** Points the operation at another target (a create whose sandbox got a new id on a re-run). */
+export async function retargetOperation(q: Queryable, id: string, targetId: string): Promise<void> {
+  await q.execute(`UPDATE operations SET target_id = $2 WHERE id = $1`, [id, targetId]);
 }
 
 /** The operation (of `tenantId` when given), or not_found. */
@@ -204,6 +234,19 @@ export interface ClaimInput {
   staleMs: number;
   /** Only these kinds (default: all). */
   kinds?: readonly string[];
+}
+
+/**
+ * claimOperations on the pool, committed on Postgres without waiting for its WAL flush: a
+ * claim lost in a crash leaves the row queued (or stale-claimed), which is re-claimed and
+ * re-run safely (handlers are re-runnable). Saves one fsync (~3 ms) on every pickup.
+ */
+export async function claimOperationsUnsynced(db: Db, c: ClaimInput): Promise<Operation[]> {
+  if (db.engine !== "postgres") return claimOperations(db, c);
+  return db.transaction(async (tx) => {
+    await tx.execute("SET LOCAL synchronous_commit = off");
+    return claimOperations(tx, c);
+  });
 }
 
 /** Claims up to `limit` operations, oldest first; concurrent claimers never share a row. */

@@ -366,6 +366,11 @@ export async function listExpiredSandboxes(q: Queryable, limit = 100): Promise<S
   );
 }
 
+/** Running and creating sandboxes with their node and template (the environment placement census). */
+export async function listPlacements(q: Queryable): Promise<Array<{ state: SandboxState; nodeId: string | null; templateId: string | null }>> {
+  return q.query(`SELECT state, node_id AS "nodeId", template_id AS "templateId" FROM sandboxes WHERE state IN ('running', 'creating')`);
+}
+
 /** Sandboxes on a node (default: those holding it). */
 export async function listSandboxesOnNode(q: Queryable, nodeId: NodeId, states: readonly SandboxState[] = residentStates): Promise<Sandbox[]> {
   return q.query<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE node_id = $1 AND state = ANY($2::text[]) ORDER BY seq`, [nodeId, [...states]]);

@@ -102,6 +102,23 @@ export async function listTemplates(q: Queryable, tenantId: TenantId): Promise<T
   );
 }
 
+/** The tenant's own template by id or name (the id wins), or undefined. */
+export async function findOwnTemplate(q: Queryable, tenantId: TenantId, idOrName: string): Promise<Template | undefined> {
+  return q.maybeOne<Template>(
+    `SELECT ${TCOLS} FROM templates
+      WHERE (id = $1 OR name = $1) AND tenant_id = $2 AND deleted_at IS NULL ORDER BY (id = $1) DESC LIMIT 1`,
+    [idOrName, tenantId],
+  );
+}
+
+/** The template named `name`, the tenant's own first (else another's, visible or not), or undefined. */
+export async function findTemplateByName(q: Queryable, name: string, tenantId: TenantId): Promise<Template | undefined> {
+  return q.maybeOne<Template>(
+    `SELECT ${TCOLS} FROM templates WHERE name = $1 AND deleted_at IS NULL ORDER BY (tenant_id = $2) DESC NULLS LAST LIMIT 1`,
+    [name, tenantId],
+  );
+}
+
 export async function updateTemplate(q: Queryable, id: string, tenantId: TenantId | null, patch: { name?: string; public?: boolean }): Promise<Template> {
   const params: unknown[] = [id, tenantId];
   const sets = [...setClause({ ...patch }, { name: { col: "name" }, public: { col: "public" } }, params), "updated_at = now()"];

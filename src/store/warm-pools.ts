@@ -92,8 +92,10 @@ export async function listWarmPools(q: Queryable): Promise<WarmPool[]> {
 }
 
 /** Absent = ok. Its slots are drained by the reconciler (a pool that is gone retires its members). */
-export async function deleteWarmPool(q: Queryable, name: string): Promise<boolean> {
-  return (await q.execute(`DELETE FROM warm_pools WHERE name = $1`, [name])) > 0;
+export async function deleteWarmPool(q: Queryable, name: string, opts: { onlyIfSource?: "config" } = {}): Promise<boolean> {
+  return opts.onlyIfSource
+    ? (await q.execute(`DELETE FROM warm_pools WHERE name = $1 AND source = $2`, [name, opts.onlyIfSource])) > 0
+    : (await q.execute(`DELETE FROM warm_pools WHERE name = $1`, [name])) > 0;
 }
 
 /** What the reconciler resolved: the template and the build members must come from. */

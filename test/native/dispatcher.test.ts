@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { pino } from "pino";
 import { freshDb, testEngines, waitFor, type TestDb } from "../support/db.ts";
 import { startDispatcher, type Dispatcher } from "../../src/controller/dispatcher.ts";
-import type { HandlerMap } from "../../src/controller/operations/handler.ts";
+import type { HandlerMap } from "../../src/operations/handler.ts";
 import { enqueueOperation, getOperation, type Operation } from "../../src/store/operations.ts";
 import { createTenant, type Tenant } from "../../src/store/tenants.ts";
 import { SpaceError } from "../../src/core/errors.ts";

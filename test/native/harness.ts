@@ -19,7 +19,7 @@ import { createSandboxLayer } from "../../src/api/sandboxes/index.ts";
 import type { SandboxService } from "../../src/api/sandboxes/service.ts";
 import { registerNativeRoutes } from "../../src/api/native/routes.ts";
 import { startDispatcher, type Dispatcher } from "../../src/controller/dispatcher.ts";
-import type { HandlerMap } from "../../src/controller/operations/handler.ts";
+import type { HandlerMap } from "../../src/operations/handler.ts";
 import { Process } from "../../src/gen/process/process_pb.ts";
 import { ENDED_PROCESSES_PATH, type EndedProcess } from "../../src/contract/ended-process.ts";
 import type { Engine, Db } from "../../src/store/db.ts";

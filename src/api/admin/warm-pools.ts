@@ -24,26 +24,6 @@ import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import { parseInput as parse } from "../errors.ts";
 import { deleteWarmPool, getWarmPool, idlePolicies, listSlots, listWarmPools, upsertWarmPool, type IdlePolicy, type WarmPool } from "../../store/warm-pools.ts";
 import { getTenant } from "../../store/tenants.ts";
-import type { ControlPlane } from "../../cli/processes.ts";
-import { installWarmPools } from "../../controller/warm-pools/index.ts";
-
-/** The API surface for processes.ts: turns on adoption for this process's creates and serves the admin routes. */
-export function warmPoolSurface(cp: ControlPlane): (app: FastifyInstance) => void {
-  installWarmPools(cp);
-  const c = cp.config;
-  return (app) =>
-    registerWarmPoolAdminRoutes(app, {
-      db: cp.db,
-      adminToken: cp.adminToken,
-      defaults: {
-        vcpu: c.SPACE_DEFAULT_VCPU,
-        memoryMib: c.SPACE_DEFAULT_MEMORY_MIB,
-        diskMib: c.SPACE_DEFAULT_DISK_MIB,
-        idlePolicy: c.SPACE_WARM_POOL_IDLE_POLICY,
-        minFreeMemoryPercent: c.SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT,
-      },
-    });
-}
 
 export interface WarmPoolAdminDeps {
   db: Db;

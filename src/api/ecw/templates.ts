@@ -20,7 +20,19 @@ import type { Logger } from "../../core/log.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { Db } from "../../store/db.ts";
 import type { BlobStore } from "../../blob/blob-store.ts";
-import { deleteRelease, deleteTemplate, listBuilds, listReleases, listTemplates, resolveTemplate, setRelease, type Build, type Template } from "../../store/templates.ts";
+import {
+  deleteRelease,
+  deleteTemplate,
+  findOwnTemplate,
+  findTemplateByName,
+  listBuilds,
+  listReleases,
+  listTemplates,
+  resolveTemplate,
+  setRelease,
+  type Build,
+  type Template,
+} from "../../store/templates.ts";
 import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../controller/builds.ts";
 import type { ApiKeyAuth } from "../sandboxes/model.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
@@ -73,11 +85,7 @@ export async function registerEcwTemplateRoutes(app: FastifyInstance, deps: EcwT
 
     /** A template of the tenant by id or name (own only: mutations). */
     const ownTemplate = async (tenantId: TenantId, idOrName: string): Promise<Template> => {
-      const t = await db.maybeOne<Template>(
-        `SELECT id, tenant_id, name, public, created_at, updated_at, deleted_at FROM templates
-          WHERE (id = $1 OR name = $1) AND tenant_id = $2 AND deleted_at IS NULL ORDER BY (id = $1) DESC LIMIT 1`,
-        [idOrName, tenantId],
-      );
+      const t = await findOwnTemplate(db, tenantId, idOrName);
       if (!t) throw notFound(`template ${idOrName} not found`);
       return t;
     };
@@ -133,10 +141,7 @@ export async function registerEcwTemplateRoutes(app: FastifyInstance, deps: EcwT
     scope.get("/templates/aliases/:alias", async (req, reply) => {
       const { alias } = req.params as { alias: string };
       const tenantId = tenantOf(req);
-      const t = await db.maybeOne<{ id: string; public: boolean; tenantId: string | null }>(
-        `SELECT id, public, tenant_id AS "tenantId" FROM templates WHERE name = $1 AND deleted_at IS NULL ORDER BY (tenant_id = $2) DESC NULLS LAST LIMIT 1`,
-        [alias, tenantId],
-      );
+      const t = await findTemplateByName(db, alias, tenantId);
       if (!t) return sendEcwError(reply, 404, `template alias ${alias} not found`);
       if (t.tenantId !== tenantId && t.tenantId !== null && !t.public) return sendEcwError(reply, 403, `template alias ${alias} belongs to another team`);
       return { templateID: t.id, public: t.public };

@@ -6,7 +6,7 @@
  * own socket (writes wait for the socket to drain), and a reader can reattach anywhere.
  */
 import type { FastifyInstance } from "fastify";
-import { COMMAND_OUTPUT_CHANNEL } from "../../controller/operations/command-run.ts";
+import { COMMAND_OUTPUT_CHANNEL } from "../../operations/command-run.ts";
 import { finishedCommandStates, getCommand, readCommandOutput } from "../../store/commands.ts";
 import type { NativeDeps } from "./deps.ts";
 import { commandOf } from "./commands.ts";

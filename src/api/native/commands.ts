@@ -5,8 +5,8 @@
 import type { FastifyInstance } from "fastify";
 import type { TenantId, SandboxId } from "../../core/ids.ts";
 import { notFound } from "../../core/errors.ts";
-import { commandTarget } from "../../controller/operations/requests.ts";
-import { DEFAULT_COMMAND_TIMEOUT_S } from "../../controller/operations/command-run.ts";
+import { commandTarget } from "../../operations/requests.ts";
+import { DEFAULT_COMMAND_TIMEOUT_S } from "../../operations/command-run.ts";
 import { createCommand, getCommand, newCommandId, type Command as CommandRow } from "../../store/commands.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";

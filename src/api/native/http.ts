@@ -3,11 +3,12 @@
  * 202-with-an-operation answer, and Idempotency-Key handling for every mutation.
  */
 import type { FastifyReply, FastifyRequest } from "fastify";
-import { SpaceError } from "../../core/errors.ts";
+import { SpaceError, hasDetail } from "../../core/errors.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { Queryable } from "../../store/db.ts";
-import { enqueueOperation, getOperation, requestHash, type Operation as OperationRow } from "../../store/operations.ts";
+import { enqueueOperation, findReplay, type Operation as OperationRow } from "../../store/operations.ts";
 import { requireScope, requireTenant, type Principal, type Scope } from "../auth.ts";
+import type { OperationKind } from "../../operations/operation-kind.ts";
 import type { NativeDeps } from "./deps.ts";
 import { toOperation } from "./present.ts";
 
@@ -55,9 +56,6 @@ export function sendIdempotencyConflict(reply: FastifyReply, key: string, existi
   });
 }
 
-const isIdempotencyConflict = (e: unknown) =>
-  e instanceof SpaceError && (e.message === "idempotency_conflict" || e.details?.reason === "idempotency_conflict");
-
 export function sendOperation(reply: FastifyReply, op: OperationRow, replayed: boolean): FastifyReply {
   void reply.header("location", `/v1/operations/${op.id}`);
   if (replayed) void reply.header("idempotent-replayed", "true");
@@ -66,7 +64,7 @@ export function sendOperation(reply: FastifyReply, op: OperationRow, replayed: b
 
 export interface Mutation {
   tenantId: TenantId;
-  kind: string;
+  kind: OperationKind;
   target: string;
   /** What idempotency compares: the caller's intent only (no server-chosen ids). */
   request: unknown;
@@ -92,11 +90,13 @@ export interface Mutation {
 export async function submit(deps: NativeDeps, req: FastifyRequest, reply: FastifyReply, m: Mutation): Promise<FastifyReply> {
   const key = idempotencyKey(req);
   if (key !== null) {
-    const found = await deps.db.maybeOne<{ id: string }>(`SELECT id FROM operations WHERE tenant_id = $1 AND idempotency_key = $2`, [m.tenantId, key]);
-    if (found) {
-      const existing = await getOperation(deps.db, found.id, m.tenantId);
-      if (existing.kind !== m.kind || existing.requestHash !== requestHash(m.request)) return sendIdempotencyConflict(reply, key, existing);
-      return sendOperation(reply, existing, true);
+    try {
+      const existing = await findReplay(deps.db, { tenantId: m.tenantId, idempotencyKey: key, kind: m.kind, request: m.request });
+      if (existing) return sendOperation(reply, existing, true);
+    } catch (e: unknown) {
+      if (!hasDetail(e, "idempotency_conflict")) throw e;
+      const { operationId, kind } = e.details ?? {};
+      return sendIdempotencyConflict(reply, key, { id: String(operationId), kind: String(kind) });
     }
   }
   await m.admit?.();
@@ -123,7 +123,7 @@ export async function submit(deps: NativeDeps, req: FastifyRequest, reply: Fasti
     return sendOperation(reply, operation, replayed);
   } catch (e: unknown) {
     await held?.release();
-    if (key !== null && isIdempotencyConflict(e)) return sendIdempotencyConflict(reply, key);
+    if (key !== null && hasDetail(e, "idempotency_conflict")) return sendIdempotencyConflict(reply, key);
     throw e;
   }
 }

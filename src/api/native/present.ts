@@ -1,31 +1,13 @@
 /**
- * Records → Native wire objects (snake_case, ISO timestamps). One function per noun,
- * used by the routes and by the operation handlers for results.
+ * Records → Native wire objects (snake_case, ISO timestamps). One function per noun the
+ * routes answer with; what operations end with (a sandbox, a command's outcome, a build)
+ * is presented by src/operations/results.ts.
  */
-import type { SandboxRecord } from "../sandboxes/model.ts";
 import type { Operation as OperationRow } from "../../store/operations.ts";
 import type { Command as CommandRow, OutputChunk as OutputRow } from "../../store/commands.ts";
-import type { Command, Operation, OperationKind, Sandbox } from "./schemas.ts";
+import type { Command, Operation, OperationKind } from "./schemas.ts";
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
-
-export function toSandbox(r: SandboxRecord): Sandbox {
-  return {
-    id: r.id,
-    state: r.state,
-    template: r.templateId,
-    alias: r.alias,
-    vcpu: r.vcpu,
-    memory_mib: r.memoryMib,
-    disk_mib: r.diskMib,
-    metadata: r.metadata,
-    node_id: r.nodeId,
-    created_at: r.createdAt.toISOString(),
-    started_at: r.startedAt.toISOString(),
-    end_at: r.endAt.toISOString(),
-    reason: r.reason,
-  };
-}
 
 export function toOperation(o: OperationRow): Operation {
   return {

@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance } from "fastify";
 import { SpaceError } from "../../core/errors.ts";
-import { sandboxTarget } from "../../controller/operations/requests.ts";
+import { sandboxTarget } from "../../operations/requests.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
 import { DEFAULT_CREATE_DEADLINE_MS, exists } from "./sandboxes.ts";

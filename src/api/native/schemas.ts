@@ -6,11 +6,15 @@
 import { z } from "zod";
 import { NativeRule } from "../network/policy.ts";
 import { ObservedDestination } from "../../contract/egress-policy.ts";
+import { operationKinds } from "../../operations/operation-kind.ts";
+import { Metadata } from "../../operations/requests.ts";
+import { Sandbox } from "../../operations/results.ts";
+
+// The bodies that are operation requests are defined with their kinds (src/operations).
+export { CreateSandboxBody, EnvVars, Metadata, NetworkSpec, RunCommandBody } from "../../operations/requests.ts";
+export { Sandbox } from "../../operations/results.ts";
 
 // ---------------------------------------------------------------- shared
-
-export const Metadata = z.record(z.string().max(256), z.string().max(4096)).meta({ description: "string labels, filterable in lists" });
-export const EnvVars = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable name"), z.string());
 
 export const ErrorBody = z
   .object({
@@ -23,20 +27,6 @@ export const ErrorBody = z
 /** Failure codes of a public operation (behaviours.md A). */
 export const OperationFailureCode = z.enum(["invalid_request", "not_found", "conflict", "unavailable", "deadline_exceeded", "internal"]);
 
-export const operationKinds = [
-  "sandbox.create",
-  "sandbox.delete",
-  "sandbox.pause",
-  "sandbox.resume",
-  "sandbox.suspend",
-  "sandbox.restore",
-  "sandbox.stop",
-  "sandbox.start",
-  "sandbox.fork",
-  "command.run",
-  "command.cancel",
-  "template.build",
-] as const;
 export const OperationKind = z.enum(operationKinds);
 export type OperationKind = z.infer<typeof OperationKind>;
 
@@ -66,23 +56,6 @@ export const OperationList = z
 
 // ---------------------------------------------------------------- sandboxes
 
-const positiveInt = (field: string) =>
-  z.number({ message: `${field} must be a number` }).int(`${field} must be an integer`).positive(`${field} must be a positive integer`);
-
-export const NetworkSpec = z
-  .object({
-    allow_internet_access: z.boolean().optional(),
-    allow_out: z.array(z.string()).optional(),
-    deny_out: z.array(z.string()).optional(),
-    allow_public_traffic: z.boolean().optional(),
-    /** Native policy v1: every deny precedes every allow, then `default`. */
-    rules: z.array(NativeRule).max(1000).optional(),
-    default: z.enum(["allow", "deny"]).optional().meta({ description: "verdict when no rule matches (default allow, deny when allow_internet_access is false)" }),
-    mode: z.enum(["enforce", "observe"]).optional().meta({ description: "observe: nothing is blocked, every destination is recorded (GET /v1/sandboxes/{id}/network); default enforce" }),
-  })
-  .strict()
-  .meta({ id: "NetworkSpec" });
-
 export const NetworkObservation = z
   .object({
     mode: z.enum(["enforce", "observe"]),
@@ -94,21 +67,6 @@ export const NetworkObservation = z
   })
   .meta({ id: "NetworkObservation" });
 
-export const CreateSandboxBody = z
-  .object({
-    template: z.string().min(1).max(256).default("base"),
-    vcpu: positiveInt("vcpu").max(256).optional(),
-    memory_mib: positiveInt("memory_mib").min(64, "memory_mib must be at least 64").optional(),
-    disk_mib: positiveInt("disk_mib").min(64, "disk_mib must be at least 64").optional(),
-    env: EnvVars.optional(),
-    metadata: Metadata.optional(),
-    timeout_s: z.number().int().min(1).max(24 * 3600).optional().meta({ description: "seconds until the sandbox is killed (default 300)" }),
-    network: NetworkSpec.optional(),
-  })
-  .strict()
-  .meta({ id: "CreateSandbox" });
-export type CreateSandboxBody = z.infer<typeof CreateSandboxBody>;
-
 /** Lifecycle verbs take an optional empty object (strict: no fields yet). */
 export const EmptyBody = z.object({}).strict().meta({ id: "Empty" });
 
@@ -116,25 +74,6 @@ export const ForkSandboxBody = z
   .object({ metadata: Metadata.optional(), timeout_s: z.number().int().min(1).max(24 * 3600).optional() })
   .strict()
   .meta({ id: "ForkSandbox" });
-
-export const Sandbox = z
-  .object({
-    id: z.string(),
-    state: z.string(),
-    template: z.string(),
-    alias: z.string().nullable(),
-    vcpu: z.number(),
-    memory_mib: z.number(),
-    disk_mib: z.number(),
-    metadata: z.record(z.string(), z.string()),
-    node_id: z.string().nullable(),
-    created_at: z.string(),
-    started_at: z.string(),
-    end_at: z.string(),
-    reason: z.string().nullable(),
-  })
-  .meta({ id: "Sandbox" });
-export type Sandbox = z.infer<typeof Sandbox>;
 
 export const SandboxList = z
   .object({ sandboxes: z.array(Sandbox), next_cursor: z.string().nullable() })
@@ -151,19 +90,6 @@ export const ListSandboxesQuery = z
   .strict();
 
 // ---------------------------------------------------------------- commands
-
-export const RunCommandBody = z
-  .object({
-    cmd: z.string().min(1, "cmd must be a non-empty string").max(4096),
-    args: z.array(z.string().max(128 * 1024)).max(4096).optional(),
-    cwd: z.string().min(1).max(4096).optional(),
-    env: EnvVars.optional(),
-    user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, "user must be a Unix user name").optional(),
-    timeout_s: z.number().int().min(1).max(24 * 3600).optional().meta({ description: "kill the command after this long (default 3600)" }),
-  })
-  .strict()
-  .meta({ id: "RunCommand" });
-export type RunCommandBody = z.infer<typeof RunCommandBody>;
 
 export const CommandState = z.enum(["queued", "running", "exited", "failed", "killed"]);
 

@@ -15,8 +15,10 @@ import { z } from "zod";
 import { invalid, notFound, SpaceError } from "../../core/errors.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { Queryable } from "../../store/db.ts";
-import { getBuild, listBuilds, listReleases, listTemplates, newBuildId, type Build, type Release, type Template } from "../../store/templates.ts";
-import { BuildCoordinator, buildTarget, type TemplateBuildStart } from "../../controller/builds.ts";
+import { getBuild, listBuilds, listReleases, listTemplates, newBuildId, type Release, type Template } from "../../store/templates.ts";
+import { BuildCoordinator, type TemplateBuildStart } from "../../controller/builds.ts";
+import { BuildTemplateBody, buildTarget } from "../../operations/requests.ts";
+import { toNativeBuild } from "../../operations/results.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
 
@@ -25,23 +27,6 @@ const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 const TemplateParams = z.object({ id: z.string().min(1).max(200) });
 const BuildParams = z.object({ name: z.string().min(1).max(200) });
 const BuildGetParams = z.object({ id: z.string().min(1).max(200), build_id: z.string().min(1).max(100) });
-
-/** A build request: a source, Dockerfile-like steps (COPY needs the ECW files upload), start/ready commands. */
-export const BuildTemplateBody = z
-  .object({
-    from_template: z.string().min(1).optional(),
-    from_image: z.string().min(1).optional().meta({ description: "oci-archive:<path>, oci:<dir>[:tag] or docker-archive:<path> on the building node" }),
-    steps: z.array(z.object({ type: z.enum(["RUN", "ENV", "WORKDIR", "USER"]), args: z.array(z.string()).min(1) }).strict()).max(500).default([]),
-    start_cmd: z.string().min(1).optional(),
-    ready_cmd: z.string().min(1).optional(),
-    capture_after_ready: z.boolean().default(false).meta({ description: "checkpoint the template once start_cmd is ready; sandboxes restore from it" }),
-    force: z.boolean().default(false),
-    tags: z.array(z.string()).max(20).default([]),
-    vcpu: z.number().int().min(1).max(64).optional(),
-    memory_mib: z.number().int().min(128).max(262_144).optional(),
-  })
-  .strict();
-export type BuildTemplateBody = z.infer<typeof BuildTemplateBody>;
 
 const BUILD_DEADLINE_MS = 2 * 60 * 60_000;
 
@@ -56,24 +41,6 @@ function toBuildStart(b: BuildTemplateBody): TemplateBuildStart {
     ...(b.ready_cmd ? { readyCmd: b.ready_cmd } : {}),
     ...(b.capture_after_ready ? { captureAfterReady: true } : {}),
     force: b.force,
-  };
-}
-
-/** A build on the Native wire. */
-export function toNativeBuild(b: Build) {
-  return {
-    id: b.id,
-    status: b.status,
-    vcpu: b.vcpu,
-    memory_mib: b.memoryMib,
-    disk_mib: b.diskMib,
-    rootfs_size_mib: b.rootfsSizeMib,
-    environment: b.environment,
-    digest: b.digest,
-    error: b.error,
-    created_at: iso(b.createdAt),
-    started_at: iso(b.startedAt),
-    finished_at: iso(b.finishedAt),
   };
 }
 

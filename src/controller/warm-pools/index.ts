@@ -1,9 +1,16 @@
 /**
  * Warm pools (issue 10): wiring for a control-plane process. `installWarmPools` turns on
  * adoption in the shared SandboxService (every process that serves creates);
- * `warmPoolLoop` is the leader's reconciler (src/cli/controller.ts).
+ * `warmPoolLoop` is the leader's reconciler (src/cli/controller.ts). Both take a
+ * `WarmPoolHost`, which the cli's ControlPlane is.
  */
-import type { ControlPlane } from "../../cli/processes.ts";
+import type { Registry } from "prom-client";
+import type { Config } from "../../core/config.ts";
+import type { Logger } from "../../core/log.ts";
+import type { Db } from "../../store/db.ts";
+import type { SandboxService } from "../../api/sandboxes/service.ts";
+import type { SandboxLayer } from "../../api/sandboxes/index.ts";
+import type { IdlePolicy } from "../../store/warm-pools.ts";
 import { NodeApiPersonaliser, WarmPoolAdoption } from "./adoption.ts";
 import { parseWarmPoolsConfig } from "./config.ts";
 import { warmPoolMetrics } from "./metrics.ts";
@@ -15,11 +22,44 @@ export { createWarmPoolReconciler, startWarmPoolReconciler } from "./reconciler.
 export { parseWarmPoolsConfig } from "./config.ts";
 export { warmPoolMetrics } from "./metrics.ts";
 
-const adoptions = new WeakMap<ControlPlane, WarmPoolAdoption>();
+type WarmPoolConfig = Pick<
+  Config,
+  | "SPACE_DEFAULT_VCPU"
+  | "SPACE_DEFAULT_MEMORY_MIB"
+  | "SPACE_DEFAULT_DISK_MIB"
+  | "SPACE_WARM_POOL_IDLE_POLICY"
+  | "SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT"
+  | "SPACE_ENVIRONMENT_PLACEMENT_GATE"
+  | "SPACE_WARM_POOLS"
+  | "SPACE_NODE_HEARTBEAT_MS"
+>;
 
-/** Adoption for this process's sandbox service (idempotent per control plane). */
-export function installWarmPools(cp: ControlPlane): WarmPoolAdoption {
-  const existing = adoptions.get(cp);
+/** What warm pools need from the process that runs them. */
+export interface WarmPoolHost {
+  config: WarmPoolConfig;
+  log: Logger;
+  metrics: Registry;
+  db: Db;
+  internalToken: string;
+  layer: Pick<SandboxLayer, "sandboxes" | "templates" | "nodes">;
+}
+
+/** The shape a pool gets for what its spec leaves out: a create asking for none, and the configured idle policy. */
+export function warmPoolDefaults(c: WarmPoolConfig): { vcpu: number; memoryMib: number; diskMib: number; idlePolicy: IdlePolicy; minFreeMemoryPercent: number } {
+  return {
+    vcpu: c.SPACE_DEFAULT_VCPU,
+    memoryMib: c.SPACE_DEFAULT_MEMORY_MIB,
+    diskMib: c.SPACE_DEFAULT_DISK_MIB,
+    idlePolicy: c.SPACE_WARM_POOL_IDLE_POLICY,
+    minFreeMemoryPercent: c.SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT,
+  };
+}
+
+const adoptions = new WeakMap<SandboxService, WarmPoolAdoption>();
+
+/** Adoption for this process's sandbox service (idempotent per service). */
+export function installWarmPools(cp: WarmPoolHost): WarmPoolAdoption {
+  const existing = adoptions.get(cp.layer.sandboxes);
   if (existing) return existing;
   const nodes = cp.layer.nodes;
   const adoption = new WarmPoolAdoption({
@@ -33,22 +73,15 @@ export function installWarmPools(cp: ControlPlane): WarmPoolAdoption {
     log: cp.log.child({ component: "warm-pools" }),
   });
   cp.layer.sandboxes.useWarmPools(adoption);
-  adoptions.set(cp, adoption);
+  adoptions.set(cp.layer.sandboxes, adoption);
   return adoption;
 }
 
 /** The leader loop (controllerLoops). */
-export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
+export function warmPoolLoop(cp: WarmPoolHost): WarmPoolReconciler {
   const adoption = installWarmPools(cp);
   const log = cp.log.child({ component: "warm-pools" });
   const c = cp.config;
-  const defaults = {
-    vcpu: c.SPACE_DEFAULT_VCPU,
-    memoryMib: c.SPACE_DEFAULT_MEMORY_MIB,
-    diskMib: c.SPACE_DEFAULT_DISK_MIB,
-    idlePolicy: c.SPACE_WARM_POOL_IDLE_POLICY,
-    minFreeMemoryPercent: c.SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT,
-  };
   return startWarmPoolReconciler({
     db: cp.db,
     sandboxes: cp.layer.sandboxes,
@@ -59,7 +92,7 @@ export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
     log,
     warmer: new EnvdWarmer(cp.layer.sandboxes.substrate, log),
     poolTenant: () => adoption.poolTenant(),
-    configPools: parseWarmPoolsConfig(c.SPACE_WARM_POOLS, defaults),
+    configPools: parseWarmPoolsConfig(c.SPACE_WARM_POOLS, warmPoolDefaults(c)),
     // Published memory is as old as the last heartbeat: judge a node only after a couple.
     idleSettleMs: 2 * c.SPACE_NODE_HEARTBEAT_MS + 1000,
   });

@@ -23,6 +23,7 @@ import { MAX_TIMEOUT_SEC, type SandboxService } from "../../api/sandboxes/servic
 import {
   currentBuildOf,
   deleteSlot,
+  deleteWarmPool,
   getWarmPool,
   insertWarmSlot,
   listSlots,
@@ -98,7 +99,7 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
     const wanted = new Set(deps.configPools.map((p) => p.name));
     for (const p of deps.configPools) await upsertWarmPool(db, { ...p, source: "config" }, { onlyIfSource: "config" });
     // A pool removed from the config goes away (its members drain); admin-set pools stay.
-    for (const p of await listWarmPools(db)) if (p.source === "config" && !wanted.has(p.name)) await db.execute(`DELETE FROM warm_pools WHERE name = $1 AND source = 'config'`, [p.name]);
+    for (const p of await listWarmPools(db)) if (p.source === "config" && !wanted.has(p.name)) await deleteWarmPool(db, p.name, { onlyIfSource: "config" });
     configApplied = true;
   }
 

@@ -4,15 +4,16 @@
  * its target at once; a re-run (the previous claimer died mid-create) finds that row:
  * running → done; still creating → the half-made sandbox is released and created anew.
  */
-import { SpaceError } from "../../core/errors.ts";
-import type { SandboxId, TenantId } from "../../core/ids.ts";
-import type { CreateInput } from "../../api/sandboxes/service.ts";
-import { toSandbox } from "../../api/native/present.ts";
-import type { CreateSandboxBody } from "../../api/native/schemas.ts";
-import { compileNative } from "../../api/network/policy.ts";
+import { SpaceError } from "../core/errors.ts";
+import type { SandboxId, TenantId } from "../core/ids.ts";
+import type { CreateInput } from "../api/sandboxes/service.ts";
+import { toSandbox } from "./results.ts";
+import { compileNative } from "../api/network/policy.ts";
+import { retargetOperation } from "../store/operations.ts";
 import type { OperationHandler } from "./handler.ts";
-import type { HandlerDeps } from "./index.ts";
-import { SandboxCreateRequest, parseTarget, readRequest, sandboxTarget } from "./requests.ts";
+import type { HandlerDeps } from "./operation-handlers.ts";
+import { readRequest } from "./operation-kind.ts";
+import { parseTarget, sandboxTarget, type CreateSandboxBody } from "./requests.ts";
 
 export const DEFAULT_SANDBOX_TIMEOUT_S = 300;
 
@@ -50,7 +51,7 @@ export function toCreateInput(body: CreateSandboxBody): CreateInput {
 export function sandboxCreate(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op, signal, log }) => {
-    const body = readRequest(SandboxCreateRequest, op.request, op.kind);
+    const body = readRequest("sandbox.create", op.request);
     const tenantId = op.tenantId as TenantId;
     const chosen = parseTarget(op.targetId).sandboxId;
     let id = chosen;
@@ -72,7 +73,7 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
     try {
       const rec = await svc.create(tenantId, input, signal);
       if (rec.id !== chosen) {
-        await deps.db.execute(`UPDATE operations SET target_id = $2 WHERE id = $1`, [op.id, sandboxTarget(rec.id)]);
+        await retargetOperation(deps.db, op.id, sandboxTarget(rec.id));
       }
       return toSandbox(rec);
     } catch (e: unknown) {

@@ -3,35 +3,32 @@
  * command still queued is marked killed so its run never starts. Cancelling an ended
  * command succeeds and reports its final state (idempotent).
  */
-import { SpaceError, notFound } from "../../core/errors.ts";
-import type { SandboxId } from "../../core/ids.ts";
-import { ENVD_PORT } from "../../contract/node-api.ts";
-import { Signal } from "../../gen/process/process_pb.ts";
+import { SpaceError, notFound } from "../core/errors.ts";
+import type { SandboxId } from "../core/ids.ts";
+import { ENVD_PORT } from "../contract/node-api.ts";
+import { Signal } from "../gen/process/process_pb.ts";
 import type { OperationHandler } from "./handler.ts";
-import type { HandlerDeps } from "./index.ts";
-import { finishedCommandStates, getCommand } from "../../store/commands.ts";
+import type { HandlerDeps } from "./operation-handlers.ts";
+import { cancelQueuedCommand, finishedCommandStates, getCommand } from "../store/commands.ts";
 import { COMMAND_OUTPUT_CHANNEL } from "./command-run.ts";
 import { fromConnectError, processClient } from "./envd-client.ts";
-import { CommandCancelRequest, readRequest } from "./requests.ts";
+import { readRequest } from "./operation-kind.ts";
+import { toCommandOutcome } from "./results.ts";
 
 export function commandCancel(deps: HandlerDeps): OperationHandler {
   const { db, sandboxes: svc } = deps;
   return async ({ op, signal }) => {
-    const req = readRequest(CommandCancelRequest, op.request, op.kind);
+    const req = readRequest("command.cancel", op.request);
     const cmd = await getCommand(db, req.command_id, req.sandbox_id);
     if (cmd.tenantId !== op.tenantId) throw notFound(`command ${req.command_id} not found`);
-    if (finishedCommandStates.includes(cmd.state)) return { command_id: cmd.id, state: cmd.state, exit_code: cmd.exitCode };
+    if (finishedCommandStates.includes(cmd.state)) return toCommandOutcome(cmd);
     if (cmd.pid === null) {
       // Only a command that has not started is marked here (the store's finishCommand
       // would also end a running one without signalling it).
-      const n = await db.execute(
-        `UPDATE commands SET state = 'killed', error = 'cancelled before it started', ended_at = now()
-          WHERE id = $1 AND state = 'queued' AND pid IS NULL`,
-        [cmd.id],
-      );
+      const cancelled = await cancelQueuedCommand(db, cmd.id);
       await db.notify(COMMAND_OUTPUT_CHANNEL, cmd.id).catch(() => {});
       const row = await getCommand(db, cmd.id);
-      if (n === 1 || row.pid === null || finishedCommandStates.includes(row.state)) return { command_id: cmd.id, state: row.state, exit_code: row.exitCode };
+      if (cancelled || row.pid === null || finishedCommandStates.includes(row.state)) return toCommandOutcome(row);
       cmd.pid = row.pid; // it started meanwhile: signal it below
     }
     const pid = cmd.pid;

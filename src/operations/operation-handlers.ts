@@ -1,10 +1,12 @@
 /**
- * The operation kinds the dispatcher runs, one handler module per kind family.
+ * The handler of every operation kind (exhaustive over operation-kind.ts), one module
+ * per kind family; the dispatcher (src/controller/dispatcher.ts) claims and runs them.
  */
-import type { Logger } from "../../core/log.ts";
-import type { Db } from "../../store/db.ts";
-import type { SandboxService } from "../../api/sandboxes/service.ts";
-import type { HandlerMap } from "./handler.ts";
+import type { Logger } from "../core/log.ts";
+import type { Db } from "../store/db.ts";
+import type { SandboxService } from "../api/sandboxes/service.ts";
+import type { OperationHandler } from "./handler.ts";
+import type { OperationKind } from "./operation-kind.ts";
 import { sandboxCreate } from "./sandbox-create.ts";
 import { sandboxDelete } from "./sandbox-delete.ts";
 import { sandboxFork, sandboxPause, sandboxRestore, sandboxResume, sandboxStart, sandboxStop, sandboxSuspend } from "./sandbox-lifecycle.ts";
@@ -18,7 +20,7 @@ export interface HandlerDeps {
   log: Logger;
 }
 
-export function createOperationHandlers(deps: HandlerDeps): HandlerMap {
+export function createOperationHandlers(deps: HandlerDeps): Readonly<Record<OperationKind, OperationHandler>> {
   return {
     "sandbox.create": sandboxCreate(deps),
     "sandbox.delete": sandboxDelete(deps),
@@ -34,5 +36,3 @@ export function createOperationHandlers(deps: HandlerDeps): HandlerMap {
     "template.build": templateBuild(deps),
   };
 }
-
-export type { HandlerMap, OperationHandler, OperationContext } from "./handler.ts";

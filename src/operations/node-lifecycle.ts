@@ -6,10 +6,10 @@
  * target: the node's origin and the header that authenticates the control plane.
  * A substrate that implements `restart(ref, signal)` itself is used instead.
  */
-import { SpaceError } from "../../core/errors.ts";
-import { toNodeError } from "../../substrate/direct/node-client.ts";
-import { ENVD_PORT, SandboxStatus } from "../../contract/node-api.ts";
-import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
+import { SpaceError } from "../core/errors.ts";
+import { toNodeError } from "../substrate/direct/node-client.ts";
+import { ENVD_PORT, SandboxStatus } from "../contract/node-api.ts";
+import type { SandboxRef, Substrate } from "../substrate/substrate.ts";
 
 type WithRestart = Substrate & { restart(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus> };
 

@@ -16,15 +16,15 @@
  * still-running process wrote while detached: Connect streams live output only).
  */
 import { setTimeout as sleep } from "node:timers/promises";
-import { SpaceError, notFound } from "../../core/errors.ts";
-import type { SandboxId } from "../../core/ids.ts";
-import type { Logger } from "../../core/log.ts";
-import { ENVD_PORT } from "../../contract/node-api.ts";
-import type { ProcessEvent_EndEvent } from "../../gen/process/process_pb.ts";
-import { Signal } from "../../gen/process/process_pb.ts";
-import type { Db } from "../../store/db.ts";
+import { SpaceError, notFound } from "../core/errors.ts";
+import type { SandboxId } from "../core/ids.ts";
+import type { Logger } from "../core/log.ts";
+import { ENVD_PORT } from "../contract/node-api.ts";
+import type { ProcessEvent_EndEvent } from "../gen/process/process_pb.ts";
+import { Signal } from "../gen/process/process_pb.ts";
+import type { Db } from "../store/db.ts";
 import type { OperationHandler } from "./handler.ts";
-import type { HandlerDeps } from "./index.ts";
+import type { HandlerDeps } from "./operation-handlers.ts";
 import {
   appendCommandOutput,
   finishCommand,
@@ -32,10 +32,12 @@ import {
   getCommand,
   markCommandRunning,
   type Command as CommandRow,
-} from "../../store/commands.ts";
-import type { EndedProcess } from "../../contract/ended-process.ts";
+} from "../store/commands.ts";
+import type { EndedProcess } from "../contract/ended-process.ts";
 import { endedProcess, fromConnectError, processClient, type ProcessClient } from "./envd-client.ts";
-import { CommandRunRequest, parseTarget, readRequest } from "./requests.ts";
+import { readRequest } from "./operation-kind.ts";
+import { parseTarget } from "./requests.ts";
+import { toCommandOutcome } from "./results.ts";
 
 /** NOTIFY channel: payload = command id that got output or ended (followers wake at once). */
 export const COMMAND_OUTPUT_CHANNEL = "space_command_output";
@@ -96,7 +98,7 @@ export class OutputSink {
 export function commandRun(deps: HandlerDeps): OperationHandler {
   const { db, sandboxes: svc } = deps;
   return async ({ op, signal, log }) => {
-    readRequest(CommandRunRequest, op.request, op.kind);
+    readRequest("command.run", op.request);
     const { sandboxId, commandId } = parseTarget(op.targetId);
     if (!commandId) throw new SpaceError("internal", `command.run operation ${op.id} has no command in its target`);
     const cmd = await getCommand(db, commandId, sandboxId);
@@ -299,7 +301,7 @@ async function finish(db: Db, id: string, end: End, killedFor: "timeout" | null,
 function outcome(c: CommandRow): unknown {
   if (c.state === "killed") throw new SpaceError("failed_precondition", `command ${c.id} was cancelled (${c.error ?? "killed"})`);
   if (c.state === "failed") throw new SpaceError("invalid_argument", c.error ?? `command ${c.id} failed`);
-  return { command_id: c.id, state: c.state, exit_code: c.exitCode };
+  return toCommandOutcome(c);
 }
 
 async function ended(db: Db, id: string, end: Parameters<typeof finishCommand>[2]): Promise<CommandRow> {

@@ -5,10 +5,10 @@
  */
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { SpaceError, type ErrorCode } from "../../core/errors.ts";
-import { Process } from "../../gen/process/process_pb.ts";
-import { ENDED_PROCESSES_PATH, EndedProcessSchema, type EndedProcess } from "../../contract/ended-process.ts";
-import type { ProxyTarget } from "../../substrate/substrate.ts";
+import { SpaceError, type ErrorCode } from "../core/errors.ts";
+import { Process } from "../gen/process/process_pb.ts";
+import { ENDED_PROCESSES_PATH, EndedProcessSchema, type EndedProcess } from "../contract/ended-process.ts";
+import type { ProxyTarget } from "../substrate/substrate.ts";
 
 export type ProcessClient = Client<typeof Process>;
 

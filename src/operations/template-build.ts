@@ -4,20 +4,22 @@
  * operation ends when the build does, with the build as its result, or fails naming the
  * step and message. Re-runnable: it only reads the build named in its target.
  */
-import { notFound, SpaceError } from "../../core/errors.ts";
-import { getBuild } from "../../store/templates.ts";
-import { toNativeBuild } from "../../api/native/templates.ts";
-import { buildError } from "../builds.ts";
+import { notFound, SpaceError } from "../core/errors.ts";
+import { getBuild } from "../store/templates.ts";
+import { readRequest } from "./operation-kind.ts";
+import { parseBuildTarget } from "./requests.ts";
+import { toNativeBuild } from "./results.ts";
+import { buildError } from "../controller/builds.ts";
 import type { OperationHandler } from "./handler.ts";
-import type { HandlerDeps } from "./index.ts";
+import type { HandlerDeps } from "./operation-handlers.ts";
 
 export function templateBuild(deps: HandlerDeps, pollMs = 500): OperationHandler {
   return async ({ op, signal }) => {
-    const m = /^builds\/(bd_[A-Za-z0-9]+)$/.exec(op.targetId ?? "");
-    if (!m) throw new SpaceError("internal", `operation target ${JSON.stringify(op.targetId)} is not builds/<id>`);
+    readRequest("template.build", op.request);
+    const buildId = parseBuildTarget(op.targetId);
     for (;;) {
-      const b = await getBuild(deps.db, m[1]!).catch((e: unknown) => {
-        throw SpaceError.from(e).code === "not_found" ? notFound(`build ${m[1]} not found`) : e;
+      const b = await getBuild(deps.db, buildId).catch((e: unknown) => {
+        throw SpaceError.from(e).code === "not_found" ? notFound(`build ${buildId} not found`) : e;
       });
       if (b.status === "ready") return toNativeBuild(b);
       if (b.status === "failed") {

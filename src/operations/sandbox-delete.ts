@@ -2,18 +2,18 @@
  * `sandbox.delete`: ends the sandbox through the shared service. Re-runnable: a sandbox
  * this operation already killed (the previous claimer died after the kill) is done.
  */
-import { notFound } from "../../core/errors.ts";
-import type { SandboxId, TenantId } from "../../core/ids.ts";
-import { isLive } from "../../api/sandboxes/model.ts";
-import { toSandbox } from "../../api/native/present.ts";
+import { notFound } from "../core/errors.ts";
+import type { SandboxId, TenantId } from "../core/ids.ts";
+import { isLive } from "../api/sandboxes/model.ts";
+import { toSandbox } from "./results.ts";
 import type { OperationHandler } from "./handler.ts";
-import type { HandlerDeps } from "./index.ts";
-import { SandboxRequest, readRequest } from "./requests.ts";
+import type { HandlerDeps } from "./operation-handlers.ts";
+import { readRequest } from "./operation-kind.ts";
 
 export function sandboxDelete(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {
-    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const { sandbox_id: id } = readRequest("sandbox.delete", op.request);
     const tenantId = op.tenantId as TenantId;
     const rec = await svc.repo.get(tenantId, id as SandboxId);
     if (!rec) throw notFound(`sandbox ${id} not found`);

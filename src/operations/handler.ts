@@ -8,8 +8,8 @@
  * claimed, and after the staleness window another dispatcher runs it again
  * (`op.claimCount > 1` tells the handler it is a re-run).
  */
-import type { Logger } from "../../core/log.ts";
-import type { Operation as OperationRow } from "../../store/operations.ts";
+import type { Logger } from "../core/log.ts";
+import type { Operation as OperationRow } from "../store/operations.ts";
 
 export interface OperationContext {
   op: OperationRow;
@@ -19,5 +19,5 @@ export interface OperationContext {
 
 export type OperationHandler = (ctx: OperationContext) => Promise<unknown>;
 
-/** kind → handler; a kind without a handler fails its operations with `internal`. */
+/** kind → handler (any kind: tests run their own); a kind without a handler fails its operations with `internal`. */
 export type HandlerMap = Readonly<Record<string, OperationHandler>>;

@@ -4,19 +4,18 @@
  * suspend), so this small module does it with the service's repo and substrate: the node
  * first, then the guarded transition; a lost transition (killed meanwhile) is a conflict.
  */
-import { z } from "zod";
-import { SpaceError, notFound } from "../../core/errors.ts";
-import type { SandboxId, TenantId } from "../../core/ids.ts";
-import { toSandbox } from "../../api/native/present.ts";
+import { SpaceError, notFound } from "../core/errors.ts";
+import type { SandboxId, TenantId } from "../core/ids.ts";
+import { toSandbox } from "./results.ts";
 import type { OperationHandler } from "./handler.ts";
-import type { HandlerDeps } from "./index.ts";
-import { SandboxRequest, readRequest } from "./requests.ts";
+import type { HandlerDeps } from "./operation-handlers.ts";
+import { readRequest } from "./operation-kind.ts";
 import { restartStopped } from "./node-lifecycle.ts";
 
 export function sandboxPause(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op, signal }) => {
-    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const { sandbox_id: id } = readRequest("sandbox.pause", op.request);
     const rec = await svc.get(op.tenantId as TenantId, id);
     if (rec.state === "paused") {
       if (op.claimCount > 1) return toSandbox(rec); // this operation paused it before its claimer died
@@ -38,7 +37,7 @@ export function sandboxPause(deps: HandlerDeps): OperationHandler {
 export function sandboxResume(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {
-    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const { sandbox_id: id } = readRequest("sandbox.resume", op.request);
     const tenantId = op.tenantId as TenantId;
     const rec = await svc.get(tenantId, id);
     if (rec.state === "running" && op.claimCount > 1) return toSandbox(rec);
@@ -58,7 +57,7 @@ export function sandboxResume(deps: HandlerDeps): OperationHandler {
 export function sandboxStop(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op, signal }) => {
-    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const { sandbox_id: id } = readRequest("sandbox.stop", op.request);
     const rec = await svc.get(op.tenantId as TenantId, id);
     if (rec.state === "stopped" && op.claimCount > 1) return toSandbox(rec);
     if (rec.state !== "running" && !(rec.state === "stopping" && op.claimCount > 1)) {
@@ -90,7 +89,7 @@ export function sandboxStop(deps: HandlerDeps): OperationHandler {
 export function sandboxStart(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op, signal }) => {
-    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const { sandbox_id: id } = readRequest("sandbox.start", op.request);
     const rec = await svc.get(op.tenantId as TenantId, id);
     if (rec.state === "running" && op.claimCount > 1) return toSandbox(rec);
     if (rec.state !== "stopped" && !(rec.state === "resuming" && op.claimCount > 1)) {
@@ -126,7 +125,7 @@ export function sandboxStart(deps: HandlerDeps): OperationHandler {
 export function sandboxSuspend(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {
-    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const { sandbox_id: id } = readRequest("sandbox.suspend", op.request);
     const tenantId = op.tenantId as TenantId;
     const rec = await svc.get(tenantId, id);
     if (rec.state === "suspended" && op.claimCount > 1) return toSandbox(rec);
@@ -138,7 +137,7 @@ export function sandboxSuspend(deps: HandlerDeps): OperationHandler {
 export function sandboxRestore(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {
-    const { sandbox_id: id } = readRequest(SandboxRequest, op.request, op.kind);
+    const { sandbox_id: id } = readRequest("sandbox.restore", op.request);
     const tenantId = op.tenantId as TenantId;
     const rec = await svc.get(tenantId, id);
     if (rec.state === "running" && op.claimCount > 1) return toSandbox(rec);
@@ -152,13 +151,11 @@ export function sandboxRestore(deps: HandlerDeps): OperationHandler {
   };
 }
 
-const ForkRequest = SandboxRequest.extend({ metadata: z.record(z.string(), z.string()).optional(), timeout_s: z.number().int().optional() });
-
 /** `sandbox.fork`: one new sandbox from a live checkpoint of a running one; the result is the new sandbox. */
 export function sandboxFork(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {
-    const r = readRequest(ForkRequest, op.request, op.kind);
+    const r = readRequest("sandbox.fork", op.request);
     const [outcome] = await svc.fork(op.tenantId as TenantId, r.sandbox_id, {
       count: 1,
       ...(r.timeout_s !== undefined ? { timeoutSec: r.timeout_s } : {}),
