@@ -209,14 +209,7 @@ export class Disks {
   /** Waits for deleted subvolumes to be dropped and removes their qgroups. */
   async reapQgroups(signal: AbortSignal = AbortSignal.timeout(120_000)): Promise<void> {
     if (this.reaping) return this.reaping;
-    this.reaping = (async () => {
-      // The kernel drops a deleted subvolume's qgroup itself once the cleaner has dropped the
-      // subvolume and a transaction commits; sync kicks both, clear-stale catches the rest.
-      await exec("btrfs", ["filesystem", "sync", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
-      await exec("btrfs", ["subvolume", "sync", this.cache.mountPath], { timeoutMs: 120_000, signal, allowFailure: true });
-      await exec("btrfs", ["filesystem", "sync", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
-      await exec("btrfs", ["qgroup", "clear-stale", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
-    })().finally(() => {
+    this.reaping = btrfs.clearStaleQgroups(this.cache.mountPath, signal).finally(() => {
       this.reaping = undefined;
     });
     return this.reaping;
