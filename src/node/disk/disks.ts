@@ -12,6 +12,7 @@ import { invalid, notFound, SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import * as btrfs from "./btrfs.ts";
 import { exists, freeMib, type NodeCache } from "./node-cache.ts";
+import type { SandboxDisks } from "./sandbox-disks.ts";
 
 export interface TemplateInfo {
   name: string;
@@ -29,7 +30,8 @@ export async function treeSizeMib(path: string, signal: AbortSignal): Promise<nu
   return Number(du.stdout.split(/\s+/)[0]) || 1;
 }
 
-export class Disks {
+export class Disks implements SandboxDisks {
+  readonly rootfsFormat = "btrfs-subvolume" as const;
   readonly cache: NodeCache;
   private readonly reserveMib: number;
   private readonly logger: Logger;
@@ -134,13 +136,6 @@ export class Disks {
   /** The sandbox's root filesystem as the runtime sees it (suid allowed; see NodeCache.rootsDir). */
   sandboxRoot(id: string): string {
     return join(this.cache.rootsDir, id);
-  }
-
-  /** Snapshot of the template limited to diskMib (exists = ok). */
-  async ensureSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<string> {
-    const d = await this.snapshotSandboxDisk(id, template, diskMib, signal);
-    await d.limited;
-    return d.root;
   }
 
   /**
