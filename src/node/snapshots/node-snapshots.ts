@@ -31,7 +31,7 @@ import type { Runtime } from "../../runtime/runtime.ts";
 import type { SandboxSpec, SandboxStatus } from "../api/contract.ts";
 import * as btrfs from "../disk/btrfs.ts";
 import { pipeInto, spawnStream } from "../disk/pipes.ts";
-import { downloadVerified, fetchSubvolume, type BlobPart, openSealed, putOutput, putSubvolume, receiveSubvolume } from "../disk/subvolume-stream.ts";
+import { downloadVerified, fetchSubvolume, openSealed, putOutput, putSubvolume, receiveSubvolume, type BlobPart } from "../disk/subvolume-stream.ts";
 import { treeSizeMib, type Disks } from "../disk/disks.ts";
 import { exists } from "../disk/node-cache.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
