@@ -13,37 +13,17 @@ import { readdir, rm, rmdir } from "node:fs/promises";
 import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
 import { inBackground, isBackground, restorePriority } from "../../core/priority.ts";
-import type { Logger } from "../../core/log.ts";
-import type { Runtime } from "../../runtime/runtime.ts";
 import { ENVD_PORT, type SandboxMetrics, type SandboxSpec, type SandboxStatus } from "../api/contract.ts";
-import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } from "../network/policy.ts";
 import { CleanupStack } from "./cleanup-stack.ts";
-import type { NetworkAttachments } from "./network-attachments.ts";
-import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia } from "./sandbox-boot.ts";
+import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBootOptions } from "./sandbox-boot.ts";
 import { sandboxMetrics } from "./sandbox-metrics.ts";
 import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
 import { canTransition, type NodeState } from "./states.ts";
 
-export type { RestoreVia } from "./sandbox-boot.ts";
-
-export interface SandboxManagerOptions {
+export interface SandboxManagerOptions extends SandboxBootOptions {
   nodeDir: string;
-  runtime: Runtime;
-  disks: SandboxDisks;
-  network: NetworkAttachments;
-  /** Init stdio on /dev/null (runc: memory checkpoints, see SandboxBootOptions). */
-  discardInitOutput: boolean;
-  /** Host dir with envd.mjs (and envd.blob, its startup snapshot), mounted read-only at /opt/space/envd. */
-  envdDir: string;
-  /** Host Node.js binary, mounted read-only at /opt/space/bin/node. */
-  nodeBinary: string;
-  pidsLimit?: number;
-  envdReadyTimeoutMs?: number;
-  /** Bound on a template's ready command after its start command (default 30 s; past it the sandbox runs anyway). */
-  templateReadyTimeoutMs?: number;
   stopGraceMs?: number;
-  logger: Logger;
 }
 
 interface Live extends SandboxRecord {
@@ -65,7 +45,7 @@ export class SandboxManager {
     this.o = o;
     this.records = new SandboxRecords(join(o.nodeDir, "sandboxes"));
     this.logsDir = join(o.nodeDir, "logs");
-    this.booter = new SandboxBooter({ ...o, logsDir: this.logsDir });
+    this.booter = new SandboxBooter(o, this.logsDir);
     this.events.setMaxListeners(0);
   }
 

@@ -32,17 +32,18 @@ export interface SandboxBootOptions {
   runtime: Runtime;
   disks: SandboxDisks;
   network: NetworkAttachments;
-  /** Where the init's output goes (unless discarded). */
-  logsDir: string;
   /**
-   * Stdio on /dev/null instead of a log file: CRIU cannot dump a host file the container's
-   * mount namespace does not see (memory checkpoints, node/snapshots).
+   * Init stdio on /dev/null instead of a log file (runc): CRIU cannot dump a host file the
+   * container's mount namespace does not see (memory checkpoints, node/snapshots).
    */
   discardInitOutput: boolean;
+  /** Host dir with envd.mjs (and envd.blob, its startup snapshot), mounted read-only at /opt/space/envd. */
   envdDir: string;
+  /** Host Node.js binary, mounted read-only at /opt/space/bin/node. */
   nodeBinary: string;
   pidsLimit?: number;
   envdReadyTimeoutMs?: number;
+  /** Bound on a template's ready command after its start command (default 30 s; past it the sandbox runs anyway). */
   templateReadyTimeoutMs?: number;
   logger: Logger;
 }
@@ -66,10 +67,14 @@ export interface BootPlace {
 
 export class SandboxBooter {
   private readonly o: SandboxBootOptions;
+  /** Where the init's output goes (unless discarded). */
+  private readonly logsDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
 
-  constructor(o: SandboxBootOptions) {
+  /** `o` is read at each boot (the manager's own options, shared). */
+  constructor(o: SandboxBootOptions, logsDir: string) {
     this.o = o;
+    this.logsDir = logsDir;
   }
 
   /** Bundle, runtime start, envd health, envd init, template start command. */
@@ -77,7 +82,7 @@ export class SandboxBooter {
     const id = s.spec.sandboxId;
     const t = performance.now();
     await this.o.network.writeIdentity(id, s.address, rootfs);
-    await mkdir(this.o.logsDir, { recursive: true });
+    await mkdir(this.logsDir, { recursive: true });
     // A restore brings envd's state and the processes back from memory: nothing to apply.
     const tb: TemplateBoot = via ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
     const templateEnv = Object.fromEntries(Object.entries(tb.env).filter(([k]) => !k.startsWith("SPACE_ENVD_")));
@@ -108,7 +113,7 @@ export class SandboxBooter {
       ],
       ...(netnsPath ? { netnsPath } : {}),
       resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024, ...(s.spec.background ? { cpuShares: BACKGROUND_CPU_SHARES } : {}) },
-      logPath: this.o.discardInitOutput ? "/dev/null" : join(this.o.logsDir, `${id}.log`),
+      logPath: this.o.discardInitOutput ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
     if (via) {
