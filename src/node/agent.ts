@@ -21,12 +21,14 @@ import { createNodeApi } from "./api/app.ts";
 import type { NodeHealth, NodeInventory } from "../contract/node-api.ts";
 import { startHeartbeat } from "./ctl/heartbeat.ts";
 import { ensureNodeId } from "./ctl/node-id.ts";
+import { DirectoryDisks } from "./disk/directory-disks.ts";
 import { Disks } from "./disk/disks.ts";
 import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./disk/node-cache.ts";
 import { NodeResolver, upstreamFromConfig, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
 import { EgressProxy, guardrailCheck } from "./network/egress-proxy.ts";
 import { LinuxNetworkSlots } from "./network/slots.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
+import { HostAttachments, SlotAttachments } from "./sandboxes/network-attachments.ts";
 import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
 import { SnapshotReaper } from "./snapshots/reaper.ts";
 import type { BlobStore } from "../blob/open.ts";
@@ -240,17 +242,20 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             logger: log,
           });
         }
+        // The process runtime isolates nothing: plain directories and the host's network.
+        const sandboxDisks = disks ?? new DirectoryDisks(join(nodeDir, "process-disks"));
         environment = environmentDigest({
           runtimeKind: runtime.kind,
           runtimeVersion: await runtime.version(signal),
-          rootfsFormat: isolated ? "btrfs-subvolume" : "directory",
+          rootfsFormat: sandboxDisks.rootfsFormat,
           cpuFeatures: await cpuFeatures(),
         });
         const m = new SandboxManager({
           nodeDir,
           runtime,
-          disks,
-          slots,
+          disks: sandboxDisks,
+          network: slots ? new SlotAttachments(slots) : new HostAttachments(),
+          discardInitOutput: runtime.kind === "runc",
           envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
           nodeBinary: deps.nodeBinary ?? process.execPath,
           logger: log,

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { buildOciSpec, sandboxCapabilities } from "../../src/runtime/oci/spec.ts";
 import { deniedSyscalls } from "../../src/runtime/oci/seccomp.ts";
-import { classifyBtrfsError, parseQgroupShow } from "../../src/node/disk/btrfs.ts";
+import { classifyBtrfsError, parseQgroupShow, parseSendIdentity, parseReceivedSubvolumes } from "../../src/node/disk/btrfs.ts";
 import { parseSlotRange } from "../../src/core/cidr.ts";
 import { mirrorsFromDeb822, mirrorsFromList, pickDebianMirror } from "../../src/node/templates/debian-mirror.ts";
 import { environmentDigest, environmentLabel } from "../../src/contract/execution-environment.ts";
@@ -79,6 +79,20 @@ describe("btrfs adapter", () => {
     assert.deepEqual(parseQgroupShow(out), { referencedBytes: 323092480, exclusiveBytes: 16384, limitBytes: 1073741824 });
     assert.equal(parseQgroupShow("0/259 100 10 none")?.limitBytes, null);
     assert.equal(parseQgroupShow("nothing"), undefined);
+  });
+  it("parses a subvolume's send identity", () => {
+    const show = (received: string) => `templates/base\n\tName: \t\t\tbase\n\tUUID: \t\t\t5d1c0f6e-aaaa-4b4b-8c8c-000000000001\n\tParent UUID: \t\t-\n\tReceived UUID: \t\t${received}\n`;
+    assert.equal(parseSendIdentity(show("-")), "5d1c0f6e-aaaa-4b4b-8c8c-000000000001");
+    assert.equal(parseSendIdentity(show("9e0a7b1c-bbbb-4c4c-8d8d-000000000002")), "9e0a7b1c-bbbb-4c4c-8d8d-000000000002");
+    assert.equal(parseSendIdentity("nothing"), undefined);
+  });
+  it("parses the received subvolumes of subvolume list -u -R", () => {
+    const out = "ID 256 gen 9 top level 5 received_uuid -                                    uuid 5d1c0f6e-aaaa-4b4b-8c8c-000000000001 path templates/base\n" +
+      "ID 260 gen 12 top level 5 received_uuid 9e0a7b1c-bbbb-4c4c-8d8d-000000000002 uuid 11111111-cccc-4d4d-8e8e-000000000003 path snapshots/parents/9e0a/base\n";
+    assert.deepEqual(parseReceivedSubvolumes(out), [
+      { receivedUuid: "9e0a7b1c-bbbb-4c4c-8d8d-000000000002", uuid: "11111111-cccc-4d4d-8e8e-000000000003", path: "snapshots/parents/9e0a/base" },
+    ]);
+    assert.deepEqual(parseReceivedSubvolumes(""), []);
   });
 });
 

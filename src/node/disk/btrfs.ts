@@ -1,10 +1,13 @@
 /**
  * btrfs adapter: the argv of every btrfs operation the node uses and the classification
- * of their failures. Subvolumes are named after what they hold (template name, sandbox id)
- * so a startup sweep can reclaim orphans.
+ * of their failures; nothing else in the node spawns `btrfs`. Subvolumes are named after
+ * what they hold (template name, sandbox id) so a startup sweep can reclaim orphans.
+ * Best-effort calls (the cleaner waits, a read-only probe, a listing) ignore a failing
+ * exit and say so; every other failure is classified.
  */
 import { exec, ExecError } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
+import { pipeInto, spawnStream, type SpawnedStream } from "./pipes.ts";
 
 const T = 60_000;
 
@@ -17,9 +20,9 @@ export function classifyBtrfsError(stderr: string, what: string): SpaceError {
   return new SpaceError("internal", `${what}: ${stderr.trim()}`);
 }
 
-async function btrfs(args: string[], what: string, signal?: AbortSignal): Promise<string> {
+async function btrfs(args: string[], what: string, signal?: AbortSignal, timeoutMs = T): Promise<string> {
   try {
-    const r = await exec("btrfs", args, { timeoutMs: T, signal });
+    const r = await exec("btrfs", args, { timeoutMs, signal });
     return r.stdout;
   } catch (e) {
     if (e instanceof ExecError) throw classifyBtrfsError(e.result.stderr || e.message, what);
@@ -29,7 +32,14 @@ async function btrfs(args: string[], what: string, signal?: AbortSignal): Promis
 
 export const subvolumeCreate = (path: string, signal?: AbortSignal) => btrfs(["subvolume", "create", path], `create subvolume ${path}`, signal);
 export const snapshot = (src: string, dst: string, signal?: AbortSignal) => btrfs(["subvolume", "snapshot", src, dst], `snapshot ${src} to ${dst}`, signal);
+/** A read-only snapshot (a send source, a frozen copy). `timeoutMs`: the caller's bound, default 60 s. */
+export const snapshotReadonly = (src: string, dst: string, signal?: AbortSignal, timeoutMs = T) =>
+  btrfs(["subvolume", "snapshot", "-r", src, dst], `read-only snapshot ${src} to ${dst}`, signal, timeoutMs);
 export const setReadonly = (path: string, signal?: AbortSignal) => btrfs(["property", "set", "-ts", path, "ro", "true"], `make ${path} read-only`, signal);
+/** A new filesystem on `device` (a loop image), replacing whatever it held. */
+export async function mkfs(device: string, signal?: AbortSignal): Promise<void> {
+  await exec("mkfs.btrfs", ["-f", "-q", device], { timeoutMs: 120_000, signal });
+}
 export const quotaEnable = (mnt: string, signal?: AbortSignal) => btrfs(["quota", "enable", mnt], `enable quotas on ${mnt}`, signal);
 
 /**
@@ -87,6 +97,78 @@ export async function qgroupUsage(path: string, signal?: AbortSignal): Promise<Q
 }
 
 export const sync = (mnt: string, signal?: AbortSignal) => btrfs(["filesystem", "sync", mnt], `sync ${mnt}`, signal);
+
+/** Waits until the cleaner has dropped every deleted subvolume. Best effort: a failure is ignored, a timeout throws. */
+export async function subvolumeSync(mnt: string, signal?: AbortSignal): Promise<void> {
+  await exec("btrfs", ["subvolume", "sync", mnt], { timeoutMs: 120_000, signal, allowFailure: true });
+}
+
+/**
+ * Removes the qgroups of deleted subvolumes. The kernel drops one itself once the cleaner
+ * has dropped the subvolume and a transaction commits: sync kicks both, clear-stale
+ * catches the rest. Best effort like subvolumeSync.
+ */
+export async function clearStaleQgroups(mnt: string, signal?: AbortSignal): Promise<void> {
+  const run = (args: string[], timeoutMs: number) => exec("btrfs", args, { timeoutMs, signal, allowFailure: true });
+  await run(["filesystem", "sync", mnt], T);
+  await subvolumeSync(mnt, signal);
+  await run(["filesystem", "sync", mnt], T);
+  await run(["qgroup", "clear-stale", mnt], T);
+}
+
+/** Whether a subvolume is read-only (false when it cannot be told: not a subvolume, gone). */
+export async function isReadonly(path: string): Promise<boolean> {
+  const r = await exec("btrfs", ["property", "get", "-ts", path, "ro"], { timeoutMs: T, allowFailure: true });
+  return /ro=true/.test(r.stdout);
+}
+
+/** Parses `btrfs subvolume show` (unit-tested): the identity `btrfs send` writes for a parent, its received uuid, else its uuid. */
+export function parseSendIdentity(stdout: string): string | undefined {
+  const rec = /Received UUID:\s+(\S+)/.exec(stdout)?.[1];
+  if (rec && rec !== "-") return rec;
+  return /^\s*UUID:\s+(\S+)/m.exec(stdout)?.[1];
+}
+
+/** The identity a send stream records for `path` as its parent (and a receive looks for). */
+export async function sendIdentity(path: string, signal?: AbortSignal): Promise<string> {
+  const out = await btrfs(["subvolume", "show", path], `show subvolume ${path}`, signal);
+  const id = parseSendIdentity(out);
+  if (!id) throw new SpaceError("internal", `no UUID in btrfs subvolume show ${path}`);
+  return id;
+}
+
+export interface ReceivedSubvolume {
+  /** Path relative to the filesystem root. */
+  path: string;
+  uuid: string;
+  receivedUuid: string;
+}
+
+/** Parses `btrfs subvolume list -u -R` (unit-tested): the received subvolumes (an unreceived row's `-` is padded and not matched). */
+export function parseReceivedSubvolumes(stdout: string): ReceivedSubvolume[] {
+  const out: ReceivedSubvolume[] = [];
+  for (const line of stdout.split("\n")) {
+    const m = /received_uuid (\S+) uuid (\S+) path (.+)$/.exec(line);
+    if (m) out.push({ receivedUuid: m[1]!, uuid: m[2]!, path: m[3]! });
+  }
+  return out;
+}
+
+/** The subvolumes of the filesystem at `mnt` received from a send stream (none when it cannot be listed). */
+export async function listReceivedSubvolumes(mnt: string, signal?: AbortSignal): Promise<ReceivedSubvolume[]> {
+  const r = await exec("btrfs", ["subvolume", "list", "-u", "-R", mnt], { timeoutMs: T, signal, allowFailure: true });
+  return parseReceivedSubvolumes(r.stdout);
+}
+
+/** `btrfs send` of a read-only subvolume: whole, or against `parent` (which the receiver must have). */
+export function send(path: string, o: { parent?: string }, signal: AbortSignal): SpawnedStream {
+  return spawnStream(["btrfs", "send", "-q", ...(o.parent ? ["-p", o.parent] : []), path], signal);
+}
+
+/** `btrfs receive` of a send stream into `dir`; rejects (failed_precondition) when btrfs refuses the stream. */
+export function receive(stream: NodeJS.ReadableStream, dir: string, signal: AbortSignal): Promise<void> {
+  return pipeInto(stream, ["btrfs", "receive", "-q", dir], signal);
+}
 
 export async function listSubvolumes(mnt: string, signal?: AbortSignal): Promise<string[]> {
   const out = await btrfs(["subvolume", "list", "-o", mnt], `list subvolumes of ${mnt}`, signal).catch(() => "");

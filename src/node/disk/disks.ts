@@ -12,6 +12,7 @@ import { invalid, notFound, SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import * as btrfs from "./btrfs.ts";
 import { exists, freeMib, type NodeCache } from "./node-cache.ts";
+import type { SandboxDisks } from "./sandbox-disks.ts";
 
 export interface TemplateInfo {
   name: string;
@@ -29,7 +30,8 @@ export async function treeSizeMib(path: string, signal: AbortSignal): Promise<nu
   return Number(du.stdout.split(/\s+/)[0]) || 1;
 }
 
-export class Disks {
+export class Disks implements SandboxDisks {
+  readonly rootfsFormat = "btrfs-subvolume" as const;
   readonly cache: NodeCache;
   private readonly reserveMib: number;
   private readonly logger: Logger;
@@ -136,13 +138,6 @@ export class Disks {
     return join(this.cache.rootsDir, id);
   }
 
-  /** Snapshot of the template limited to diskMib (exists = ok). */
-  async ensureSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<string> {
-    const d = await this.snapshotSandboxDisk(id, template, diskMib, signal);
-    await d.limited;
-    return d.root;
-  }
-
   /**
    * Snapshot now; the qgroup limit lands in `limited`, so callers can overlap it with the
    * runtime start (nothing in the sandbox writes before envd is ready, and the caller awaits
@@ -209,14 +204,7 @@ export class Disks {
   /** Waits for deleted subvolumes to be dropped and removes their qgroups. */
   async reapQgroups(signal: AbortSignal = AbortSignal.timeout(120_000)): Promise<void> {
     if (this.reaping) return this.reaping;
-    this.reaping = (async () => {
-      // The kernel drops a deleted subvolume's qgroup itself once the cleaner has dropped the
-      // subvolume and a transaction commits; sync kicks both, clear-stale catches the rest.
-      await exec("btrfs", ["filesystem", "sync", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
-      await exec("btrfs", ["subvolume", "sync", this.cache.mountPath], { timeoutMs: 120_000, signal, allowFailure: true });
-      await exec("btrfs", ["filesystem", "sync", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
-      await exec("btrfs", ["qgroup", "clear-stale", this.cache.mountPath], { timeoutMs: 60_000, signal, allowFailure: true });
-    })().finally(() => {
+    this.reaping = btrfs.clearStaleQgroups(this.cache.mountPath, signal).finally(() => {
       this.reaping = undefined;
     });
     return this.reaping;

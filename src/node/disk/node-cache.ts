@@ -14,7 +14,7 @@ import { dirname, join, resolve } from "node:path";
 import { exec } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import { quotaEnable } from "./btrfs.ts";
+import { mkfs, quotaEnable } from "./btrfs.ts";
 
 /**
  * `simple`: a subvolume's qgroup counts only the bytes it wrote, so a sandbox disk's limit
@@ -102,7 +102,7 @@ export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
   } finally {
     await fh.close();
   }
-  await exec("mkfs.btrfs", ["-f", "-q", imagePath], { timeoutMs: 120_000, signal: o.signal });
+  await mkfs(imagePath, o.signal);
   await exec("mount", ["-o", "loop,nosuid,nodev,noatime", imagePath, mnt], { timeoutMs: 60_000, signal: o.signal });
   await enableQuotas(mnt, o);
   await mkdir(runDir, { recursive: true });

@@ -20,13 +20,10 @@
  * still frozen, so disk and memory are of the same instant. A failed suspend thaws the
  * container and leaves it running (never half).
  */
-import { createReadStream } from "node:fs";
 import { mkdir, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { Readable } from "node:stream";
 import type { BlobStore } from "../../blob/blob-store.ts";
-import { decryptStream, encryptStream, newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
-import { exec } from "../../core/exec.ts";
+import { newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { checkpointerFor, writeMeta, type CheckpointMeta, type Checkpointer } from "../../runtime/oci/checkpoint.ts";
@@ -34,7 +31,8 @@ import type { Runtime } from "../../runtime/runtime.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import type { SnapshotDescriptor, SnapshotPartInfo } from "../../contract/snapshot-descriptor.ts";
 import * as btrfs from "../disk/btrfs.ts";
-import { downloadVerified, pipeInto, spawnStream } from "../disk/send-stream.ts";
+import { pipeInto, spawnStream } from "../disk/pipes.ts";
+import { downloadVerified, fetchSubvolume, openSealed, putOutput, putSubvolume, receiveSubvolume, type BlobPart } from "../disk/subvolume-stream.ts";
 import { treeSizeMib, type Disks } from "../disk/disks.ts";
 import { exists } from "../disk/node-cache.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
@@ -120,7 +118,7 @@ export class NodeSnapshots {
     const rec = await readFile(this.parentRecord(sandboxId), "utf8").then((t) => JSON.parse(t) as { path: string; uuid: string }, () => undefined);
     if (rec && (await exists(rec.path))) return rec;
     const path = this.o.disks.templatePath(template);
-    return { path, uuid: await identity(path) };
+    return { path, uuid: await btrfs.sendIdentity(path) };
   }
 
   // ------------------------------------------------------------------ capture
@@ -189,7 +187,7 @@ export class NodeSnapshots {
       diskBase.catch(() => undefined);
       const tDisk = performance.now();
       const snapshotDisk = () =>
-        exec("btrfs", ["subvolume", "snapshot", "-r", this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId)], { timeoutMs: T, signal }).then(() => {
+        btrfs.snapshotReadonly(this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId), signal, T).then(() => {
           timings.diskSnapshotMs = ms(tDisk);
         });
       const dump = () =>
@@ -255,17 +253,16 @@ export class NodeSnapshots {
     if (dataKey) desc.wrappedKey = wrapKey(this.o.clusterKey!, dataKey);
     const ext = dataKey ? ".enc" : "";
     await this.publishParent(meta.parentPath, meta.parentUuid, signal);
-    const put = async (kind: "memory" | "disk", key: string, argv: string[]) => {
-      const src = spawnStream(argv, signal);
-      const body = dataKey ? src.stdout.pipe(encryptStream(dataKey, key)) : src.stdout;
-      const [info] = await Promise.all([blob.put(key, body as Readable, signal), src.done]);
-      desc.parts.push({ kind, key, sizeBytes: info.sizeBytes, sha256: info.sha256 });
-      desc.sizeBytes += info.sizeBytes;
+    const put = async (kind: "memory" | "disk", stored: Promise<BlobPart>) => {
+      const part = await stored;
+      desc.parts.push({ kind, ...part });
+      desc.sizeBytes += part.sizeBytes;
     };
     const base = `snapshots/${meta.snapshotId}`;
+    const memoryKey = `${base}/memory.tar${ext}`;
     await Promise.all([
-      put("memory", `${base}/memory.tar${ext}`, ["tar", "-C", join(this.localDir(meta.snapshotId), "image"), "-cf", "-", "."]),
-      put("disk", `${base}/disk.btrfs${ext}`, ["btrfs", "send", "-q", "-p", meta.parentPath, this.diskPath(meta.snapshotId)]),
+      put("memory", putOutput(blob, memoryKey, spawnStream(["tar", "-C", join(this.localDir(meta.snapshotId), "image"), "-cf", "-", "."], signal), dataKey, signal)),
+      put("disk", putSubvolume(blob, `${base}/disk.btrfs${ext}`, this.diskPath(meta.snapshotId), { parent: meta.parentPath, dataKey }, signal)),
     ]);
     desc.parts.sort((a, b) => a.kind.localeCompare(b.kind));
     await this.writeLocalMeta({ ...meta, durable: true });
@@ -292,9 +289,7 @@ export class NodeSnapshots {
     if (clusterKey ? await blob.head(parentRecordKey(uuid), signal) : await blob.head(`parents/${uuid}.btrfs`, signal)) return;
     const key = clusterKey ? `parents/${uuid}.btrfs.enc` : `parents/${uuid}.btrfs`;
     const dataKey = clusterKey ? newDataKey() : undefined;
-    const src = spawnStream(["btrfs", "send", "-q", path], signal);
-    const body = dataKey ? src.stdout.pipe(encryptStream(dataKey, key)) : src.stdout;
-    const [info] = await Promise.all([blob.put(key, body as Readable, signal), src.done]);
+    const info = await putSubvolume(blob, key, path, { dataKey }, signal);
     if (dataKey) {
       const rec: ParentRecord = { key, sizeBytes: info.sizeBytes, sha256: info.sha256, wrappedKey: wrapKey(clusterKey!, dataKey) };
       await blob.put(parentRecordKey(uuid), Buffer.from(JSON.stringify(rec)), signal);
@@ -395,16 +390,12 @@ export class NodeSnapshots {
       const diskFile = join(scratch, "disk");
       await settleAll([this.download(mem, memFile, signal), this.download(disk, diskFile, signal), this.ensureParent(desc.parentUuid, scratch, signal)]);
       // 2. Unpack both at once (decrypting: a failed tag aborts the pipeline, and the partial result is dropped).
-      const plain = (file: string, key: string) => {
-        const r = createReadStream(file);
-        return dataKey ? r.pipe(decryptStream(dataKey, key)) : r;
-      };
       const target = join(this.cacheSnaps, desc.snapshotId);
       await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
       await mkdir(target, { recursive: true });
       await settleAll([
-        pipeInto(plain(memFile, mem.key), ["tar", "-C", join(dir, "image"), "-xf", "-"], signal),
-        pipeInto(plain(diskFile, disk.key), ["btrfs", "receive", "-q", target], signal),
+        pipeInto(openSealed(memFile, mem.key, dataKey), ["tar", "-C", join(dir, "image"), "-xf", "-"], signal),
+        receiveSubvolume(diskFile, disk.key, dataKey, target, signal),
       ]).catch(async (e: unknown) => {
         await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
         throw e;
@@ -439,12 +430,9 @@ export class NodeSnapshots {
   }
 
   private async findParent(uuid: string): Promise<string | undefined> {
-    const out = await exec("btrfs", ["subvolume", "list", "-u", "-R", this.o.disks.cache.mountPath], { timeoutMs: 60_000, allowFailure: true });
-    for (const line of out.stdout.split("\n")) {
-      const m = /received_uuid (\S+) uuid (\S+) path (.+)$/.exec(line);
-      if (m && (m[1] === uuid || m[2] === uuid)) return join(this.o.disks.cache.mountPath, m[3]!);
-    }
-    return undefined;
+    const mnt = this.o.disks.cache.mountPath;
+    const found = (await btrfs.listReceivedSubvolumes(mnt)).find((v) => v.receivedUuid === uuid || v.uuid === uuid);
+    return found && join(mnt, found.path);
   }
 
   private async ensureParent(uuid: string, scratch: string, signal: AbortSignal): Promise<void> {
@@ -475,11 +463,9 @@ export class NodeSnapshots {
     }
     const part: SnapshotPartInfo = rec ? { kind: "disk", key: rec.key, sizeBytes: rec.sizeBytes, sha256: rec.sha256 } : { kind: "disk", key: plainKey, sizeBytes: head!.sizeBytes, sha256: head!.sha256 };
     const file = join(scratch, "parent");
-    await this.download(part, file, signal);
     const dir = join(this.cacheSnaps, "parents", uuid);
     await mkdir(dir, { recursive: true });
-    const src = dataKey ? createReadStream(file).pipe(decryptStream(dataKey, part.key)) : createReadStream(file);
-    await pipeInto(src, ["btrfs", "receive", "-q", dir], signal).catch(async (e: unknown) => {
+    await fetchSubvolume(blob, part, file, dir, dataKey, signal).catch(async (e: unknown) => {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw e;
     });
@@ -551,16 +537,6 @@ async function settleAll(ps: Promise<unknown>[]): Promise<void> {
   const rs = await Promise.allSettled(ps);
   const failed = rs.find((r): r is PromiseRejectedResult => r.status === "rejected");
   if (failed) throw failed.reason;
-}
-
-/** The identity btrfs send writes for a parent: its received uuid, else its uuid. */
-export async function identity(path: string): Promise<string> {
-  const r = await exec("btrfs", ["subvolume", "show", path], { timeoutMs: 60_000 });
-  const rec = /Received UUID:\s+(\S+)/.exec(r.stdout)?.[1];
-  if (rec && rec !== "-") return rec;
-  const u = /^\s*UUID:\s+(\S+)/m.exec(r.stdout)?.[1];
-  if (!u) throw new SpaceError("internal", `no UUID in btrfs subvolume show ${path}`);
-  return u;
 }
 
 const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;

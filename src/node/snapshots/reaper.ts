@@ -8,7 +8,7 @@
  * to delete, never the reaper's.
  */
 import { statfs } from "node:fs/promises";
-import { exec } from "../../core/exec.ts";
+import { subvolumeSync } from "../disk/btrfs.ts";
 import type { Logger } from "../../core/log.ts";
 import type { LocalSnapshot, NodeSnapshots } from "./node-snapshots.ts";
 
@@ -43,7 +43,7 @@ export class SnapshotReaper {
     this.usage =
       o.usage ??
       (async () => {
-        await exec("btrfs", ["subvolume", "sync", cachePath], { timeoutMs: 120_000, allowFailure: true });
+        await subvolumeSync(cachePath);
         return usedFraction(cachePath);
       });
   }

@@ -19,19 +19,17 @@
  * partial pull) and snapshots the result into place, so a stream sent under another
  * build's name lands under the name asked for.
  */
-import { createReadStream } from "node:fs";
 import { lstat, mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable } from "node:stream";
 import type { BlobStore } from "../../blob/blob-store.ts";
-import { decryptStream, encryptStream, newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
-import { exec } from "../../core/exec.ts";
+import { newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
 import { invalid, SpaceError } from "../../core/errors.ts";
 import { randomId } from "../../core/ids.ts";
 import type { Logger } from "../../core/log.ts";
 import * as btrfs from "../disk/btrfs.ts";
 import type { Disks, TemplateInfo } from "../disk/disks.ts";
-import { downloadVerified, pipeInto, spawnStream, type BlobPart } from "../disk/send-stream.ts";
+import { fetchSubvolume, putSubvolume, type BlobPart } from "../disk/subvolume-stream.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import type { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 import { captureReady, restoreCaptured, type CaptureDeps } from "./capture.ts";
@@ -209,10 +207,8 @@ export class TemplateCache {
     const head = stream ? await blob.head(key, signal) : null;
     if (!stream || !head || head.sha256 !== stream.sha256) {
       const dataKey = this.o.clusterKey ? newDataKey() : undefined;
-      const src = spawnStream(["btrfs", "send", "-q", this.o.disks.templatePath(name)], signal);
-      const body = dataKey ? src.stdout.pipe(encryptStream(dataKey, key)) : src.stdout;
-      const [put] = await Promise.all([blob.put(key, body as Readable, signal), src.done]);
-      stream = { key, sizeBytes: put.sizeBytes, sha256: put.sha256, ...(dataKey ? { wrappedKey: wrapKey(this.o.clusterKey!, dataKey) } : {}) };
+      const put = await putSubvolume(blob, key, this.o.disks.templatePath(name), { dataKey }, signal);
+      stream = { ...put, ...(dataKey ? { wrappedKey: wrapKey(this.o.clusterKey!, dataKey) } : {}) };
       await blob.put(sideKey, Buffer.from(JSON.stringify(stream)), signal);
     }
     const published: CachedTemplateInfo = { ...info, catalog: true };
@@ -238,14 +234,12 @@ export class TemplateCache {
     await mkdir(work, { recursive: true });
     await mkdir(this.o.scratchDir, { recursive: true });
     try {
-      await downloadVerified(this.o.blob!, m.stream, file, signal, "template stream");
-      const plain = dataKey ? createReadStream(file).pipe(decryptStream(dataKey, m.stream.key)) : createReadStream(file);
-      await pipeInto(plain, ["btrfs", "receive", "-q", work], signal);
+      await fetchSubvolume(this.o.blob!, m.stream, file, work, dataKey, signal, "template stream");
       const [received] = await readdir(work);
       if (!received) throw new SpaceError("internal", `btrfs receive of template ${name} produced no subvolume`);
       const dest = this.o.disks.templatePath(name);
       await btrfs.subvolumeDelete(dest, signal).catch(() => undefined);
-      await exec("btrfs", ["subvolume", "snapshot", "-r", join(work, received), dest], { timeoutMs: T, signal });
+      await btrfs.snapshotReadonly(join(work, received), dest, signal, T);
       const info: CachedTemplateInfo = { ...m.info, name, catalog: true, source: `pull:${m.stream.key}` };
       await this.writeInfo(info);
       this.o.logger.info({ template: name, bytes: m.stream.sizeBytes, ms: Date.now() - started }, "template pulled from the blob store");
@@ -471,7 +465,7 @@ export class TemplateCache {
       let state: RecoveryDecision["state"] = "complete";
       if (!sub?.isDirectory()) state = "no-subvolume";
       else if (!info) state = "no-metadata";
-      else if (!(await isReadonly(this.o.disks.templatePath(name)))) state = "writable";
+      else if (!(await btrfs.isReadonly(this.o.disks.templatePath(name)))) state = "writable";
       let c = cat(name);
       let action: RecoveryDecision["action"];
       if (state !== "complete") action = c === "present" ? "repull" : "drop";
@@ -569,10 +563,5 @@ function safeJson(t: string): unknown {
   } catch {
     return undefined;
   }
-}
-
-async function isReadonly(path: string): Promise<boolean> {
-  const r = await exec("btrfs", ["property", "get", "-ts", path, "ro"], { timeoutMs: 60_000, allowFailure: true });
-  return /ro=true/.test(r.stdout);
 }
 

@@ -1,0 +1,180 @@
+/**
+ * Boots a sandbox whose disk and network are in place: the runtime bundle (envd as init,
+ * the template's env, the sandbox's resources), the runtime start (or a restore from a
+ * memory checkpoint), envd's health, envd's /init, then the template's start command and
+ * its ready check. Each phase's time lands in the sandbox's timings.
+ */
+import { mkdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { SpaceError } from "../../core/errors.ts";
+import type { Logger } from "../../core/log.ts";
+import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
+import type { SandboxSpec } from "../../contract/node-api.ts";
+import type { SandboxDisks } from "../disk/sandbox-disks.ts";
+import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
+import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
+import type { NetworkAttachments } from "./network-attachments.ts";
+import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoot } from "./template-boot.ts";
+
+/** How a sandbox is restored instead of created (node/snapshots). */
+export interface RestoreVia {
+  /** Sets up the sandbox's disk; returns its root path. */
+  disk(signal: AbortSignal): Promise<string>;
+  /** Starts the prepared bundle from the memory checkpoint. */
+  start(id: string, signal: AbortSignal): Promise<void>;
+}
+
+/** cgroup v1 cpu.shares: the kernel default, and a background sandbox's (1/8: it still boots on a busy node, envd must answer within its ready timeout). */
+export const DEFAULT_CPU_SHARES = 1024;
+const BACKGROUND_CPU_SHARES = 128;
+
+export interface SandboxBootOptions {
+  runtime: Runtime;
+  disks: SandboxDisks;
+  network: NetworkAttachments;
+  /**
+   * Init stdio on /dev/null instead of a log file (runc): CRIU cannot dump a host file the
+   * container's mount namespace does not see (memory checkpoints, node/snapshots).
+   */
+  discardInitOutput: boolean;
+  /** Host dir with envd.mjs (and envd.blob, its startup snapshot), mounted read-only at /opt/space/envd. */
+  envdDir: string;
+  /** Host Node.js binary, mounted read-only at /opt/space/bin/node. */
+  nodeBinary: string;
+  pidsLimit?: number;
+  envdReadyTimeoutMs?: number;
+  /** Bound on a template's ready command after its start command (default 30 s; past it the sandbox runs anyway). */
+  templateReadyTimeoutMs?: number;
+  logger: Logger;
+}
+
+/** What boot reads of a sandbox. */
+export interface BootTarget {
+  spec: SandboxSpec;
+  address: string;
+  envdPort: number;
+}
+
+/** Where a sandbox boots: its root filesystem and network, and how (`via`: restored from a checkpoint). */
+export interface BootPlace {
+  rootfs: string;
+  /** The network namespace to join; absent = the host's. */
+  netnsPath?: string;
+  /** Settles once the network is fully set up. */
+  configured: Promise<void>;
+  via?: RestoreVia;
+}
+
+export class SandboxBooter {
+  private readonly o: SandboxBootOptions;
+  /** Where the init's output goes (unless discarded). */
+  private readonly logsDir: string;
+  private launch: Promise<EnvdLaunch> | undefined;
+
+  /** `o` is read at each boot (the manager's own options, shared). */
+  constructor(o: SandboxBootOptions, logsDir: string) {
+    this.o = o;
+    this.logsDir = logsDir;
+  }
+
+  /** Bundle, runtime start, envd health, envd init, template start command. */
+  async boot(s: BootTarget, { rootfs, netnsPath, configured: slotConfigured, via }: BootPlace, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
+    const id = s.spec.sandboxId;
+    const t = performance.now();
+    await this.o.network.writeIdentity(id, s.address, rootfs);
+    await mkdir(this.logsDir, { recursive: true });
+    // A restore brings envd's state and the processes back from memory: nothing to apply.
+    const tb: TemplateBoot = via ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
+    const templateEnv = Object.fromEntries(Object.entries(tb.env).filter(([k]) => !k.startsWith("SPACE_ENVD_")));
+    const env: Record<string, string> = {
+      PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      HOME: "/root",
+      // The template's ENV: defaults under the sandbox's own env vars.
+      ...templateEnv,
+      E2B_SANDBOX: "true",
+      E2B_SANDBOX_ID: id,
+      ...s.spec.envVars,
+      // envd's knobs (not passed on to processes): the template's WORKDIR and USER.
+      ...(tb.workdir ? { SPACE_ENVD_DEFAULT_WORKDIR: tb.workdir } : {}),
+      ...(tb.user ? { SPACE_ENVD_DEFAULT_USER: tb.user } : {}),
+    };
+    this.launch ??= envdLaunch(this.o.envdDir, this.o.nodeBinary, this.o.logger);
+    const args = (await this.launch).argv(s.envdPort);
+    const run: RunSpec = {
+      id,
+      rootfs,
+      hostname: id,
+      args,
+      env,
+      cwd: "/",
+      mounts: [
+        { source: this.o.nodeBinary, destination: NODE_MOUNT, readonly: true },
+        { source: this.o.envdDir, destination: ENVD_MOUNT, readonly: true },
+      ],
+      ...(netnsPath ? { netnsPath } : {}),
+      resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024, ...(s.spec.background ? { cpuShares: BACKGROUND_CPU_SHARES } : {}) },
+      logPath: this.o.discardInitOutput ? "/dev/null" : join(this.logsDir, `${id}.log`),
+    };
+    await this.o.runtime.prepare(run, signal);
+    if (via) {
+      // A memory checkpoint comes back with its sockets: its addresses must be in place.
+      // (Measured: restoring while the slot or the disk quota is still being set up won under
+      // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
+      await slotConfigured;
+      await via.start(id, signal);
+    } else await this.o.runtime.start(id, signal);
+    timings.runtimeMs = ms(t);
+    // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
+    const tSlot = performance.now();
+    await slotConfigured;
+    timings.slotWaitMs = ms(tSlot);
+    const tEnvd = performance.now();
+    await waitEnvdHealthy(s.address, s.envdPort, {
+      deadlineMs: this.o.envdReadyTimeoutMs ?? 15_000,
+      signal,
+      alive: async () => {
+        const st = await this.o.runtime.state(id, signal);
+        return st?.status === "running";
+      },
+    }).catch(async (e: unknown) => {
+      const tail = await readFile(run.logPath, "utf8").then((x) => x.slice(-1500)).catch(() => "");
+      throw new SpaceError("unavailable", `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`);
+    });
+    timings.envdMs = ms(tEnvd);
+    if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
+      await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
+    }
+    if (tb.startCmd) {
+      const tStart = performance.now();
+      await startTemplateCommand(s.address, s.envdPort, s.spec.accessToken, tb.startCmd, signal).catch((e: unknown) => {
+        throw new SpaceError("failed_precondition", `the template's start command could not be started: ${e instanceof Error ? e.message : String(e)}`);
+      });
+      if (tb.readyCmd) {
+        await waitTemplateReady(s.address, s.envdPort, s.spec.accessToken, tb.readyCmd, {
+          deadlineMs: this.o.templateReadyTimeoutMs ?? 30_000,
+          signal,
+          logger: this.o.logger,
+          sandboxId: id,
+        });
+      }
+      timings.startCmdMs = ms(tStart);
+    }
+  }
+
+  /**
+   * POST /init to envd (env vars, access token), as E2B's orchestrator does. The default
+   * user and workdir are envd's own (from its boot knobs: `user`, or the template's), and
+   * a restored envd keeps its state, so /init leaves them alone.
+   */
+  async initEnvd(s: BootTarget, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<void> {
+    const status = await httpStatusOf(s.address, s.envdPort, "/init", {
+      method: "POST",
+      timeoutMs: 5000,
+      body: JSON.stringify({ ...body, timestamp: new Date().toISOString() }),
+      headers: { "content-type": "application/json", ...(s.spec.accessToken ? { "x-access-token": s.spec.accessToken } : {}) },
+    });
+    if (status >= 300 && status !== 404) throw new SpaceError("unavailable", `envd /init of ${s.spec.sandboxId} answered ${status}`);
+  }
+}
+
+export const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;

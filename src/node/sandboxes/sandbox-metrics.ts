@@ -1,0 +1,48 @@
+/**
+ * A sandbox's metrics from its cgroups (CPU over the interval since the last sample, memory
+ * without page cache) and its disk store (what the disk holds).
+ */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { Runtime } from "../../runtime/runtime.ts";
+import type { SandboxMetrics, SandboxSpec } from "../../contract/node-api.ts";
+import type { SandboxDisks } from "../disk/sandbox-disks.ts";
+
+/** The sandbox as metrics sees it; `cpuSample` is the previous reading, replaced by this one. */
+export interface Sampled {
+  spec: SandboxSpec;
+  cpuSample?: { at: number; usageNs: number };
+}
+
+export async function sandboxMetrics(runtime: Runtime, disks: SandboxDisks, s: Sampled, signal: AbortSignal): Promise<SandboxMetrics> {
+  const id = s.spec.sandboxId;
+  const dirs = runtime.cgroupDirs(id);
+  const readNum = (p: string | undefined) => (p ? readFile(p, "utf8").then((x) => Number(x.trim()), () => 0) : Promise.resolve(0));
+  let cpuUsedPct = 0;
+  const usage = await readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage"));
+  const now = performance.now();
+  let prev = s.cpuSample;
+  if (!prev && usage) {
+    // No earlier sample: measure over a short window.
+    prev = { at: now, usageNs: usage };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const usage2 = prev && prev.at === now ? await readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage")) : usage;
+  const now2 = performance.now();
+  if (prev && now2 > prev.at) cpuUsedPct = Math.min(100, ((usage2 - prev.usageNs) / 1e6 / (now2 - prev.at) / s.spec.vcpu) * 100);
+  s.cpuSample = { at: now2, usageNs: usage2 };
+  const memUsed = await readNum(dirs.memory && join(dirs.memory, "memory.usage_in_bytes"));
+  const stat = dirs.memory ? await readFile(join(dirs.memory, "memory.stat"), "utf8").catch(() => "") : "";
+  const memCache = Number(/^total_cache (\d+)/m.exec(stat)?.[1] ?? /^cache (\d+)/m.exec(stat)?.[1] ?? 0);
+  const disk = await disks.usage(id, signal);
+  return {
+    timestamp: new Date().toISOString(),
+    cpuCount: s.spec.vcpu,
+    cpuUsedPct: Math.max(0, Math.round(cpuUsedPct * 100) / 100),
+    memUsed: Math.max(0, memUsed - memCache),
+    memTotal: s.spec.memoryMib * 1024 * 1024,
+    memCache,
+    diskUsed: disk?.referencedBytes ?? 0,
+    diskTotal: s.spec.diskMib * 1024 * 1024,
+  };
+}

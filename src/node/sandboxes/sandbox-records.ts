@@ -1,0 +1,51 @@
+/**
+ * What the node keeps of each sandbox across agent restarts: one JSON file per sandbox
+ * (its spec, state, address and envd port), root-only because the spec holds env vars and
+ * the envd token. The startup reconcile reads them back (manager.ts).
+ */
+import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { SandboxSpec } from "../../contract/node-api.ts";
+import type { NodeState } from "./states.ts";
+
+export interface SandboxRecord {
+  spec: SandboxSpec;
+  state: NodeState;
+  address: string;
+  envdPort: number;
+  startedAt: string;
+  timings?: Record<string, number>;
+}
+
+export class SandboxRecords {
+  private readonly dir: string;
+
+  constructor(dir: string) {
+    this.dir = dir;
+  }
+
+  private path(id: string): string {
+    return join(this.dir, `${id}.json`);
+  }
+
+  async save(s: SandboxRecord): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    const r: SandboxRecord = { spec: s.spec, state: s.state, address: s.address, envdPort: s.envdPort, startedAt: s.startedAt, ...(s.timings ? { timings: s.timings } : {}) };
+    await writeFile(this.path(s.spec.sandboxId), JSON.stringify(r), { mode: 0o600 });
+  }
+
+  /** Absent = ok. */
+  async remove(id: string): Promise<void> {
+    await rm(this.path(id), { force: true });
+  }
+
+  async list(): Promise<SandboxRecord[]> {
+    const out: SandboxRecord[] = [];
+    for (const f of await readdir(this.dir).catch(() => [] as string[])) {
+      if (!f.endsWith(".json")) continue;
+      const r = await readFile(join(this.dir, f), "utf8").then((t) => JSON.parse(t) as SandboxRecord).catch(() => undefined);
+      if (r) out.push(r);
+    }
+    return out;
+  }
+}
