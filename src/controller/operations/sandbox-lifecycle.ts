@@ -11,7 +11,6 @@ import { toSandbox } from "../../api/native/present.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
 import { SandboxRequest, readRequest } from "./requests.ts";
-import { restartStopped } from "./node-lifecycle.ts";
 
 export function sandboxPause(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
@@ -102,7 +101,7 @@ export function sandboxStart(deps: HandlerDeps): OperationHandler {
     }
     let status;
     try {
-      status = await restartStopped(svc.substrate, { sandboxId: rec.id, nodeId: rec.nodeId }, signal);
+      status = await svc.substrate.restart({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
     } catch (e: unknown) {
       await svc.repo.transition(rec.id, ["resuming"], "stopped");
       throw SpaceError.from(e);
