@@ -7,7 +7,7 @@
 import { notFound, SpaceError } from "../../core/errors.ts";
 import { getBuild } from "../../store/templates.ts";
 import { toNativeBuild } from "../../api/native/templates.ts";
-import { buildError } from "../builds.ts";
+import { buildError } from "../../templates/build-coordinator.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./index.ts";
 
