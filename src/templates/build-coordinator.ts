@@ -131,7 +131,7 @@ export class BuildCoordinator {
     const tags = [...new Set([...(tag ? [tag] : []), ...(input.tags ?? [])])];
     for (const t of tags) if (!ALIAS.test(t)) throw invalid(`tag ${JSON.stringify(t)} is not valid`);
     // Names are per team (as E2B's): another team's `oci-tpl` is a different template.
-    const template = (await ownTemplateByName(tx, tenantId, alias)) ?? await createTemplate(tx, { tenantId, name: alias });
+    const template = (await ownTemplateByName(tx, tenantId, alias)) ?? (await createTemplate(tx, { tenantId, name: alias }));
     const spec: BuildSpecRecord = { alias, tags, tenantId };
     const build = await createBuild(tx, {
       id: buildId ?? `bd_${randomId(16)}`,
