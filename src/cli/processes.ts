@@ -26,7 +26,7 @@ import { registerEcwRoutes } from "../api/ecw/routes.ts";
 import { registerNativeRoutes } from "../api/native/routes.ts";
 import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
 import { registerEcwTemplateRoutes } from "../api/ecw/templates.ts";
-import { BuildCoordinator } from "../controller/builds.ts";
+import { BuildCoordinator } from "../templates/build-coordinator.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
 import { installWarmPools, warmPoolDefaults } from "../controller/warm-pools/index.ts";
 import { parseSelector } from "../core/selector.ts";
@@ -128,7 +128,7 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
 export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
-  const builds = new BuildCoordinator({ db, blobs: cp.blobs, internalToken: cp.internalToken, log });
+  const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
   // Every process that serves creates adopts warm members (the leader's reconciler makes them).
   installWarmPools(cp);
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [

@@ -10,7 +10,6 @@ import { toSandbox } from "./results.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./operation-handlers.ts";
 import { readRequest } from "./operation-kind.ts";
-import { restartStopped } from "./node-lifecycle.ts";
 
 export function sandboxPause(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
@@ -101,7 +100,7 @@ export function sandboxStart(deps: HandlerDeps): OperationHandler {
     }
     let status;
     try {
-      status = await restartStopped(svc.substrate, { sandboxId: rec.id, nodeId: rec.nodeId }, signal);
+      status = await svc.substrate.restart({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
     } catch (e: unknown) {
       await svc.repo.transition(rec.id, ["resuming"], "stopped");
       throw SpaceError.from(e);

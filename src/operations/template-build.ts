@@ -9,7 +9,7 @@ import { getBuild } from "../store/templates.ts";
 import { readRequest } from "./operation-kind.ts";
 import { parseBuildTarget } from "./requests.ts";
 import { toNativeBuild } from "./results.ts";
-import { buildError } from "../controller/builds.ts";
+import { buildError } from "../templates/build-coordinator.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./operation-handlers.ts";
 

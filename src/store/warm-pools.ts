@@ -128,7 +128,7 @@ export async function matchingWarmPools(
 
 /**
  * The build sandboxes of `templateId` boot today: nodes point the template's subvolume at
- * the build released last (controller/builds.ts), else the newest ready build; null for
+ * the build released last (templates/build-coordinator.ts), else the newest ready build; null for
  * templates the store has no build of (e.g. `base`, built by each node).
  */
 export async function currentBuildOf(q: Queryable, templateId: string): Promise<string | null> {

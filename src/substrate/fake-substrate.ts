@@ -1,10 +1,20 @@
 /**
  * A test double for Substrate: records calls, keeps sandboxes in memory, and can be told
- * to fail the next start with a given error. Not for production use.
+ * to fail the next start with a given error. A build it is handed is ready at once (with
+ * `buildResult`) unless `buildsHang`; node templates are kept per node. Not for production use.
  */
 import { SpaceError } from "../core/errors.ts";
-import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
-import type { PlacementRequest, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "./substrate.ts";
+import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type {
+  NodeBuildRequest,
+  NodeBuildStatusWire,
+  PlacementRequest,
+  ProxyTarget,
+  SandboxRef,
+  SnapshotDescriptor,
+  SnapshotOptions,
+  Substrate,
+} from "./substrate.ts";
 
 export class FakeSubstrate implements Substrate {
   readonly calls: string[] = [];
@@ -55,6 +65,22 @@ export class FakeSubstrate implements Substrate {
   }
   stop(ref: SandboxRef) {
     return this.#lifecycle(ref, "stop", "stopped");
+  }
+  /** Boots a stopped sandbox again (what node-api's POST /v1/sandboxes/:id/start does). */
+  async restart(ref: SandboxRef): Promise<SandboxStatus> {
+    this.calls.push(`restart ${ref.sandboxId}`);
+    const s = this.running.get(ref.sandboxId);
+    if (!s || s.state !== "stopped") throw new SpaceError("failed_precondition", `sandbox ${ref.sandboxId} is not stopped on the node`);
+    s.state = "running";
+    s.address = "10.200.0.3";
+    return s;
+  }
+  /** Bodies `init` was handed, in order. */
+  readonly inits: Array<{ sandboxId: string; body: SandboxInit }> = [];
+  async init(ref: SandboxRef, body: SandboxInit): Promise<void> {
+    this.calls.push(`init ${ref.sandboxId}`);
+    if (this.running.get(ref.sandboxId)?.state !== "running") throw new SpaceError("not_found", `sandbox ${ref.sandboxId} not running on node`);
+    this.inits.push({ sandboxId: ref.sandboxId, body });
   }
   async kill(ref: SandboxRef): Promise<void> {
     this.calls.push(`kill ${ref.sandboxId}`);
@@ -139,5 +165,40 @@ export class FakeSubstrate implements Substrate {
   }
   async dropSnapshot(_nodeId: string, snapshotId: string): Promise<void> {
     this.calls.push(`drop ${snapshotId}`);
+  }
+
+  /** Builds handed to a node: `${nodeId} ${buildId}` → request. */
+  readonly builds = new Map<string, NodeBuildRequest>();
+  /** Node templates: `${nodeId} ${alias}` → the built template it points at. */
+  readonly templates = new Map<string, string>();
+  buildsHang = false;
+  buildResult: NonNullable<NodeBuildStatusWire["result"]> = {
+    name: "",
+    rootfsSizeMib: 310,
+    digest: "sha256:fake",
+    environment: "fake-environment",
+    cachedSteps: 0,
+    builtSteps: 0,
+    durationMs: 1,
+    config: { env: {}, workdir: "/", user: "root" },
+  };
+  async startBuild(nodeId: string, req: NodeBuildRequest): Promise<void> {
+    this.calls.push(`build ${req.buildId} on ${nodeId}`);
+    this.builds.set(`${nodeId} ${req.buildId}`, req);
+  }
+  async buildStatus(nodeId: string, buildId: string, logsOffset: number): Promise<NodeBuildStatusWire> {
+    const req = this.builds.get(`${nodeId} ${buildId}`);
+    if (!req) throw new SpaceError("not_found", `build ${buildId} not on node ${nodeId}`);
+    const logs = [{ timestamp: new Date().toISOString(), level: "info" as const, message: `built ${req.name}` }];
+    const base = { buildId, name: req.name, logEntries: logs.slice(logsOffset), logsTotal: logs.length };
+    return this.buildsHang ? { ...base, status: "building" } : { ...base, status: "ready", result: { ...this.buildResult, name: req.name } };
+  }
+  async pointTemplate(nodeId: string, alias: string, name: string): Promise<void> {
+    this.calls.push(`point ${alias} ${name} on ${nodeId}`);
+    this.templates.set(`${nodeId} ${alias}`, name);
+  }
+  async dropTemplate(nodeId: string, name: string): Promise<void> {
+    this.calls.push(`drop template ${name} on ${nodeId}`);
+    this.templates.delete(`${nodeId} ${name}`);
   }
 }

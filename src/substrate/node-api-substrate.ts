@@ -1,12 +1,13 @@
 /**
  * The verbs every substrate forwards to the node that runs the sandbox (node-api): once
  * placed, a sandbox is driven the same way whether SPACE or kube-scheduler chose its
- * node. Substrates say how to reach a node (`client`) and own placement, start and kill.
+ * node, and a template build the same way whichever node the caller placed it on.
+ * Substrates say how to reach a node (`client`) and own placement, start and kill.
  */
-import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
+import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
 import { SpaceError } from "../core/errors.ts";
 import type { NodeClient } from "./direct/node-client.ts";
-import type { ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
+import type { NodeBuildRequest, NodeBuildStatusWire, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
 
 export abstract class NodeApiSubstrate {
   /** node-api of a node; not_found when the node is unknown. */
@@ -41,6 +42,14 @@ export abstract class NodeApiSubstrate {
     return (await this.client(ref.nodeId, signal)).lifecycle(ref.sandboxId, "stop", signal);
   }
 
+  async restart(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus> {
+    return (await this.client(ref.nodeId, signal)).restart(ref.sandboxId, signal);
+  }
+
+  async init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal): Promise<void> {
+    await (await this.client(ref.nodeId, signal)).init(ref.sandboxId, body, signal);
+  }
+
   async observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null> {
     try {
       return await (await this.client(ref.nodeId, signal)).getSandbox(ref.sandboxId, signal);
@@ -65,5 +74,21 @@ export abstract class NodeApiSubstrate {
   async proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget> {
     const client = await this.client(ref.nodeId, signal);
     return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.proxyHeaders() };
+  }
+
+  async startBuild(nodeId: string, req: NodeBuildRequest, signal: AbortSignal): Promise<void> {
+    await (await this.client(nodeId, signal)).startBuild(req, signal);
+  }
+
+  async buildStatus(nodeId: string, buildId: string, logsOffset: number, signal: AbortSignal): Promise<NodeBuildStatusWire> {
+    return (await this.client(nodeId, signal)).buildStatus(buildId, logsOffset, signal);
+  }
+
+  async pointTemplate(nodeId: string, alias: string, name: string, signal: AbortSignal): Promise<void> {
+    await (await this.client(nodeId, signal)).pointTemplate(alias, name, signal);
+  }
+
+  async dropTemplate(nodeId: string, name: string, signal: AbortSignal): Promise<void> {
+    await (await this.client(nodeId, signal)).dropTemplate(name, signal);
   }
 }

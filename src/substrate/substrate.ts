@@ -4,13 +4,19 @@
  * implementation maps `place` to creating a Pod (kube-scheduler decides the node) and
  * `start` to waiting (by watch) for the pod's IP and readiness.
  *
- * Every verb takes an AbortSignal; `kill` is idempotent (absent = ok).
+ * It is the only way the control plane reaches a node: sandboxes (place … restore), warm
+ * members (`init`) and template builds (`startBuild` … `dropTemplate`, on a node the
+ * caller chose by placement over the substrate's node directory).
+ *
+ * Every verb takes an AbortSignal; `kill`, `dropSnapshot` and `dropTemplate` are
+ * idempotent (absent = ok).
  */
-import type { NetworkRecord, SandboxEgress, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
 import type { SnapshotDescriptor } from "../contract/snapshot-descriptor.ts";
+import type { NodeBuildRequest, NodeBuildStatusWire } from "../contract/node-builds.ts";
 import type { EnvironmentBinding } from "./placement.ts";
 
-export type { SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding, SnapshotDescriptor };
+export type { SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding, NodeBuildRequest, NodeBuildStatusWire, SnapshotDescriptor };
 
 export interface SnapshotOptions {
   /** `sn_` + 16 chars, chosen by the control plane (its snapshot row id). */
@@ -60,6 +66,13 @@ export interface Substrate {
   pause(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus>;
   resume(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus>;
   stop(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus>;
+  /** Boots a stopped sandbox again where it is (its disk kept); resolves once envd answers. */
+  restart(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus>;
+  /**
+   * Personalises a running sandbox without restarting it (a warm member on adoption): env
+   * vars and envd access token; also gives a member booted in the background its normal CPU priority.
+   */
+  init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal): Promise<void>;
   /** Ends it and frees its node resources. Absent = ok. */
   kill(ref: SandboxRef, signal: AbortSignal): Promise<void>;
   /** What the node sees now; null when the node does not know the sandbox. */
@@ -85,4 +98,12 @@ export interface Substrate {
   restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus>;
   /** Frees a node's local copy of a snapshot (absent = ok; the blob store keeps its parts). */
   dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void>;
+  /** Starts a template build on `nodeId` (idempotent by build id); it runs in the background. */
+  startBuild(nodeId: string, req: NodeBuildRequest, signal: AbortSignal): Promise<void>;
+  /** A build's status and its log entries from `logsOffset`; not_found when the node lost it. */
+  buildStatus(nodeId: string, buildId: string, logsOffset: number, signal: AbortSignal): Promise<NodeBuildStatusWire>;
+  /** Points node template `alias` at built template `name` on `nodeId` (what sandboxes of it boot). */
+  pointTemplate(nodeId: string, alias: string, name: string, signal: AbortSignal): Promise<void>;
+  /** Removes node template `name` from `nodeId` (absent = ok). */
+  dropTemplate(nodeId: string, name: string, signal: AbortSignal): Promise<void>;
 }

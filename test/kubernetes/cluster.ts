@@ -63,7 +63,7 @@ export async function startCluster(opts: { scheduler?: boolean } = {}): Promise<
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const [etcdPort, peerPort, apiPort, schedPort] = [await freePort(), await freePort(), await freePort(), await freePort()];
+    const [etcdPort, peerPort, apiPort, schedPort] = await distinctFreePorts(4);
     const { publicKey, privateKey } = generateKeyPairSync("rsa", {
       modulusLength: 2048,
       publicKeyEncoding: { type: "spki", format: "pem" },
@@ -147,4 +147,11 @@ async function ensure(kube: KubeApi, path: string, body: unknown): Promise<void>
   } catch (e) {
     if (!isConflict(e)) throw e;
   }
+}
+
+/** `n` free ports, no two alike (the kernel may hand a just-closed port out again). */
+async function distinctFreePorts(n: number): Promise<number[]> {
+  const ports = new Set<number>();
+  while (ports.size < n) ports.add(await freePort());
+  return [...ports];
 }

@@ -9,16 +9,18 @@
  * pod IP = the sandbox's address, no envd token on the pod); the disk refusal ends in 400
  * within seconds via the pod's FailedCreatePodSandBox event; pause (the pod goes) and
  * connect (a new pod on the same node, memory and files kept); fork; warm-pool adoption
- * (members are pods; a create adopts one); node_group affinity.
+ * (members are pods; a create adopts one); node_group affinity; a template build placed
+ * on one of the Nodes and booted in a pod.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { Sandbox, type ConnectionOpts } from "e2b";
+import { Sandbox, Template, type ConnectionOpts } from "e2b";
 import { counterScript } from "../support/counter.ts";
 import { postgresSkipReason } from "../support/db.ts";
 import { waitFor } from "../support/stack.ts";
 import { podNameOf } from "../../src/kube/names.ts";
+import { getBuild } from "../../src/store/templates.ts";
 import { k8sSkipReason } from "./cluster.ts";
 import { startKubeFleet, type KubeFleet } from "./fleet.ts";
 import { scenarios, skippedOn } from "./scenarios.ts";
@@ -241,5 +243,21 @@ describe("kubernetes substrate end to end (e2b SDK, 3 node agents)", { skip, tim
     await sb.kill();
     assert.equal((await f.admin("DELETE", "/warm-pools/base")).status, 204);
     await waitFor(async () => (await f.admin("GET", "/warm-pools/base")).status === 404, "pool gone", 60_000, 500);
+  });
+
+  test("template_build_boots: the build is placed on one of the Nodes and followed there; Sandbox.create(alias) boots it in a pod", async () => {
+    const t0 = Date.now();
+    const info = await Template.build(Template().fromTemplate("base").runCmd("echo built-on-kubernetes > /opt/k8s-mark"), "k8s-tpl", { ...opts, requestTimeoutMs: 600_000 });
+    process.stdout.write(`# template build on kubernetes: ${Date.now() - t0} ms\n`);
+    // Placement chose one of the Nodes (their ids are Node names), and the build ran there.
+    const builtOn = (await getBuild(f.db.db, info.buildId)).spec.nodeId;
+    const node = f.nodes.find((n) => n.name === builtOn);
+    assert.ok(node, `built on a Node (${String(builtOn)})`);
+    // Booted on that Node (its group): a pod's node does not pull a template it lacks (the node agent's kubelet path has no on-demand pull).
+    const sb = await Sandbox.create("k8s-tpl", { ...opts, metadata: { "space.placement": JSON.stringify({ node_group: node.group }) }, timeoutMs: 120_000 });
+    created.push(sb.sandboxId);
+    assert.equal((await pod(sb.sandboxId))?.spec.nodeName, node.name);
+    assert.equal((await sb.commands.run("cat /opt/k8s-mark")).stdout, "built-on-kubernetes\n");
+    await sb.kill();
   });
 });

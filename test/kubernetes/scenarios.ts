@@ -24,6 +24,7 @@ export const scenarios: readonly Scenario[] = [
   { name: "pause_connect", substrates: ["direct", "kubernetes"], direct: "test/e2e/snapshots" },
   { name: "fork", substrates: ["direct", "kubernetes"], direct: "test/e2e/snapshots" },
   { name: "warm_pool_environment", substrates: ["direct", "kubernetes"], direct: "test/e2e/warm-pools" },
+  { name: "template_build_boots", substrates: ["direct", "kubernetes"], direct: "test/e2e/templates" },
   { name: "node_group_boundary_schedules", substrates: ["direct", "kubernetes"], direct: "test/e2e/fleet" },
   {
     name: "node_registration_verify",

@@ -29,8 +29,6 @@ import { registerNode } from "../../src/store/nodes.ts";
 import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
 import type { ProxyTarget, SandboxRef } from "../../src/substrate/substrate.ts";
 import type { NodeId } from "../../src/core/ids.ts";
-import { SpaceError } from "../../src/core/errors.ts";
-import type { SandboxStatus } from "../../src/contract/node-api.ts";
 
 export const log = pino({ level: process.env.SPACE_TEST_LOG ?? "silent" });
 export const ALL_SCOPES = ["sandboxes:read", "sandboxes:write", "commands:exec"];
@@ -38,15 +36,6 @@ export const ALL_SCOPES = ["sandboxes:read", "sandboxes:write", "commands:exec"]
 /** A FakeSubstrate whose proxy target is the fake envd's root. */
 export class EnvdFakeSubstrate extends FakeSubstrate {
   envdUrl = "http://127.0.0.1:9";
-  /** Boots a stopped sandbox again (what node-api's POST /v1/sandboxes/:id/start does). */
-  async restart(ref: SandboxRef): Promise<SandboxStatus> {
-    this.calls.push(`restart ${ref.sandboxId}`);
-    const s = this.running.get(ref.sandboxId);
-    if (!s || s.state !== "stopped") throw new SpaceError("failed_precondition", `sandbox ${ref.sandboxId} is not stopped on the node`);
-    s.state = "running";
-    s.address = "10.200.0.3";
-    return s;
-  }
   override async proxyTarget(_ref: SandboxRef, _port: number): Promise<ProxyTarget> {
     return { baseUrl: new URL(this.envdUrl), headers: { "x-space-node-token": "internal" } };
   }

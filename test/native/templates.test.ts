@@ -1,18 +1,16 @@
 /** Native /v1/templates: tenant-visible templates with their builds and aliases; builds as operations. */
 import assert from "node:assert/strict";
-import { mkdtemp } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { Registry } from "prom-client";
 import { createApiApp } from "../../src/api/app.ts";
 import { authenticateBearer, bearerOf } from "../../src/api/auth.ts";
 import { registerNativeRoutes } from "../../src/api/native/routes.ts";
-import { FsBlobStore } from "../../src/blob/fs/fs-blob-store.ts";
-import { BuildCoordinator } from "../../src/controller/builds.ts";
+import { BuildCoordinator } from "../../src/templates/build-coordinator.ts";
+import { DirectSubstrate } from "../../src/substrate/direct/direct-substrate.ts";
+import { StoreNodeDirectory } from "../../src/api/sandboxes/queries.ts";
 import { testEngines } from "../support/db.ts";
 import { createBuild, createTemplate, setRelease, updateBuild } from "../../src/store/templates.ts";
 import { createToken } from "../../src/store/tokens.ts";
@@ -120,7 +118,10 @@ for (const engine of testEngines()) {
       });
       await new Promise<void>((r) => node.listen(0, "127.0.0.1", r));
       await h.db.execute(`UPDATE nodes SET address = $1`, [`http://127.0.0.1:${(node.address() as AddressInfo).port}`]);
-      builds = new BuildCoordinator({ db: h.db, blobs: new FsBlobStore(await mkdtemp(join(tmpdir(), "space-native-builds-"))), internalToken: "internal", log, pollMs: 20 });
+      // Builds reach the fake node as they reach a real one: the Direct substrate over the store's nodes.
+      const nodes = new StoreNodeDirectory(h.db);
+      const substrate = new DirectSubstrate({ nodes, internalToken: "internal" });
+      builds = new BuildCoordinator({ db: h.db, substrate, nodes, internalToken: "internal", log, pollMs: 20 });
       app = await createApiApp({
         db: h.db,
         log,

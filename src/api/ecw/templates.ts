@@ -33,7 +33,7 @@ import {
   type Build,
   type Template,
 } from "../../store/templates.ts";
-import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../controller/builds.ts";
+import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../templates/build-coordinator.ts";
 import type { ApiKeyAuth } from "../sandboxes/model.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
 import { installEcwEdge, parse, sendEcwError, tenantOf } from "./http.ts";

@@ -16,7 +16,7 @@ import { invalid, notFound, SpaceError } from "../../core/errors.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { Queryable } from "../../store/db.ts";
 import { getBuild, listBuilds, listReleases, listTemplates, newBuildId, type Release, type Template } from "../../store/templates.ts";
-import { BuildCoordinator, type TemplateBuildStart } from "../../controller/builds.ts";
+import { BuildCoordinator, type TemplateBuildStart } from "../../templates/build-coordinator.ts";
 import { BuildTemplateBody, buildTarget } from "../../operations/requests.ts";
 import { toNativeBuild } from "../../operations/results.ts";
 import type { NativeDeps } from "./deps.ts";

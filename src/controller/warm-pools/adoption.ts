@@ -25,11 +25,9 @@ import type { Db } from "../../store/db.ts";
 import type { Logger } from "../../core/log.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
-import type { SandboxInit } from "../../contract/node-api.ts";
-import { NodeClient } from "../../substrate/direct/node-client.ts";
 import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
 import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";
-import type { SandboxRef } from "../../substrate/substrate.ts";
+import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
 import { egressPolicyOf } from "../../api/network/policy.ts";
 import type { SandboxRecord, TemplateResolver } from "../../api/sandboxes/model.ts";
 import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../api/sandboxes/service.ts";
@@ -44,6 +42,7 @@ import {
   type WarmSlot,
 } from "../../store/warm-pools.ts";
 import { ensureTenant } from "../../store/tenants.ts";
+import { anyWarmPool } from "../../store/any-warm-pool.ts";
 import { Recent } from "../../core/recent.ts";
 import type { WarmPoolMetrics } from "./metrics.ts";
 
@@ -52,24 +51,11 @@ export const POOL_TENANT_NAME = "space-warm-pools";
 /** Metadata key a member carries while it waits (removed by the hand-over). */
 export const WARM_POOL_METADATA_KEY = "space.warm-pool";
 
-/** Sends env vars and the access token to a running member's envd, without restarting it. */
-export interface MemberPersonaliser {
-  /** `node`: the member's node when the caller already read it (saves a directory read on the hot path). */
-  init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal, node?: NodeEntry): Promise<void>;
-}
-
-/** Direct substrate: node-api `POST /v1/sandboxes/:id/init` (the node calls envd `/init` and keeps the spec). */
-export class NodeApiPersonaliser implements MemberPersonaliser {
-  constructor(
-    private readonly nodes: NodeDirectory,
-    private readonly internalToken: string,
-  ) {}
-  async init(ref: SandboxRef, body: SandboxInit, signal: AbortSignal, known?: NodeEntry): Promise<void> {
-    const node = known?.id === ref.nodeId ? known : await this.nodes.get(ref.nodeId, signal);
-    if (!node) throw new SpaceError("not_found", `node ${ref.nodeId} of warm member ${ref.sandboxId} is not registered`);
-    await new NodeClient({ baseUrl: node.url, internalToken: this.internalToken, timeoutMs: 10_000 }).init(ref.sandboxId, body, signal);
-  }
-}
+/**
+ * Sends env vars and the access token to a running member's envd, without restarting it:
+ * the substrate's `init` (node-api `POST /v1/sandboxes/:id/init`, which calls envd `/init`).
+ */
+export type MemberPersonaliser = Pick<Substrate, "init">;
 
 /** What to do with a claimed member (pure; behaviours.md C). */
 export type MemberVerdict = { kind: "adopt" } | { kind: "back"; reason: string } | { kind: "refuse"; reason: "node_not_ready" | "environment_not_usable" };
@@ -95,7 +81,8 @@ export interface WarmPoolAdoptionDeps {
   sandboxes: SandboxService;
   nodes: NodeDirectory;
   templates: TemplateResolver;
-  personaliser: MemberPersonaliser;
+  /** Defaults to the sandbox service's substrate. */
+  personaliser?: MemberPersonaliser;
   gate: GateMode;
   metrics: WarmPoolMetrics;
   log: Logger;
@@ -127,10 +114,7 @@ export class WarmPoolAdoption implements WarmAdopter {
   hasPools(): Promise<boolean> {
     let value = this.#anyPool.get("");
     if (!value) {
-      value = this.#d.db
-        .maybeOne<{ one: number }>(`SELECT 1 AS one FROM warm_pools LIMIT 1`)
-        .then((r) => r !== undefined)
-        .catch(() => true); // unsure: let adoption look
+      value = anyWarmPool(this.#d.db).catch(() => true); // unsure: let adoption look
       this.#anyPool.set("", value);
     }
     return value;
@@ -177,7 +161,7 @@ export class WarmPoolAdoption implements WarmAdopter {
       const claimed = await this.#claim(tenantId, req, "adopted", signal);
       if (!claimed) return null;
       if (claimed.slot.claimedFrom === "suspended" && !(await this.#restore(poolTenant, claimed.slot))) return null;
-      const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, req, t0, signal, claimed.node);
+      const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, req, t0, signal);
       if (rec) return rec;
     }
     return null;
@@ -235,7 +219,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     req: Omit<AdoptRequest, "input">,
     to: "adopted" | "reserved",
     signal: AbortSignal,
-  ): Promise<{ slot: ClaimedSlot; node: NodeEntry | undefined } | null> {
+  ): Promise<{ slot: ClaimedSlot } | null> {
     const { db, metrics, log } = this.#d;
     const templateId = req.template.templateId;
     const pools = await this.#matchingPools(templateId, req, tenantId);
@@ -260,7 +244,7 @@ export class WarmPoolAdoption implements WarmAdopter {
       tried.push(slot.id);
       const node = slot.nodeId ? nodes.get(slot.nodeId) : undefined;
       const verdict = checkMember(node, this.#d.gate, binding, req.placement);
-      if (verdict.kind === "adopt") return { slot, node };
+      if (verdict.kind === "adopt") return { slot };
       if (verdict.kind === "back") {
         await moveSlot(db, slot.id, [to], slot.claimedFrom, { reservedFor: null });
         log.debug({ slot: slot.id, reason: verdict.reason }, "warm member put back");
@@ -296,7 +280,6 @@ export class WarmPoolAdoption implements WarmAdopter {
     req: AdoptRequest,
     t0: number,
     signal: AbortSignal,
-    node?: NodeEntry,
   ): Promise<SandboxRecord | null> {
     const { db, sandboxes, metrics, log } = this.#d;
     const input = req.input;
@@ -309,11 +292,10 @@ export class WarmPoolAdoption implements WarmAdopter {
       const policy = egressPolicyOf(input.allowInternetAccess, input.network);
       await Promise.all([
         // Always: besides env and token, init gives the member (booted in the background) its normal CPU priority.
-        this.#d.personaliser.init(
+        (this.#d.personaliser ?? sandboxes.substrate).init(
           ref,
           Object.keys(input.envVars).length || envdAccessToken ? { envVars: input.envVars, ...(envdAccessToken ? { accessToken: envdAccessToken } : {}) } : {},
           signal,
-          node,
         ),
         JSON.stringify(policy) !== DEFAULT_POLICY
           ? sandboxes.substrate.setEgress(

@@ -11,13 +11,13 @@ import type { Db } from "../../store/db.ts";
 import type { SandboxService } from "../../api/sandboxes/service.ts";
 import type { SandboxLayer } from "../../api/sandboxes/index.ts";
 import type { IdlePolicy } from "../../store/warm-pools.ts";
-import { NodeApiPersonaliser, WarmPoolAdoption } from "./adoption.ts";
+import { WarmPoolAdoption } from "./adoption.ts";
 import { parseWarmPoolsConfig } from "./config.ts";
 import { warmPoolMetrics } from "./metrics.ts";
 import { startWarmPoolReconciler, type WarmPoolReconciler } from "./reconciler.ts";
 import { EnvdWarmer } from "./warm-up.ts";
 
-export { WarmPoolAdoption, NodeApiPersonaliser, POOL_TENANT_NAME, WARM_POOL_METADATA_KEY, checkMember } from "./adoption.ts";
+export { WarmPoolAdoption, POOL_TENANT_NAME, WARM_POOL_METADATA_KEY, checkMember } from "./adoption.ts";
 export { createWarmPoolReconciler, startWarmPoolReconciler } from "./reconciler.ts";
 export { parseWarmPoolsConfig } from "./config.ts";
 export { warmPoolMetrics } from "./metrics.ts";
@@ -67,7 +67,6 @@ export function installWarmPools(cp: WarmPoolHost): WarmPoolAdoption {
     sandboxes: cp.layer.sandboxes,
     nodes,
     templates: cp.layer.templates,
-    personaliser: new NodeApiPersonaliser(nodes, cp.internalToken),
     gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     metrics: warmPoolMetrics(cp.metrics),
     log: cp.log.child({ component: "warm-pools" }),

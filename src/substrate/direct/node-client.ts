@@ -17,6 +17,7 @@ import {
   type SandboxSpec,
 } from "../../contract/node-api.ts";
 import { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
+import { NodeBuildStatusSchema, type NodeBuildRequest } from "../../contract/node-builds.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
 
 export interface NodeClientOptions {
@@ -62,8 +63,13 @@ export class NodeClient {
   lifecycle(id: string, verb: "pause" | "resume" | "stop" | "start", signal: AbortSignal) {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/${verb}`, {}, SandboxStatus, signal, 120_000);
   }
+  /** Boots a stopped sandbox again; resolves after envd is healthy (a cold boot: 5 min). */
+  restart(id: string, signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/start`, {}, SandboxStatus, signal, 300_000);
+  }
+  /** On the create path (warm-member adoption): a short deadline, the caller falls back to a cold create. */
   init(id: string, body: SandboxInit, signal: AbortSignal) {
-    return this.#call("POST", `/v1/sandboxes/${enc(id)}/init`, body, SandboxStatus, signal);
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/init`, body, SandboxStatus, signal, 10_000);
   }
   /** Idempotent: 404 from the node counts as done. */
   async killSandbox(id: string, signal: AbortSignal): Promise<void> {
@@ -103,6 +109,22 @@ export class NodeClient {
   /** Idempotent: frees the node's local copy. */
   async dropSnapshot(snapshotId: string, signal: AbortSignal): Promise<void> {
     await this.#call("DELETE", `/v1/snapshots/${enc(snapshotId)}`, undefined, null, signal);
+  }
+  /** Starts a template build (idempotent by build id); the node answers at once (202) and builds in the background. */
+  async startBuild(req: NodeBuildRequest, signal: AbortSignal): Promise<void> {
+    await this.#call("POST", "/v1/builds", req, null, signal, 120_000);
+  }
+  /** A build's status and its log entries from `logsOffset`. */
+  buildStatus(buildId: string, logsOffset: number, signal: AbortSignal) {
+    return this.#call("GET", `/v1/builds/${enc(buildId)}?logsOffset=${logsOffset}`, undefined, NodeBuildStatusSchema, signal, 120_000);
+  }
+  /** Points node template `alias` at the built template `name` (what sandboxes of the template boot). */
+  async pointTemplate(alias: string, name: string, signal: AbortSignal): Promise<void> {
+    await this.#call("PUT", `/v1/templates/${enc(alias)}`, { name }, null, signal, 120_000);
+  }
+  /** Idempotent: removes a node template (and its blob store catalog entry). */
+  async dropTemplate(name: string, signal: AbortSignal): Promise<void> {
+    await this.#call("DELETE", `/v1/templates/${enc(name)}`, undefined, null, signal, 120_000);
   }
   proxyUrl(id: string, port: number): URL {
     return new URL(`${this.baseUrl}/v1/sandboxes/${enc(id)}/proxy/${port}`);

@@ -1,10 +1,13 @@
 /**
  * Template builds on the control plane: turns a client's build request (E2B's
  * TemplateBuildStartV2, which `space template build` also sends) into a node BuildRecipe,
- * starts it on a ready node, follows it (logs into the store, status, result), and on
- * success releases it (alias tags → build) and points the node's template-id subvolume at
- * it so `Sandbox.create('<alias>')` boots it. A build is immutable once ready; its row
- * records rootfs size, environment binding, digest and logs.
+ * places it (src/substrate/placement.ts over the substrate's node directory: a ready node
+ * of any group, ranked by free capacity and by having the template it starts from),
+ * starts it there through the Substrate (node-api on Direct and on Kubernetes alike),
+ * follows it (logs into the store, status, result), and on success releases it (alias
+ * tags → build) and points the node's template-id subvolume at it so
+ * `Sandbox.create('<alias>')` boots it. A build is immutable once ready; its row records
+ * rootfs size, environment binding, digest and logs.
  *
  * Logs are stored as JSON lines in `builds.logs` (one BuildLogEntry per line); E2B's
  * `logsOffset` is an index into them.
@@ -12,11 +15,10 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { z } from "zod";
 import type { Db, Queryable } from "../store/db.ts";
-import type { BlobStore } from "../blob/blob-store.ts";
 import type { Logger } from "../core/log.ts";
-import { invalid, notFound, SpaceError, errorCodes, fromHttpStatus, type ErrorCode } from "../core/errors.ts";
+import { invalid, notFound, SpaceError } from "../core/errors.ts";
 import { randomId, type TenantId } from "../core/ids.ts";
-import { listNodes, type NodeRecord } from "../store/nodes.ts";
+import { buildingBuildIds, ownTemplateByName } from "../store/builds.ts";
 import {
   appendBuildLogs,
   createBuild,
@@ -30,7 +32,10 @@ import {
 } from "../store/templates.ts";
 import { nodeTemplateName, type BuildRecipeInput, type BuildStep } from "../contract/build-recipe.ts";
 import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
-import { NodeBuildStatusSchema, type BuildLogEntry, type NodeBuildStatusWire } from "../contract/node-builds.ts";
+import type { BuildLogEntry } from "../contract/node-builds.ts";
+import type { NodeBuildStatusWire, Substrate } from "../substrate/substrate.ts";
+import type { NodeDirectory } from "../substrate/direct/direct-substrate.ts";
+import { decidePlacement, type PlacementWork } from "../substrate/placement.ts";
 
 /** The E2B build body (TemplateBuildStartV2). */
 export const TemplateBuildStart = z.object({
@@ -58,6 +63,7 @@ export interface BuildSpecRecord {
   tags: string[];
   tenantId: string;
   nodeId?: string;
+  /** Older rows: the node's address when the build started (its id is what is followed). */
   nodeUrl?: string;
   request?: TemplateBuildStart;
   logsTotal?: number;
@@ -66,7 +72,11 @@ export interface BuildSpecRecord {
 
 export interface BuildCoordinatorDeps {
   db: Db;
-  blobs: BlobStore;
+  /** How builds reach their node (the sandbox layer's). */
+  substrate: Substrate;
+  /** The substrate's nodes, placement's input (the sandbox layer's). */
+  nodes: NodeDirectory;
+  /** Signs COPY upload URLs. */
   internalToken: string;
   log: Logger;
   pollMs?: number;
@@ -101,8 +111,7 @@ export class BuildCoordinator {
 
   /** Follows builds a previous process left running (their node may still have them). */
   async resume(): Promise<void> {
-    const rows = await this.d.db.query<{ id: string }>(`SELECT id FROM builds WHERE status = 'building'`);
-    for (const r of rows) this.follow(r.id);
+    for (const id of await buildingBuildIds(this.d.db)) this.follow(id);
   }
 
   async close(): Promise<void> {
@@ -121,12 +130,8 @@ export class BuildCoordinator {
     if (!ALIAS.test(alias)) throw invalid(`template name ${JSON.stringify(alias)} is not valid: lower-case letters, digits, '.', '_' and '-' (at most 63)`);
     const tags = [...new Set([...(tag ? [tag] : []), ...(input.tags ?? [])])];
     for (const t of tags) if (!ALIAS.test(t)) throw invalid(`tag ${JSON.stringify(t)} is not valid`);
-    let template = await tx.maybeOne<Template>(
-      `SELECT id, tenant_id, name, public, created_at, updated_at, deleted_at FROM templates WHERE tenant_id = $1 AND name = $2 AND deleted_at IS NULL`,
-      [tenantId, alias],
-    );
     // Names are per team (as E2B's): another team's `oci-tpl` is a different template.
-    template ??= await createTemplate(tx, { tenantId, name: alias });
+    const template = (await ownTemplateByName(tx, tenantId, alias)) ?? (await createTemplate(tx, { tenantId, name: alias }));
     const spec: BuildSpecRecord = { alias, tags, tenantId };
     const build = await createBuild(tx, {
       id: buildId ?? `bd_${randomId(16)}`,
@@ -151,14 +156,13 @@ export class BuildCoordinator {
     const build = await this.ownBuild(tenantId, templateId, buildId);
     if (build.status !== "waiting") throw new SpaceError("failed_precondition", `build ${buildId} was already started (${build.status})`);
     const recipe = await this.toRecipe(tenantId, templateId, body, build);
-    const node = await this.pickNode();
-    const nodeUrl = nodeUrlOf(node);
+    const nodeId = await this.place(recipe);
     await updateBuild(this.d.db, buildId, {
       status: "building",
-      spec: { ...(build.spec as BuildSpecRecord), request: body, nodeId: node.id, nodeUrl, logsTotal: 0 },
+      spec: { ...(build.spec as BuildSpecRecord), request: body, nodeId, logsTotal: 0 },
     });
     try {
-      await this.call(nodeUrl, "POST", "/v1/builds", { buildId, name: nodeTemplateName(buildId), recipe });
+      await this.d.substrate.startBuild(nodeId, { buildId, name: nodeTemplateName(buildId), recipe }, nodeCall());
     } catch (e) {
       await this.fail(buildId, SpaceError.from(e).message, "base");
       throw e;
@@ -248,11 +252,17 @@ export class BuildCoordinator {
       });
   }
 
-  private async pickNode(): Promise<NodeRecord> {
-    const nodes = await listNodes(this.d.db, { status: ["ready"] });
-    const n = nodes[0];
-    if (!n) throw new SpaceError("unavailable", "no ready node can build templates");
-    return n;
+  /** The node that builds `recipe`: placement over the substrate's nodes (unavailable when none can). */
+  private async place(recipe: BuildRecipeInput): Promise<string> {
+    const work: PlacementWork = {
+      templateId: recipe.from.kind === "template" ? recipe.from.name : "",
+      vcpu: recipe.vcpu ?? 0,
+      memoryMib: recipe.memoryMib ?? 0,
+      diskMib: 0,
+    };
+    const d = decidePlacement(await this.d.nodes.list(nodeCall()), work, { gate: "off" });
+    if (d.nodeId === null) throw new SpaceError("unavailable", `no ready node can build templates (${d.explanation})`);
+    return d.nodeId;
   }
 
   private follow(buildId: string): void {
@@ -267,14 +277,14 @@ export class BuildCoordinator {
       const b = await getBuild(this.d.db, buildId);
       if (b.status !== "building") return;
       const spec = b.spec as BuildSpecRecord;
-      if (!spec.nodeUrl) return this.fail(buildId, "build has no node", "base");
+      if (!spec.nodeId) return this.fail(buildId, "build has no node", "base");
       let st: NodeBuildStatusWire;
       try {
-        st = NodeBuildStatusSchema.parse(await this.call(spec.nodeUrl, "GET", `/v1/builds/${encodeURIComponent(buildId)}?logsOffset=${spec.logsTotal ?? 0}`));
+        st = await this.d.substrate.buildStatus(spec.nodeId, buildId, spec.logsTotal ?? 0, nodeCall());
         misses = 0;
       } catch (e) {
         const err = SpaceError.from(e);
-        if (err.code === "not_found" || ++misses > 100) return this.fail(buildId, `the build was lost on node ${spec.nodeId ?? "?"} (node restarted?): ${err.message}`, "base");
+        if (err.code === "not_found" || ++misses > 100) return this.fail(buildId, `the build was lost on node ${spec.nodeId} (node restarted?): ${err.message}`, "base");
         await sleep(1000);
         continue;
       }
@@ -296,7 +306,7 @@ export class BuildCoordinator {
 
   private async complete(b: Build, spec: BuildSpecRecord, result: NonNullable<NodeBuildStatusWire["result"]>): Promise<void> {
     // The node's template-id subvolume is what sandboxes of this template boot from.
-    await this.call(spec.nodeUrl!, "PUT", `/v1/templates/${nodeTemplateName(b.templateId)}`, { name: nodeTemplateName(b.id) });
+    await this.d.substrate.pointTemplate(spec.nodeId!, nodeTemplateName(b.templateId), nodeTemplateName(b.id), nodeCall());
     await this.d.db.transaction(async (tx) => {
       await updateBuild(tx, b.id, {
         status: "ready",
@@ -318,9 +328,12 @@ export class BuildCoordinator {
 
   /** Removes a template's node subvolumes (best effort; the store is the source of truth). */
   async forgetOnNodes(templateId: string, buildIds: string[]): Promise<void> {
-    for (const n of await listNodes(this.d.db, { status: ["ready"] })) {
+    for (const n of await this.d.nodes.list(nodeCall())) {
+      if (n.status !== "ready") continue;
       for (const name of [templateId, ...buildIds].map(nodeTemplateName)) {
-        await this.call(nodeUrlOf(n), "DELETE", `/v1/templates/${name}`).catch((e: unknown) => this.d.log.warn({ err: e, node: n.id, name }, "removing a template from a node failed"));
+        await this.d.substrate
+          .dropTemplate(n.id, name, nodeCall())
+          .catch((e: unknown) => this.d.log.warn({ err: e, node: n.id, name }, "removing a template from a node failed"));
       }
     }
   }
@@ -337,38 +350,10 @@ export class BuildCoordinator {
     const got = Buffer.from(token);
     return want.length === got.length && timingSafeEqual(want, got);
   }
-
-  // ------------------------------------------------------------------ node calls
-
-  private async call(baseUrl: string, method: string, path: string, body?: unknown): Promise<unknown> {
-    const res = await fetch(`${baseUrl}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${this.d.internalToken}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      signal: AbortSignal.timeout(120_000),
-    }).catch((e: unknown) => {
-      throw new SpaceError("unavailable", `node ${baseUrl} unreachable: ${(e as Error).message}`);
-    });
-    const text = await res.text();
-    if (!res.ok) {
-      let code: ErrorCode = fromHttpStatus(res.status);
-      let message = text;
-      try {
-        const j = JSON.parse(text) as { code?: string; message?: string };
-        if (j.code && (errorCodes as readonly string[]).includes(j.code)) code = j.code as ErrorCode;
-        message = j.message ?? text;
-      } catch {
-        /* not JSON */
-      }
-      throw new SpaceError(code, message);
-    }
-    return text ? (JSON.parse(text) as unknown) : undefined;
-  }
 }
 
-function nodeUrlOf(n: NodeRecord): string {
-  return /^https?:\/\//.test(n.address) ? n.address.replace(/\/+$/, "") : `http://${n.address}`;
-}
+/** One node call's deadline (the node-api client applies its own per verb as well). */
+const nodeCall = () => AbortSignal.timeout(120_000);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
