@@ -21,7 +21,7 @@ import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { evacuateNode } from "../api/admin/evacuate.ts";
 import { warmPoolSurface } from "../api/admin/warm-pools.ts";
 import { authenticateBearer, bearerOf } from "../api/auth.ts";
-import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts";
+import { createSandboxLayer, type SandboxLayer } from "../sandboxes/index.ts";
 import { registerEcwRoutes } from "../api/ecw/routes.ts";
 import { registerNativeRoutes } from "../api/native/routes.ts";
 import { createGateway, type Gateway } from "../api/gateway/gateway.ts";

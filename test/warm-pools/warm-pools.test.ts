@@ -13,9 +13,9 @@ import { deleteNode, heartbeatNode, registerNode, setNodeStatus } from "../../sr
 import { createBuild, createTemplate, setRelease, updateBuild } from "../../src/store/templates.ts";
 import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
 import type { PlacementRequest, SandboxRef, SandboxSpec, SandboxStatus, SnapshotDescriptor } from "../../src/substrate/substrate.ts";
-import { createSandboxLayer } from "../../src/api/sandboxes/index.ts";
-import { StoreNodeDirectory, StoreTemplates } from "../../src/api/sandboxes/queries.ts";
-import type { CreateInput } from "../../src/api/sandboxes/service.ts";
+import { createSandboxLayer } from "../../src/sandboxes/index.ts";
+import { StoreNodeDirectory, StoreTemplates } from "../../src/sandboxes/queries.ts";
+import type { CreateInput } from "../../src/sandboxes/service.ts";
 import type { NodeId } from "../../src/core/ids.ts";
 import type { GateMode } from "../../src/substrate/placement.ts";
 import type { SandboxInit } from "../../src/node/api/contract.ts";

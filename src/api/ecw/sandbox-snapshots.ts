@@ -10,7 +10,7 @@
  */
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import type { SnapshotRow } from "../sandboxes/snapshot-repo.ts";
+import type { SnapshotRow } from "../../sandboxes/snapshot-repo.ts";
 import { toErrorBody } from "../errors.ts";
 import { parse, tenantOf } from "./http.ts";
 import { toSandbox } from "./present.ts";

@@ -22,8 +22,8 @@ import type { Db } from "../../store/db.ts";
 import type { BlobStore } from "../../blob/blob-store.ts";
 import { deleteRelease, deleteTemplate, listBuilds, listReleases, listTemplates, resolveTemplate, setRelease, type Build, type Template } from "../../store/templates.ts";
 import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../controller/builds.ts";
-import type { ApiKeyAuth } from "../sandboxes/model.ts";
-import type { SandboxService } from "../sandboxes/service.ts";
+import type { ApiKeyAuth } from "../../sandboxes/model.ts";
+import type { SandboxService } from "../../sandboxes/service.ts";
 import { installEcwEdge, parse, sendEcwError, tenantOf } from "./http.ts";
 
 export interface EcwTemplateDeps {

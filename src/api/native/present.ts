@@ -2,7 +2,7 @@
  * Records → Native wire objects (snake_case, ISO timestamps). One function per noun,
  * used by the routes and by the operation handlers for results.
  */
-import type { SandboxRecord } from "../sandboxes/model.ts";
+import type { SandboxRecord } from "../../sandboxes/model.ts";
 import type { Operation as OperationRow } from "../../store/operations.ts";
 import type { Command as CommandRow, OutputChunk as OutputRow } from "../../store/commands.ts";
 import type { Command, Operation, OperationKind, Sandbox } from "./schemas.ts";

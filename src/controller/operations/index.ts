@@ -3,7 +3,7 @@
  */
 import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
-import type { SandboxService } from "../../api/sandboxes/service.ts";
+import type { SandboxService } from "../../sandboxes/service.ts";
 import type { HandlerMap } from "./handler.ts";
 import { sandboxCreate } from "./sandbox-create.ts";
 import { sandboxDelete } from "./sandbox-delete.ts";

@@ -31,8 +31,8 @@ import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-sub
 import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";
 import type { SandboxRef } from "../../substrate/substrate.ts";
 import { egressPolicyOf } from "../../api/network/policy.ts";
-import type { SandboxRecord, TemplateResolver } from "../../api/sandboxes/model.ts";
-import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../api/sandboxes/service.ts";
+import type { SandboxRecord, TemplateResolver } from "../../sandboxes/model.ts";
+import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../sandboxes/service.ts";
 import {
   type ClaimedSlot,
   claimReadySlot,

@@ -6,12 +6,12 @@
  * A snapshot is restorable only once `finish` recorded it: `durable` when every part is
  * in the blob store (any node), `local` when the node kept it on its disk only (pinned).
  */
-import { createExecution } from "../../store/executions.ts";
-import { createSnapshot, holdSnapshot, newSnapshotId, releaseSnapshot, updateSnapshot, type SnapshotState } from "../../store/snapshots.ts";
-import type { Db } from "../../store/db.ts";
-import type { ExecutionId, NodeId } from "../../core/ids.ts";
-import type { SnapshotDescriptor } from "../../substrate/substrate.ts";
-import { json } from "../../store/sql.ts";
+import { createExecution } from "../store/executions.ts";
+import { createSnapshot, holdSnapshot, newSnapshotId, releaseSnapshot, updateSnapshot, type SnapshotState } from "../store/snapshots.ts";
+import type { Db } from "../store/db.ts";
+import type { ExecutionId, NodeId } from "../core/ids.ts";
+import type { SnapshotDescriptor } from "../substrate/substrate.ts";
+import { json } from "../store/sql.ts";
 
 export type SnapshotPurpose = "suspend" | "fork" | "named";
 

@@ -3,10 +3,10 @@
  * API, the gateway and the timeout enforcer share (in one process: the same instance,
  * so a kill cuts gateway streams at once).
  */
-import type { Db } from "../../store/db.ts";
-import type { Logger } from "../../core/log.ts";
-import type { Substrate } from "../../substrate/substrate.ts";
-import { DirectSubstrate, type DirectSubstrateDeps, type NodeDirectory } from "../../substrate/direct/direct-substrate.ts";
+import type { Db } from "../store/db.ts";
+import type { Logger } from "../core/log.ts";
+import type { Substrate } from "../substrate/substrate.ts";
+import { DirectSubstrate, type DirectSubstrateDeps, type NodeDirectory } from "../substrate/direct/direct-substrate.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
 import { StoreApiKeys, StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import type { ApiKeyAuth } from "./model.ts";

@@ -5,13 +5,13 @@
  */
 import { EventEmitter } from "node:events";
 import { randomBytes } from "node:crypto";
-import type { Logger } from "../../core/log.ts";
-import { SpaceError, invalid, notFound } from "../../core/errors.ts";
-import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../../core/ids.ts";
-import type { NetworkRecord, SandboxMetrics, SandboxSpec } from "../../node/api/contract.ts";
-import type { SandboxRef, SandboxStatus, SnapshotDescriptor, Substrate } from "../../substrate/substrate.ts";
+import type { Logger } from "../core/log.ts";
+import { SpaceError, invalid, notFound } from "../core/errors.ts";
+import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
+import type { NetworkRecord, SandboxMetrics, SandboxSpec } from "../node/api/contract.ts";
+import type { SandboxRef, SandboxStatus, SnapshotDescriptor, Substrate } from "../substrate/substrate.ts";
 import { MemorySnapshotRepo, type SnapshotRepo, type SnapshotRow } from "./snapshot-repo.ts";
-import { egressPolicyOf } from "../network/policy.ts";
+import { egressPolicyOf } from "../api/network/policy.ts";
 import {
   isLive,
   killableStates,

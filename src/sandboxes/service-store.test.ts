@@ -1,16 +1,16 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { pino } from "pino";
-import { freshDb } from "../../../test/support/db.ts";
-import { createTenant } from "../../store/tenants.ts";
-import { createApiKey } from "../../store/api-keys.ts";
-import { registerNode } from "../../store/nodes.ts";
-import { FakeSubstrate } from "../../substrate/fake-substrate.ts";
+import { freshDb } from "../../test/support/db.ts";
+import { createTenant } from "../store/tenants.ts";
+import { createApiKey } from "../store/api-keys.ts";
+import { registerNode } from "../store/nodes.ts";
+import { FakeSubstrate } from "../substrate/fake-substrate.ts";
 import { createSandboxLayer } from "./index.ts";
 import { StoreNodeDirectory, StoreTemplates } from "./queries.ts";
-import { startTimeoutEnforcer } from "../../controller/timeouts.ts";
+import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 import type { CreateInput } from "./service.ts";
-import type { NodeId } from "../../core/ids.ts";
+import type { NodeId } from "../core/ids.ts";
 
 const input = (o: Partial<CreateInput> = {}): CreateInput => ({
   template: "base", metadata: {}, envVars: {}, timeoutSec: 300, secure: true, allowInternetAccess: true,

@@ -3,15 +3,15 @@
  * ports it needs from storage. `queries.ts` implements the ports over the store's Db;
  * tests use the in-memory double in `memory-repo.ts`.
  */
-import type { SandboxId, TenantId } from "../../core/ids.ts";
-import type { EgressPolicy } from "../../node/network/policy.ts";
-import type { EnvironmentBinding } from "../../substrate/placement.ts";
+import type { SandboxId, TenantId } from "../core/ids.ts";
+import type { EgressPolicy } from "../node/network/policy.ts";
+import type { EnvironmentBinding } from "../substrate/placement.ts";
 
 /**
  * The lifecycle states are the store's (src/store/sandboxes.ts, with its transition
  * table). The service uses: creating → running | failed; live → killing → killed.
  */
-import type { SandboxState } from "../../store/sandboxes.ts";
+import type { SandboxState } from "../store/sandboxes.ts";
 export type { SandboxState };
 
 /** States that no longer serve anything: the sandbox is gone for callers (404). */

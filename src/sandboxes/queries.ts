@@ -4,7 +4,7 @@
  * resolution, next end time, running secure sandboxes, execution bookkeeping by
  * sandbox) are written here against the same schema.
  */
-import type { Db, Queryable } from "../../store/db.ts";
+import type { Db, Queryable } from "../store/db.ts";
 import {
   findSandbox,
   insertSandbox,
@@ -14,15 +14,15 @@ import {
   transitionSandbox,
   type Sandbox,
   type SandboxPatch as StorePatch,
-} from "../../store/sandboxes.ts";
-import { tenantOfApiKey } from "../auth.ts";
-import { getNode, listNodes, type NodeRecord } from "../../store/nodes.ts";
-import { createExecution } from "../../store/executions.ts";
-import { SpaceError } from "../../core/errors.ts";
-import { Recent } from "../../core/recent.ts";
-import type { ExecutionId, NodeId, SandboxId, TenantId } from "../../core/ids.ts";
-import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
-import type { EnvironmentBinding } from "../../substrate/placement.ts";
+} from "../store/sandboxes.ts";
+import { tenantOfApiKey } from "../api/auth.ts";
+import { getNode, listNodes, type NodeRecord } from "../store/nodes.ts";
+import { createExecution } from "../store/executions.ts";
+import { SpaceError } from "../core/errors.ts";
+import { Recent } from "../core/recent.ts";
+import type { ExecutionId, NodeId, SandboxId, TenantId } from "../core/ids.ts";
+import type { NodeDirectory, NodeEntry } from "../substrate/direct/direct-substrate.ts";
+import type { EnvironmentBinding } from "../substrate/placement.ts";
 import {
   isLive,
   type ApiKeyAuth,
