@@ -28,6 +28,7 @@ import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
 import { registerEcwTemplateRoutes } from "../api/ecw/templates.ts";
 import { BuildCoordinator } from "../controller/builds.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
+import { createWarmPoolAdoption, type WarmPoolAdoption } from "../controller/warm-pools/index.ts";
 import { parseSelector } from "../substrate/placement.ts";
 
 /** What every control-plane component shares inside one process. */
@@ -41,6 +42,8 @@ export interface ControlPlane {
   internalToken: string;
   /** The one sandbox service (with its substrate) shared by ECW, Native, gateway and controller. */
   layer: SandboxLayer;
+  /** Warm-pool adoption the layer's service was built with (its creates adopt ready members). */
+  warmPools: WarmPoolAdoption;
   /** Environment placement census metrics (fed by placement, reported by the leader). */
   census: CensusMetrics;
 }
@@ -70,6 +73,7 @@ export async function openControlPlane(
     const blobs = openBlobStore(config);
     const metrics = createMetricsRegistry(processName);
     const census = createCensusMetrics(metrics, log);
+    let warmPools: WarmPoolAdoption | undefined;
     const layer = createSandboxLayer({
       db,
       log,
@@ -82,8 +86,10 @@ export async function openControlPlane(
         overcommit: { vcpu: config.SPACE_PLACEMENT_VCPU_OVERCOMMIT, memory: config.SPACE_PLACEMENT_MEMORY_OVERCOMMIT },
       },
       ...(config.SPACE_SUBSTRATE === "kubernetes" ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate) : {}),
+      warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log, internalToken: secrets.internalToken }, members, parts)),
     });
-    return { config, log, metrics, census, db, blobs, layer, ...secrets };
+    if (!warmPools) throw new SpaceError("internal", "the sandbox layer was built without its warm-pool adoption");
+    return { config, log, metrics, census, db, blobs, layer, warmPools, ...secrets };
   } catch (e) {
     await db.close();
     throw e;

@@ -25,11 +25,9 @@ import { parseInput as parse } from "../errors.ts";
 import { deleteWarmPool, getWarmPool, idlePolicies, listSlots, listWarmPools, upsertWarmPool, type IdlePolicy, type WarmPool } from "../../store/warm-pools.ts";
 import { getTenant } from "../../store/tenants.ts";
 import type { ControlPlane } from "../../cli/processes.ts";
-import { installWarmPools } from "../../controller/warm-pools/index.ts";
 
-/** The API surface for processes.ts: turns on adoption for this process's creates and serves the admin routes. */
+/** The API surface for processes.ts: the admin routes (adoption comes with the control plane's sandbox service). */
 export function warmPoolSurface(cp: ControlPlane): (app: FastifyInstance) => void {
-  installWarmPools(cp);
   const c = cp.config;
   return (app) =>
     registerWarmPoolAdminRoutes(app, {

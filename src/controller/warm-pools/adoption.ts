@@ -32,7 +32,8 @@ import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../s
 import type { SandboxRef } from "../../substrate/substrate.ts";
 import { egressPolicyOf } from "../../api/network/policy.ts";
 import type { SandboxRecord, TemplateResolver } from "../../sandboxes/model.ts";
-import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../sandboxes/service.ts";
+import { effectiveInternetAccess, type PlacementInput } from "../../sandboxes/create-input.ts";
+import type { AdoptRequest, WarmAdopter, WarmMembers } from "../../sandboxes/warm-adopter.ts";
 import {
   type ClaimedSlot,
   claimReadySlot,
@@ -92,7 +93,7 @@ export function checkMember(
 
 export interface WarmPoolAdoptionDeps {
   db: Db;
-  sandboxes: SandboxService;
+  sandboxes: WarmMembers;
   nodes: NodeDirectory;
   templates: TemplateResolver;
   personaliser: MemberPersonaliser;

@@ -1,9 +1,11 @@
 /**
- * Warm pools (issue 10): wiring for a control-plane process. `installWarmPools` turns on
- * adoption in the shared SandboxService (every process that serves creates);
+ * Warm pools (issue 10): wiring for a control-plane process. `createWarmPoolAdoption` is
+ * the adopter the shared SandboxService is built with (every process that serves creates);
  * `warmPoolLoop` is the leader's reconciler (src/cli/controller.ts).
  */
 import type { ControlPlane } from "../../cli/processes.ts";
+import type { SandboxLayer } from "../../sandboxes/index.ts";
+import type { WarmMembers } from "../../sandboxes/warm-adopter.ts";
 import { NodeApiPersonaliser, WarmPoolAdoption } from "./adoption.ts";
 import { parseWarmPoolsConfig } from "./config.ts";
 import { warmPoolMetrics } from "./metrics.ts";
@@ -15,31 +17,30 @@ export { createWarmPoolReconciler, startWarmPoolReconciler } from "./reconciler.
 export { parseWarmPoolsConfig } from "./config.ts";
 export { warmPoolMetrics } from "./metrics.ts";
 
-const adoptions = new WeakMap<ControlPlane, WarmPoolAdoption>();
-
-/** Adoption for this process's sandbox service (idempotent per control plane). */
-export function installWarmPools(cp: ControlPlane): WarmPoolAdoption {
-  const existing = adoptions.get(cp);
-  if (existing) return existing;
-  const nodes = cp.layer.nodes;
-  const adoption = new WarmPoolAdoption({
+/**
+ * Adoption for a control plane's sandbox service, built with it (src/cli/processes.ts):
+ * every process that serves creates adopts warm members.
+ */
+export function createWarmPoolAdoption(
+  cp: Pick<ControlPlane, "db" | "config" | "metrics" | "log" | "internalToken">,
+  members: WarmMembers,
+  layer: Pick<SandboxLayer, "nodes" | "templates">,
+): WarmPoolAdoption {
+  return new WarmPoolAdoption({
     db: cp.db,
-    sandboxes: cp.layer.sandboxes,
-    nodes,
-    templates: cp.layer.templates,
-    personaliser: new NodeApiPersonaliser(nodes, cp.internalToken),
+    sandboxes: members,
+    nodes: layer.nodes,
+    templates: layer.templates,
+    personaliser: new NodeApiPersonaliser(layer.nodes, cp.internalToken),
     gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     metrics: warmPoolMetrics(cp.metrics),
     log: cp.log.child({ component: "warm-pools" }),
   });
-  cp.layer.sandboxes.useWarmPools(adoption);
-  adoptions.set(cp, adoption);
-  return adoption;
 }
 
 /** The leader loop (controllerLoops). */
 export function warmPoolLoop(cp: ControlPlane): WarmPoolReconciler {
-  const adoption = installWarmPools(cp);
+  const adoption = cp.warmPools;
   const log = cp.log.child({ component: "warm-pools" });
   const c = cp.config;
   const defaults = {
