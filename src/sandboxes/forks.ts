@@ -9,7 +9,7 @@ import type { SandboxRef } from "../substrate/substrate.ts";
 import { validateTimeout, type CreateInput } from "./create-input.ts";
 import type { SandboxRecord } from "./model.ts";
 import { dropSnapshots, liveSandbox, placeFor, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
-import type { SnapshotRow } from "./snapshot-repo.ts";
+import type { Snapshot } from "./snapshot-repo.ts";
 
 /** One requested fork: the new sandbox, or why it did not start. */
 export type ForkOutcome = { sandbox: SandboxRecord; error?: undefined } | { sandbox?: undefined; error: SpaceError };
@@ -37,7 +37,7 @@ export class SandboxForks {
     const rec = await liveSandbox(this.#r, tenantId, id);
     if (rec.state !== "running" || !rec.nodeId) throw new SpaceError("failed_precondition", `sandbox ${id} is ${toPublicState(rec.state)}; only a running sandbox can be forked`);
     const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: rec.nodeId, purpose: "fork" });
-    let snap: SnapshotRow;
+    let snap: Snapshot;
     try {
       const desc = await this.#r.substrate.checkpoint({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
       snap = await this.#r.snapshots.finish(snapshotId, desc);
@@ -65,7 +65,7 @@ export class SandboxForks {
    * durable in the blob store and kept under its name until deleted; it outlives its
    * source. 409 when the tenant already has a snapshot of that name.
    */
-  async createNamedSnapshot(tenantId: TenantId, id: string, name?: string): Promise<SnapshotRow> {
+  async createNamedSnapshot(tenantId: TenantId, id: string, name?: string): Promise<Snapshot> {
     if (name !== undefined && (name.length < 1 || name.length > 128)) throw invalid(`name must be 1-128 characters`, { field: "name" });
     const rec = await liveSandbox(this.#r, tenantId, id);
     if (rec.state !== "running" || !rec.nodeId) {
@@ -98,7 +98,7 @@ export class SandboxForks {
   async listNamedSnapshots(
     tenantId: TenantId,
     q: { sandboxId?: string; name?: string; limit: number; nextToken?: string },
-  ): Promise<{ items: SnapshotRow[]; nextToken: string | null }> {
+  ): Promise<{ items: Snapshot[]; nextToken: string | null }> {
     const rows = await this.#r.snapshots.listNamed({
       tenantId,
       limit: q.limit + 1,
@@ -115,7 +115,7 @@ export class SandboxForks {
    * copy freed (best effort); returns the row (its parts, for the caller to drop from the
    * blob store). Not found for another tenant's, unknown or already deleted ones.
    */
-  async deleteNamedSnapshot(tenantId: TenantId, snapshotId: string): Promise<SnapshotRow> {
+  async deleteNamedSnapshot(tenantId: TenantId, snapshotId: string): Promise<Snapshot> {
     const snap = await this.#r.snapshots.findNamed(tenantId, snapshotId);
     if (!snap || snap.id !== snapshotId) throw notFound(`snapshot ${snapshotId} not found`);
     const [gone] = await this.#r.snapshots.markDeleted(snap.sandboxId, { snapshotId, purpose: "named" });
@@ -129,14 +129,14 @@ export class SandboxForks {
   }
 
   /** A new sandbox (new id) restored from a named snapshot: memory and disk; the caller's metadata and timeout. */
-  async createFromSnapshot(tenantId: TenantId, snap: SnapshotRow, input: CreateInput): Promise<SandboxRecord> {
+  async createFromSnapshot(tenantId: TenantId, snap: Snapshot, input: CreateInput): Promise<SandboxRecord> {
     validateTimeout(input.timeoutSec);
     const src = await this.#r.repo.getById(snap.sandboxId as SandboxId);
     if (!src || src.tenantId !== tenantId) throw notFound(`template '${input.template}' not found`);
     return this.#forkOne({ ...src, metadata: input.metadata }, snap, input.timeoutSec);
   }
 
-  async #forkOne(src: SandboxRecord, snap: SnapshotRow, timeoutSec: number): Promise<SandboxRecord> {
+  async #forkOne(src: SandboxRecord, snap: Snapshot, timeoutSec: number): Promise<SandboxRecord> {
     const now = this.#r.now();
     const rec: SandboxRecord = {
       ...structuredClone(src),

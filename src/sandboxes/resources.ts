@@ -14,7 +14,7 @@ import { egressPolicyOf } from "../api/network/policy.ts";
 import { effectiveInternetAccess, parsePlacement, PLACEMENT_METADATA_KEY } from "./create-input.ts";
 import type { SandboxChanges } from "./changes.ts";
 import { isLive, type SandboxRecord, type SandboxRepo, type TemplateResolver } from "./model.ts";
-import type { DeleteFilter, SnapshotRepo, SnapshotRow } from "./snapshot-repo.ts";
+import type { DeleteFilter, SnapshotRepo, Snapshot } from "./snapshot-repo.ts";
 
 /** Upper bound of one snapshot call to a node (checkpoint, suspend, restore). */
 export const SNAPSHOT_CALL_MS = 10 * 60_000;
@@ -97,7 +97,7 @@ export async function restoreHeld(r: SandboxResources, ref: SandboxRef, desc: Sn
 }
 
 /** Where a restore of `snap` may run: anywhere that can run its environment when durable, else pinned to its node. */
-export async function placeFor(r: SandboxResources, rec: SandboxRecord, snap: SnapshotRow, signal: AbortSignal): Promise<SandboxRef> {
+export async function placeFor(r: SandboxResources, rec: SandboxRecord, snap: Snapshot, signal: AbortSignal): Promise<SandboxRef> {
   const placement = parsePlacement(rec.metadata[PLACEMENT_METADATA_KEY]);
   const environment = r.templates.binding ? await r.templates.binding(rec.templateId) : undefined;
   return r.substrate.place(

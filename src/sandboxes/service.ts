@@ -23,7 +23,7 @@ import { SandboxLifecycle, type ConnectResult } from "./lifecycle.ts";
 import type { ListPage, ListQuery, NetworkPolicy, SandboxRecord, SandboxRepo, SandboxState, TemplateResolver } from "./model.ts";
 import { SandboxNetwork } from "./network.ts";
 import { liveSandbox, type SandboxDefaults, type SandboxEventMap, type SandboxResources } from "./resources.ts";
-import { MemorySnapshotRepo, type SnapshotRepo, type SnapshotRow } from "./snapshot-repo.ts";
+import { MemorySnapshotRepo, type SnapshotRepo, type Snapshot } from "./snapshot-repo.ts";
 import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
 
 export type { CreateInput, PlacementInput, ResourceRequest } from "./create-input.ts";
@@ -146,16 +146,16 @@ export class SandboxService implements WarmMembers {
   fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number; metadata?: Record<string, string> }): Promise<ForkOutcome[]> {
     return this.#forks.fork(tenantId, id, input);
   }
-  createNamedSnapshot(tenantId: TenantId, id: string, name?: string): Promise<SnapshotRow> {
+  createNamedSnapshot(tenantId: TenantId, id: string, name?: string): Promise<Snapshot> {
     return this.#forks.createNamedSnapshot(tenantId, id, name);
   }
   listNamedSnapshots(
     tenantId: TenantId,
     q: { sandboxId?: string; name?: string; limit: number; nextToken?: string },
-  ): Promise<{ items: SnapshotRow[]; nextToken: string | null }> {
+  ): Promise<{ items: Snapshot[]; nextToken: string | null }> {
     return this.#forks.listNamedSnapshots(tenantId, q);
   }
-  deleteNamedSnapshot(tenantId: TenantId, snapshotId: string): Promise<SnapshotRow> {
+  deleteNamedSnapshot(tenantId: TenantId, snapshotId: string): Promise<Snapshot> {
     return this.#forks.deleteNamedSnapshot(tenantId, snapshotId);
   }
 
