@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto";
 import { freshDb } from "../test/support/db.ts";
 import { decidePlacement, type PlacementNode } from "../src/substrate/placement.ts";
 import { DirectSubstrate } from "../src/substrate/direct/direct-substrate.ts";
-import { StoreNodeDirectory } from "../src/api/sandboxes/queries.ts";
+import { StoreNodeDirectory } from "../src/sandboxes/queries.ts";
 import { registerNode } from "../src/store/nodes.ts";
 import type { NodeId } from "../src/core/ids.ts";
 

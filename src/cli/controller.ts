@@ -9,7 +9,7 @@ import { hostname } from "node:os";
 import { randomId } from "../core/ids.ts";
 import { startNodeLiveness } from "../controller/node-liveness.ts";
 import { startCensus } from "../controller/census.ts";
-import { templateBinding } from "../api/sandboxes/queries.ts";
+import { templateBinding } from "../sandboxes/queries.ts";
 import { startDispatcher } from "../controller/dispatcher.ts";
 import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 import { warmPoolLoop } from "../controller/warm-pools/index.ts";

@@ -21,14 +21,14 @@ import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { evacuateNode } from "../api/admin/evacuate.ts";
 import { registerWarmPoolAdminRoutes } from "../api/admin/warm-pools.ts";
 import { authenticateBearer, bearerOf } from "../api/auth.ts";
-import { createSandboxLayer, type SandboxLayer } from "../api/sandboxes/index.ts";
+import { createSandboxLayer, type SandboxLayer } from "../sandboxes/index.ts";
 import { registerEcwRoutes } from "../api/ecw/routes.ts";
 import { registerNativeRoutes } from "../api/native/routes.ts";
 import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
 import { registerEcwTemplateRoutes } from "../api/ecw/templates.ts";
 import { BuildCoordinator } from "../templates/build-coordinator.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
-import { installWarmPools, warmPoolDefaults } from "../controller/warm-pools/index.ts";
+import { createWarmPoolAdoption, warmPoolDefaults, type WarmPoolAdoption } from "../controller/warm-pools/index.ts";
 import { parseSelector } from "../core/selector.ts";
 
 /** What every control-plane component shares inside one process. */
@@ -42,6 +42,8 @@ export interface ControlPlane {
   internalToken: string;
   /** The one sandbox service (with its substrate) shared by ECW, Native, gateway and controller. */
   layer: SandboxLayer;
+  /** Warm-pool adoption the layer's service was built with (its creates adopt ready members). */
+  warmPools: WarmPoolAdoption;
   /** Environment placement census metrics (fed by placement, reported by the leader). */
   census: CensusMetrics;
 }
@@ -71,6 +73,7 @@ export async function openControlPlane(
     const blobs = openBlobStore(config);
     const metrics = createMetricsRegistry(processName);
     const census = createCensusMetrics(metrics, log);
+    let warmPools: WarmPoolAdoption | undefined;
     const layer = createSandboxLayer({
       db,
       log,
@@ -83,8 +86,10 @@ export async function openControlPlane(
         overcommit: { vcpu: config.SPACE_PLACEMENT_VCPU_OVERCOMMIT, memory: config.SPACE_PLACEMENT_MEMORY_OVERCOMMIT },
       },
       ...(config.SPACE_SUBSTRATE === "kubernetes" ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate) : {}),
+      warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log }, members, parts)),
     });
-    return { config, log, metrics, census, db, blobs, layer, ...secrets };
+    if (!warmPools) throw new SpaceError("internal", "the sandbox layer was built without its warm-pool adoption");
+    return { config, log, metrics, census, db, blobs, layer, warmPools, ...secrets };
   } catch (e) {
     await db.close();
     throw e;
@@ -129,8 +134,6 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
   const { config, db, log, layer } = cp;
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
   const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
-  // Every process that serves creates adopts warm members (the leader's reconciler makes them).
-  installWarmPools(cp);
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
     (a) =>

@@ -18,7 +18,7 @@ import { SpaceError, toOperationFailure, type OperationFailureCode } from "../co
 import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
-import type { SandboxService } from "../api/sandboxes/service.ts";
+import type { SandboxService } from "../sandboxes/service.ts";
 import type { HandlerMap } from "../operations/handler.ts";
 import { isOperationKind, operationKindTable } from "../operations/operation-kind.ts";
 import { createOperationHandlers } from "../operations/operation-handlers.ts";

@@ -8,7 +8,7 @@ import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import { markSilentNodesUnavailable } from "../store/node-fleet.ts";
 import { listNodes } from "../store/nodes.ts";
-import type { SandboxRepo } from "../api/sandboxes/model.ts";
+import type { SandboxRepo } from "../sandboxes/model.ts";
 import { reportLostSandboxes } from "./node-lost.ts";
 
 export interface NodeLivenessDeps {

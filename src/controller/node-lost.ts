@@ -10,7 +10,7 @@ import type { SandboxId } from "../core/ids.ts";
 import type { Db } from "../store/db.ts";
 import type { NodeRecord } from "../store/nodes.ts";
 import { listSandboxesOnNode, type SandboxState } from "../store/sandboxes.ts";
-import type { SandboxRepo } from "../api/sandboxes/model.ts";
+import type { SandboxRepo } from "../sandboxes/model.ts";
 
 /** States whose sandbox needs its node alive: lost with it. */
 export const lostWithNode: readonly SandboxState[] = ["running", "pausing", "paused", "suspending", "stopping", "resuming"];

@@ -5,7 +5,7 @@
  * (e.g. after a timeout is shortened), keeping enforcement well within a second.
  */
 import type { Logger } from "../core/log.ts";
-import type { SandboxService } from "../api/sandboxes/service.ts";
+import type { SandboxService } from "../sandboxes/service.ts";
 
 export interface TimeoutEnforcerDeps {
   sandboxes: SandboxService;

@@ -4,7 +4,7 @@
  */
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
-import type { SandboxService } from "../api/sandboxes/service.ts";
+import type { SandboxService } from "../sandboxes/service.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { OperationKind } from "./operation-kind.ts";
 import { sandboxCreate } from "./sandbox-create.ts";

@@ -4,7 +4,7 @@
  * the build for `template.build`. The routes that read the same nouns use these too.
  */
 import { z } from "zod";
-import type { SandboxRecord } from "../api/sandboxes/model.ts";
+import type { SandboxRecord } from "../sandboxes/model.ts";
 import type { Build } from "../store/templates.ts";
 import type { Command as CommandRow } from "../store/commands.ts";
 

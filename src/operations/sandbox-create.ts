@@ -6,7 +6,7 @@
  */
 import { SpaceError } from "../core/errors.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
-import type { CreateInput } from "../api/sandboxes/service.ts";
+import type { CreateInput } from "../sandboxes/service.ts";
 import { toSandbox } from "./results.ts";
 import { compileNative } from "../api/network/policy.ts";
 import { retargetOperation } from "../store/operations.ts";

@@ -4,7 +4,7 @@
  */
 import { notFound } from "../core/errors.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
-import { isLive } from "../api/sandboxes/model.ts";
+import { isLive } from "../sandboxes/model.ts";
 import { toSandbox } from "./results.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./operation-handlers.ts";

@@ -242,6 +242,7 @@ export interface SandboxPatch {
   diskMib?: number;
   metadata?: Record<string, string>;
   network?: Record<string, unknown>;
+  allowInternetAccess?: boolean;
   lifecycle?: SandboxLifecycle;
   envdAccessToken?: string | null;
   trafficAccessToken?: string | null;
@@ -260,6 +261,7 @@ const PATCHABLE: Record<keyof SandboxPatch, { col: string; json?: boolean }> = {
   diskMib: { col: "disk_mib" },
   metadata: { col: "metadata", json: true },
   network: { col: "network", json: true },
+  allowInternetAccess: { col: "allow_internet_access" },
   lifecycle: { col: "lifecycle", json: true },
   envdAccessToken: { col: "envd_access_token" },
   trafficAccessToken: { col: "traffic_access_token" },
@@ -369,6 +371,40 @@ export async function listExpiredSandboxes(q: Queryable, limit = 100): Promise<S
 /** Running and creating sandboxes with their node and template (the environment placement census). */
 export async function listPlacements(q: Queryable): Promise<Array<{ state: SandboxState; nodeId: string | null; templateId: string | null }>> {
   return q.query(`SELECT state, node_id AS "nodeId", template_id AS "templateId" FROM sandboxes WHERE state IN ('running', 'creating')`);
+}
+
+/** The earliest end time among running or paused sandboxes (the timeout enforcer sleeps until it). */
+export async function nextSandboxEndAt(q: Queryable): Promise<Date | null> {
+  const r = await q.maybeOne<{ endAt: Date | null }>(
+    `SELECT min(end_at) AS "endAt" FROM sandboxes WHERE state IN ('running', 'paused') AND end_at IS NOT NULL`,
+  );
+  return r?.endAt ? new Date(r.endAt) : null;
+}
+
+/** Running sandboxes that carry an envd access token (signed-URL routing), newest first. */
+export async function listRunningSecureSandboxes(q: Queryable, limit = 5000): Promise<Sandbox[]> {
+  return q.query<Sandbox>(
+    `SELECT ${COLS} FROM sandboxes WHERE state = 'running' AND envd_access_token IS NOT NULL ORDER BY seq DESC LIMIT $1`,
+    [limit],
+  );
+}
+
+/**
+ * Executions follow their sandbox's move to `to`: running → running; killed or suspended
+ * → ended; failed → failed (with `error`). Call in the transaction of the transition.
+ */
+export async function followSandboxExecutions(q: Queryable, sandboxId: string, to: SandboxState, nodeId: string | null, error: string | null): Promise<void> {
+  const next = to === "running" ? "running" : to === "killed" || to === "suspended" ? "ended" : to === "failed" ? "failed" : null;
+  if (!next) return;
+  const from = next === "running" ? ["pending", "starting"] : ["pending", "starting", "running", "stopping"];
+  await q.execute(
+    `UPDATE executions SET state = $2, node_id = coalesce($4::uuid, node_id),
+        error = CASE WHEN $2 = 'failed' THEN $5 ELSE error END,
+        started_at = CASE WHEN $2 = 'running' THEN coalesce(started_at, now()) ELSE started_at END,
+        ended_at = CASE WHEN $2 IN ('ended', 'failed') THEN coalesce(ended_at, now()) ELSE ended_at END
+      WHERE sandbox_id = $1 AND state = ANY($3::text[])`,
+    [sandboxId, next, from, nodeId, error],
+  );
 }
 
 /** Sandboxes on a node (default: those holding it). */

@@ -1,6 +1,12 @@
-/** Snapshots (memory checkpoint and/or disk) of a sandbox, per execution attempt. */
+/**
+ * Snapshots (memory checkpoint and/or disk) of a sandbox, per execution attempt. A
+ * snapshot is restorable only once its node's descriptor is recorded: `durable` when
+ * every part is in the blob store (any node), `local` when the node kept it on its disk
+ * only (pinned there).
+ */
 import { SpaceError } from "../core/errors.ts";
 import { randomId, type NodeId } from "../core/ids.ts";
+import type { SnapshotDescriptor } from "../contract/snapshot-descriptor.ts";
 import type { Queryable } from "./db.ts";
 import { columns, json, setClause } from "./sql.ts";
 
@@ -21,6 +27,13 @@ export const snapshotStates = [
   "reaped",
 ] as const;
 export type SnapshotState = (typeof snapshotStates)[number];
+/** Not yet deleted (nor being reaped). */
+export const liveSnapshotStates: readonly SnapshotState[] = ["creating", "local", "uploading", "durable"];
+/** A restore may use it (once its descriptor is recorded). */
+export const restorableSnapshotStates: readonly SnapshotState[] = ["local", "durable"];
+
+/** Why it was taken: a suspend (E2B pause), a fork's checkpoint, or a named snapshot (kept until deleted). */
+export type SnapshotPurpose = "suspend" | "fork" | "named";
 
 export interface SnapshotPart {
   /** e.g. `memory`, `disk`, `metadata`. */
@@ -45,12 +58,25 @@ export interface Snapshot {
   createdAt: Date;
   durableAt: Date | null;
   deletedAt: Date | null;
+  purpose: SnapshotPurpose;
+  name: string | null;
+  /** The node's descriptor (with its wrapped data key), present once finished: what a restore hands back to a node. */
+  descriptor: SnapshotDescriptor | null;
 }
 
-const COLS = columns([
+const COLUMN_NAMES = [
   "id", "sandbox_id", "execution_id", "attempt", "kind", "state", "parts", "environment", "node_id", "size_bytes", "error",
-  "created_at", "durable_at", "deleted_at",
-]);
+  "created_at", "durable_at", "deleted_at", "purpose", "name", "descriptor", "wrapped_key",
+] as const;
+const COLS = columns(COLUMN_NAMES);
+
+/** The row as selected: the data key is its own column, the descriptor carries it. */
+type SnapshotColumns = Omit<Snapshot, "descriptor"> & { descriptor: Omit<SnapshotDescriptor, "wrappedKey"> | null; wrappedKey: string | null };
+const toSnapshot = ({ wrappedKey, descriptor, ...r }: SnapshotColumns): Snapshot => ({
+  ...r,
+  descriptor: descriptor ? { ...descriptor, ...(wrappedKey ? { wrappedKey } : {}) } : null,
+});
+const maybe = (r: SnapshotColumns | undefined): Snapshot | undefined => (r ? toSnapshot(r) : undefined);
 
 export const newSnapshotId = () => `sn_${randomId(16)}`;
 
@@ -64,28 +90,120 @@ export async function createSnapshot(
     environment?: string | null;
     nodeId?: NodeId | null;
     id?: string;
+    purpose?: SnapshotPurpose;
+    name?: string | null;
   },
 ): Promise<Snapshot> {
-  return q.one<Snapshot>(
-    `INSERT INTO snapshots (id, sandbox_id, execution_id, attempt, kind, environment, node_id)
-     VALUES ($1, $2, $3, coalesce($4::int, (SELECT attempt FROM executions WHERE id = $3), 1), $5, $6, $7) RETURNING ${COLS}`,
-    [input.id ?? newSnapshotId(), input.sandboxId, input.executionId ?? null, input.attempt ?? null, input.kind ?? "full", input.environment ?? null, input.nodeId ?? null],
+  return toSnapshot(
+    await q.one<SnapshotColumns>(
+      `INSERT INTO snapshots (id, sandbox_id, execution_id, attempt, kind, environment, node_id, purpose, name)
+       VALUES ($1, $2, $3, coalesce($4::int, (SELECT attempt FROM executions WHERE id = $3), 1), $5, $6, $7, $8, $9) RETURNING ${COLS}`,
+      [
+        input.id ?? newSnapshotId(), input.sandboxId, input.executionId ?? null, input.attempt ?? null, input.kind ?? "full",
+        input.environment ?? null, input.nodeId ?? null, input.purpose ?? "suspend", input.name ?? null,
+      ],
+    ),
   );
 }
 
 export async function getSnapshot(q: Queryable, id: string): Promise<Snapshot> {
-  return q.one<Snapshot>(`SELECT ${COLS} FROM snapshots WHERE id = $1`, [id], `snapshot ${id}`);
+  return toSnapshot(await q.one<SnapshotColumns>(`SELECT ${COLS} FROM snapshots WHERE id = $1`, [id], `snapshot ${id}`));
+}
+
+export async function findSnapshot(q: Queryable, id: string): Promise<Snapshot | undefined> {
+  return maybe(await q.maybeOne<SnapshotColumns>(`SELECT ${COLS} FROM snapshots WHERE id = $1`, [id]));
 }
 
 export async function listSnapshots(q: Queryable, sandboxId: string): Promise<Snapshot[]> {
-  return q.query<Snapshot>(`SELECT ${COLS} FROM snapshots WHERE sandbox_id = $1 ORDER BY created_at, id`, [sandboxId]);
+  return (await q.query<SnapshotColumns>(`SELECT ${COLS} FROM snapshots WHERE sandbox_id = $1 ORDER BY created_at, id`, [sandboxId])).map(toSnapshot);
 }
 
 /** The newest snapshot of a sandbox in one of `states` (default: local or durable). */
-export async function latestSnapshot(q: Queryable, sandboxId: string, states: readonly SnapshotState[] = ["local", "durable"]): Promise<Snapshot | undefined> {
-  return q.maybeOne<Snapshot>(
-    `SELECT ${COLS} FROM snapshots WHERE sandbox_id = $1 AND state = ANY($2::text[]) ORDER BY created_at DESC, id DESC LIMIT 1`,
-    [sandboxId, [...states]],
+export async function latestSnapshot(q: Queryable, sandboxId: string, states: readonly SnapshotState[] = restorableSnapshotStates): Promise<Snapshot | undefined> {
+  return maybe(
+    await q.maybeOne<SnapshotColumns>(
+      `SELECT ${COLS} FROM snapshots WHERE sandbox_id = $1 AND state = ANY($2::text[]) ORDER BY created_at DESC, id DESC LIMIT 1`,
+      [sandboxId, [...states]],
+    ),
+  );
+}
+
+/** The newest restorable snapshot of `purpose` of a sandbox (its descriptor recorded). */
+export async function latestRestorableSnapshot(q: Queryable, sandboxId: string, purpose: SnapshotPurpose): Promise<Snapshot | undefined> {
+  return maybe(
+    await q.maybeOne<SnapshotColumns>(
+      `SELECT ${COLS} FROM snapshots WHERE sandbox_id = $1 AND purpose = $2 AND state = ANY($3::text[]) AND descriptor IS NOT NULL
+        ORDER BY created_at DESC, id DESC LIMIT 1`,
+      [sandboxId, purpose, [...restorableSnapshotStates]],
+    ),
+  );
+}
+
+/** Restorable snapshots of a sandbox (every purpose), newest first. */
+export async function listRestorableSnapshots(q: Queryable, sandboxId: string): Promise<Snapshot[]> {
+  const rows = await q.query<SnapshotColumns>(
+    `SELECT ${COLS} FROM snapshots WHERE sandbox_id = $1 AND state = ANY($2::text[]) ORDER BY created_at DESC, id DESC`,
+    [sandboxId, [...restorableSnapshotStates]],
+  );
+  return rows.map(toSnapshot);
+}
+
+/** Which live snapshots of a sandbox `markSnapshotsDeleted` takes: all, or the one / the purpose given, minus `except`. */
+export interface SnapshotDeleteFilter {
+  snapshotId?: string;
+  purpose?: SnapshotPurpose;
+  except?: string;
+}
+
+/** Marks live snapshots of the sandbox deleted (see the filter); returns them. */
+export async function markSnapshotsDeleted(q: Queryable, sandboxId: string, f: SnapshotDeleteFilter = {}): Promise<Snapshot[]> {
+  const rows = await q.query<SnapshotColumns>(
+    `UPDATE snapshots SET state = 'deleted', deleted_at = coalesce(deleted_at, now())
+      WHERE sandbox_id = $1 AND state = ANY($2::text[]) AND ($3::text IS NULL OR id = $3)
+        AND ($4::text IS NULL OR purpose = $4) AND ($5::text IS NULL OR id <> $5)
+      RETURNING ${COLS}`,
+    [sandboxId, [...liveSnapshotStates], f.snapshotId ?? null, f.purpose ?? null, f.except ?? null],
+  );
+  return rows.map(toSnapshot);
+}
+
+/** A failed attempt (only while live); the error is capped. */
+export async function failSnapshot(q: Queryable, id: string, error: string): Promise<void> {
+  await q.execute(`UPDATE snapshots SET state = 'failed', error = $2 WHERE id = $1 AND state = ANY($3::text[])`, [id, error.slice(0, 2000), [...liveSnapshotStates]]);
+}
+
+export interface NamedSnapshotQuery {
+  tenantId: string;
+  sandboxId?: string;
+  name?: string;
+  limit: number;
+  /** The id of the last row of the previous page (keyset). */
+  after?: string;
+}
+
+const NAMED = `FROM snapshots n JOIN sandboxes s ON s.id = n.sandbox_id
+  WHERE s.tenant_id = $1 AND n.purpose = 'named' AND n.state = ANY($2::text[]) AND n.descriptor IS NOT NULL`;
+
+/** Restorable named snapshots of a tenant's sandboxes (the tenant of the source sandbox), newest first. */
+export async function listNamedSnapshots(q: Queryable, f: NamedSnapshotQuery): Promise<Snapshot[]> {
+  const rows = await q.query<SnapshotColumns>(
+    `SELECT ${columns(COLUMN_NAMES, "n")} ${NAMED}
+        AND ($3::text IS NULL OR n.sandbox_id = $3) AND ($4::text IS NULL OR n.name = $4)
+        AND ($5::text IS NULL OR (n.created_at, n.id) < (SELECT a.created_at, a.id FROM snapshots a WHERE a.id = $5))
+      ORDER BY n.created_at DESC, n.id DESC LIMIT $6`,
+    [f.tenantId, [...restorableSnapshotStates], f.sandboxId ?? null, f.name ?? null, f.after ?? null, f.limit],
+  );
+  return rows.map(toSnapshot);
+}
+
+/** A restorable named snapshot of the tenant by id or, else, by name (newest). */
+export async function findNamedSnapshot(q: Queryable, tenantId: string, idOrName: string): Promise<Snapshot | undefined> {
+  return maybe(
+    await q.maybeOne<SnapshotColumns>(
+      `SELECT ${columns(COLUMN_NAMES, "n")} ${NAMED} AND (n.id = $3 OR n.name = $3)
+        ORDER BY (n.id = $3) DESC, n.created_at DESC, n.id DESC LIMIT 1`,
+      [tenantId, [...restorableSnapshotStates], idOrName],
+    ),
   );
 }
 
@@ -96,6 +214,9 @@ export interface SnapshotPatch {
   environment?: string | null;
   nodeId?: NodeId | null;
   error?: string | null;
+  /** Stored without its data key (that is `wrappedKey`'s column). */
+  descriptor?: Omit<SnapshotDescriptor, "wrappedKey"> | null;
+  wrappedKey?: string | null;
 }
 
 /** Updates a snapshot; `durable_at` set on `durable`, `deleted_at` on `deleted`. With `from`, only from those states. */
@@ -110,6 +231,8 @@ export async function updateSnapshot(q: Queryable, id: string, patch: SnapshotPa
       environment: { col: "environment" },
       nodeId: { col: "node_id" },
       error: { col: "error" },
+      descriptor: { col: "descriptor", json: true },
+      wrappedKey: { col: "wrapped_key" },
     },
     params,
   );
@@ -121,18 +244,20 @@ export async function updateSnapshot(q: Queryable, id: string, patch: SnapshotPa
     params.push([...opts.from]);
     where += ` AND state = ANY($${params.length}::text[])`;
   }
-  const row = await q.maybeOne<Snapshot>(`UPDATE snapshots SET ${sets.join(", ")} WHERE ${where} RETURNING ${COLS}`, params);
-  if (row) return row;
+  const row = await q.maybeOne<SnapshotColumns>(`UPDATE snapshots SET ${sets.join(", ")} WHERE ${where} RETURNING ${COLS}`, params);
+  if (row) return toSnapshot(row);
   const cur = await getSnapshot(q, id);
   throw new SpaceError("failed_precondition", `snapshot ${id} is ${cur.state}, expected ${opts.from?.join(" or ")}`, { details: { state: cur.state } });
 }
 
 /** Adds one part (e.g. after its upload) without rewriting the others. */
 export async function addSnapshotPart(q: Queryable, id: string, part: SnapshotPart): Promise<Snapshot> {
-  return q.one<Snapshot>(
-    `UPDATE snapshots SET parts = parts || $2::jsonb, size_bytes = coalesce(size_bytes, 0) + $3 WHERE id = $1 RETURNING ${COLS}`,
-    [id, json([part]), part.sizeBytes],
-    `snapshot ${id}`,
+  return toSnapshot(
+    await q.one<SnapshotColumns>(
+      `UPDATE snapshots SET parts = parts || $2::jsonb, size_bytes = coalesce(size_bytes, 0) + $3 WHERE id = $1 RETURNING ${COLS}`,
+      [id, json([part]), part.sizeBytes],
+      `snapshot ${id}`,
+    ),
   );
 }
 

@@ -1,6 +1,6 @@
 /**
- * Warm pools (desired state) and the slot queries the reconciler and adoption need
- * beyond `warm-pool.ts`: a claim that only takes members of the pool's current build,
+ * Warm pools (desired state) and their slots, with the queries the reconciler and
+ * adoption need: a claim that only takes members of the pool's current build,
  * hand-back, conditional state moves, the hand-over of a member sandbox to its adopter.
  *
  * Slot states: creating → ready → adopted (terminal; the row is history) | retiring →
@@ -9,10 +9,9 @@
  * Idle policy (controller/warm-pools/idle-policy.ts): ready → suspending → suspended →
  * resuming → ready; a suspended member is adopted (restored first) or retired like a ready one.
  */
-import { randomId, type TenantId } from "../core/ids.ts";
+import { randomId, type NodeId, type TenantId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import { columns, json } from "./sql.ts";
-import type { WarmPoolSlot, WarmSlotState } from "./warm-pool.ts";
 
 /** What a pool's idle members do (controller/warm-pools/idle-policy.ts decides). */
 export const idlePolicies = ["running", "suspended", "suspend_when_memory_short"] as const;
@@ -35,11 +34,21 @@ export interface WarmPool {
   updatedAt: Date;
 }
 
-export type WarmSlot = Omit<WarmPoolSlot, "state"> & {
-  state: WarmSlotState | "reserved" | "suspending" | "suspended" | "resuming";
+/** One pre-created sandbox of a pool (the row of `warm_pool_slots`). */
+export interface WarmSlot {
+  id: string;
+  pool: string;
+  buildId: string | null;
+  sandboxId: string | null;
+  nodeId: NodeId | null;
+  state: "creating" | "ready" | "adopted" | "failed" | "retiring" | "reserved" | "suspending" | "suspended" | "resuming";
+  createdAt: Date;
+  updatedAt: Date;
+  readyAt: Date | null;
+  adoptedAt: Date | null;
   reason: string | null;
   reservedFor: string | null;
-};
+}
 
 const PCOLS = columns([
   "name", "tenant_id", "size", "vcpu", "memory_mib", "disk_mib", "source", "idle_policy", "min_free_memory_percent", "template_id", "build_id", "status",

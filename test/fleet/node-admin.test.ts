@@ -13,7 +13,7 @@ import { registerNodeAdminRoutes, type NodeAdminDeps } from "../../src/api/admin
 import { createLogger } from "../../src/core/log.ts";
 import { freshDb, testEngines } from "../support/db.ts";
 import { startNodeLiveness } from "../../src/controller/node-liveness.ts";
-import { StoreSandboxRepo } from "../../src/api/sandboxes/queries.ts";
+import { StoreSandboxRepo } from "../../src/sandboxes/queries.ts";
 import { createTenant } from "../../src/store/tenants.ts";
 import { insertSandbox, transitionSandbox } from "../../src/store/sandboxes.ts";
 import type { NodeId } from "../../src/core/ids.ts";

@@ -10,7 +10,7 @@ import { authenticateBearer, bearerOf } from "../../src/api/auth.ts";
 import { registerNativeRoutes } from "../../src/api/native/routes.ts";
 import { BuildCoordinator } from "../../src/templates/build-coordinator.ts";
 import { DirectSubstrate } from "../../src/substrate/direct/direct-substrate.ts";
-import { StoreNodeDirectory } from "../../src/api/sandboxes/queries.ts";
+import { StoreNodeDirectory } from "../../src/sandboxes/queries.ts";
 import { testEngines } from "../support/db.ts";
 import { createBuild, createTemplate, setRelease, updateBuild } from "../../src/store/templates.ts";
 import { createToken } from "../../src/store/tokens.ts";

@@ -17,7 +17,6 @@ import { createBuild, createTemplate, resolveTemplate, setRelease, updateBuild, 
 import { appendCommandOutput, createCommand, finishCommand, markCommandRunning, readCommandOutput } from "../../src/store/commands.ts";
 import { addSnapshotPart, createSnapshot, latestSnapshot, updateSnapshot } from "../../src/store/snapshots.ts";
 import { ensureClusterValue, getClusterValue, setClusterValue, setClusterValueIfAbsent } from "../../src/store/cluster.ts";
-import { adoptWarmSlot, createWarmSlot, updateWarmSlot } from "../../src/store/warm-pool.ts";
 import { currentLeaseHolder, startLeaderElection } from "../../src/store/leader.ts";
 import { freshDb, testEngines, waitFor, type TestDb } from "../support/db.ts";
 
@@ -503,21 +502,13 @@ for (const engine of testEngines()) {
       assert.deepEqual(empty, { chunks: [], nextSeq: 10 });
     });
 
-    it("cluster kv and warm pool adoption (one adopter per slot)", async () => {
+    it("cluster kv", async () => {
       assert.equal(await setClusterValueIfAbsent(db, "substrate", "direct"), true);
       assert.equal(await setClusterValueIfAbsent(db, "substrate", "kubernetes"), false);
       assert.equal(await getClusterValue(db, "substrate"), "direct");
       assert.equal(await ensureClusterValue(db, "substrate", "kubernetes"), "direct");
       await setClusterValue(db, "facts", { a: [1, 2] });
       assert.deepEqual(await getClusterValue(db, "facts"), { a: [1, 2] });
-      for (let i = 0; i < 3; i++) {
-        const w = await createWarmSlot(db, { pool: "base", buildId: "b" });
-        await updateWarmSlot(db, w.id, { state: "ready" });
-      }
-      const adopted = await Promise.all(Array.from({ length: 5 }, (_, i) => adoptWarmSlot(i % 2 ? db2 : db, "base")));
-      const ids = adopted.filter((x) => x).map((x) => x!.id);
-      assert.equal(ids.length, 3);
-      assert.equal(new Set(ids).size, 3);
     });
 
     // ------------------------------------------------------------ leader election

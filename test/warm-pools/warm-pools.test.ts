@@ -13,9 +13,9 @@ import { deleteNode, heartbeatNode, registerNode, setNodeStatus } from "../../sr
 import { createBuild, createTemplate, setRelease, updateBuild } from "../../src/store/templates.ts";
 import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
 import type { PlacementRequest, SandboxRef, SandboxSpec, SandboxStatus, SnapshotDescriptor } from "../../src/substrate/substrate.ts";
-import { createSandboxLayer } from "../../src/api/sandboxes/index.ts";
-import { StoreNodeDirectory, StoreTemplates } from "../../src/api/sandboxes/queries.ts";
-import type { CreateInput } from "../../src/api/sandboxes/service.ts";
+import { createSandboxLayer } from "../../src/sandboxes/index.ts";
+import { StoreNodeDirectory, StoreTemplates } from "../../src/sandboxes/queries.ts";
+import type { CreateInput } from "../../src/sandboxes/service.ts";
 import type { NodeId } from "../../src/core/ids.ts";
 import type { GateMode } from "../../src/substrate/placement.ts";
 import type { SandboxInit } from "../../src/contract/node-api.ts";
@@ -87,15 +87,17 @@ async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?:
     });
   }
   const substrate = new RoundRobinSubstrate();
-  const layer = createSandboxLayer({ db: t.db, log, internalToken: "x", defaults: SHAPE, substrate });
   const registry = new Registry();
   const metrics = warmPoolMetrics(registry);
   const personaliser = new RecordingPersonaliser();
   const gate = o.gate ?? "off";
   const nodes = new StoreNodeDirectory(t.db);
   const templates = new StoreTemplates(t.db);
-  const adoption = new WarmPoolAdoption({ db: t.db, sandboxes: layer.sandboxes, nodes, templates, personaliser, gate, metrics, log });
-  layer.sandboxes.useWarmPools(adoption);
+  let adoption!: WarmPoolAdoption;
+  const layer = createSandboxLayer({
+    db: t.db, log, internalToken: "x", defaults: SHAPE, substrate,
+    warmPools: (sandboxes) => (adoption = new WarmPoolAdoption({ db: t.db, sandboxes, nodes, templates, personaliser, gate, metrics, log })),
+  });
   const reconciler = createWarmPoolReconciler({
     db: t.db, sandboxes: layer.sandboxes, templates, nodes, gate, metrics, log, poolTenant: () => adoption.poolTenant(), maxParallelCreates: 10,
   });

@@ -10,7 +10,7 @@ import type { NodeId } from "../../core/ids.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
 import { listSandboxesOnNode, residentStates } from "../../store/sandboxes.ts";
-import type { EvacuationOutcome, SandboxService } from "../sandboxes/service.ts";
+import type { EvacuationOutcome, SandboxService } from "../../sandboxes/service.ts";
 
 export interface Evacuation {
   moved: number;

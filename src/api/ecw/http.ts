@@ -6,7 +6,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { SpaceError, httpStatus, invalid } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { TenantId } from "../../core/ids.ts";
-import type { ApiKeyAuth } from "../sandboxes/model.ts";
+import type { ApiKeyAuth } from "../../sandboxes/model.ts";
 
 declare module "fastify" {
   interface FastifyRequest {

@@ -1,6 +1,6 @@
 /** Decoding of the ECW list query (e2b-wire.md §2 "List query"). */
 import { invalid } from "../../core/errors.ts";
-import type { SandboxState } from "../sandboxes/model.ts";
+import type { SandboxState } from "../../sandboxes/model.ts";
 
 /**
  * The SDK encodes metadata three times: `{'a b':'c&d'}` arrives (after the framework's

@@ -1,6 +1,6 @@
 /** SandboxRecord → the ECW JSON shapes the SDK reads (e2b-wire.md §2). */
 import type { SandboxMetrics } from "../../contract/node-api.ts";
-import type { SandboxRecord, SandboxState } from "../sandboxes/model.ts";
+import type { SandboxRecord, SandboxState } from "../../sandboxes/model.ts";
 import { assertNever } from "../../core/errors.ts";
 
 /** Any value >= 0.6.4 unlocks every SDK feature; < 0.1.0 makes the SDK kill the sandbox. */

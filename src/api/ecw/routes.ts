@@ -4,8 +4,8 @@
  */
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "../../core/log.ts";
-import type { ApiKeyAuth } from "../sandboxes/model.ts";
-import type { SandboxService } from "../sandboxes/service.ts";
+import type { ApiKeyAuth } from "../../sandboxes/model.ts";
+import type { SandboxService } from "../../sandboxes/service.ts";
 import { installEcwEdge } from "./http.ts";
 import { registerSandboxCreate } from "./sandbox-create.ts";
 import { registerSandboxLifecycle } from "./sandbox-lifecycle.ts";

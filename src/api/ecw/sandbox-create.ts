@@ -3,8 +3,8 @@ import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
 import { conflict, invalid } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
-import { isLive, type SandboxRecord } from "../sandboxes/model.ts";
-import type { CreateInput, ResourceRequest } from "../sandboxes/service.ts";
+import { isLive, type SandboxRecord } from "../../sandboxes/model.ts";
+import type { CreateInput, ResourceRequest } from "../../sandboxes/service.ts";
 import { idempotencyKey } from "../native/http.ts";
 import { parse, tenantOf } from "./http.ts";
 import { toSandbox } from "./present.ts";
@@ -50,13 +50,8 @@ export function idempotentSandboxId(tenant: TenantId, key: string, attempt: numb
 const ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
 
 /** The sandbox under `id`, once past `creating` (a concurrent first attempt is waited for). */
-async function settled(deps: EcwDeps, tenant: TenantId, id: SandboxId): Promise<SandboxRecord | null> {
-  const deadline = Date.now() + 600_000;
-  for (;;) {
-    const rec = await deps.sandboxes.repo.get(tenant, id);
-    if (!rec || rec.state !== "creating" || Date.now() > deadline) return rec;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+function settled(deps: EcwDeps, tenant: TenantId, id: SandboxId): Promise<SandboxRecord | null> {
+  return deps.sandboxes.awaitLeaving(tenant, id, ["creating"], 600_000);
 }
 
 export function toCreateInput(body: NewSandbox, version: 1 | 2): CreateInput {

@@ -10,7 +10,7 @@
  */
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import type { SnapshotRow } from "../sandboxes/snapshot-repo.ts";
+import type { Snapshot } from "../../sandboxes/snapshot-repo.ts";
 import { toErrorBody } from "../errors.ts";
 import { parse, tenantOf } from "./http.ts";
 import { toSandbox } from "./present.ts";
@@ -58,6 +58,6 @@ const SnapshotListQuery = z.looseObject({
 });
 
 /** E2B SnapshotInfo. */
-export function toSnapshotInfo(s: SnapshotRow): { snapshotID: string; names: string[] } {
+export function toSnapshotInfo(s: Snapshot): { snapshotID: string; names: string[] } {
   return { snapshotID: s.id, names: s.name ? [s.name] : [] };
 }

@@ -34,8 +34,8 @@ import {
   type Template,
 } from "../../store/templates.ts";
 import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../templates/build-coordinator.ts";
-import type { ApiKeyAuth } from "../sandboxes/model.ts";
-import type { SandboxService } from "../sandboxes/service.ts";
+import type { ApiKeyAuth } from "../../sandboxes/model.ts";
+import type { SandboxService } from "../../sandboxes/service.ts";
 import { installEcwEdge, parse, sendEcwError, tenantOf } from "./http.ts";
 
 export interface EcwTemplateDeps {

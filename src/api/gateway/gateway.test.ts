@@ -6,8 +6,8 @@ import { pino } from "pino";
 import { createGateway } from "./gateway.ts";
 import { resolveRoute } from "./route.ts";
 import { fileSignature } from "./signature.ts";
-import { SandboxService, type CreateInput } from "../sandboxes/service.ts";
-import { MemorySandboxRepo, MemoryTemplates } from "../sandboxes/memory-repo.ts";
+import { SandboxService, type CreateInput } from "../../sandboxes/service.ts";
+import { MemorySandboxRepo, MemoryTemplates } from "../../sandboxes/memory-repo.ts";
 import { FakeSubstrate } from "../../substrate/fake-substrate.ts";
 import type { TenantId } from "../../core/ids.ts";
 

@@ -17,8 +17,8 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxId } from "../../core/ids.ts";
 import { ENVD_PORT, NODE_TOKEN_HEADER } from "../../contract/node-api.ts";
-import type { SandboxRecord } from "../sandboxes/model.ts";
-import type { SandboxService } from "../sandboxes/service.ts";
+import type { SandboxRecord } from "../../sandboxes/model.ts";
+import type { SandboxService } from "../../sandboxes/service.ts";
 import { NO_ROUTE, resolveRoute } from "./route.ts";
 import { signatureMatches } from "./signature.ts";
 

@@ -5,7 +5,7 @@ import type { FastifyRequest } from "fastify";
 import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
 import type { Principal } from "../auth.ts";
-import type { SandboxService } from "../sandboxes/service.ts";
+import type { SandboxService } from "../../sandboxes/service.ts";
 import type { BuildCoordinator } from "../../templates/build-coordinator.ts";
 
 export interface NativeDeps {

@@ -3,7 +3,7 @@
  */
 import type { FastifyInstance } from "fastify";
 import { newSandboxId, type TenantId } from "../../core/ids.ts";
-import { endedStates } from "../sandboxes/model.ts";
+import { endedStates } from "../../sandboxes/model.ts";
 import { sandboxStates, type SandboxState } from "../../store/sandboxes.ts";
 import { invalid } from "../../core/errors.ts";
 import { sandboxTarget } from "../../operations/requests.ts";

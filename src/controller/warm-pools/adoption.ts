@@ -29,8 +29,9 @@ import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-sub
 import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
 import { egressPolicyOf } from "../../api/network/policy.ts";
-import type { SandboxRecord, TemplateResolver } from "../../api/sandboxes/model.ts";
-import { effectiveInternetAccess, type AdoptRequest, type PlacementInput, type SandboxService, type WarmAdopter } from "../../api/sandboxes/service.ts";
+import type { SandboxRecord, TemplateResolver } from "../../sandboxes/model.ts";
+import { effectiveInternetAccess, type PlacementInput } from "../../sandboxes/create-input.ts";
+import type { AdoptRequest, WarmAdopter, WarmMembers } from "../../sandboxes/warm-adopter.ts";
 import {
   type ClaimedSlot,
   claimReadySlot,
@@ -78,7 +79,7 @@ export function checkMember(
 
 export interface WarmPoolAdoptionDeps {
   db: Db;
-  sandboxes: SandboxService;
+  sandboxes: WarmMembers;
   nodes: NodeDirectory;
   templates: TemplateResolver;
   /** Defaults to the sandbox service's substrate. */

@@ -1,6 +1,6 @@
 /**
- * Warm pools (issue 10): wiring for a control-plane process. `installWarmPools` turns on
- * adoption in the shared SandboxService (every process that serves creates);
+ * Warm pools (issue 10): wiring for a control-plane process. `createWarmPoolAdoption` is
+ * the adopter the shared SandboxService is built with (every process that serves creates);
  * `warmPoolLoop` is the leader's reconciler (src/cli/controller.ts). Both take a
  * `WarmPoolHost`, which the cli's ControlPlane is.
  */
@@ -8,8 +8,8 @@ import type { Registry } from "prom-client";
 import type { Config } from "../../core/config.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
-import type { SandboxService } from "../../api/sandboxes/service.ts";
-import type { SandboxLayer } from "../../api/sandboxes/index.ts";
+import type { SandboxLayer } from "../../sandboxes/index.ts";
+import type { WarmMembers } from "../../sandboxes/warm-adopter.ts";
 import type { IdlePolicy } from "../../store/warm-pools.ts";
 import { WarmPoolAdoption } from "./adoption.ts";
 import { parseWarmPoolsConfig } from "./config.ts";
@@ -40,8 +40,8 @@ export interface WarmPoolHost {
   log: Logger;
   metrics: Registry;
   db: Db;
-  internalToken: string;
   layer: Pick<SandboxLayer, "sandboxes" | "templates" | "nodes">;
+  warmPools: WarmPoolAdoption;
 }
 
 /** The shape a pool gets for what its spec leaves out: a create asking for none, and the configured idle policy. */
@@ -55,30 +55,29 @@ export function warmPoolDefaults(c: WarmPoolConfig): { vcpu: number; memoryMib: 
   };
 }
 
-const adoptions = new WeakMap<SandboxService, WarmPoolAdoption>();
-
-/** Adoption for this process's sandbox service (idempotent per service). */
-export function installWarmPools(cp: WarmPoolHost): WarmPoolAdoption {
-  const existing = adoptions.get(cp.layer.sandboxes);
-  if (existing) return existing;
-  const nodes = cp.layer.nodes;
-  const adoption = new WarmPoolAdoption({
+/**
+ * Adoption for a control plane's sandbox service, built with it (src/cli/processes.ts):
+ * every process that serves creates adopts warm members.
+ */
+export function createWarmPoolAdoption(
+  cp: Pick<WarmPoolHost, "db" | "config" | "metrics" | "log">,
+  members: WarmMembers,
+  layer: Pick<SandboxLayer, "nodes" | "templates">,
+): WarmPoolAdoption {
+  return new WarmPoolAdoption({
     db: cp.db,
-    sandboxes: cp.layer.sandboxes,
-    nodes,
-    templates: cp.layer.templates,
+    sandboxes: members,
+    nodes: layer.nodes,
+    templates: layer.templates,
     gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     metrics: warmPoolMetrics(cp.metrics),
     log: cp.log.child({ component: "warm-pools" }),
   });
-  cp.layer.sandboxes.useWarmPools(adoption);
-  adoptions.set(cp.layer.sandboxes, adoption);
-  return adoption;
 }
 
 /** The leader loop (controllerLoops). */
 export function warmPoolLoop(cp: WarmPoolHost): WarmPoolReconciler {
-  const adoption = installWarmPools(cp);
+  const adoption = cp.warmPools;
   const log = cp.log.child({ component: "warm-pools" });
   const c = cp.config;
   return startWarmPoolReconciler({

@@ -18,8 +18,8 @@ import { SpaceError } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
 import type { EnvironmentBinding, GateMode } from "../../substrate/placement.ts";
 import type { NodeDirectory } from "../../substrate/direct/direct-substrate.ts";
-import type { TemplateResolver } from "../../api/sandboxes/model.ts";
-import { MAX_TIMEOUT_SEC, type SandboxService } from "../../api/sandboxes/service.ts";
+import type { TemplateResolver } from "../../sandboxes/model.ts";
+import { MAX_TIMEOUT_SEC, type SandboxService } from "../../sandboxes/service.ts";
 import {
   currentBuildOf,
   deleteSlot,

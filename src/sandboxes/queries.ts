@@ -1,28 +1,32 @@
 /**
- * Store-backed implementations of the service's ports, over the store engineer's `Db`
- * and typed queries (src/store). Queries the store does not offer yet (template
- * resolution, next end time, running secure sandboxes, execution bookkeeping by
- * sandbox) are written here against the same schema.
+ * Store-backed implementations of the service's ports, over the store's `Db` and typed
+ * queries (src/store): every statement lives in the store; this file maps rows to the
+ * service's records and back.
  */
-import type { Db, Queryable } from "../../store/db.ts";
+import type { Db } from "../store/db.ts";
 import {
   findSandbox,
+  followSandboxExecutions,
   insertSandbox,
   listExpiredSandboxes,
+  listRunningSecureSandboxes,
   listSandboxes,
+  nextSandboxEndAt,
   patchSandbox,
+  sandboxStates,
   transitionSandbox,
   type Sandbox,
   type SandboxPatch as StorePatch,
-} from "../../store/sandboxes.ts";
-import { tenantOfApiKey } from "../auth.ts";
-import { getNode, listNodes, type NodeRecord } from "../../store/nodes.ts";
-import { createExecution } from "../../store/executions.ts";
-import { SpaceError } from "../../core/errors.ts";
-import { Recent } from "../../core/recent.ts";
-import type { ExecutionId, NodeId, SandboxId, TenantId } from "../../core/ids.ts";
-import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
-import type { EnvironmentBinding } from "../../substrate/placement.ts";
+} from "../store/sandboxes.ts";
+import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
+import { tenantOfApiKey } from "../api/auth.ts";
+import { getNode, listNodes, type NodeRecord } from "../store/nodes.ts";
+import { createExecution } from "../store/executions.ts";
+import { SpaceError } from "../core/errors.ts";
+import { Recent } from "../core/recent.ts";
+import type { ExecutionId, NodeId, SandboxId, TenantId } from "../core/ids.ts";
+import type { NodeDirectory, NodeEntry } from "../substrate/direct/direct-substrate.ts";
+import type { EnvironmentBinding } from "../substrate/placement.ts";
 import {
   isLive,
   type ApiKeyAuth,
@@ -73,9 +77,13 @@ function toStorePatch(p: SandboxPatch): StorePatch {
   if (p.endAt !== undefined) out.endAt = p.endAt;
   if (p.startedAt !== undefined) out.startedAt = p.startedAt;
   if (p.network !== undefined) out.network = (p.network ?? {}) as Record<string, unknown>;
+  if (p.allowInternetAccess !== undefined) out.allowInternetAccess = p.allowInternetAccess;
   if (p.reason !== undefined) out.failureMessage = p.reason;
   return out;
 }
+
+/** Every live state: a patch never touches an ended sandbox. */
+const LIVE = sandboxStates.filter(isLive);
 
 const missOrConflict = (e: unknown) => e instanceof SpaceError && (e.code === "not_found" || e.code === "failed_precondition");
 
@@ -136,7 +144,7 @@ export class StoreSandboxRepo implements SandboxRepo {
     try {
       const row = await this.db.transaction(async (tx) => {
         const s = await transitionSandbox(tx, id, from, to, toStorePatch(patch));
-        await this.#syncExecution(tx, id, to, s.nodeId, patch.reason ?? null);
+        await followSandboxExecutions(tx, id, to, s.nodeId, patch.reason ?? null);
         return s;
       });
       return toRecord(row);
@@ -146,29 +154,9 @@ export class StoreSandboxRepo implements SandboxRepo {
     }
   }
 
-  /** Executions follow their sandbox: running → running; killed or suspended → ended; failed → failed. */
-  async #syncExecution(tx: Queryable, sandboxId: string, to: SandboxState, nodeId: string | null, error: string | null) {
-    const next = to === "running" ? "running" : to === "killed" || to === "suspended" ? "ended" : to === "failed" ? "failed" : null;
-    if (!next) return;
-    const from = next === "running" ? ["pending", "starting"] : ["pending", "starting", "running", "stopping"];
-    await tx.execute(
-      `UPDATE executions SET state = $2, node_id = coalesce($4::uuid, node_id),
-          error = CASE WHEN $2 = 'failed' THEN $5 ELSE error END,
-          started_at = CASE WHEN $2 = 'running' THEN coalesce(started_at, now()) ELSE started_at END,
-          ended_at = CASE WHEN $2 IN ('ended', 'failed') THEN coalesce(ended_at, now()) ELSE ended_at END
-        WHERE sandbox_id = $1 AND state = ANY($3::text[])`,
-      [sandboxId, next, from, nodeId, error],
-    );
-  }
-
   async update(id: SandboxId, patch: SandboxPatch) {
     try {
-      const live = (["creating", "running", "pausing", "paused", "suspending", "suspended", "resuming", "stopping", "stopped"] as const);
-      const row = await patchSandbox(this.db, id, toStorePatch(patch), { inStates: live });
-      if (patch.allowInternetAccess === undefined) return toRecord(row);
-      // The store's patch does not cover allow_internet_access yet.
-      await this.db.execute(`UPDATE sandboxes SET allow_internet_access = $2 WHERE id = $1`, [id, patch.allowInternetAccess]);
-      return toRecord({ ...row, allowInternetAccess: patch.allowInternetAccess });
+      return toRecord(await patchSandbox(this.db, id, toStorePatch(patch), { inStates: LIVE }));
     } catch (e) {
       if (missOrConflict(e)) return null;
       throw e;
@@ -179,23 +167,12 @@ export class StoreSandboxRepo implements SandboxRepo {
     return (await listExpiredSandboxes(this.db, limit)).map(toRecord);
   }
 
-  async nextEndAt(): Promise<Date | null> {
-    const r = await this.db.maybeOne<{ endAt: Date | null }>(
-      `SELECT min(end_at) AS "endAt" FROM sandboxes WHERE state IN ('running', 'paused') AND end_at IS NOT NULL`,
-    );
-    return r?.endAt ? new Date(r.endAt) : null;
+  nextEndAt(): Promise<Date | null> {
+    return nextSandboxEndAt(this.db);
   }
 
   async listRunningSecure() {
-    const rows = await this.db.query<{ id: string }>(
-      `SELECT id FROM sandboxes WHERE state = 'running' AND envd_access_token IS NOT NULL ORDER BY seq DESC LIMIT 5000`,
-    );
-    const out: SandboxRecord[] = [];
-    for (const r of rows) {
-      const s = await findSandbox(this.db, r.id);
-      if (s && isLive(s.state)) out.push(toRecord(s));
-    }
-    return out;
+    return (await listRunningSecureSandboxes(this.db)).map(toRecord);
   }
 }
 
@@ -224,29 +201,13 @@ export class StoreTemplates implements TemplateResolver {
   async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
     const hit = this.#nodeOnly.get(idOrAlias);
     if (hit) return hit;
-    const byRelease = await this.db.maybeOne<{ templateId: string; alias: string; rootfs: number | null }>(
-      `SELECT r.template_id AS "templateId", r.alias, b.rootfs_size_mib AS rootfs
-         FROM releases r JOIN builds b ON b.id = r.build_id
-        WHERE r.alias = $1 AND r.tag = 'default' AND (r.tenant_id = $2 OR r.tenant_id IS NULL)
-        ORDER BY (r.tenant_id IS NULL) LIMIT 1`,
-      [idOrAlias, tenantId],
-    );
-    if (byRelease) return { templateId: byRelease.templateId, alias: byRelease.alias, rootfsSizeMib: byRelease.rootfs };
-    const byId = await this.db.maybeOne<{ id: string; rootfs: number | null }>(
-      `SELECT t.id, (SELECT b.rootfs_size_mib FROM builds b WHERE b.template_id = t.id AND b.status = 'ready'
-                      ORDER BY b.created_at DESC LIMIT 1) AS rootfs
-         FROM templates t
-        WHERE (t.id = $1 OR (t.name = $1 AND (t.tenant_id = $2 OR t.tenant_id IS NULL)))
-          AND t.deleted_at IS NULL AND (t.tenant_id = $2 OR t.tenant_id IS NULL OR t.public)
-        ORDER BY (t.id = $1) DESC LIMIT 1`,
-      [idOrAlias, tenantId],
-    );
-    if (byId) return { templateId: byId.id, alias: byId.id === idOrAlias ? null : idOrAlias, rootfsSizeMib: byId.rootfs };
+    const found = (await findTemplateByAlias(this.db, idOrAlias, tenantId)) ?? (await findTemplateByIdOrName(this.db, idOrAlias, tenantId));
+    if (found) return found;
     // A template only a node's inventory knows (e.g. `base`): ready nodes first, but a node
     // that is restarting still counts, so placement answers "unavailable" (retryable), not "not found".
-    const found = await this.#fromInventory(idOrAlias);
-    if (found) this.#nodeOnly.set(idOrAlias, found);
-    return found;
+    const known = await this.#fromInventory(idOrAlias);
+    if (known) this.#nodeOnly.set(idOrAlias, known);
+    return known;
   }
 
   async #fromInventory(idOrAlias: string): Promise<ResolvedTemplate | null> {
@@ -345,10 +306,7 @@ export function toNodeEntry(n: NodeRecord): NodeEntry {
  * value that is not a digest, make the binding unreadable.
  */
 export async function templateBinding(db: Db, templateId: string): Promise<EnvironmentBinding> {
-  const build = await db.maybeOne<{ id: string; environment: string | null }>(
-    `SELECT id, environment FROM builds WHERE template_id = $1 AND status = 'ready' ORDER BY created_at DESC LIMIT 1`,
-    [templateId],
-  );
+  const build = await newestReadyBuild(db, templateId);
   if (build?.environment) {
     if (!ENV_DIGEST.test(build.environment)) return { kind: "unreadable", reason: `build ${build.id} records environment '${build.environment.slice(0, 80)}', not a digest` };
     return { kind: "bound", environment: build.environment, source: `build ${build.id}` };

@@ -2,7 +2,7 @@
  * Keyset pagination cursor for sandbox lists: the (createdAt, id) of the last item
  * served. Keys are immutable, so pages never skip or repeat while sandboxes come and go.
  */
-import { invalid } from "../../core/errors.ts";
+import { invalid } from "../core/errors.ts";
 
 export interface ListCursor {
   createdAtMs: number;

@@ -1,16 +1,18 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { pino } from "pino";
-import { freshDb } from "../../../test/support/db.ts";
-import { createTenant } from "../../store/tenants.ts";
-import { createApiKey } from "../../store/api-keys.ts";
-import { registerNode } from "../../store/nodes.ts";
-import { FakeSubstrate } from "../../substrate/fake-substrate.ts";
+import { freshDb } from "../../test/support/db.ts";
+import { createTenant } from "../store/tenants.ts";
+import { createApiKey } from "../store/api-keys.ts";
+import { registerNode } from "../store/nodes.ts";
+import { listExecutions } from "../store/executions.ts";
+import { getSandbox } from "../store/sandboxes.ts";
+import { FakeSubstrate } from "../substrate/fake-substrate.ts";
 import { createSandboxLayer } from "./index.ts";
 import { StoreNodeDirectory, StoreTemplates } from "./queries.ts";
-import { startTimeoutEnforcer } from "../../controller/timeouts.ts";
+import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 import type { CreateInput } from "./service.ts";
-import type { NodeId } from "../../core/ids.ts";
+import type { NodeId } from "../core/ids.ts";
 
 const input = (o: Partial<CreateInput> = {}): CreateInput => ({
   template: "base", metadata: {}, envVars: {}, timeoutSec: 300, secure: true, allowInternetAccess: true,
@@ -44,11 +46,11 @@ test("store-backed: create, get, tenant scoping, kill, api key lookup, templates
     assert.equal(sb.state, "running");
     assert.equal((await s.sandboxes.get(s.tenant.id, sb.id)).metadata.k, "v");
     await assert.rejects(s.sandboxes.get(s.other.id, sb.id), /not found/);
-    const exec = await s.db.one<{ state: string }>("SELECT state FROM executions WHERE sandbox_id = $1", [sb.id]);
-    assert.equal(exec.state, "running");
+    const execs = await listExecutions(s.db, sb.id);
+    assert.deepEqual(execs.map((e) => e.state), ["running"]);
     await s.sandboxes.kill(s.tenant.id, sb.id);
     await assert.rejects(s.sandboxes.kill(s.tenant.id, sb.id), /not found/);
-    const row = await s.db.one<{ state: string }>("SELECT state FROM sandboxes WHERE id = $1", [sb.id]);
+    const row = await getSandbox(s.db, sb.id);
     assert.equal(row.state, "killed");
     const nodes = await new StoreNodeDirectory(s.db).list();
     assert.equal(nodes[0]!.capacity!.networkSlots, 10);
@@ -87,7 +89,7 @@ test("timeout enforcer kills within about a second of end_at", async () => {
     const keep = await s.sandboxes.create(s.tenant.id, input({ timeoutSec: 60 }), AbortSignal.timeout(5000));
     const deadline = sb.endAt.getTime() + 1000;
     for (;;) {
-      const row = await s.db.one<{ state: string }>("SELECT state FROM sandboxes WHERE id = $1", [sb.id]);
+      const row = await getSandbox(s.db, sb.id);
       if (row.state === "killed") break;
       assert.ok(Date.now() < deadline, `still ${row.state} 1 s after end_at`);
       await new Promise((r) => setTimeout(r, 50));

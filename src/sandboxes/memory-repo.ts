@@ -3,8 +3,8 @@
  * semantics as the store-backed implementation (queries.ts).
  */
 import { createHash } from "node:crypto";
-import type { SandboxId, TenantId } from "../../core/ids.ts";
-import { transitions } from "../../store/sandboxes.ts";
+import type { SandboxId, TenantId } from "../core/ids.ts";
+import { transitions } from "../store/sandboxes.ts";
 import { decodeCursor, encodeCursor, isAfter } from "./cursor.ts";
 import {
   isLive,

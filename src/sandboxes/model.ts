@@ -3,24 +3,32 @@
  * ports it needs from storage. `queries.ts` implements the ports over the store's Db;
  * tests use the in-memory double in `memory-repo.ts`.
  */
-import type { SandboxId, TenantId } from "../../core/ids.ts";
-import type { EgressPolicy } from "../../contract/egress-policy.ts";
-import type { EnvironmentBinding } from "../../substrate/placement.ts";
+import type { SandboxId, TenantId } from "../core/ids.ts";
+import type { EgressPolicy } from "../contract/egress-policy.ts";
+import type { EnvironmentBinding } from "../substrate/placement.ts";
 
 /**
  * The lifecycle states are the store's (src/store/sandboxes.ts, with its transition
  * table). The service uses: creating → running | failed; live → killing → killed.
  */
-import type { SandboxState } from "../../store/sandboxes.ts";
+import { canTransition, sandboxStates, transitions, type SandboxState } from "../store/sandboxes.ts";
 export type { SandboxState };
 
 /** States that no longer serve anything: the sandbox is gone for callers (404). */
 export const endedStates: readonly SandboxState[] = ["killing", "killed", "failed"];
-/** Every state from which the store allows a move to `killing`. */
-export const killableStates: readonly SandboxState[] = [
-  "creating", "running", "pausing", "paused", "suspending", "suspended", "resuming", "stopping", "stopped",
-];
 export const isLive = (s: SandboxState) => !endedStates.includes(s);
+/** Every live state from which the store allows a move to `killing`. */
+export const killableStates: readonly SandboxState[] = sandboxStates.filter((s) => isLive(s) && canTransition(s, "killing"));
+/** The two ways a running sandbox pauses: frozen in memory, or checkpointed. */
+const pauseSteps = ["pausing", "suspending"] as const satisfies readonly SandboxState[];
+/**
+ * States in which ECW `pause` answers 409 "already paused": a pause step, or where one
+ * lands (a live state it moves to, other than back to running).
+ */
+export const pausedStates: readonly SandboxState[] = [
+  ...pauseSteps,
+  ...pauseSteps.flatMap((p) => transitions[p].filter((s) => s !== "running" && isLive(s))),
+];
 
 /** E2B network config (stored as given; the node applies what it supports). */
 export interface NetworkPolicy {

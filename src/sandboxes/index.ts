@@ -3,11 +3,12 @@
  * API, the gateway and the timeout enforcer share (in one process: the same instance,
  * so a kill cuts gateway streams at once).
  */
-import type { Db } from "../../store/db.ts";
-import type { Logger } from "../../core/log.ts";
-import type { Substrate } from "../../substrate/substrate.ts";
-import { DirectSubstrate, type DirectSubstrateDeps, type NodeDirectory } from "../../substrate/direct/direct-substrate.ts";
+import type { Db } from "../store/db.ts";
+import type { Logger } from "../core/log.ts";
+import type { Substrate } from "../substrate/substrate.ts";
+import { DirectSubstrate, type DirectSubstrateDeps, type NodeDirectory } from "../substrate/direct/direct-substrate.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
+import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
 import { StoreApiKeys, StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import type { ApiKeyAuth } from "./model.ts";
 import { StoreSnapshotRepo } from "./snapshot-repo.ts";
@@ -25,6 +26,8 @@ export interface SandboxLayerDeps {
   nodes?: NodeDirectory;
   /** Direct placement: gate mode, operator selector extras, gate observations. */
   placement?: Pick<DirectSubstrateDeps, "gate" | "selectorExtras" | "onGate" | "overcommit">;
+  /** Warm-pool adoption over the service's members and the layer's nodes and templates; absent = creates boot cold. */
+  warmPools?: (members: WarmMembers, layer: Pick<SandboxLayer, "nodes" | "templates">) => WarmAdopter;
 }
 
 export interface SandboxLayer {
@@ -41,6 +44,7 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
   const substrate = deps.substrate ?? new DirectSubstrate({ nodes, internalToken: deps.internalToken, ...deps.placement });
   // Node-only templates: from the store's nodes on Direct, from the substrate's directory otherwise.
   const templates = new StoreTemplates(deps.db, deps.nodes);
+  const warmPools = deps.warmPools;
   const sandboxes = new SandboxService({
     repo: new StoreSandboxRepo(deps.db),
     templates,
@@ -48,6 +52,7 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
     defaults: deps.defaults,
     log: deps.log,
     snapshots: new StoreSnapshotRepo(deps.db),
+    ...(warmPools ? { warmPools: (members: WarmMembers) => warmPools(members, { nodes, templates }) } : {}),
   });
   return { sandboxes, apiKeys: new StoreApiKeys(deps.db), substrate, nodes, templates };
 }

@@ -1,0 +1,196 @@
+/**
+ * Creates: a template (or a named snapshot) resolved, the shape and placement
+ * validated, a warm member adopted when a pool has one, else a cold boot: insert the
+ * row, place, start on the node, `creating → running`. A create that fails leaves the
+ * row `failed` and nothing on any node.
+ */
+import { randomBytes } from "node:crypto";
+import { SpaceError, notFound } from "../core/errors.ts";
+import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
+import type { SandboxSpec } from "../contract/node-api.ts";
+import type { SandboxRef } from "../substrate/substrate.ts";
+import { egressPolicyOf } from "../api/network/policy.ts";
+import {
+  effectiveInternetAccess,
+  parsePlacement,
+  PLACEMENT_METADATA_KEY,
+  validateResources,
+  validateTimeout,
+  type CreateInput,
+} from "./create-input.ts";
+import type { SandboxForks } from "./forks.ts";
+import type { SandboxRecord } from "./model.ts";
+import type { SandboxResources } from "./resources.ts";
+import type { AdoptRequest, WarmAdopter } from "./warm-adopter.ts";
+
+export class SandboxCreation {
+  readonly #r: SandboxResources;
+  readonly #forks: SandboxForks;
+  /** Warm-pool adoption; null = every create boots cold. */
+  readonly #warm: WarmAdopter | null;
+
+  constructor(r: SandboxResources, forks: SandboxForks, warm: WarmAdopter | null) {
+    this.#r = r;
+    this.#forks = forks;
+    this.#warm = warm;
+  }
+
+  /** Template, shape and placement of a create, validated (400/404 like the create itself). */
+  async #plan(tenantId: TenantId, input: CreateInput): Promise<Omit<AdoptRequest, "input"> | null> {
+    const template = input.resolvedTemplate ?? (await this.#r.templates.resolve(tenantId, input.template));
+    if (!template) return null;
+    const vcpu = input.resources.vcpu ?? this.#r.defaults.vcpu;
+    const memoryMib = input.resources.memoryMib ?? this.#r.defaults.memoryMib;
+    const diskMib = input.resources.diskMib ?? this.#r.defaults.diskMib;
+    validateResources({ vcpu, memoryMib, diskMib }, template.rootfsSizeMib, template.templateId);
+    validateTimeout(input.timeoutSec);
+    egressPolicyOf(input.allowInternetAccess, input.network); // 400 on a bad network policy
+    const placement = input.placement ?? parsePlacement(input.metadata[PLACEMENT_METADATA_KEY]);
+    return { template, vcpu, memoryMib, diskMib, placement };
+  }
+
+  /**
+   * Native admission: claims a warm member for a create that runs later as an operation
+   * (its id becomes the operation's target; `create` with that `id` adopts it). null when
+   * there is none or the create would not adopt (it then runs cold, or fails with its
+   * own error later). Never throws: a reservation is only a head start.
+   */
+  async reserveWarm(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxId | null> {
+    if (!this.#warm || input.adopt === false || input.template.startsWith("sn_")) return null;
+    try {
+      if (!(await this.#warm.hasPools())) return null;
+      const plan = await this.#plan(tenantId, input);
+      return plan ? await this.#warm.reserve(tenantId, plan, signal) : null;
+    } catch (e: unknown) {
+      this.#r.log.debug({ err: e, tenantId }, "no warm reservation");
+      return null;
+    }
+  }
+
+  /** Whether `id` is a warm member reserved for this tenant's create (not yet adopted). */
+  async isReservedWarm(tenantId: TenantId, id: SandboxId): Promise<boolean> {
+    return this.#warm ? this.#warm.isReserved(id, tenantId) : false;
+  }
+
+  /** Hands an unused reservation back to its pool (best effort; the pool's TTL is the backstop). */
+  async releaseWarm(tenantId: TenantId, id: SandboxId): Promise<void> {
+    await this.#warm?.release(id, tenantId).catch((e: unknown) => this.#r.log.warn({ err: e, sandboxId: id }, "could not release a warm reservation"));
+  }
+
+  async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+    const rec = await this.#create(tenantId, input, signal);
+    if (rec.state === "running") this.#r.events.emit("started", rec);
+    return rec;
+  }
+
+  async #create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+    const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#r.snapshots.findNamed(tenantId, input.template) : null;
+    if (fromSnapshot) return this.#forks.createFromSnapshot(tenantId, fromSnapshot, input);
+    const plan = await this.#plan(tenantId, input);
+    if (!plan) {
+      // E2B: `Sandbox.create(snapshotName)` starts from a named snapshot too.
+      const named = input.resolvedTemplate ? null : await this.#r.snapshots.findNamed(tenantId, input.template);
+      if (named) return this.#forks.createFromSnapshot(tenantId, named, input);
+      throw notFound(`template '${input.template}' not found`);
+    }
+    const { template, vcpu, memoryMib, diskMib, placement } = plan;
+    if (this.#warm && input.adopt !== false && (input.id !== undefined || (await this.#warm.hasPools()))) {
+      // A ready member personalised in place; none (or any doubt) → the cold path below.
+      const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
+      if (adopted) return adopted;
+    }
+
+    const now = this.#r.now();
+    const id = input.id ?? newSandboxId();
+    const secure = input.secure;
+    const rec: SandboxRecord = {
+      id,
+      tenantId,
+      templateId: template.templateId,
+      alias: template.alias,
+      state: "creating",
+      nodeId: null,
+      executionId: newExecutionId(),
+      address: null,
+      vcpu,
+      memoryMib,
+      diskMib,
+      metadata: input.metadata,
+      envVars: input.envVars,
+      envdAccessToken: secure ? token() : null,
+      trafficAccessToken: secure || input.network?.allowPublicTraffic === false ? token() : null,
+      allowInternetAccess: input.allowInternetAccess,
+      network: input.network,
+      onTimeout: input.onTimeout,
+      autoResume: input.autoResume,
+      createdAt: now,
+      startedAt: now,
+      endAt: new Date(now.getTime() + input.timeoutSec * 1000),
+      reason: null,
+    };
+    await this.#r.repo.insert(rec);
+
+    let ref: SandboxRef | null = null;
+    try {
+      const environment = this.#r.templates.binding ? await this.#r.templates.binding(rec.templateId) : undefined;
+      ref = await this.#r.substrate.place(
+        {
+          sandboxId: id,
+          templateId: rec.templateId,
+          vcpu,
+          memoryMib,
+          diskMib,
+          ...(placement.nodeGroup !== undefined ? { nodeGroup: placement.nodeGroup } : {}),
+          ...(placement.nodeSelector ? { nodeSelector: placement.nodeSelector } : {}),
+          ...(environment ? { environment } : {}),
+        },
+        signal,
+      );
+      await this.#r.repo.update(id, { nodeId: ref.nodeId });
+      const spec: SandboxSpec = {
+        sandboxId: id,
+        executionId: rec.executionId!,
+        template: rec.templateId,
+        vcpu,
+        memoryMib,
+        diskMib,
+        envVars: input.envVars,
+        ...(rec.envdAccessToken ? { accessToken: rec.envdAccessToken } : {}),
+        allowInternetAccess: effectiveInternetAccess(rec),
+        network: egressPolicyOf(rec.allowInternetAccess, rec.network),
+        ...(input.background ? { background: true } : {}),
+      };
+      const status = await this.#r.substrate.start(ref, spec, signal);
+      // The timeout counts from when the sandbox is usable, like E2B's.
+      const startedAt = this.#r.now();
+      const running = await this.#r.repo.transition(id, ["creating"], "running", {
+        nodeId: ref.nodeId,
+        address: status.address,
+        startedAt,
+        endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
+      });
+      if (!running) {
+        // Killed while it was being created: the kill found nothing on the node yet.
+        await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch((e: unknown) =>
+          this.#r.log.warn({ err: e, sandboxId: id }, "kill after a create lost to a kill failed"),
+        );
+        throw notFound(`sandbox ${id} was killed while it was being created`);
+      }
+      return running;
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#r.log.warn({ sandboxId: id, code: err.code, err: e }, "sandbox create failed");
+      if (ref) {
+        await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch((k: unknown) =>
+          this.#r.log.error({ err: k, sandboxId: id }, "cleanup after a failed create could not kill; the node reaper will"),
+        );
+      }
+      await this.#r.repo.transition(id, ["creating"], "failed", { reason: `${err.code}: ${err.message}` });
+      this.#r.events.emit("ended", id);
+      throw err;
+    }
+  }
+
+}
+
+const token = () => randomBytes(24).toString("base64url");

@@ -1,0 +1,266 @@
+/**
+ * The lifecycle of a live sandbox: kill, timeouts (set, refresh), suspend (E2B pause)
+ * with its recovery, and connect (E2B resume), which restores a suspended sandbox.
+ * Concurrent connects in one process share one restore; across processes the guarded
+ * transition picks one restorer and the others wait for its outcome.
+ */
+import { SpaceError, notFound } from "../core/errors.ts";
+import { newExecutionId, type SandboxId, type TenantId } from "../core/ids.ts";
+import type { SandboxRef, SandboxStatus, SnapshotDescriptor } from "../substrate/substrate.ts";
+import { validateTimeout } from "./create-input.ts";
+import { isLive, killableStates, pausedStates, type SandboxRecord, type SandboxState } from "./model.ts";
+import { dropSnapshots, liveSandbox, placeFor, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
+
+export type ConnectResult = { sandbox: SandboxRecord; resumed: boolean };
+
+export class SandboxLifecycle {
+  readonly #r: SandboxResources;
+  /** Restores in flight in this process (sandbox id → its running record): concurrent connects share one. */
+  readonly #restores = new Map<string, Promise<SandboxRecord>>();
+
+  constructor(r: SandboxResources) {
+    this.#r = r;
+  }
+
+  /** Ends the sandbox. Not found when it is not live (so a second kill is 404). */
+  async kill(tenantId: TenantId, id: string, reason = "killed by request"): Promise<void> {
+    const rec = await liveSandbox(this.#r, tenantId, id);
+    await this.killRecord(rec, reason);
+  }
+
+  /**
+   * live → killing (routing stops at once: only `running` is routed) → node kill →
+   * killed. An unreachable node does not keep the row alive: its reaper ends orphans
+   * when it returns. Any other node error leaves the row `failed` with the reason.
+   */
+  async killRecord(rec: SandboxRecord, reason: string): Promise<void> {
+    const killing = await this.#r.repo.transition(rec.id, killableStates, "killing");
+    if (!killing) throw notFound(`sandbox ${rec.id} not found`); // another kill won
+    this.#r.events.emit("ended", rec.id);
+    const nodeId = killing.nodeId ?? rec.nodeId;
+    if (nodeId) {
+      try {
+        await this.#r.substrate.kill({ sandboxId: rec.id, nodeId }, AbortSignal.timeout(60_000));
+      } catch (e: unknown) {
+        const err = SpaceError.from(e);
+        if (err.code !== "unavailable" && err.code !== "deadline_exceeded") {
+          await this.#r.repo.transition(rec.id, ["killing"], "failed", { reason: `kill failed: ${err.code}: ${err.message}` });
+          throw err;
+        }
+        this.#r.log.warn({ sandboxId: rec.id, nodeId, err: e }, "node unreachable during kill; marked killed");
+        reason = `${reason} (node unreachable at kill time)`;
+      }
+    }
+    await this.#r.repo.transition(rec.id, ["killing"], "killed", { reason });
+    // Its suspend snapshots die with it (named ones outlive it); best effort.
+    await dropSnapshots(this.#r, rec.id, { purpose: "suspend" });
+  }
+
+
+  /** E2B `timeout`: the end time becomes now + timeout (may shorten). */
+  async setTimeout(tenantId: TenantId, id: string, timeoutSec: number): Promise<SandboxRecord> {
+    validateTimeout(timeoutSec);
+    const rec = await liveSandbox(this.#r, tenantId, id);
+    const updated = await this.#r.repo.update(rec.id, { endAt: new Date(this.#r.now().getTime() + timeoutSec * 1000) });
+    if (!updated) throw notFound(`sandbox ${id} not found`);
+    return updated;
+  }
+
+  /** E2B `refreshes`: keep alive for at least `durationSec` more; never shortens. */
+  async refresh(tenantId: TenantId, id: string, durationSec: number): Promise<SandboxRecord> {
+    validateTimeout(durationSec);
+    const rec = await liveSandbox(this.#r, tenantId, id);
+    return this.extend(rec, durationSec);
+  }
+
+  async extend(rec: SandboxRecord, sec: number): Promise<SandboxRecord> {
+    const target = new Date(this.#r.now().getTime() + sec * 1000);
+    if (target <= rec.endAt) return rec;
+    return (await this.#r.repo.update(rec.id, { endAt: target })) ?? rec;
+  }
+
+  /**
+   * E2B pause = suspend: running → suspending → (node: memory checkpoint + disk snapshot,
+   * parts uploaded and checksummed, node freed) → suspended. The snapshot row (one per
+   * attempt) is restorable only once the node answered with its descriptor. A failure
+   * leaves the sandbox running (the node thaws it; if the node already let it go, it is
+   * restored from the node's local copy), never half. `upload: false` (warm-pool members)
+   * keeps the parts on the node only: the restore is pinned there.
+   */
+  async suspend(tenantId: TenantId, id: string, opts: { upload?: boolean } = {}): Promise<SandboxRecord> {
+    const rec = await liveSandbox(this.#r, tenantId, id);
+    if (pausedStates.includes(rec.state)) throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
+    if (rec.state !== "running" || !rec.nodeId) {
+      throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be paused`, { retryable: true });
+    }
+    return this.suspendRecord(rec, opts.upload ?? true);
+  }
+
+  async suspendRecord(rec: SandboxRecord, upload = true): Promise<SandboxRecord> {
+    const ref: SandboxRef = { sandboxId: rec.id, nodeId: rec.nodeId! };
+    const suspending = await this.#r.repo.transition(rec.id, ["running"], "suspending");
+    if (!suspending) {
+      const now = await this.#r.repo.getById(rec.id);
+      if (now && pausedStates.includes(now.state)) throw new SpaceError("failed_precondition", `sandbox ${rec.id} is already paused`);
+      if (!now || !isLive(now.state)) throw notFound(`sandbox ${rec.id} not found`);
+      throw new SpaceError("failed_precondition", `sandbox ${rec.id} changed state (now ${now.state}); retry`, { retryable: true });
+    }
+    // Routing stops: no new envd stream may start on a sandbox being checkpointed.
+    this.#r.events.emit("ended", rec.id);
+    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend" });
+    let desc: SnapshotDescriptor;
+    try {
+      desc = await this.#r.substrate.suspend(ref, { snapshotId, upload }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#r.log.warn({ sandboxId: rec.id, snapshotId, code: err.code, err: e }, "suspend failed");
+      await this.#r.snapshots.fail(snapshotId, `${err.code}: ${err.message}`).catch(() => undefined);
+      await this.#recoverSuspend(rec, ref, snapshotId);
+      throw err;
+    }
+    await this.#r.snapshots.finish(snapshotId, desc);
+    const suspended = await this.#r.repo.transition(rec.id, ["suspending"], "suspended", { address: null });
+    if (!suspended) {
+      // Killed while it was being suspended: the snapshot has no owner.
+      await dropSnapshots(this.#r, rec.id, { snapshotId });
+      throw notFound(`sandbox ${rec.id} was killed while it was being paused`);
+    }
+    // Earlier suspend snapshots are superseded (no restore can use them: it is suspended now).
+    await dropSnapshots(this.#r, rec.id, { purpose: "suspend", except: snapshotId });
+    return suspended;
+  }
+
+  /** After a failed suspend: back to running where the node still runs it, else restored from the node's local copy, else failed. */
+  async #recoverSuspend(rec: SandboxRecord, ref: SandboxRef, snapshotId: string): Promise<void> {
+    try {
+      const seen = await this.#r.substrate.observe(ref, AbortSignal.timeout(30_000));
+      if (seen && seen.state === "running") {
+        await this.#r.repo.transition(rec.id, ["suspending"], "running", { address: seen.address });
+        return;
+      }
+      if (!seen) {
+        const local: SnapshotDescriptor = {
+          snapshotId, sourceSandboxId: rec.id, template: rec.templateId, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
+        };
+        const executionId = newExecutionId();
+        const st = await restoreHeld(this.#r, ref, local, specOf(rec, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
+        await this.#r.snapshots.newExecution(rec.id, executionId);
+        await this.#r.repo.transition(rec.id, ["suspending"], "running", { address: st.address });
+        return;
+      }
+      throw new SpaceError("internal", `the node reports the sandbox ${seen.state}`);
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#r.log.error({ sandboxId: rec.id, err: e }, "suspend failed and the sandbox could not be brought back");
+      await this.#r.repo.transition(rec.id, ["suspending"], "failed", { reason: `suspend failed and recovery failed: ${err.code}: ${err.message}` });
+    }
+  }
+
+
+  /**
+   * E2B connect/resume: running → extend the end time only (resumed=false);
+   * resident-paused → resume on its node; suspended → restore (resumed=true). Concurrent
+   * connects converge on one restore: one caller wins suspended → resuming, the others
+   * wait for it to be running. A connect during a pause waits for the pause, then restores.
+   */
+  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
+    if (timeoutSec !== undefined) validateTimeout(timeoutSec);
+    const rec = await liveSandbox(this.#r, tenantId, id);
+    switch (rec.state) {
+      case "running":
+      case "creating":
+        return { sandbox: timeoutSec === undefined ? rec : await this.extend(rec, timeoutSec), resumed: false };
+      case "paused": {
+        if (!rec.nodeId) throw new SpaceError("internal", `paused sandbox ${id} has no node`);
+        await this.#r.substrate.resume({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(120_000));
+        const resumed = await this.#r.repo.transition(rec.id, ["paused"], "running");
+        if (!resumed) throw new SpaceError("aborted", `sandbox ${id} changed state during resume; retry`);
+        return { sandbox: await this.extend(resumed, timeoutSec ?? 300), resumed: true };
+      }
+      case "suspending": {
+        const settled = await this.#awaitSettled(rec.id, ["suspending"]);
+        if (settled.state === "running") return { sandbox: await this.extend(settled, timeoutSec ?? 300), resumed: false };
+        return this.connect(tenantId, id, timeoutSec);
+      }
+      case "suspended":
+      case "resuming": {
+        const running = await this.#restore(rec);
+        return { sandbox: await this.extend(running, timeoutSec ?? 300), resumed: true };
+      }
+      default:
+        throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; connect again shortly`, { retryable: true });
+    }
+  }
+
+  /** One restore per sandbox in this process; across processes the guarded transition decides. */
+  #restore(rec: SandboxRecord): Promise<SandboxRecord> {
+    const inflight = this.#restores.get(rec.id);
+    if (inflight) return inflight;
+    const p = (async () => {
+      if (rec.state === "suspended") {
+        const claimed = await this.#r.repo.transition(rec.id, ["suspended"], "resuming");
+        if (claimed) return this.restoreClaimed(claimed);
+      }
+      // Another process restores it: wait for the outcome.
+      const settled = await this.#awaitSettled(rec.id, ["resuming"]);
+      if (settled.state === "running") return settled;
+      throw new SpaceError("unavailable", `sandbox ${rec.id} could not be resumed (a concurrent resume left it ${toPublicState(settled.state)}); retry`, { retryable: true });
+    })().finally(() => this.#restores.delete(rec.id));
+    this.#restores.set(rec.id, p);
+    return p;
+  }
+
+  async restoreClaimed(rec: SandboxRecord, opts: { avoidNodeId?: string } = {}): Promise<SandboxRecord> {
+    const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
+    const snap = await this.#r.snapshots.latest(rec.id, "suspend");
+    if (!snap?.descriptor) {
+      await this.#r.repo.transition(rec.id, ["resuming"], "failed", { reason: "no restorable snapshot" });
+      throw new SpaceError("internal", `sandbox ${rec.id} is paused but has no restorable snapshot`);
+    }
+    const executionId = newExecutionId();
+    let ref: SandboxRef | null = null;
+    let status: SandboxStatus;
+    try {
+      ref = await placeFor(this.#r, rec, snap, signal);
+      if (opts.avoidNodeId !== undefined && ref.nodeId === opts.avoidNodeId) {
+        const placed = ref.nodeId;
+        ref = null; // nothing was started there: no kill (the sandbox id must not be touched on the drained node)
+        throw new SpaceError("failed_precondition", `placement chose node ${placed}, the node being evacuated`);
+      }
+      status = await restoreHeld(this.#r, ref, snap.descriptor, specOf(rec, executionId), signal);
+      await this.#r.snapshots.newExecution(rec.id, executionId);
+    } catch (e: unknown) {
+      const err = SpaceError.from(e);
+      this.#r.log.warn({ sandboxId: rec.id, snapshotId: snap.id, nodeId: ref?.nodeId, code: err.code, err: e }, "restore failed; the sandbox stays paused");
+      if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+      await this.#r.repo.transition(rec.id, ["resuming"], "suspended");
+      throw err;
+    }
+    const running = await this.#r.repo.transition(rec.id, ["resuming"], "running", { nodeId: ref.nodeId, address: status.address });
+    if (!running) {
+      await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+      throw notFound(`sandbox ${rec.id} was killed while it was being resumed`);
+    }
+    return running;
+  }
+
+  /**
+   * Forced drain of `fromNodeId`: moves one resident elsewhere keeping its id, disk and
+   * memory. running (a resident-paused one is resumed first) → suspend with the parts
+   * published to the blob store → the snapshot must be `durable` (a node-local snapshot
+   * would pin the restore to the draining node) → restored on another node (placement
+   * already excludes the draining node; a placement landing there anyway is refused).
+   * Any failure leaves it where it was, running, and the outcome says why. Never throws.
+
+  /**
+   * Waits until the sandbox leaves `states` (this process's writes wake it at once,
+   * another process's are seen by the slow poll); not found when it ended.
+   */
+  async #awaitSettled(id: SandboxId, states: readonly SandboxState[], timeoutMs = SNAPSHOT_CALL_MS): Promise<SandboxRecord> {
+    const deadline = Date.now() + timeoutMs;
+    const now = await this.#r.changes.awaitLeaving(id, states, () => this.#r.repo.getById(id), deadline, this.#r.pollMs);
+    if (!now || !isLive(now.state)) throw notFound(`sandbox ${id} not found`);
+    if (states.includes(now.state)) throw new SpaceError("deadline_exceeded", `sandbox ${id} is still ${now.state}; retry`, { retryable: true });
+    return now;
+  }
+}
