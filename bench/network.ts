@@ -9,7 +9,7 @@
  *   - DNS A lookups (N=300): node resolver (with a domain binding) vs the upstream direct
  *   - policy update (setPolicy) latency for 1, 100 and 1,000 rules
  */
-import { compileEcw } from "../src/api/network/policy.ts";
+import { compileEcw } from "../src/sandboxes/egress-rules.ts";
 import { OPEN_POLICY, type EgressPolicy } from "../src/contract/egress-policy.ts";
 import { INET, probe, startRig } from "../test/network/harness.ts";
 

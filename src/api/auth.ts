@@ -13,6 +13,7 @@ import type { TenantId } from "../core/ids.ts";
 import type { Queryable } from "../store/db.ts";
 import { lookupApiKey } from "../store/api-keys.ts";
 import { hasScope, verifyToken } from "../store/tokens.ts";
+import type { ApiKeyAuth } from "../sandboxes/model.ts";
 
 export const tenantScopes = ["sandboxes:read", "sandboxes:write", "commands:exec", "templates:read", "templates:write"] as const;
 export type Scope = (typeof tenantScopes)[number] | "admin";
@@ -63,6 +64,14 @@ const apiKeyPrincipal = (db: Queryable, key: string) =>
 /** The tenant of an ECW API key, or null (unknown, revoked, tenant disabled). */
 export async function tenantOfApiKey(db: Queryable, key: string): Promise<TenantId | null> {
   return (await apiKeyPrincipal(db, key))?.tenantId ?? null;
+}
+
+/** ECW's API keys, as the sandbox service's edge checks them (remembered as above). */
+export class StoreApiKeys implements ApiKeyAuth {
+  constructor(private readonly db: Queryable) {}
+  tenantForApiKey(rawKey: string): Promise<TenantId | null> {
+    return tenantOfApiKey(this.db, rawKey);
+  }
 }
 
 export async function authenticateApiKey(db: Queryable, key: string | undefined): Promise<Principal> {

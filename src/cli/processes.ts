@@ -20,7 +20,7 @@ import { registerAdminRoutes } from "../api/admin/routes.ts";
 import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { evacuateNode } from "../api/admin/evacuate.ts";
 import { registerWarmPoolAdminRoutes } from "../api/admin/warm-pools.ts";
-import { authenticateBearer, bearerOf } from "../api/auth.ts";
+import { StoreApiKeys, authenticateBearer, bearerOf } from "../api/auth.ts";
 import { createSandboxLayer, type SandboxLayer } from "../sandboxes/index.ts";
 import { registerEcwRoutes } from "../api/ecw/routes.ts";
 import { registerNativeRoutes } from "../api/native/routes.ts";
@@ -133,6 +133,7 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
 export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
+  const apiKeys = new StoreApiKeys(db);
   const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
@@ -146,8 +147,8 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
         labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
       }),
     (a) => registerWarmPoolAdminRoutes(a, { db, adminToken: cp.adminToken, defaults: warmPoolDefaults(config) }),
-    (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys: layer.apiKeys, sandboxDomain, log }),
-    (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys: layer.apiKeys, log, snapshots: layer.sandboxes }),
+    (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys, sandboxDomain, log }),
+    (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys, log, snapshots: layer.sandboxes }),
     (a) =>
       registerNativeRoutes(a, {
         db,

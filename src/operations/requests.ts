@@ -10,7 +10,7 @@
  */
 import { z } from "zod";
 import { SpaceError } from "../core/errors.ts";
-import { NativeRule } from "../api/network/policy.ts";
+import { NativeRule } from "../sandboxes/egress-rules.ts";
 
 export const Metadata = z.record(z.string().max(256), z.string().max(4096)).meta({ description: "string labels, filterable in lists" });
 export const EnvVars = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable name"), z.string());

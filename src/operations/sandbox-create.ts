@@ -8,7 +8,7 @@ import { SpaceError } from "../core/errors.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { CreateInput } from "../sandboxes/service.ts";
 import { toSandbox } from "./results.ts";
-import { compileNative } from "../api/network/policy.ts";
+import { compileNative } from "../sandboxes/egress-rules.ts";
 import { retargetOperation } from "../store/operations.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./operation-handlers.ts";

@@ -9,7 +9,7 @@ import { SpaceError, notFound } from "../core/errors.ts";
 import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import type { SandboxRef } from "../substrate/substrate.ts";
-import { egressPolicyOf } from "../api/network/policy.ts";
+import { egressPolicyOf } from "./egress-rules.ts";
 import {
   effectiveInternetAccess,
   parsePlacement,

@@ -9,8 +9,7 @@ import type { Substrate } from "../substrate/substrate.ts";
 import { DirectSubstrate, type DirectSubstrateDeps, type NodeDirectory } from "../substrate/direct/direct-substrate.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
 import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
-import { StoreApiKeys, StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
-import type { ApiKeyAuth } from "./model.ts";
+import { StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import { StoreSnapshotRepo } from "./snapshot-repo.ts";
 
 export interface SandboxLayerDeps {
@@ -32,7 +31,6 @@ export interface SandboxLayerDeps {
 
 export interface SandboxLayer {
   sandboxes: SandboxService;
-  apiKeys: ApiKeyAuth;
   substrate: Substrate;
   /** The substrate's nodes (warm pools check members against them). */
   nodes: NodeDirectory;
@@ -54,7 +52,7 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
     snapshots: new StoreSnapshotRepo(deps.db),
     ...(warmPools ? { warmPools: (members: WarmMembers) => warmPools(members, { nodes, templates }) } : {}),
   });
-  return { sandboxes, apiKeys: new StoreApiKeys(deps.db), substrate, nodes, templates };
+  return { sandboxes, substrate, nodes, templates };
 }
 
 export { SandboxService } from "./service.ts";

@@ -39,7 +39,7 @@ export interface NetworkPolicy {
   httpsPorts?: number[];
   rules?: unknown;
   egressProxy?: unknown;
-  /** Native policy v1, compiled (src/api/network/policy.ts); replaces allowOut/denyOut when present. */
+  /** Native policy v1, compiled (src/sandboxes/egress-rules.ts); replaces allowOut/denyOut when present. */
   spacePolicy?: EgressPolicy;
 }
 

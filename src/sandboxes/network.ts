@@ -6,7 +6,7 @@
 import { notFound } from "../core/errors.ts";
 import type { TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
-import { egressPolicyOf } from "../api/network/policy.ts";
+import { egressPolicyOf } from "./egress-rules.ts";
 import { effectiveInternetAccess } from "./create-input.ts";
 import type { NetworkPolicy, SandboxRecord } from "./model.ts";
 import { liveSandbox, type SandboxResources } from "./resources.ts";

@@ -19,7 +19,6 @@ import {
   type SandboxPatch as StorePatch,
 } from "../store/sandboxes.ts";
 import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
-import { tenantOfApiKey } from "../api/auth.ts";
 import { getNode, listNodes, type NodeRecord } from "../store/nodes.ts";
 import { createExecution } from "../store/executions.ts";
 import { SpaceError } from "../core/errors.ts";
@@ -29,7 +28,6 @@ import type { NodeDirectory, NodeEntry } from "../substrate/direct/direct-substr
 import type { EnvironmentBinding } from "../substrate/placement.ts";
 import {
   isLive,
-  type ApiKeyAuth,
   type ListPage,
   type ListQuery,
   type NetworkPolicy,
@@ -237,13 +235,6 @@ function inventory(n: NodeRecord): Array<{ templateId: string; rootfsSizeMib?: n
     }
     return [];
   });
-}
-
-export class StoreApiKeys implements ApiKeyAuth {
-  constructor(private readonly db: Db) {}
-  async tenantForApiKey(rawKey: string): Promise<TenantId | null> {
-    return tenantOfApiKey(this.db, rawKey);
-  }
 }
 
 /**

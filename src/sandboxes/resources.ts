@@ -10,7 +10,7 @@ import { SpaceError, notFound } from "../core/errors.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import type { SandboxRef, SandboxStatus, SnapshotDescriptor, Substrate } from "../substrate/substrate.ts";
-import { egressPolicyOf } from "../api/network/policy.ts";
+import { egressPolicyOf } from "./egress-rules.ts";
 import { effectiveInternetAccess, parsePlacement, PLACEMENT_METADATA_KEY } from "./create-input.ts";
 import type { SandboxChanges } from "./changes.ts";
 import { isLive, type SandboxRecord, type SandboxRepo, type TemplateResolver } from "./model.ts";

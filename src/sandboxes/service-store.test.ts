@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { pino } from "pino";
+import { StoreApiKeys } from "../api/auth.ts";
 import { freshDb } from "../../test/support/db.ts";
 import { createTenant } from "../store/tenants.ts";
 import { createApiKey } from "../store/api-keys.ts";
@@ -37,8 +38,8 @@ test("store-backed: create, get, tenant scoping, kill, api key lookup, templates
   const s = await setup();
   try {
     const { plaintext } = await createApiKey(s.db, { tenantId: s.tenant.id });
-    assert.equal(await s.apiKeys.tenantForApiKey(plaintext), s.tenant.id);
-    assert.equal(await s.apiKeys.tenantForApiKey("e2b_nope"), null);
+    assert.equal(await new StoreApiKeys(s.db).tenantForApiKey(plaintext), s.tenant.id);
+    assert.equal(await new StoreApiKeys(s.db).tenantForApiKey("e2b_nope"), null);
     const tpl = await new StoreTemplates(s.db).resolve(s.tenant.id, "base");
     assert.deepEqual(tpl, { templateId: "base", alias: null, rootfsSizeMib: 451 });
     await assert.rejects(s.sandboxes.create(s.tenant.id, input({ resources: { diskMib: 300 } }), AbortSignal.timeout(5000)), /disk_mib=300 .*451 MiB/);

@@ -8,7 +8,7 @@ import { request } from "node:http";
 import { createServer } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { exec } from "../../src/core/exec.ts";
-import { compileEcw, compileNative } from "../../src/api/network/policy.ts";
+import { compileEcw, compileNative } from "../../src/sandboxes/egress-rules.ts";
 import { OPEN_POLICY, proposeAllowList } from "../../src/contract/egress-policy.ts";
 import { dnsOf, httpTo, INET, probe, SCOPE, serveIn, startRig, stopServer, tcpTo, tlsTo, udpTo, type Rig } from "./harness.ts";
 

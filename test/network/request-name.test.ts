@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { test } from "node:test";
 import { connect as tlsConnect } from "node:tls";
-import { compileEcw, compileNative } from "../../src/api/network/policy.ts";
+import { compileEcw, compileNative } from "../../src/sandboxes/egress-rules.ts";
 import { guardrailCheck } from "../../src/node/network/egress-proxy.ts";
 import { addSlotScript, natRules } from "../../src/node/network/nft.ts";
 import { proxiesNamedPorts, verdictFor } from "../../src/contract/egress-policy.ts";

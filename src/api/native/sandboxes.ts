@@ -11,7 +11,7 @@ import { toCreateInput } from "../../operations/sandbox-create.ts";
 import { toSandbox } from "../../operations/results.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
-import { compileNative, egressPolicyOf } from "../network/policy.ts";
+import { compileNative, egressPolicyOf } from "../../sandboxes/egress-rules.ts";
 import { proposeAllowList } from "../../contract/egress-policy.ts";
 import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./schemas.ts";
 

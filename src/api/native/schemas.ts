@@ -4,7 +4,7 @@
  * are strict, so an unknown field is refused with its name.
  */
 import { z } from "zod";
-import { NativeRule } from "../network/policy.ts";
+import { NativeRule } from "../../sandboxes/egress-rules.ts";
 import { ObservedDestination } from "../../contract/egress-policy.ts";
 import { operationKinds } from "../../operations/operation-kind.ts";
 import { Metadata } from "../../operations/requests.ts";

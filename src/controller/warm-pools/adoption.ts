@@ -28,7 +28,7 @@ import type { SandboxId, TenantId } from "../../core/ids.ts";
 import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
 import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
-import { egressPolicyOf } from "../../api/network/policy.ts";
+import { egressPolicyOf } from "../../sandboxes/egress-rules.ts";
 import type { SandboxRecord, TemplateResolver } from "../../sandboxes/model.ts";
 import { effectiveInternetAccess, type PlacementInput } from "../../sandboxes/create-input.ts";
 import type { AdoptRequest, WarmAdopter, WarmMembers } from "../../sandboxes/warm-adopter.ts";

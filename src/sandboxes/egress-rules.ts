@@ -17,9 +17,9 @@
  * listed addresses) are not part of a policy: the node applies them before any rule.
  */
 import { z } from "zod";
-import { SpaceError } from "../../core/errors.ts";
-import { EgressPolicy, isDomainPattern, normalizeDomain, type EgressRule } from "../../contract/egress-policy.ts";
-import { isIpv4Cidr } from "../../core/cidr.ts";
+import { SpaceError } from "../core/errors.ts";
+import { EgressPolicy, isDomainPattern, normalizeDomain, type EgressRule } from "../contract/egress-policy.ts";
+import { isIpv4Cidr } from "../core/cidr.ts";
 
 export { EgressPolicy };
 

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { SpaceError } from "../../core/errors.ts";
-import { domainMatches } from "../../contract/egress-policy.ts";
-import { addSlotScript, bindScript, setPolicyScript } from "../../node/network/nft.ts";
-import { parseAnswers, buildAnswer, buildQuery, parseQuestion } from "../../node/dns/wire.ts";
-import { compileEcw, compileNative, egressPolicyOf } from "./policy.ts";
+import { SpaceError } from "../core/errors.ts";
+import { domainMatches } from "../contract/egress-policy.ts";
+import { addSlotScript, bindScript, setPolicyScript } from "../node/network/nft.ts";
+import { parseAnswers, buildAnswer, buildQuery, parseQuestion } from "../node/dns/wire.ts";
+import { compileEcw, compileNative, egressPolicyOf } from "./egress-rules.ts";
 
 test("ECW: allow_internet_access=false ≡ denyOut 0.0.0.0/0; allowOut entries are exceptions placed first", () => {
   assert.deepEqual(compileEcw(false, null), { default: "deny", rules: [] });
