@@ -1,7 +1,7 @@
 /**
  * The egress policy a node enforces for one sandbox: an ordered, first-match rule list
  * and a default. Both front doors (ECW/E2B semantics, Native policy v1) compile to this
- * form in src/api/network; the node only evaluates it (nft.ts, dns/resolver.ts).
+ * form in src/sandboxes/egress-rules.ts; the node only evaluates it (nft.ts, dns/resolver.ts).
  *
  *   { default: "deny", rules: [{ action: "allow", domain: "*.example.com", protocol: "tcp", ports: [[443, 443]] }] }
  *
@@ -125,7 +125,7 @@ export type ObservedDestination = z.infer<typeof ObservedDestination>;
 export const NetworkRecord = z.object({ observed: z.array(ObservedDestination), denied: z.array(ObservedDestination) });
 export type NetworkRecord = z.infer<typeof NetworkRecord>;
 
-/** A Native v1 rule (src/api/network NativeRule, wire form). */
+/** A Native v1 rule (src/sandboxes/egress-rules.ts NativeRule, wire form). */
 export interface ProposedRule {
   action: "allow";
   target: string;

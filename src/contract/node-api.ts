@@ -42,7 +42,7 @@ export const SandboxSpec = z
     accessToken: z.string().optional(),
     /** Egress: false = deny all outbound (refined by the network-policy issue). */
     allowInternetAccess: z.boolean().default(true),
-    /** The compiled egress policy (src/api/network); when present it replaces allowInternetAccess. */
+    /** The compiled egress policy (src/sandboxes/egress-rules.ts); when present it replaces allowInternetAccess. */
     network: EgressPolicy.optional(),
     /**
      * Nobody waits for it (a warm pool member): booted at low CPU priority so creates and

@@ -55,8 +55,7 @@ export class SandboxNetwork {
     });
     if (!updated) throw notFound(`sandbox ${id} not found`);
     if (updated.nodeId && updated.state === "running") {
-      // The node enforces all-or-nothing egress today; CIDR/domain rules are stored for
-      // the network-policy issue.
+      // The node enforces the compiled policy (nft and its resolver); the flag is its fallback.
       await this.#r.substrate.setEgress(
         { sandboxId: updated.id, nodeId: updated.nodeId },
         { allowInternetAccess: effectiveInternetAccess(updated), policy: egressPolicyOf(updated.allowInternetAccess, updated.network) },

@@ -78,7 +78,7 @@ export interface Substrate {
   /** What the node sees now; null when the node does not know the sandbox. */
   observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null>;
   metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics>;
-  /** Replaces the egress policy of a running sandbox (`policy`, compiled by src/api/network; else all or nothing). */
+  /** Replaces the egress policy of a running sandbox (`policy`, compiled by src/sandboxes/egress-rules.ts; else all or nothing). */
   setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void>;
   /** Destinations the sandbox's node recorded: observed (observe mode) and refused by its policy. */
   networkRecord(ref: SandboxRef, signal: AbortSignal): Promise<NetworkRecord>;

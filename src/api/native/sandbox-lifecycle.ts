@@ -5,7 +5,6 @@
  * ECW pause/connect) and fork (a new sandbox from a live checkpoint).
  */
 import type { FastifyInstance } from "fastify";
-import { SpaceError } from "../../core/errors.ts";
 import { sandboxTarget } from "../../operations/requests.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
@@ -13,9 +12,6 @@ import { DEFAULT_CREATE_DEADLINE_MS, exists } from "./sandboxes.ts";
 import { EmptyBody, ForkSandboxBody, SandboxIdParams } from "./schemas.ts";
 
 const queued = ["pause", "resume", "stop", "start", "suspend", "restore"] as const;
-
-/** Why each verb is refused for now (shown to the caller); none left. */
-export const unsupportedVerbs: Record<string, string> = {};
 
 export function registerLifecycleRoutes(app: FastifyInstance, deps: NativeDeps): void {
   for (const verb of queued) {
@@ -46,13 +42,4 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: NativeDeps):
       admit: () => exists(deps, tenantId, id),
     });
   });
-  for (const [verb, why] of Object.entries(unsupportedVerbs)) {
-    app.post(`/v1/sandboxes/:id/${verb}`, async (req) => {
-      const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
-      const { id } = parse(SandboxIdParams, req.params, "path");
-      parse(verb === "fork" ? ForkSandboxBody : EmptyBody, req.body, "body");
-      await exists(deps, tenantId, id);
-      throw new SpaceError("unimplemented", `sandbox ${id}: ${why}`);
-    });
-  }
 }
