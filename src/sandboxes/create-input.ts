@@ -88,17 +88,19 @@ export const PLACEMENT_METADATA_KEY = "space.placement";
 const LABEL_KEY = /^[A-Za-z0-9._/-]{1,253}$/;
 const LABEL_VALUE = /^[A-Za-z0-9._-]{0,63}$/;
 
+/** A metadata value that carries JSON (`space.placement`, `space.resources`); a parse error names the key and an example. */
+export function parseMetadataJson(key: string, raw: string, example: string): unknown {
+  try {
+    return JSON.parse(raw);
+  } catch {
+    throw invalid(`metadata '${key}' must be JSON like ${example} (got ${raw.slice(0, 100)})`, { field: key });
+  }
+}
+
 /** `{"node_group": "gpu", "node_selector": {"zone": "a"}}` → PlacementInput; names the offending part. */
 export function parsePlacement(raw: string | undefined): PlacementInput {
   if (raw === undefined) return {};
-  let v: unknown;
-  try {
-    v = JSON.parse(raw);
-  } catch {
-    throw invalid(`metadata '${PLACEMENT_METADATA_KEY}' must be JSON like {"node_group":"gpu","node_selector":{"zone":"a"}} (got ${raw.slice(0, 100)})`, {
-      field: PLACEMENT_METADATA_KEY,
-    });
-  }
+  const v = parseMetadataJson(PLACEMENT_METADATA_KEY, raw, '{"node_group":"gpu","node_selector":{"zone":"a"}}');
   if (!v || typeof v !== "object" || Array.isArray(v)) throw invalid(`metadata '${PLACEMENT_METADATA_KEY}' must be a JSON object`, { field: PLACEMENT_METADATA_KEY });
   const o = v as Record<string, unknown>;
   for (const k of Object.keys(o)) {

@@ -1,10 +1,11 @@
 /** `POST /sandboxes` (SDK <= 2.50, default timeout 15 s) and `POST /v2/sandboxes` (300 s). */
 import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import { conflict, invalid } from "../../core/errors.ts";
+import { conflict } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
 import { isLive, type SandboxRecord } from "../../sandboxes/model.ts";
 import type { CreateInput, ResourceRequest } from "../../sandboxes/service.ts";
+import { parseMetadataJson } from "../../sandboxes/create-input.ts";
 import { idempotencyKey } from "../native/http.ts";
 import { parse, tenantOf } from "./http.ts";
 import { toSandbox } from "./present.ts";
@@ -73,14 +74,7 @@ export function toCreateInput(body: NewSandbox, version: 1 | 2): CreateInput {
 
 export function parseResources(raw: string | undefined): ResourceRequest {
   if (raw === undefined) return {};
-  let json: unknown;
-  try {
-    json = JSON.parse(raw);
-  } catch {
-    throw invalid(`metadata '${RESOURCES_METADATA_KEY}' must be JSON like {"vcpu":2,"memory_mib":1024,"disk_mib":4096} (got ${raw.slice(0, 100)})`, {
-      field: RESOURCES_METADATA_KEY,
-    });
-  }
+  const json = parseMetadataJson(RESOURCES_METADATA_KEY, raw, '{"vcpu":2,"memory_mib":1024,"disk_mib":4096}');
   const r = parse(SpaceResources, json, `metadata '${RESOURCES_METADATA_KEY}'`);
   return {
     ...(r.vcpu !== undefined ? { vcpu: r.vcpu } : {}),
