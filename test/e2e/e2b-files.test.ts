@@ -120,6 +120,14 @@ describe("E2B file details and command deadlines (e2b SDK)", { skip, timeout: 20
     await waitFor(async () => !(await sb.commands.list()).some((p) => p.args.includes("sleep 30")), "sleep 30 killed at its deadline");
   });
 
+  test("metadata lives on the file: it survives pause → connect (the disk snapshot carries the xattrs)", async () => {
+    const path = "/home/user/meta/kept.txt";
+    await sb.files.write(path, "k", { metadata: { kept: "yes" } });
+    assert.equal(await sb.pause(), true);
+    const back = await Sandbox.connect(sb.sandboxId, { ...opts, timeoutMs: 600_000 });
+    assert.deepEqual((await back.files.getInfo(path)).metadata, { kept: "yes" });
+  });
+
   test("the Start stream itself ends with deadline_exceeded at Connect-Timeout-Ms (a client that leaves the deadline to the server)", async () => {
     // The SDK also enforces timeoutMs locally and usually wins the race; a client that
     // only sends the header sees what envd ends the stream with.
