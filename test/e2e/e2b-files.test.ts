@@ -36,7 +36,9 @@ describe("E2B file details and command deadlines (e2b SDK)", { skip, timeout: 20
     assert.deepEqual(w.metadata, { owner: "js", purpose: "e2e" });
     assert.deepEqual((await sb.files.getInfo(path)).metadata, { owner: "js", purpose: "e2e" });
     // Stored as E2B's envd stores it: user.e2b.<key> extended attributes on the file.
-    const xattrs = await sb.commands.run(`python3 -c "import os; print(sorted((n, os.getxattr('${path}', n).decode()) for n in os.listxattr('${path}')))"`);
+    const xattrs = await sb.commands.run(
+      `python3 -c "import os; print(sorted((n, os.getxattr('${path}', n).decode()) for n in os.listxattr('${path}')))"`,
+    );
     assert.equal(xattrs.stdout.trim(), "[('user.e2b.owner', 'js'), ('user.e2b.purpose', 'e2e')]");
 
     // Overwriting without X-Metadata-* replaces the whole set: nothing is left.
@@ -72,7 +74,9 @@ describe("E2B file details and command deadlines (e2b SDK)", { skip, timeout: 20
 
   test("metadata set as user.e2b.* xattrs inside the sandbox shows in getInfo", async () => {
     const path = "/home/user/meta/set-inside.txt";
-    await sb.commands.run(`echo x > ${path} && python3 -c "import os; os.setxattr('${path}', 'user.e2b.foo', b'bar'); os.setxattr('${path}', 'user.other', b'no')"`);
+    await sb.commands.run(
+      `echo x > ${path} && python3 -c "import os; os.setxattr('${path}', 'user.e2b.foo', b'bar'); os.setxattr('${path}', 'user.other', b'no')"`,
+    );
     assert.deepEqual((await sb.files.getInfo(path)).metadata, { foo: "bar" });
   });
 
@@ -83,7 +87,9 @@ describe("E2B file details and command deadlines (e2b SDK)", { skip, timeout: 20
   });
 
   test("getInfo of a symlink reports the target's type with symlinkTarget set", async () => {
-    await sb.commands.run("mkdir -p /home/user/ln/dir && echo hello > /home/user/ln/file && chmod 640 /home/user/ln/file && ln -s /home/user/ln/file /home/user/ln/to-file && ln -s dir /home/user/ln/to-dir");
+    await sb.commands.run(
+      "mkdir -p /home/user/ln/dir && echo hello > /home/user/ln/file && chmod 640 /home/user/ln/file && ln -s /home/user/ln/file /home/user/ln/to-file && ln -s dir /home/user/ln/to-dir",
+    );
     const toFile = await sb.files.getInfo("/home/user/ln/to-file");
     assert.deepEqual([toFile.type, toFile.symlinkTarget, toFile.mode], ["file", "/home/user/ln/file", 0o640]);
     assert.match(toFile.permissions, /^L/);
@@ -117,7 +123,10 @@ describe("E2B file details and command deadlines (e2b SDK)", { skip, timeout: 20
     );
     assert.ok(err instanceof TimeoutError, `expected TimeoutError, got ${String(err)}`);
     // The command is killed at its deadline.
-    await waitFor(async () => !(await sb.commands.list()).some((p) => p.args.includes("sleep 30")), "sleep 30 killed at its deadline");
+    await waitFor(
+      async () => !(await sb.commands.list()).some((p) => p.args.includes("sleep 30")),
+      "sleep 30 killed at its deadline",
+    );
   });
 
   test("metadata lives on the file: it survives pause → connect (the disk snapshot carries the xattrs)", async () => {
@@ -133,17 +142,28 @@ describe("E2B file details and command deadlines (e2b SDK)", { skip, timeout: 20
     // only sends the header sees what envd ends the stream with.
     const client = createClient(Process, createConnectTransport({ baseUrl: stack.sandboxUrl, httpVersion: "1.1" }));
     const token = (sb as unknown as { envdAccessToken?: string }).envdAccessToken;
-    const headers: Record<string, string> = { "E2b-Sandbox-Id": sb.sandboxId, "E2b-Sandbox-Port": "49983", "Connect-Timeout-Ms": "1500" };
+    const headers: Record<string, string> = {
+      "E2b-Sandbox-Id": sb.sandboxId,
+      "E2b-Sandbox-Port": "49983",
+      "Connect-Timeout-Ms": "1500",
+    };
     if (token) headers["X-Access-Token"] = token;
     const seen: (string | undefined)[] = [];
     const err = await (async () => {
-      for await (const r of client.start({ process: { cmd: "/bin/bash", args: ["-c", "sleep 31"] } }, { headers })) seen.push(r.event?.event.case);
+      for await (const r of client.start({ process: { cmd: "/bin/bash", args: ["-c", "sleep 31"] } }, { headers }))
+        seen.push(r.event?.event.case);
     })().then(
       () => undefined,
       (e: unknown) => e,
     );
     assert.deepEqual(seen, ["start"]);
-    assert.ok(err instanceof ConnectError && err.code === Code.DeadlineExceeded, `expected deadline_exceeded, got ${String(err)}`);
-    await waitFor(async () => !(await sb.commands.list()).some((p) => p.args.includes("sleep 31")), "sleep 31 killed at its deadline");
+    assert.ok(
+      err instanceof ConnectError && err.code === Code.DeadlineExceeded,
+      `expected deadline_exceeded, got ${String(err)}`,
+    );
+    await waitFor(
+      async () => !(await sb.commands.list()).some((p) => p.args.includes("sleep 31")),
+      "sleep 31 killed at its deadline",
+    );
   });
 });

@@ -71,9 +71,17 @@ describe("envd HTTP", () => {
   test("metadata: user.e2b.* xattrs on the file, replaced by each upload, 400 for a bad value", async () => {
     const p = join(base, "meta.txt");
     const post = (headers: Record<string, string>) =>
-      fetch(`${envd.url}/files?path=${encodeURIComponent(p)}`, { method: "POST", headers: { "content-type": "application/octet-stream", ...headers }, body: "m" });
+      fetch(`${envd.url}/files?path=${encodeURIComponent(p)}`, {
+        method: "POST",
+        headers: { "content-type": "application/octet-stream", ...headers },
+        body: "m",
+      });
     const xattrs = () =>
-      spawnSync("python3", ["-c", "import os,sys; print(sorted((n, os.getxattr(sys.argv[1], n).decode()) for n in os.listxattr(sys.argv[1])))", p], { encoding: "utf8" }).stdout.trim();
+      spawnSync(
+        "python3",
+        ["-c", "import os,sys; print(sorted((n, os.getxattr(sys.argv[1], n).decode()) for n in os.listxattr(sys.argv[1])))", p],
+        { encoding: "utf8" },
+      ).stdout.trim();
     const r = await post({ "X-Metadata-A": "1", "X-Metadata-b": "two words" });
     assert.deepEqual(await r.json(), [{ path: p, name: "meta.txt", type: "file", metadata: { a: "1", b: "two words" } }]);
     assert.equal(xattrs(), "[('user.e2b.a', '1'), ('user.e2b.b', 'two words')]");
@@ -84,7 +92,11 @@ describe("envd HTTP", () => {
     assert.equal(xattrs(), "[]");
     assert.deepEqual((await envd.fs().stat({ path: p })).entry!.metadata, {});
     // Set on the file directly (as setfattr in a sandbox would), it is metadata too; other namespaces are not.
-    spawnSync("python3", ["-c", "import os,sys; os.setxattr(sys.argv[1], 'user.e2b.k', b'v'); os.setxattr(sys.argv[1], 'user.other', b'x')", p]);
+    spawnSync("python3", [
+      "-c",
+      "import os,sys; os.setxattr(sys.argv[1], 'user.e2b.k', b'v'); os.setxattr(sys.argv[1], 'user.other', b'x')",
+      p,
+    ]);
     assert.deepEqual((await envd.fs().stat({ path: p })).entry!.metadata, { k: "v" });
 
     const bad = await post({ "X-Metadata-K": "caf\xe9" });

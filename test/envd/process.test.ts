@@ -327,7 +327,11 @@ describe("envd process.Process", () => {
     const raw = (method: string, body: unknown, timeoutMs: number) =>
       fetch(`${envd.url}/process.Process/${method}`, {
         method: "POST",
-        headers: { "content-type": "application/connect+json", "connect-protocol-version": "1", "connect-timeout-ms": String(timeoutMs) },
+        headers: {
+          "content-type": "application/connect+json",
+          "connect-protocol-version": "1",
+          "connect-timeout-ms": String(timeoutMs),
+        },
         body: envelope(body),
       }).then(async (r) => parseEnvelopes(Buffer.from(await r.arrayBuffer())));
     const bg = envd.process();
@@ -336,12 +340,21 @@ describe("envd process.Process", () => {
     await started[Symbol.asyncIterator]().next();
     const attached = await raw("Connect", { process: { tag } }, 300);
     assert.match(JSON.stringify(attached[0]!.json), /"start"/);
-    assert.deepEqual(attached.at(-1), { flags: 2, json: { error: { code: "deadline_exceeded", message: "the operation timed out" } } });
-    assert.ok((await bg.list({})).processes.some((p) => p.tag === tag), "Connect's deadline leaves the process running");
+    assert.deepEqual(attached.at(-1), {
+      flags: 2,
+      json: { error: { code: "deadline_exceeded", message: "the operation timed out" } },
+    });
+    assert.ok(
+      (await bg.list({})).processes.some((p) => p.tag === tag),
+      "Connect's deadline leaves the process running",
+    );
     await bg.sendSignal({ process: { selector: { case: "tag", value: tag } }, signal: Signal.SIGKILL });
 
     const own = await raw("Start", { process: { cmd: "/bin/sleep", args: ["30"] }, stdin: false }, 300);
     assert.equal(own.length, 2, JSON.stringify(own));
-    assert.deepEqual(own.at(-1), { flags: 2, json: { error: { code: "deadline_exceeded", message: "the operation timed out" } } });
+    assert.deepEqual(own.at(-1), {
+      flags: 2,
+      json: { error: { code: "deadline_exceeded", message: "the operation timed out" } },
+    });
   });
 });

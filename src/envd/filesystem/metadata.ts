@@ -58,7 +58,8 @@ export function validateMetadata(metadata: Metadata): void {
     if (Buffer.byteLength(k) > MAX_METADATA_KEY_BYTES) {
       throw new SpaceError("invalid_argument", `metadata key ${JSON.stringify(k)} exceeds ${MAX_METADATA_KEY_BYTES} bytes`);
     }
-    if (!PRINTABLE_ASCII.test(k)) throw new SpaceError("invalid_argument", `metadata key ${JSON.stringify(k)} must be printable US-ASCII`);
+    if (!PRINTABLE_ASCII.test(k))
+      throw new SpaceError("invalid_argument", `metadata key ${JSON.stringify(k)} must be printable US-ASCII`);
     if (!PRINTABLE_ASCII.test(v)) {
       throw new SpaceError("invalid_argument", `X-Metadata-${k}: the value must be printable US-ASCII`);
     }
