@@ -125,7 +125,7 @@ export class FileMetadata {
           this.xattr.remove(path, name);
         }
       }
-      for (const [k, v] of Object.entries(metadata)) this.xattr.set(path, METADATA_XATTR_PREFIX + k, Buffer.from(v, "latin1"));
+      for (const [k, v] of Object.entries(metadata)) this.xattr.set(path, METADATA_XATTR_PREFIX + k, Buffer.from(v));
     } catch (e: unknown) {
       if (!unsupported(e)) throw Object.assign(e as Error, { path });
       if (!this.warnedUnsupported) this.log("filesystem without user xattrs: file metadata not kept", { path });

@@ -91,9 +91,9 @@ export async function getFile(envd: Envd, req: IncomingMessage, res: ServerRespo
 function metadataHeaders(req: IncomingMessage): Metadata {
   const out: Metadata = {};
   for (const [k, v] of Object.entries(req.headersDistinct)) {
+    if (!k.startsWith("x-metadata-") || !v?.length) continue;
     const key = k.slice("x-metadata-".length);
-    if (!k.startsWith("x-metadata-") || !key || !v?.length) continue;
-    out[key] = v[0]!;
+    if (key) out[key] = v[0]!;
   }
   validateMetadata(out);
   return out;
