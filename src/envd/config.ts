@@ -18,8 +18,6 @@ export interface EnvdConfig {
   accessToken: string | undefined;
   /** Default env for every process (envd's environment minus its own SPACE_ENVD_* knobs). */
   envVars: Record<string, string>;
-  /** Where file metadata (X-Metadata-*) is kept. */
-  metadataDir: string;
 }
 
 export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig {
@@ -31,7 +29,6 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig 
       "default-user": { type: "string" },
       "default-workdir": { type: "string" },
       "access-token-file": { type: "string" },
-      "metadata-dir": { type: "string" },
     },
     strict: true,
     allowPositionals: false,
@@ -50,6 +47,5 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig 
     defaultWorkdir: values["default-workdir"] ?? env.SPACE_ENVD_DEFAULT_WORKDIR,
     accessToken,
     envVars,
-    metadataDir: values["metadata-dir"] ?? env.SPACE_ENVD_METADATA_DIR ?? "/var/lib/space-envd/metadata",
   };
 }

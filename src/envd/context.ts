@@ -5,14 +5,14 @@ import { basicAuthUser } from "./auth.ts";
 import type { EnvdState } from "./state.ts";
 import type { User, Users } from "./users.ts";
 import type { ProcessManager } from "./process/manager.ts";
-import type { MetadataStore } from "./filesystem/metadata.ts";
+import type { FileMetadata } from "./filesystem/metadata.ts";
 import type { Watchers } from "./filesystem/watchers.ts";
 
 export interface Envd {
   state: EnvdState;
   users: Users;
   processes: ProcessManager;
-  metadata: MetadataStore;
+  metadata: FileMetadata;
   watchers: Watchers;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }

@@ -8,7 +8,7 @@ import { ENVD_VERSION, parseConfig } from "./config.ts";
 import { EnvdState } from "./state.ts";
 import { Users } from "./users.ts";
 import { ProcessManager } from "./process/manager.ts";
-import { MetadataStore } from "./filesystem/metadata.ts";
+import { FileMetadata, loadXattr } from "./filesystem/metadata.ts";
 import { Watchers } from "./filesystem/watchers.ts";
 import { createEnvdServer } from "./server.ts";
 import type { Envd } from "./context.ts";
@@ -20,7 +20,7 @@ function log(msg: string, fields?: Record<string, unknown>): void {
 
 /**
  * `argv`: envd's own flags. `dir`: where the native addons live (reaper.node,
- * node_modules/node-pty), i.e. the bundle's directory.
+ * xattr.node, node_modules/node-pty), i.e. the bundle's directory.
  */
 export function startEnvd(argv: string[], dir: string): void {
   const cfg = parseConfig(argv, process.env);
@@ -30,7 +30,7 @@ export function startEnvd(argv: string[], dir: string): void {
     state: new EnvdState(cfg),
     users: new Users(),
     processes,
-    metadata: new MetadataStore(cfg.metadataDir),
+    metadata: new FileMetadata(loadXattr(dir, log), log),
     watchers,
     log,
   };

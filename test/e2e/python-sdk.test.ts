@@ -152,7 +152,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     const dir = ok(o, "get_info_dir") as Record<string, unknown>;
     assert.deepEqual([dir.type, dir.mode, dir.permissions, dir.owner], ["dir", "0o755", "drwxr-xr-x", "user"]);
     const link = ok(o, "symlink") as Record<string, unknown>;
-    assert.deepEqual([link.type, link.symlink_target], ["symlink", "/home/user/dir/a.txt"]);
+    assert.deepEqual([link.type, link.symlink_target], ["file", "/home/user/dir/a.txt"]);
     assert.deepEqual(ok(o, "rename"), { ...fileEntry, name: "b.txt", path: "/home/user/dir/b.txt" });
     assert.deepEqual(ok(o, "after_rename"), [false, "alpha"]);
     assert.deepEqual(ok(o, "remove"), [null, false]);
@@ -214,5 +214,17 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
       { listed: snaps.listed, restored: snaps.restored, by_name: snaps.by_name, deleted: snaps.deleted, deleted_again: snaps.deleted_again },
       { listed: true, restored: "snap", by_name: "snap", deleted: true, deleted_again: false },
     );
+  });
+
+  test("file details (sync): metadata as xattrs and in the write answer, remove of a missing path, symlinks, directory size, command timeout", async () => {
+    const o = await run("file_details.py");
+    assert.deepEqual(ok(o, "write_metadata"), { written: { owner: "py", k: "v" }, info: { owner: "py", k: "v" } });
+    assert.equal(ok(o, "xattrs"), "[('user.e2b.k', 'v'), ('user.e2b.owner', 'py')]");
+    assert.deepEqual(ok(o, "overwrite_clears"), { written: null, info: null });
+    assert.deepEqual(ok(o, "set_inside"), { foo: "bar" });
+    assert.deepEqual(ok(o, "remove_missing"), [null, false]);
+    assert.deepEqual(ok(o, "symlink"), { file: ["file", "/home/user/pm/f", "0o640"], dir: ["dir", "/home/user/pm/d"] });
+    assert.equal(ok(o, "dir_size"), 4096);
+    assert.equal(ok(o, "timeout"), "TimeoutException");
   });
 });
