@@ -130,6 +130,7 @@ const vars = {
   ],
   SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT: [int(0, 100), "20", "suspend_when_memory_short: a node with less free memory than this share of its budget (memory × overcommit) is short"],
   SPACE_DEBIAN_MIRROR: [url(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
+  SPACE_BASE_TEMPLATE_DIR: [z.string(), "", "where the base template tarball is built and cached (once per machine, named by its recipe digest); empty = <repo>/.tools/templates"],
   SPACE_ENCRYPTION_KEY: [z.string().regex(/^$|^[0-9a-f]{64}$/, "64 hex characters (a 256-bit key) or empty"), "", "cluster key wrapping snapshot data keys; empty = no encryption"],
   SPACE_SNAPSHOT_REAPER_TARGET: [fraction(), "0.40", "node cache usage (fraction of its disk) above which the node frees local snapshot copies already durable in the blob store, least recently used first"],
   SPACE_SNAPSHOT_REAPER_INTERVAL_S: [int(1, 86_400), "300", "how often the node's snapshot reaper runs"],

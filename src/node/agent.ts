@@ -53,7 +53,7 @@ export interface NodeAgentDeps {
   envdDir?: string;
   /** Node.js binary mounted into sandboxes (default this process's). */
   nodeBinary?: string;
-  /** Machine-wide cache of template tarballs (default <repo>/.tools/templates). */
+  /** Machine-wide cache of template tarballs (default SPACE_BASE_TEMPLATE_DIR, else <repo>/.tools/templates). */
   templateCacheDir?: string;
   /** runc/crun state dir (default /run/space/runc). */
   runtimeStateDir?: string;
@@ -217,7 +217,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           if (!(await disks.templateInfo(BASE_TEMPLATE))) {
             const mirror = await resolveDebianMirror(config.SPACE_DEBIAN_MIRROR);
             const tar = await ensureBaseTemplateTarball({
-              cacheDir: deps.templateCacheDir ?? join(REPO_DIR, ".tools", "templates"),
+              cacheDir: deps.templateCacheDir ?? (config.SPACE_BASE_TEMPLATE_DIR || join(REPO_DIR, ".tools", "templates")),
               mirror,
               logger: log,
               signal,

@@ -102,7 +102,8 @@ export function parseTarget(target: string | null): { sandboxId: string; command
 
 /** `builds/<id>` → the build id. */
 export function parseBuildTarget(target: string | null): string {
-  const m = /^builds\/(bd_[A-Za-z0-9]+)$/.exec(target ?? "");
+  // UUIDs; `bd_…` for builds made before build ids were UUIDs.
+  const m = /^builds\/(bd_[A-Za-z0-9]+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/.exec(target ?? "");
   if (!m) throw new SpaceError("internal", `operation target ${JSON.stringify(target)} is not builds/<id>`);
   return m[1]!;
 }

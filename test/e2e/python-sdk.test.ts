@@ -227,4 +227,20 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.equal(ok(o, "dir_size"), 4096);
     assert.equal(ok(o, "timeout"), "TimeoutException");
   });
+
+  test("templates: base exists, UUID build ids parse in assign_tags/get_tags, names validated, glob COPY, base has python/pip/node/npm", async () => {
+    const o = await run("templates_compat.py");
+    assert.equal(ok(o, "base_exists"), true);
+    const built = ok(o, "build") as { build_id: string; uuid: boolean };
+    assert.equal(built.uuid, true, `build id ${built.build_id} is a UUID`);
+    assert.deepEqual(ok(o, "tags"), { assigned: built.build_id, tags: ["default", "prod", "v1"], builds: [built.build_id] });
+    assert.match(ok(o, "bad_name") as string, /"name:"/);
+    assert.match(ok(o, "bad_target") as string, /":x"/);
+    const sb = ok(o, "sandbox") as Record<string, string>;
+    assert.equal(sb.glob, "./a.txt\n./sub\n./sub/c.txt\n");
+    assert.match(sb.python!, /^Python 3\./);
+    assert.doesNotMatch(sb.pip!, /externally-managed-environment/);
+    assert.equal(sb.node, "42\n");
+    assert.match(sb.npm!, /^\d+\.\d+\.\d+\n$/);
+  });
 });
