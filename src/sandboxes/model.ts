@@ -79,6 +79,7 @@ export interface ListQuery {
   states: readonly SandboxState[];
   metadata: Record<string, string>;
   templateId?: string;
+  /** At or after (>=). */
   startedAfter?: Date;
   order: "asc" | "desc";
   limit: number;
