@@ -6,7 +6,7 @@
  */
 import { SpaceError, notFound } from "../core/errors.ts";
 import { newExecutionId, type SandboxId, type TenantId } from "../core/ids.ts";
-import type { SandboxRef, SandboxStatus, SnapshotDescriptor } from "../substrate/substrate.ts";
+import type { SandboxRef, SandboxStatus, SnapshotDescriptor, SnapshotKind } from "../substrate/substrate.ts";
 import { validateTimeout } from "./create-input.ts";
 import { isLive, killableStates, pausedStates, type SandboxRecord, type SandboxState } from "./model.ts";
 import { dropSnapshots, liveSandbox, placeFor, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
@@ -85,18 +85,19 @@ export class SandboxLifecycle {
    * attempt) is restorable only once the node answered with its descriptor. A failure
    * leaves the sandbox running (the node thaws it; if the node already let it go, it is
    * restored from the node's local copy), never half. `upload: false` (warm-pool members)
-   * keeps the parts on the node only: the restore is pinned there.
+   * keeps the parts on the node only: the restore is pinned there. `kind: "disk"` (E2B's
+   * filesystem-only pause) keeps no memory: the restore boots the sandbox fresh from its disk.
    */
-  async suspend(tenantId: TenantId, id: string, opts: { upload?: boolean } = {}): Promise<SandboxRecord> {
+  async suspend(tenantId: TenantId, id: string, opts: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     const rec = await liveSandbox(this.#r, tenantId, id);
     if (pausedStates.includes(rec.state)) throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
     if (rec.state !== "running" || !rec.nodeId) {
       throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be paused`, { retryable: true });
     }
-    return this.suspendRecord(rec, opts.upload ?? true);
+    return this.suspendRecord(rec, opts);
   }
 
-  async suspendRecord(rec: SandboxRecord, upload = true): Promise<SandboxRecord> {
+  async suspendRecord(rec: SandboxRecord, { upload = true, kind = "full" }: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     const ref: SandboxRef = { sandboxId: rec.id, nodeId: rec.nodeId! };
     const suspending = await this.#r.repo.transition(rec.id, ["running"], "suspending");
     if (!suspending) {
@@ -107,15 +108,15 @@ export class SandboxLifecycle {
     }
     // Routing stops: no new envd stream may start on a sandbox being checkpointed.
     this.#r.events.emit("ended", rec.id);
-    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend" });
+    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend", kind });
     let desc: SnapshotDescriptor;
     try {
-      desc = await this.#r.substrate.suspend(ref, { snapshotId, upload }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      desc = await this.#r.substrate.suspend(ref, { snapshotId, upload, kind }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
     } catch (e: unknown) {
       const err = SpaceError.from(e);
       this.#r.log.warn({ sandboxId: rec.id, snapshotId, code: err.code, err: e }, "suspend failed");
       await this.#r.snapshots.fail(snapshotId, `${err.code}: ${err.message}`).catch(() => undefined);
-      await this.#recoverSuspend(rec, ref, snapshotId);
+      await this.#recoverSuspend(rec, ref, snapshotId, kind);
       throw err;
     }
     await this.#r.snapshots.finish(snapshotId, desc);
@@ -131,7 +132,7 @@ export class SandboxLifecycle {
   }
 
   /** After a failed suspend: back to running where the node still runs it, else restored from the node's local copy, else failed. */
-  async #recoverSuspend(rec: SandboxRecord, ref: SandboxRef, snapshotId: string): Promise<void> {
+  async #recoverSuspend(rec: SandboxRecord, ref: SandboxRef, snapshotId: string, kind: SnapshotKind): Promise<void> {
     try {
       const seen = await this.#r.substrate.observe(ref, AbortSignal.timeout(30_000));
       if (seen && seen.state === "running") {
@@ -140,7 +141,7 @@ export class SandboxLifecycle {
       }
       if (!seen) {
         const local: SnapshotDescriptor = {
-          snapshotId, sourceSandboxId: rec.id, template: rec.templateId, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
+          snapshotId, sourceSandboxId: rec.id, template: rec.templateId, kind, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
         };
         const executionId = newExecutionId();
         const st = await restoreHeld(this.#r, ref, local, specOf(rec, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));

@@ -63,6 +63,8 @@ export function canTransition(from: SandboxState, to: SandboxState): boolean {
 export interface SandboxLifecycle {
   onTimeout: "kill" | "pause";
   autoResume: boolean;
+  /** What a timeout pause keeps: `disk` = the disk only (E2B `autoPauseMemory: false`); absent = memory and disk. */
+  pauseKind?: "full" | "disk";
 }
 
 export interface Sandbox {
