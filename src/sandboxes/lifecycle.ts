@@ -163,8 +163,10 @@ export class SandboxLifecycle {
    * resident-paused → resume on its node; suspended → restore (resumed=true). Concurrent
    * connects converge on one restore: one caller wins suspended → resuming, the others
    * wait for it to be running. A connect during a pause waits for the pause, then restores.
+   * `memory: false` (E2B's connect option, SDK `onResume: "reboot"`) restores a suspended
+   * sandbox's disk only: it boots fresh, the snapshot's memory is left as it is.
    */
-  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
+  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
     if (timeoutSec !== undefined) validateTimeout(timeoutSec);
     const rec = await liveSandbox(this.#r, tenantId, id);
     switch (rec.state) {
@@ -181,11 +183,11 @@ export class SandboxLifecycle {
       case "suspending": {
         const settled = await this.#awaitSettled(rec.id, ["suspending"]);
         if (settled.state === "running") return { sandbox: await this.extend(settled, timeoutSec ?? 300), resumed: false };
-        return this.connect(tenantId, id, timeoutSec);
+        return this.connect(tenantId, id, timeoutSec, opts);
       }
       case "suspended":
       case "resuming": {
-        const running = await this.#restore(rec);
+        const running = await this.#restore(rec, opts.memory === false ? "disk" : undefined);
         return { sandbox: await this.extend(running, timeoutSec ?? 300), resumed: true };
       }
       default:
@@ -194,13 +196,13 @@ export class SandboxLifecycle {
   }
 
   /** One restore per sandbox in this process; across processes the guarded transition decides. */
-  #restore(rec: SandboxRecord): Promise<SandboxRecord> {
+  #restore(rec: SandboxRecord, kind: SnapshotKind | undefined): Promise<SandboxRecord> {
     const inflight = this.#restores.get(rec.id);
     if (inflight) return inflight;
     const p = (async () => {
       if (rec.state === "suspended") {
         const claimed = await this.#r.repo.transition(rec.id, ["suspended"], "resuming");
-        if (claimed) return this.restoreClaimed(claimed);
+        if (claimed) return this.restoreClaimed(claimed, kind ? { kind } : {});
       }
       // Another process restores it: wait for the outcome.
       const settled = await this.#awaitSettled(rec.id, ["resuming"]);
@@ -211,7 +213,8 @@ export class SandboxLifecycle {
     return p;
   }
 
-  async restoreClaimed(rec: SandboxRecord, opts: { avoidNodeId?: string } = {}): Promise<SandboxRecord> {
+  /** `kind: "disk"` restores the snapshot's disk only (a fresh boot), whatever it holds. */
+  async restoreClaimed(rec: SandboxRecord, opts: { avoidNodeId?: string; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
     const snap = await this.#r.snapshots.latest(rec.id, "suspend");
     if (!snap?.descriptor) {
@@ -228,7 +231,8 @@ export class SandboxLifecycle {
         ref = null; // nothing was started there: no kill (the sandbox id must not be touched on the drained node)
         throw new SpaceError("failed_precondition", `placement chose node ${placed}, the node being evacuated`);
       }
-      status = await restoreHeld(this.#r, ref, snap.descriptor, specOf(rec, executionId), signal);
+      const desc = opts.kind === "disk" ? { ...snap.descriptor, kind: opts.kind } : snap.descriptor;
+      status = await restoreHeld(this.#r, ref, desc, specOf(rec, executionId), signal);
       await this.#r.snapshots.newExecution(rec.id, executionId);
     } catch (e: unknown) {
       const err = SpaceError.from(e);

@@ -135,8 +135,8 @@ export class SandboxService implements WarmMembers {
   suspend(tenantId: TenantId, id: string, opts: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     return this.#lifecycle.suspend(tenantId, id, opts);
   }
-  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
-    return this.#lifecycle.connect(tenantId, id, timeoutSec);
+  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
+    return this.#lifecycle.connect(tenantId, id, timeoutSec, opts);
   }
 
   evacuate(id: SandboxId, fromNodeId: string): Promise<EvacuationOutcome> {

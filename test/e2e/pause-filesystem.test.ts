@@ -4,7 +4,8 @@
  * unmodified e2b SDK. `pause({ keepMemory: false })` (wire `{"memory": false}`) and
  * `lifecycle.onTimeout: { action: "pause", keepMemory: false }` (wire
  * `autoPauseMemory: false`) keep only the disk: connect boots the sandbox fresh from it
- * (files kept, processes gone, envd fresh), also after the stack restarted. Native
+ * (files kept, processes gone, envd fresh), also after the stack restarted; so does a
+ * connect with `onResume: "reboot"` (wire `memory: false`) after a full pause. Native
  * `suspend` takes the same `memory: false`. `startedAfter` is at or after (>=).
  * Needs root.
  */
@@ -112,6 +113,16 @@ describe("filesystem-only pause and startedAfter with the e2b SDK", { skip, time
     await prepare(sb);
     await waitFor(async () => (await Sandbox.getInfo(sb.sandboxId, opts)).state === "paused" || undefined, "the timeout pauses it", 120_000);
     const back = await Sandbox.connect(sb.sandboxId, { ...opts, timeoutMs: 600_000 });
+    await assertFreshFromDisk(back);
+    await back.kill();
+  });
+
+  test("connect({ onResume: 'reboot' }) (wire `memory: false`) after a full pause boots fresh from the disk", async () => {
+    const sb = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+    created.push(sb.sandboxId);
+    await prepare(sb);
+    assert.equal(await sb.pause(), true);
+    const back = await Sandbox.connect(sb.sandboxId, { ...opts, timeoutMs: 600_000, onResume: "reboot" });
     await assertFreshFromDisk(back);
     await back.kill();
   });

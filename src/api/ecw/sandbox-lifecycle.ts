@@ -52,7 +52,8 @@ export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
     app.post(path, async (req, reply) => {
       const { sandboxID } = parse(IdParams, req.params, "path");
       const body = parse(ConnectBody, req.body, "connect body");
-      const r = await sandboxes.connect(tenantOf(req), sandboxID, body.timeout);
+      // `memory: false` (SDK `onResume: "reboot"`): a paused sandbox boots fresh from its disk.
+      const r = await sandboxes.connect(tenantOf(req), sandboxID, body.timeout, { memory: body.memory });
       return reply.code(r.resumed ? 201 : 200).send(toSandbox(r.sandbox, { domain: deps.sandboxDomain }));
     });
   }
