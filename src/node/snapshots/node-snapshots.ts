@@ -191,7 +191,8 @@ export class NodeSnapshots {
         freeze ? rt.pause(sandboxId, signal) : undefined,
       ]);
       timings.freezeMs = ms(t0);
-      // The sandbox is stopped from here to the end of the capture: its disk usage holds.
+      // The sandbox is stopped from here to the end of the capture: its disk usage holds (a
+      // disk capture leaves it running: measured beside the snapshot, near enough for a quota base).
       const diskBase = this.capturedBaseMib(sandboxId, signal);
       diskBase.catch(() => undefined);
       const tDisk = performance.now();
