@@ -18,13 +18,13 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: NativeDeps):
     app.post(`/v1/sandboxes/:id/${verb}`, async (req, reply) => {
       const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
       const { id } = parse(SandboxIdParams, req.params, "path");
-      // suspend takes E2B's `memory` option; the other verbs an empty body.
-      const memory = verb === "suspend" ? parse(SuspendSandboxBody, req.body ?? {}, "body").memory : void parse(EmptyBody, req.body, "body");
+      // suspend takes E2B's `memory` option (it travels in the request); the other verbs an empty body.
+      const body = verb === "suspend" ? parse(SuspendSandboxBody, req.body ?? {}, "body") : parse(EmptyBody, req.body, "body");
       return submit(deps, req, reply, {
         tenantId,
         kind: `sandbox.${verb}`,
         target: sandboxTarget(id),
-        request: { sandbox_id: id, ...(memory !== undefined ? { memory } : {}) },
+        request: { sandbox_id: id, ...body },
         deadlineMs: deps.operationDeadlineMs ?? DEFAULT_CREATE_DEADLINE_MS,
         admit: () => exists(deps, tenantId, id),
       });
