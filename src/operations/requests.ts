@@ -79,6 +79,7 @@ export type BuildTemplateBody = z.infer<typeof BuildTemplateBody>;
 
 export const SandboxCreateRequest = CreateSandboxBody;
 export const SandboxRequest = z.object({ sandbox_id: z.string() });
+export const SandboxSuspendRequest = SandboxRequest.extend({ memory: z.boolean().optional() });
 export const SandboxForkRequest = SandboxRequest.extend({ metadata: z.record(z.string(), z.string()).optional(), timeout_s: z.number().int().optional() });
 export const CommandRunRequest = RunCommandBody.extend({ sandbox_id: z.string() });
 export const CommandCancelRequest = z.object({ sandbox_id: z.string(), command_id: z.string(), signal: z.enum(["SIGTERM", "SIGKILL"]) });

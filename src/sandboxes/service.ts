@@ -12,7 +12,7 @@ import { EventEmitter } from "node:events";
 import type { Logger } from "../core/log.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
-import type { Substrate } from "../substrate/substrate.ts";
+import type { SnapshotKind, Substrate } from "../substrate/substrate.ts";
 import { announcingRepo, SandboxChanges } from "./changes.ts";
 import type { CreateInput } from "./create-input.ts";
 import { SandboxCreation } from "./creation.ts";
@@ -132,11 +132,11 @@ export class SandboxService implements WarmMembers {
   refresh(tenantId: TenantId, id: string, durationSec: number): Promise<SandboxRecord> {
     return this.#lifecycle.refresh(tenantId, id, durationSec);
   }
-  suspend(tenantId: TenantId, id: string, opts: { upload?: boolean } = {}): Promise<SandboxRecord> {
+  suspend(tenantId: TenantId, id: string, opts: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     return this.#lifecycle.suspend(tenantId, id, opts);
   }
-  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
-    return this.#lifecycle.connect(tenantId, id, timeoutSec);
+  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
+    return this.#lifecycle.connect(tenantId, id, timeoutSec, opts);
   }
 
   evacuate(id: SandboxId, fromNodeId: string): Promise<EvacuationOutcome> {

@@ -118,14 +118,15 @@ export class FakeSubstrate implements Substrate {
       snapshotId: opts.snapshotId,
       sourceSandboxId: ref.sandboxId,
       template: s.template,
+      kind: opts.kind ?? "full",
       parentUuid: "00000000-0000-0000-0000-000000000000",
       parts: opts.upload
         ? [
             { kind: "disk", key: `snapshots/${opts.snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) },
-            { kind: "memory", key: `snapshots/${opts.snapshotId}/memory.tar`, sizeBytes: 1, sha256: "0".repeat(64) },
+            ...(opts.kind === "disk" ? [] : [{ kind: "memory" as const, key: `snapshots/${opts.snapshotId}/memory.tar`, sizeBytes: 1, sha256: "0".repeat(64) }]),
           ]
         : [],
-      sizeBytes: opts.upload ? 2 : 0,
+      sizeBytes: opts.upload ? (opts.kind === "disk" ? 1 : 2) : 0,
       timings: {},
     };
     this.snapshots.set(opts.snapshotId, d);

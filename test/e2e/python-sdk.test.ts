@@ -243,4 +243,13 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.equal(sb.node, "42\n");
     assert.match(sb.npm!, /^\d+\.\d+\.\d+\n$/);
   });
+
+  test("filesystem-only pause: pause(mode='filesystem'), keep_memory=False, on_timeout mode filesystem, connect(on_resume='reboot') boot fresh from the disk", async () => {
+    const o = await run("pause_filesystem.py");
+    const fresh = { file: o.marker, processes: "0", user: "user\n" };
+    assert.deepEqual(ok(o, "mode_filesystem"), { before: "1", paused: true, state: "paused", ...fresh });
+    assert.deepEqual(ok(o, "keep_memory_false"), fresh);
+    assert.deepEqual(ok(o, "on_timeout"), fresh);
+    assert.deepEqual(ok(o, "reboot"), fresh);
+  });
 });

@@ -23,7 +23,7 @@ import type {
 } from "../../src/contract/node-api.ts";
 import type { SandboxManager } from "../../src/node/sandboxes/manager.ts";
 import type { NodeSnapshots } from "../../src/node/snapshots/node-snapshots.ts";
-import type { SnapshotDescriptor } from "../../src/contract/snapshot-descriptor.ts";
+import type { SnapshotDescriptor, SnapshotKind } from "../../src/contract/snapshot-descriptor.ts";
 import type { TemplateBuilder } from "../../src/node/templates/builder.ts";
 import type { TemplateCache } from "../../src/node/templates/template-cache.ts";
 import { registerTemplateRoutes } from "../../src/node/templates/routes.ts";
@@ -146,12 +146,13 @@ export class MemoryNode {
     },
   } as unknown as SandboxManager;
 
-  #describe(id: string, snapshotId: string, upload: boolean): SnapshotDescriptor {
+  #describe(id: string, snapshotId: string, upload: boolean, kind: SnapshotKind = "full"): SnapshotDescriptor {
     const s = this.#must(id);
     const d: SnapshotDescriptor = {
       snapshotId,
       sourceSandboxId: id,
       template: s.template,
+      kind,
       parentUuid: "00000000-0000-0000-0000-000000000000",
       parts: upload ? [{ kind: "disk", key: `snapshots/${snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) }] : [],
       sizeBytes: upload ? 1 : 0,
@@ -162,8 +163,8 @@ export class MemoryNode {
   }
 
   readonly nodeSnapshots = {
-    suspend: async (id: string, snapshotId: string, o: { upload: boolean }) => {
-      const d = this.#describe(id, snapshotId, o.upload);
+    suspend: async (id: string, snapshotId: string, o: { upload: boolean; kind: SnapshotKind }) => {
+      const d = this.#describe(id, snapshotId, o.upload, o.kind);
       this.sandboxes.delete(id);
       return d;
     },

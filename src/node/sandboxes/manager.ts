@@ -125,8 +125,9 @@ export class SandboxManager {
   // ---------------------------------------------------------------- create
 
   /**
-   * `via` (snapshots): the disk comes from a snapshot and the processes from a memory
-   * checkpoint instead of the template and a cold boot (node/snapshots).
+   * `via` (snapshots): the disk comes from a snapshot and, unless it is a disk snapshot,
+   * the processes from a memory checkpoint instead of the template and a cold boot
+   * (node/snapshots).
    */
   async create(spec: SandboxSpec, signal: AbortSignal, via?: RestoreVia): Promise<SandboxStatus> {
     if (spec.background && !isBackground()) return inBackground(() => this.create(spec, signal, via));

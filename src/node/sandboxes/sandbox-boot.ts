@@ -20,8 +20,8 @@ import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoo
 export interface RestoreVia {
   /** Sets up the sandbox's disk; returns its root path. */
   disk(signal: AbortSignal): Promise<string>;
-  /** Starts the prepared bundle from the memory checkpoint. */
-  start(id: string, signal: AbortSignal): Promise<void>;
+  /** Starts the prepared bundle from the memory checkpoint; absent (a disk snapshot): a fresh boot of that disk. */
+  start?: (id: string, signal: AbortSignal) => Promise<void>;
 }
 
 /** cgroup v1 cpu.shares: the kernel default, and a background sandbox's (1/8: it still boots on a busy node, envd must answer within its ready timeout). */
@@ -55,7 +55,7 @@ export interface BootTarget {
   envdPort: number;
 }
 
-/** Where a sandbox boots: its root filesystem and network, and how (`via`: restored from a checkpoint). */
+/** Where a sandbox boots: its root filesystem and network, and how (`via`: restored from a snapshot). */
 export interface BootPlace {
   rootfs: string;
   /** The network namespace to join; absent = the host's. */
@@ -83,8 +83,8 @@ export class SandboxBooter {
     const t = performance.now();
     await this.o.network.writeIdentity(id, s.address, rootfs);
     await mkdir(this.logsDir, { recursive: true });
-    // A restore brings envd's state and the processes back from memory: nothing to apply.
-    const tb: TemplateBoot = via ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
+    // A restore from memory brings envd's state and the processes back: nothing to apply.
+    const tb: TemplateBoot = via?.start ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
     const templateEnv = Object.fromEntries(Object.entries(tb.env).filter(([k]) => !k.startsWith("SPACE_ENVD_")));
     const env: Record<string, string> = {
       PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -116,7 +116,7 @@ export class SandboxBooter {
       logPath: this.o.discardInitOutput ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
-    if (via) {
+    if (via?.start) {
       // A memory checkpoint comes back with its sockets: its addresses must be in place.
       // (Measured: restoring while the slot or the disk quota is still being set up won under
       // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)

@@ -16,7 +16,7 @@ import {
   type SandboxInit,
   type SandboxSpec,
 } from "../../contract/node-api.ts";
-import { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
+import { SnapshotDescriptor, type SnapshotKind } from "../../contract/snapshot-descriptor.ts";
 import { NodeBuildStatusSchema, type NodeBuildRequest } from "../../contract/node-builds.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
 
@@ -95,8 +95,8 @@ export class NodeClient {
   metrics(id: string, signal: AbortSignal) {
     return this.#call("GET", `/v1/sandboxes/${enc(id)}/metrics`, undefined, SandboxMetrics, signal);
   }
-  /** Memory checkpoint + disk snapshot; the sandbox leaves the node. Upload may take minutes. */
-  suspend(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
+  /** Memory checkpoint (unless `kind: "disk"`) + disk snapshot; the sandbox leaves the node. Upload may take minutes. */
+  suspend(id: string, body: { snapshotId: string; upload: boolean; kind?: SnapshotKind }, signal: AbortSignal) {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/suspend`, body, SnapshotDescriptor, signal, 600_000);
   }
   /** A live checkpoint (the sandbox keeps running): fork source. */
