@@ -340,6 +340,7 @@ export class NodeSnapshots {
         return this.o.disks.sandboxRoot(id);
       },
       start: (cid, sig) => this.cp.restore(cid, image, meta.checkpoint, sig),
+      sourceSandboxId: desc.sourceSandboxId,
     });
     await mkdir(join(this.o.nodeDir, "snapshots", "sandbox-parents"), { recursive: true });
     await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
