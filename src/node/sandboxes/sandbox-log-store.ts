@@ -160,11 +160,21 @@ export class SandboxLogStore {
   }
 }
 
+/** Characters one kept entry may hold (message, field names and values): a sandbox's copy stays under ~8 MiB at 1000 entries. */
+const ENTRY_CHARS_MAX = 2 * LOG_TEXT_MAX;
+
 /** envd's entry as kept: no sequence number, texts bounded (envd is the sandbox's, not trusted). */
 function toEntry(e: EnvdLogsPage["entries"][number]): SandboxLogEntry {
-  const clip = (s: string) => (s.length > LOG_TEXT_MAX ? s.slice(0, LOG_TEXT_MAX) : s);
+  const message = e.message.slice(0, LOG_TEXT_MAX);
+  let left = ENTRY_CHARS_MAX - message.length;
   const fields: Record<string, string> = {};
-  for (const [k, v] of Object.entries(e.fields).slice(0, 32)) fields[clip(k)] = clip(v);
+  for (const [k, v] of Object.entries(e.fields).slice(0, 32)) {
+    const key = k.slice(0, 64);
+    const value = v.slice(0, Math.max(0, left - key.length));
+    if (left - key.length <= 0) break;
+    fields[key] = value;
+    left -= key.length + value.length;
+  }
   const t = Date.parse(e.timestamp);
-  return { timestamp: Number.isFinite(t) ? new Date(t).toISOString() : new Date().toISOString(), level: e.level, message: clip(e.message), fields };
+  return { timestamp: Number.isFinite(t) ? new Date(t).toISOString() : new Date().toISOString(), level: e.level, message, fields };
 }

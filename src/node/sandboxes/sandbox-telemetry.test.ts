@@ -79,6 +79,21 @@ describe("the node's log store", () => {
     assert.deepEqual(await messages(store, OTHER), ["fork's own"]);
   });
 
+  it("an entry is kept within a character budget, whatever envd sends", async () => {
+    const huge = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`k${i}`, "v".repeat(4000)]));
+    const store = new SandboxLogStore({
+      dir: tmp(),
+      maxEntries: 10,
+      retentionMs: 60_000,
+      fetchPage: async () => ({ boot: "b", head: 1, entries: [{ seq: 1, timestamp: new Date().toISOString(), level: "info", message: "m".repeat(9000), fields: huge }] }),
+      logger,
+    });
+    await store.pull(ID, target);
+    const [e] = await store.query(ID, { direction: "forward", limit: 1 });
+    const size = e!.message.length + Object.entries(e!.fields).reduce((n, [k, v]) => n + k.length + v.length, 0);
+    assert.ok(e!.message.length <= 4096 && size <= 8192, `${size}`);
+  });
+
   it("a sandbox restored on a node that never saw it gets envd's whole ring", async () => {
     const e = envds();
     for (const m of ["x", "y"]) e.rings.a.push("info", m);
