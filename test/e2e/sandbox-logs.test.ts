@@ -123,6 +123,19 @@ describe("sandbox logs and metrics history with the e2b SDK", { skip, timeout: 2
     assert.ok(has(await v2(sb.sandboxId), "process started", "after-connect"), "kept after kill");
   });
 
+  test("a fork's logs start at the fork: none of its source's lines", async () => {
+    const sb = await create();
+    await sb.commands.run("echo source-only");
+    const [fork] = await sb.fork();
+    assert.ok(fork instanceof Sandbox, String(fork));
+    created.push(fork);
+    await fork.commands.run("echo fork-only");
+    const logs = await v2(fork.sandboxId);
+    assert.ok(has(logs, "process started", "fork-only"), JSON.stringify(logs.slice(-6)));
+    assert.ok(!has(logs, "process started", "source-only"), "the source's lines stay the source's");
+    assert.ok(has(await v2(sb.sandboxId), "process started", "source-only"));
+  });
+
   test("getMetrics({ start, end }): samples of the range, more than one, at increasing timestamps within it", async () => {
     const sb = await create();
     const start = new Date();
