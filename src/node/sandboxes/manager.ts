@@ -36,7 +36,11 @@ interface Live extends SandboxRecord {
   /** Serializes lifecycle calls on one sandbox. */
   lock: Promise<unknown>;
   cpuSample?: { at: number; usageNs: number };
+  diskSample?: { at: number; usedBytes: number };
 }
+
+/** The periodic sampling reads a sandbox's disk usage (a btrfs exec) at most this often. */
+const DISK_SAMPLE_MAX_AGE_MS = 30_000;
 
 export class SandboxManager {
   private readonly o: SandboxManagerOptions;
@@ -60,7 +64,7 @@ export class SandboxManager {
       dir: join(o.nodeDir, "sandbox-logs"),
       options: telemetry,
       observed: () => [...this.sandboxes.values()].filter((s) => s.state !== "creating" && s.state !== "killing").map(observedOf),
-      sample: (id, signal) => sandboxMetrics(this.o.runtime, this.o.disks, this.mustGet(id), signal),
+      sample: (id, signal) => sandboxMetrics(this.o.runtime, this.o.disks, this.mustGet(id), signal, DISK_SAMPLE_MAX_AGE_MS),
       logger: o.logger,
     });
   }
