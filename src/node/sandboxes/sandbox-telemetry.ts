@@ -144,6 +144,7 @@ export class SandboxTelemetry {
   /** Before a checkpoint or an end: no more pulls until `resumed`; the last lines are read now. */
   async quiesce(o: Observed): Promise<void> {
     this.#quiet.add(o.id);
+    if (!o.running) return; // frozen (resident pause): envd cannot answer
     await this.logs.pull(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
   }
 
