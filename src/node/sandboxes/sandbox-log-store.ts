@@ -113,6 +113,12 @@ export class SandboxLogStore {
     return p;
   }
 
+  /** A pull that starts after any in flight has ended (the last one before a checkpoint or an end). */
+  async pullFresh(id: string, target: EnvdTarget): Promise<void> {
+    await this.#pulls.get(id)?.catch(() => undefined);
+    await this.pull(id, target);
+  }
+
   async #pull(id: string, target: EnvdTarget): Promise<void> {
     const r = await this.#ring(id);
     let added = false;

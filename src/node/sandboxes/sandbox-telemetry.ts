@@ -145,7 +145,7 @@ export class SandboxTelemetry {
   async quiesce(o: Observed): Promise<void> {
     this.#quiet.add(o.id);
     if (!o.running) return; // frozen (resident pause): envd cannot answer
-    await this.logs.pull(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
+    await this.logs.pullFresh(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
   }
 
   resumed(id: string): void {
