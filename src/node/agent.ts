@@ -258,10 +258,17 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           discardInitOutput: runtime.kind === "runc",
           envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
           nodeBinary: deps.nodeBinary ?? process.execPath,
+          telemetry: {
+            intervalMs: config.SPACE_METRICS_INTERVAL_MS,
+            metricsSamples: config.SPACE_METRICS_SAMPLES,
+            logEntries: config.SPACE_SANDBOX_LOG_ENTRIES,
+            retentionMs: config.SPACE_SANDBOX_LOG_RETENTION_S * 1000,
+          },
           logger: log,
         });
         const wanted = deps.wanted ? await deps.wanted().catch(() => undefined) : undefined;
         await m.reconcile(signal, wanted);
+        m.telemetry.start();
         if (slots) {
           await slots.init((owner) => m.keepsSlot(owner), signal);
           const upstream =
@@ -335,6 +342,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     },
 
     async stop(opts = {}) {
+      await manager?.telemetry.stop();
       await heartbeat?.stop();
       await reaper?.stop();
       reaper = undefined;

@@ -12,6 +12,7 @@ import { EventEmitter } from "node:events";
 import type { Logger } from "../core/log.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
+import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import type { SnapshotKind, Substrate } from "../substrate/substrate.ts";
 import { announcingRepo, SandboxChanges } from "./changes.ts";
 import type { CreateInput } from "./create-input.ts";
@@ -161,6 +162,9 @@ export class SandboxService implements WarmMembers {
 
   metrics(tenantId: TenantId, id: string, range: { start?: Date; end?: Date }): Promise<SandboxMetrics[]> {
     return this.#network.metrics(tenantId, id, range);
+  }
+  logs(tenantId: TenantId, id: string, q: LogQuery): Promise<SandboxLogEntry[]> {
+    return this.#network.logs(tenantId, id, q);
   }
   networkRecord(tenantId: TenantId, id: string): Promise<NetworkRecord> {
     return this.#network.networkRecord(tenantId, id);

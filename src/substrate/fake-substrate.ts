@@ -4,7 +4,8 @@
  * `buildResult`) unless `buildsHang`; node templates are kept per node. Not for production use.
  */
 import { SpaceError } from "../core/errors.ts";
-import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import { selectLogs, type LogQuery, type SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import type {
   NodeBuildRequest,
   NodeBuildStatusWire,
@@ -92,6 +93,19 @@ export class FakeSubstrate implements Substrate {
   async metrics(ref: SandboxRef): Promise<SandboxMetrics> {
     if (!this.running.has(ref.sandboxId)) throw new SpaceError("not_found", "not on node");
     return { timestamp: new Date().toISOString(), cpuCount: 2, cpuUsedPct: 1.5, memUsed: 1e7, memTotal: 1e9, memCache: 0, diskUsed: 1e6, diskTotal: 1e9 };
+  }
+  /** Samples and log entries a test put there, per sandbox (kept after kill, as a node keeps them). */
+  readonly history = new Map<string, SandboxMetrics[]>();
+  readonly logEntries = new Map<string, SandboxLogEntry[]>();
+  async metricsHistory(ref: SandboxRef, range: MetricsRange): Promise<SandboxMetrics[]> {
+    const kept = this.history.get(ref.sandboxId) ?? (this.running.has(ref.sandboxId) ? [await this.metrics(ref)] : []);
+    return kept.filter((m) => {
+      const t = Date.parse(m.timestamp);
+      return (range.startMs === undefined || t >= range.startMs) && (range.endMs === undefined || t <= range.endMs);
+    });
+  }
+  async logs(ref: SandboxRef, query: LogQuery): Promise<SandboxLogEntry[]> {
+    return selectLogs(this.logEntries.get(ref.sandboxId) ?? [], query);
   }
   readonly egress = new Map<string, boolean>();
   readonly policies = new Map<string, SandboxEgress["policy"]>();

@@ -11,12 +11,14 @@
  * Every verb takes an AbortSignal; `kill`, `dropSnapshot` and `dropTemplate` are
  * idempotent (absent = ok).
  */
-import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import type { SnapshotDescriptor, SnapshotKind } from "../contract/snapshot-descriptor.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../contract/node-builds.ts";
 import type { EnvironmentBinding } from "./placement.ts";
 
 export type { SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding, NodeBuildRequest, NodeBuildStatusWire, SnapshotDescriptor, SnapshotKind };
+export type { LogQuery, MetricsRange, SandboxLogEntry };
 
 export interface SnapshotOptions {
   /** `sn_` + 16 chars, chosen by the control plane (its snapshot row id). */
@@ -80,6 +82,18 @@ export interface Substrate {
   /** What the node sees now; null when the node does not know the sandbox. */
   observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null>;
   metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics>;
+  /**
+   * The samples its node took in the range (ms since the epoch, inclusive), oldest first:
+   * one every SPACE_METRICS_INTERVAL_MS while it runs there, kept a while after it left.
+   * [] when the node never had it.
+   */
+  metricsHistory(ref: SandboxRef, range: MetricsRange, signal: AbortSignal): Promise<SandboxMetrics[]>;
+  /**
+   * Its log entries (envd's structured lines) the query selects, as its node keeps them:
+   * also after it left the node (kill, suspend) for SPACE_SANDBOX_LOG_RETENTION_S. [] when
+   * the node never had it.
+   */
+  logs(ref: SandboxRef, query: LogQuery, signal: AbortSignal): Promise<SandboxLogEntry[]>;
   /** Replaces the egress policy of a running sandbox (`policy`, compiled by src/sandboxes/egress-rules.ts; else all or nothing). */
   setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void>;
   /** Destinations the sandbox's node recorded: observed (observe mode) and refused by its policy. */

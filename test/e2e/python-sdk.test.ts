@@ -252,4 +252,14 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.deepEqual(ok(o, "on_timeout"), fresh);
     assert.deepEqual(ok(o, "reboot"), fresh);
   });
+
+  test("telemetry: get_metrics(start, end) history (truncated seconds), logs through the SDK's API client", async () => {
+    const o = await run("telemetry.py");
+    assert.deepEqual(ok(o, "history"), { count_at_least_2: true, increasing: true, within: true, one: [true] });
+    const logs = ok(o, "logs") as { status: number; started: number; levels: string[]; aware: boolean };
+    assert.equal(logs.status, 200);
+    assert.equal(logs.started, 1);
+    assert.ok(logs.levels.length > 0 && !logs.levels.includes("debug"), JSON.stringify(logs.levels));
+    assert.equal(logs.aware, true);
+  });
 });

@@ -28,6 +28,7 @@ import type { TemplateBuilder } from "../../src/node/templates/builder.ts";
 import type { TemplateCache } from "../../src/node/templates/template-cache.ts";
 import { registerTemplateRoutes } from "../../src/node/templates/routes.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../../src/contract/node-builds.ts";
+import { selectLogs, type LogQuery, type SandboxLogEntry } from "../../src/contract/sandbox-logs.ts";
 
 export class MemoryNode {
   readonly sandboxes = new Map<string, SandboxStatus>();
@@ -37,6 +38,9 @@ export class MemoryNode {
   readonly builds = new Map<string, NodeBuildRequest>();
   /** Node templates: alias → the built template it points at. */
   readonly templates = new Map<string, string>();
+  /** Log entries and metrics samples the suite seeds, per sandbox (kept after kill, as a node keeps them). */
+  readonly logs = new Map<string, SandboxLogEntry[]>();
+  readonly history = new Map<string, SandboxMetrics[]>();
   url = "";
   #app: FastifyInstance | undefined;
 
@@ -140,6 +144,12 @@ export class MemoryNode {
       this.#must(id);
       return { timestamp: new Date().toISOString(), cpuCount: 1, cpuUsedPct: 0, memUsed: 1, memTotal: 2, memCache: 0, diskUsed: 1, diskTotal: 2 };
     },
+    metricsHistory: async (id: string, range: { startMs?: number; endMs?: number }) =>
+      (this.history.get(id) ?? []).filter((m) => {
+        const t = Date.parse(m.timestamp);
+        return (range.startMs === undefined || t >= range.startMs) && (range.endMs === undefined || t <= range.endMs);
+      }),
+    logs: async (id: string, q: LogQuery) => selectLogs(this.logs.get(id) ?? [], q),
     target: (id: string) => {
       this.#move(id, ["running"], "running");
       return { host: "127.0.0.1", port: 9 };

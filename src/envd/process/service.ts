@@ -101,7 +101,7 @@ export function processService(envd: Envd): Partial<ServiceImpl<typeof Process>>
         pty: req.pty ? { cols: req.pty.size?.cols ?? 80, rows: req.pty.size?.rows ?? 24 } : undefined,
         timeoutMs,
       });
-      envd.log("process started", { pid: proc.pid, cmd: cfg.cmd, user: user.name, tag: req.tag });
+      envd.log("process started", { logger: "processSvc", pid: proc.pid, cmd: cfg.cmd, args: cfg.args.join(" "), user: user.name, tag: req.tag });
       yield* stream(proc, sub, ctx);
     },
 

@@ -22,6 +22,8 @@ export interface RestoreVia {
   disk(signal: AbortSignal): Promise<string>;
   /** Starts the prepared bundle from the memory checkpoint; absent (a disk snapshot): a fresh boot of that disk. */
   start?: (id: string, signal: AbortSignal) => Promise<void>;
+  /** The sandbox the checkpoint was taken of (another one for forks and template captures). */
+  sourceSandboxId?: string;
 }
 
 /** cgroup v1 cpu.shares: the kernel default, and a background sandbox's (1/8: it still boots on a busy node, envd must answer within its ready timeout). */
@@ -70,11 +72,14 @@ export class SandboxBooter {
   /** Where the init's output goes (unless discarded). */
   private readonly logsDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
+  /** The bound of envd's log ring (src/envd/log-ring.ts). */
+  private readonly envdLogEntries: number;
 
   /** `o` is read at each boot (the manager's own options, shared). */
-  constructor(o: SandboxBootOptions, logsDir: string) {
+  constructor(o: SandboxBootOptions, logsDir: string, envdLogEntries: number) {
     this.o = o;
     this.logsDir = logsDir;
+    this.envdLogEntries = envdLogEntries;
   }
 
   /** Bundle, runtime start, envd health, envd init, template start command. */
@@ -97,6 +102,7 @@ export class SandboxBooter {
       // envd's knobs (not passed on to processes): the template's WORKDIR and USER.
       ...(tb.workdir ? { SPACE_ENVD_DEFAULT_WORKDIR: tb.workdir } : {}),
       ...(tb.user ? { SPACE_ENVD_DEFAULT_USER: tb.user } : {}),
+      SPACE_ENVD_LOG_ENTRIES: String(this.envdLogEntries),
     };
     this.launch ??= envdLaunch(this.o.envdDir, this.o.nodeBinary, this.o.logger);
     const args = (await this.launch).argv(s.envdPort);

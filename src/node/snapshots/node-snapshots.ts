@@ -360,6 +360,7 @@ export class NodeSnapshots {
       },
       // A disk snapshot (or a restore asked for as one: E2B's connect with `memory: false`) boots fresh.
       ...(checkpoint && desc.kind === "full" ? { start: (cid: string, sig: AbortSignal) => this.cp.restore(cid, image, checkpoint, sig) } : {}),
+      sourceSandboxId: desc.sourceSandboxId,
     });
     await mkdir(join(this.o.nodeDir, "snapshots", "sandbox-parents"), { recursive: true });
     await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
