@@ -7,6 +7,7 @@ import type { User, Users } from "./users.ts";
 import type { ProcessManager } from "./process/manager.ts";
 import type { MetadataStore } from "./filesystem/metadata.ts";
 import type { Watchers } from "./filesystem/watchers.ts";
+import type { FsCredentials } from "./fs-credentials.ts";
 
 export interface Envd {
   state: EnvdState;
@@ -14,6 +15,8 @@ export interface Envd {
   processes: ProcessManager;
   metadata: MetadataStore;
   watchers: Watchers;
+  /** File operations with the requesting user's rights. */
+  fs: FsCredentials;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 

@@ -13,6 +13,7 @@ import { Watchers } from "./filesystem/watchers.ts";
 import { createEnvdServer } from "./server.ts";
 import type { Envd } from "./context.ts";
 import { startReaper } from "./reaper.ts";
+import { loadFsCredentials } from "./fs-credentials.ts";
 
 function log(msg: string, fields?: Record<string, unknown>): void {
   process.stderr.write(JSON.stringify({ t: new Date().toISOString(), svc: "envd", msg, ...fields }) + "\n");
@@ -26,12 +27,14 @@ export function startEnvd(argv: string[], dir: string): void {
   const cfg = parseConfig(argv, process.env);
   const processes = new ProcessManager(dir);
   const watchers = new Watchers();
+  const users = new Users();
   const envd: Envd = {
     state: new EnvdState(cfg),
-    users: new Users(),
+    users,
     processes,
     metadata: new MetadataStore(cfg.metadataDir),
     watchers,
+    fs: loadFsCredentials(dir, users, log),
     log,
   };
   const server = createEnvdServer(envd);

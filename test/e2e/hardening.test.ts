@@ -130,6 +130,35 @@ describe("hardening: malformed input, limits, protocol edges, file rights", { sk
     });
   });
 
+  test("envd's file API runs with the requesting user's rights", async () => {
+    const sb = await Sandbox.create({ ...opts, timeoutMs: 300_000 });
+    created.push(sb);
+    const denied = (e: unknown) => e instanceof SandboxError && /permission denied|403/i.test(e.message);
+    const asUser = { user: "user" } as const;
+    // What `cat` as user is refused, the file API refuses too.
+    assert.notEqual((await sb.commands.run("cat /etc/shadow", { ...asUser }).catch((e: { exitCode?: number }) => e)).exitCode, 0);
+    await assert.rejects(sb.files.read("/etc/shadow", asUser), denied);
+    await assert.rejects(sb.files.write("/root/x", "no", asUser), denied);
+    await assert.rejects(sb.files.makeDir("/root/d", asUser), denied);
+    await assert.rejects(sb.files.list("/root", asUser), denied);
+    await assert.rejects(sb.files.remove("/etc/hostname", asUser), denied);
+    await assert.rejects(sb.files.rename("/etc/hostname", "/home/user/h", asUser), denied);
+    await assert.rejects(sb.files.getInfo("/root/.bashrc", asUser), denied);
+    assert.equal((await sb.commands.run("test ! -e /root/x && test ! -e /root/d && echo clean", { user: "root" })).stdout, "clean\n");
+    // The user's own files work, and are the user's.
+    await sb.files.write("/home/user/sub/own.txt", "mine", asUser);
+    assert.equal(await sb.files.read("/home/user/sub/own.txt", asUser), "mine");
+    const info = await sb.files.getInfo("/home/user/sub/own.txt", asUser);
+    assert.deepEqual([info.owner, info.group], ["user", "user"]);
+    assert.equal((await sb.commands.run("stat -c %U /home/user/sub", { user: "root" })).stdout, "user\n");
+    await sb.files.rename("/home/user/sub/own.txt", "/home/user/sub/moved.txt", asUser);
+    assert.deepEqual((await sb.files.list("/home/user/sub", asUser)).map((e) => e.name), ["moved.txt"]);
+    await sb.files.remove("/home/user/sub", asUser);
+    // Root keeps root's rights.
+    await sb.files.write("/root/x", "root's", { user: "root" });
+    assert.match(await sb.files.read("/etc/shadow", { user: "root" }), /^root:/);
+  });
+
   describe("protocol edges", () => {
     test("POST /v1/sandboxes with no body, and a null body anywhere, are 400", async () => {
       assertRefused(await call("POST", "/v1/sandboxes", { native: true }), "body");

@@ -3,7 +3,7 @@
  * (`-rw-r--r--`, `drwxr-xr-x`, `Lrwxrwxrwx`), owner/group names, symlink target.
  */
 import { lstat, realpath, readlink } from "node:fs/promises";
-import type { Stats } from "node:fs";
+import { lstatSync, readlinkSync, realpathSync, type Stats } from "node:fs";
 import { basename } from "node:path";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -59,6 +59,26 @@ export async function entryInfo(envd: Envd, path: string): Promise<EntryInit> {
   let target: string | undefined;
   if (st.isSymbolicLink()) {
     target = await realpath(path).catch(async () => readlink(path).catch(() => ""));
+  }
+  return entryFromStats(envd, path, st, target);
+}
+
+/** entryInfo, synchronously (inside `FsCredentials.as`, which needs synchronous I/O). */
+export function entryInfoSync(envd: Envd, path: string): EntryInit {
+  const st = lstatSync(path);
+  let target: string | undefined;
+  if (st.isSymbolicLink()) {
+    try {
+      target = realpathSync(path);
+    } catch {
+      target = (() => {
+        try {
+          return readlinkSync(path);
+        } catch {
+          return "";
+        }
+      })();
+    }
   }
   return entryFromStats(envd, path, st, target);
 }
