@@ -6,9 +6,17 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { FileType, Sandbox, SandboxError, type ConnectionOpts } from "e2b";
 import { LIMITS } from "../../src/core/limits.ts";
-import { startStack, type Stack } from "../support/stack.ts";
+import { createLogger } from "../../src/core/log.ts";
+import { LinuxNetworkSlots } from "../../src/node/network/slots.ts";
+import { pickSlotRange, removeNodeNetwork } from "../support/node-network-cleanup.ts";
+import { hostScopeFor, startStack, type Stack } from "../support/stack.ts";
 import type { Res } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
@@ -157,6 +165,47 @@ describe("hardening: malformed input, limits, protocol edges, file rights", { sk
     // Root keeps root's rights.
     await sb.files.write("/root/x", "root's", { user: "root" });
     assert.match(await sb.files.read("/etc/shadow", { user: "root" }), /^root:/);
+  });
+
+  test("a second node with the same veth prefix and its own bridge leaves this node's links alone", { skip: process.env.SPACE_E2E_STACK ? "needs the stack's data dir (its host scope)" : false }, async () => {
+    // Only this test's sandbox on the node: none of the earlier ones times out mid-test.
+    await Promise.allSettled(created.splice(0).map((s) => s.kill()));
+    const sb = await Sandbox.create({ ...opts, timeoutMs: 300_000 });
+    created.push(sb);
+    const prefix = hostScopeFor(stack.dataDir).SPACE_NODE_VETH_PREFIX!;
+    const linksNamed = (re: RegExp) =>
+      (JSON.parse(spawnSync("ip", ["-j", "link", "show"], { encoding: "utf8" }).stdout) as Array<{ ifname: string }>).map((l) => l.ifname).filter((n) => re.test(n)).sort();
+    const ours = () => linksNamed(new RegExp(`^${prefix}\\d+$`));
+    const before = ours();
+    assert.ok(before.length > 0, "the stack's sandboxes have host veths");
+    // Another agent on this host, given the same veth prefix but its own bridge, table and range.
+    const tag = randomBytes(3).toString("hex");
+    const bridge = `sf${tag}`;
+    const foreign = new LinuxNetworkSlots({
+      cidr: pickSlotRange(bridge, bridge),
+      maxSlots: 4,
+      bridge,
+      nftTable: `space_f${tag}`,
+      vethPrefix: prefix,
+      stateDir: mkdtempSync(join(tmpdir(), "space-foreign-slots-")),
+      pool: { target: 0, retainReady: 0, minReady: 0 },
+      logger: createLogger("warn", "foreign-node"),
+    });
+    const orphan = `${prefix}199`;
+    try {
+      await foreign.init(() => false, AbortSignal.timeout(60_000));
+      assert.deepEqual(ours(), before, "the other agent's start deleted none of this node's veths");
+      assert.equal((await sb.commands.run("echo still reachable")).stdout, "still reachable\n");
+      // It still reclaims an orphan of its own: a prefixed veth on its bridge with no slot.
+      assert.equal(spawnSync("ip", ["link", "add", orphan, "type", "veth", "peer", "name", `${prefix}p199`]).status, 0);
+      assert.equal(spawnSync("ip", ["link", "set", orphan, "master", bridge]).status, 0);
+      await foreign.init(() => false, AbortSignal.timeout(60_000));
+      assert.deepEqual(linksNamed(new RegExp(`^${orphan}$`)), [], "its own orphan is gone");
+      assert.deepEqual(ours(), before);
+    } finally {
+      spawnSync("ip", ["link", "delete", orphan]);
+      removeNodeNetwork({ bridge, nftTable: `space_f${tag}` });
+    }
   });
 
   describe("protocol edges", () => {
