@@ -62,13 +62,13 @@ if (cc && nodeInclude) {
     { stdio: "inherit" },
   );
   if (r.status !== 0) throw new Error("building reaper.node failed");
-  // File operations with the requesting user's rights (src/envd/fs-credentials.ts).
-  const fc = spawnSync(
+  // envd undumpable, file operations with the requesting user's rights (src/envd/privileges.ts).
+  const pv = spawnSync(
     cc,
-    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=fs_credentials", `-I${nodeInclude}`, "-o", join(out, "fs-credentials.node"), join(root, "src/envd/native/fs-credentials.c")],
+    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=privileges", `-I${nodeInclude}`, "-o", join(out, "privileges.node"), join(root, "src/envd/native/privileges.c")],
     { stdio: "inherit" },
   );
-  if (fc.status !== 0) throw new Error("building fs-credentials.node failed");
+  if (pv.status !== 0) throw new Error("building privileges.node failed");
   // The node agent's egress proxy reads SO_ORIGINAL_DST through this one (src/node/network/egress-proxy.ts).
   mkdirSync(join(root, "dist", "node"), { recursive: true });
   const od = spawnSync(

@@ -7,7 +7,7 @@ import type { User, Users } from "./users.ts";
 import type { ProcessManager } from "./process/manager.ts";
 import type { MetadataStore } from "./filesystem/metadata.ts";
 import type { Watchers } from "./filesystem/watchers.ts";
-import type { FsCredentials } from "./fs-credentials.ts";
+import type { Privileges } from "./privileges.ts";
 
 export interface Envd {
   state: EnvdState;
@@ -16,7 +16,7 @@ export interface Envd {
   metadata: MetadataStore;
   watchers: Watchers;
   /** File operations with the requesting user's rights. */
-  fs: FsCredentials;
+  privileges: Privileges;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 

@@ -13,7 +13,7 @@ import { Watchers } from "./filesystem/watchers.ts";
 import { createEnvdServer } from "./server.ts";
 import type { Envd } from "./context.ts";
 import { startReaper } from "./reaper.ts";
-import { loadFsCredentials } from "./fs-credentials.ts";
+import { loadPrivileges } from "./privileges.ts";
 
 function log(msg: string, fields?: Record<string, unknown>): void {
   process.stderr.write(JSON.stringify({ t: new Date().toISOString(), svc: "envd", msg, ...fields }) + "\n");
@@ -28,13 +28,16 @@ export function startEnvd(argv: string[], dir: string): void {
   const processes = new ProcessManager(dir);
   const watchers = new Watchers();
   const users = new Users();
+  const privileges = loadPrivileges(dir, users, log);
+  // Before anything secret is in memory (the token and env vars arrive with POST /init).
+  if (!privileges.makeUndumpable()) log("envd could not make itself undumpable: the sandbox's root can ptrace it");
   const envd: Envd = {
     state: new EnvdState(cfg),
     users,
     processes,
     metadata: new MetadataStore(cfg.metadataDir),
     watchers,
-    fs: loadFsCredentials(dir, users, log),
+    privileges,
     log,
   };
   const server = createEnvdServer(envd);

@@ -167,6 +167,27 @@ describe("hardening: malformed input, limits, protocol edges, file rights", { sk
     assert.match(await sb.files.read("/etc/shadow", { user: "root" }), /^root:/);
   });
 
+  test("envd (PID 1) is out of the sandbox root's reach: no ptrace attach, no /proc/1/mem or /proc/1/environ, no token", async () => {
+    const sb = await Sandbox.create({ ...opts, timeoutMs: 300_000 });
+    created.push(sb);
+    const token = (sb as unknown as { envdAccessToken?: string }).envdAccessToken;
+    assert.ok(token, "the sandbox is secure: envd holds an access token");
+    const asRoot = (cmd: string) => sb.commands.run(cmd, { user: "root" }).then((r) => r.stdout.trim());
+    assert.equal(await asRoot("id -u"), "0");
+    assert.equal(await asRoot("sh -c 'exec 3</proc/1/mem' 2>/dev/null && echo open || echo denied"), "denied", "/proc/1/mem");
+    assert.equal(await asRoot("sh -c 'exec 3</proc/1/environ' 2>/dev/null && echo open || echo denied"), "denied", "/proc/1/environ");
+    // PTRACE_ATTACH (16) is refused (EPERM); were it not, PTRACE_DETACH (17) lets envd go on.
+    const attach = await asRoot(
+      `python3 -c "import ctypes; l=ctypes.CDLL(None, use_errno=True); r=l.ptrace(16,1,0,0); e=ctypes.get_errno(); r==0 and l.ptrace(17,1,0,0); print(r, e)"`,
+    );
+    assert.equal(attach, "-1 1", "ptrace attach to PID 1: -1 EPERM");
+    // Nothing envd exposes to everyone carries the token.
+    const visible = await asRoot("cat /proc/1/cmdline /proc/1/status 2>/dev/null | tr '\\0' ' '; cat /proc/1/environ 2>/dev/null | tr '\\0' ' '; true");
+    assert.ok(!visible.includes(token), "no token in what PID 1 exposes");
+    // envd itself is unaffected.
+    assert.match(await sb.files.read("/etc/shadow", { user: "root" }), /^root:/);
+  });
+
   test("a second node with the same veth prefix and its own bridge leaves this node's links alone", { skip: process.env.SPACE_E2E_STACK ? "needs the stack's data dir (its host scope)" : false }, async () => {
     // Only this test's sandbox on the node: none of the earlier ones times out mid-test.
     await Promise.allSettled(created.splice(0).map((s) => s.kill()));

@@ -63,7 +63,7 @@ export async function entryInfo(envd: Envd, path: string): Promise<EntryInit> {
   return entryFromStats(envd, path, st, target);
 }
 
-/** entryInfo, synchronously (inside `FsCredentials.as`, which needs synchronous I/O). */
+/** entryInfo, synchronously (inside `Privileges.asUser`, which needs synchronous I/O). */
 export function entryInfoSync(envd: Envd, path: string): EntryInit {
   const st = lstatSync(path);
   let target: string | undefined;

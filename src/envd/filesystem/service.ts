@@ -1,6 +1,6 @@
 /**
  * filesystem.Filesystem (e2b-wire.md §3). Paths resolve against the requesting user's
- * home; every operation runs with that user's rights (`envd.fs.as`, fs-credentials.ts),
+ * home; every operation runs with that user's rights (`envd.privileges.asUser`, privileges.ts),
  * so what the user may not touch is `permission_denied` and what it creates is its own.
  * The operations are synchronous for that reason (one thread's credentials change).
  */
@@ -25,7 +25,7 @@ const MAX_QUEUED_EVENTS = 10_000;
 /** `f` with `user`'s rights; fs errors mapped to the taxonomy. */
 function asUser<T>(envd: Envd, user: User, f: () => T): T {
   try {
-    return envd.fs.as(user, f);
+    return envd.privileges.asUser(user, f);
   } catch (e: unknown) {
     throw fsError(e);
   }

@@ -1,7 +1,7 @@
 /**
  * `GET /files` and `POST /files` (e2b-wire.md §3): raw bytes down (gzip on request),
  * multipart or octet-stream up (gzip accepted), parents created, `X-Metadata-*` kept as
- * file metadata. Files are opened with the requesting user's rights (`envd.fs.as`), so
+ * file metadata. Files are opened with the requesting user's rights (`envd.privileges.asUser`), so
  * what it may not read or write is 403 and what it creates is its own; the bytes then
  * stream through the open descriptor.
  */
@@ -100,7 +100,7 @@ function metadataHeaders(req: IncomingMessage): Record<string, string> | undefin
 /** `f` with `user`'s rights; fs errors mapped to the taxonomy (403 for what it may not touch). */
 function opened<T>(envd: Envd, user: User, f: () => T): T {
   try {
-    return envd.fs.as(user, f);
+    return envd.privileges.asUser(user, f);
   } catch (e: unknown) {
     throw fsError(e);
   }

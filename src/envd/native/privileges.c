@@ -1,6 +1,12 @@
 /*
- * envd's file operations with the requesting user's rights (N-API, ABI-stable).
- * asUser(uid, gid, groups, fn) sets the calling thread's filesystem uid and gid and its
+ * envd's privileges (N-API, ABI-stable).
+ *
+ * makeUndumpable(): PR_SET_DUMPABLE 0. The sandbox's root has no CAP_SYS_PTRACE, and
+ * without it the kernel refuses ptrace attach and /proc/1/mem, /proc/1/environ and the
+ * like of a non-dumpable process even to the same uid: envd's memory (its access token,
+ * the sandbox's env vars) is out of reach, and nobody can stop it.
+ *
+ * asUser(uid, gid, groups, fn): file operations with the requesting user's rights. It sets the calling thread's filesystem uid and gid and its
  * supplementary groups, calls fn, and restores them, also when fn throws. The kernel
  * then checks every path lookup, open, mkdir, rename and unlink as that user (and drops
  * CAP_DAC_OVERRIDE and the other filesystem capabilities while fsuid is not 0), and new
@@ -11,6 +17,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -69,10 +76,19 @@ static napi_value AsUser(napi_env env, napi_callback_info info) {
   return st == napi_ok ? result : NULL;
 }
 
+static napi_value MakeUndumpable(napi_env env, napi_callback_info info) {
+  napi_value result;
+  (void)info;
+  napi_get_boolean(env, prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 && prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0, &result);
+  return result;
+}
+
 static napi_value Init(napi_env env, napi_value exports) {
   napi_value fn;
   napi_create_function(env, "asUser", NAPI_AUTO_LENGTH, AsUser, NULL, &fn);
   napi_set_named_property(env, exports, "asUser", fn);
+  napi_create_function(env, "makeUndumpable", NAPI_AUTO_LENGTH, MakeUndumpable, NULL, &fn);
+  napi_set_named_property(env, exports, "makeUndumpable", fn);
   return exports;
 }
 
