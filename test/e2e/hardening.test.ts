@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FileType, Sandbox, SandboxError, type ConnectionOpts } from "e2b";
+import { FileType, InvalidArgumentError, Sandbox, SandboxError, type ConnectionOpts } from "e2b";
 import { LIMITS } from "../../src/core/limits.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { LinuxNetworkSlots } from "../../src/node/network/slots.ts";
@@ -117,6 +117,12 @@ describe("hardening: malformed input, limits, protocol edges, file rights", { sk
 
     test("env vars: a 200 KiB value and too much in total are 400 (not E2BIG at exec)", async () => {
       await assert.rejects(Sandbox.create({ ...opts, envs: { BIG: "x".repeat(200 * 1024) } }), badRequest(/envVars\.BIG/));
+      // A command's own env and argv reach exec through envd: too long is invalid_argument there too.
+      const sb = await Sandbox.create({ ...opts, timeoutMs: 120_000 });
+      created.push(sb);
+      await assert.rejects(sb.commands.run("true", { envs: { BIG: "x".repeat(200 * 1024) } }), (e: unknown) => e instanceof InvalidArgumentError && /E2BIG/.test(e.message));
+      await assert.rejects(sb.commands.run(`true ${"y".repeat(200 * 1024)}`), (e: unknown) => e instanceof InvalidArgumentError && /E2BIG/.test(e.message));
+      assert.equal((await sb.commands.run("echo fine")).stdout, "fine\n");
       const total = Object.fromEntries(Array.from({ length: 12 }, (_, i) => [`E${i}`, "x".repeat(LIMITS.envVars.maxValueBytes)]));
       assertRefused(await call("POST", "/v2/sandboxes", { body: { templateID: "base", envVars: total } }), `${LIMITS.envVars.maxTotalBytes} bytes`);
       assertRefused(await call("POST", "/v1/sandboxes", { native: true, body: { env: total } }), `${LIMITS.envVars.maxTotalBytes} bytes`);
