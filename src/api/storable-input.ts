@@ -14,7 +14,8 @@ export function findUnstorable(value: unknown, path: string[] = []): string | un
     const why = unstorable(value);
     return why === undefined ? undefined : `${path.join(".") || "value"}: ${why}`;
   }
-  if (typeof value !== "object" || value === null) return undefined;
+  // Parsed JSON and query strings only: a raw upload (a Buffer, a stream) is not text.
+  if (!isJsonContainer(value)) return undefined;
   for (const [k, v] of Object.entries(value)) {
     const keyWhy = Array.isArray(value) ? undefined : unstorable(k);
     if (keyWhy !== undefined) return `${path.join(".") || "value"}: key ${JSON.stringify(k).slice(0, 80)} ${keyWhy}`;
@@ -22,6 +23,13 @@ export function findUnstorable(value: unknown, path: string[] = []): string | un
     if (found !== undefined) return found;
   }
   return undefined;
+}
+
+function isJsonContainer(v: unknown): v is Record<string, unknown> | unknown[] {
+  if (Array.isArray(v)) return true;
+  if (typeof v !== "object" || v === null) return false;
+  const proto: unknown = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
 }
 
 export function installStorableInputGuard(app: FastifyInstance): void {

@@ -1,5 +1,5 @@
 /**
- * The size limits of what a caller may send, in one place (docs/behaviours.md "Limits").
+ * The size limits of what a caller may send, in one place (docs/behaviours.md §G).
  * E2B documents only the sandbox lifetime (24 h on its Pro tier); the rest are SPACE's
  * choices, sized so a list page stays small and an exec can never fail with E2BIG: Linux
  * refuses one argv/env string over 128 KiB (MAX_ARG_STRLEN) and argv + env together over
