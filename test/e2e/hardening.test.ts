@@ -240,6 +240,7 @@ describe("hardening: malformed input, limits, protocol edges, file rights", { sk
       assertRefused(await call("POST", "/v1/sandboxes", { native: true }), "body");
       assertRefused(await call("POST", "/v1/sandboxes", { native: true, contentType: "application/json" }), "body");
       assertRefused(await call("POST", "/v1/sandboxes/sbx/stop", { native: true, raw: "null" }), "body");
+      assertRefused(await call("POST", "/v1/sandboxes/sbx/fork", { native: true, raw: "null" }), "body");
       assertRefused(await call("POST", "/v2/sandboxes", { raw: "null" }), "body");
     });
 
