@@ -192,6 +192,10 @@ describe("hardening: malformed input, limits, protocol edges, file rights", { sk
     assert.ok(!visible.includes(token), "no token in what PID 1 exposes");
     // envd itself is unaffected.
     assert.match(await sb.files.read("/etc/shadow", { user: "root" }), /^root:/);
+    // A restored envd (CRIU keeps the flag) is just as closed.
+    await sb.pause();
+    const again = await Sandbox.connect(sb.sandboxId, opts);
+    assert.equal((await again.commands.run("sh -c 'exec 3</proc/1/mem' 2>/dev/null && echo open || echo denied", { user: "root" })).stdout.trim(), "denied", "after a restore");
   });
 
   test("a second node with the same veth prefix and its own bridge leaves this node's links alone", { skip: process.env.SPACE_E2E_STACK ? "needs the stack's data dir (its host scope)" : false }, async () => {
