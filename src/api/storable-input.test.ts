@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { Readable } from "node:stream";
 import { findUnstorable } from "./storable-input.ts";
 import { LIMITS, boundedStringMap, unstorable } from "../core/limits.ts";
 
@@ -9,6 +10,12 @@ test("findUnstorable names the first NUL or unpaired surrogate by its path, keys
   assert.match(findUnstorable({ "k\u0000": "v" }) ?? "", /^value: key "k\\u0000" must not contain NUL/);
   assert.equal(findUnstorable({ ok: "paired \ud83d\ude00 emoji", n: 1, nil: null }), undefined);
   assert.equal(findUnstorable(Buffer.from("a\u0000b")), undefined);
+  assert.equal(findUnstorable(Readable.from(["a\u0000b"])), undefined);
+  // The router's params object has a prototype of its own.
+  class Params {
+    id = "\u0000";
+  }
+  assert.equal(findUnstorable(new Params()), "id: must not contain NUL bytes (\\u0000)");
   assert.equal(unstorable("\udc00"), "must not contain unpaired UTF-16 surrogates");
 });
 

@@ -14,7 +14,7 @@ export function findUnstorable(value: unknown, path: string[] = []): string | un
     const why = unstorable(value);
     return why === undefined ? undefined : `${path.join(".") || "value"}: ${why}`;
   }
-  // Parsed JSON and query strings only: a raw upload (a Buffer, a stream) is not text.
+  // A raw upload (a Buffer, a stream) is not text.
   if (!isJsonContainer(value)) return undefined;
   for (const [k, v] of Object.entries(value)) {
     const keyWhy = Array.isArray(value) ? undefined : unstorable(k);
@@ -25,11 +25,11 @@ export function findUnstorable(value: unknown, path: string[] = []): string | un
   return undefined;
 }
 
+/** Objects of parsed text (JSON, query strings, path params: whatever their prototype), not bytes or streams. */
 function isJsonContainer(v: unknown): v is Record<string, unknown> | unknown[] {
-  if (Array.isArray(v)) return true;
   if (typeof v !== "object" || v === null) return false;
-  const proto: unknown = Object.getPrototypeOf(v);
-  return proto === Object.prototype || proto === null;
+  if (ArrayBuffer.isView(v) || v instanceof ArrayBuffer) return false;
+  return typeof (v as { pipe?: unknown }).pipe !== "function";
 }
 
 export function installStorableInputGuard(app: FastifyInstance): void {
