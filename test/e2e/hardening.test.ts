@@ -1,8 +1,10 @@
 /**
  * Hardening (issue 27) end to end, on the real stack: malformed input the review found
  * (NUL bytes, unbounded sizes, protocol edges) answered 400 naming the field, never a 5xx
- * and never database text; envd's file API with the caller's rights. Kept as regression
- * tests for the review's ECW, Native, Admin and envd cases. Needs root (runc, netns, btrfs).
+ * and never database text; envd's file API with the caller's rights; envd out of the
+ * sandbox root's reach (no ptrace, no /proc/1/mem); a second node on the host leaving
+ * this node's veths alone. Kept as regression tests for the review's ECW, Native, Admin
+ * and envd cases. Needs root (runc, netns, btrfs).
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
