@@ -69,6 +69,13 @@ if (cc && nodeInclude) {
     { stdio: "inherit" },
   );
   if (x.status !== 0) throw new Error("building xattr.node failed");
+  // envd undumpable, file operations with the requesting user's rights (src/envd/privileges.ts).
+  const pv = spawnSync(
+    cc,
+    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=privileges", `-I${nodeInclude}`, "-o", join(out, "privileges.node"), join(root, "src/envd/native/privileges.c")],
+    { stdio: "inherit" },
+  );
+  if (pv.status !== 0) throw new Error("building privileges.node failed");
   // The node agent's egress proxy reads SO_ORIGINAL_DST through this one (src/node/network/egress-proxy.ts).
   mkdirSync(join(root, "dist", "node"), { recursive: true });
   const od = spawnSync(

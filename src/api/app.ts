@@ -7,6 +7,7 @@ import { Counter, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
 import { ping, type Db } from "../store/db.ts";
 import { installErrorHandler } from "./errors.ts";
+import { installStorableInputGuard } from "./storable-input.ts";
 
 export interface ApiAppDeps {
   db: Db;
@@ -28,10 +29,12 @@ export async function createApiApp(deps: ApiAppDeps): Promise<FastifyInstance> {
     return503OnClosing: true,
   });
   installErrorHandler(app);
-  // Empty JSON bodies (e.g. POST /sandboxes/:id/pause with Content-Type json and no body) are `{}`.
+  installStorableInputGuard(app);
+  // An empty JSON body (e.g. POST /v1/sandboxes/:id/pause with Content-Type json and no body)
+  // is no body: validation reads it as `{}` where a body is optional.
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
     const text = typeof body === "string" ? body : body.toString("utf8");
-    if (text.trim() === "") return done(null, {});
+    if (text.trim() === "") return done(null, undefined);
     try {
       done(null, JSON.parse(text));
     } catch {

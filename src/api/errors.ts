@@ -6,7 +6,7 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
 import { fromZod } from "../core/validate.ts";
-import { SpaceError, httpStatus } from "../core/errors.ts";
+import { SpaceError, httpStatus, publicMessage } from "../core/errors.ts";
 
 export interface ErrorBody {
   code: number;
@@ -15,7 +15,7 @@ export interface ErrorBody {
 }
 
 export function toErrorBody(e: SpaceError): ErrorBody {
-  return { code: httpStatus[e.code], message: e.message, reason: e.code };
+  return { code: httpStatus[e.code], message: publicMessage(e), reason: e.code };
 }
 
 export { fromZod, parseInput } from "../core/validate.ts";
@@ -39,7 +39,33 @@ export function installErrorHandler(app: FastifyInstance): void {
     else req.log.info({ reason: e.code, msg: e.message }, "request refused");
     void reply.status(status).send({ ...body, code: status });
   });
-  app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send({ code: 404, message: `no route for ${req.method} ${req.url.split("?")[0]}`, reason: "not_found" });
+  // A path that exists with other methods is 405 with Allow (RFC 9110 §15.5.6), not 404.
+  const routes: Array<{ pattern: RegExp; methods: string[] }> = [];
+  app.addHook("onRoute", (r) => {
+    const methods = (Array.isArray(r.method) ? r.method : [r.method]).map(String);
+    if (methods.includes("GET")) methods.push("HEAD");
+    routes.push({ pattern: routePattern(r.url), methods });
   });
+  app.setNotFoundHandler((req, reply) => {
+    const path = req.url.split("?")[0] ?? "/";
+    const allowed = [...new Set(routes.filter((r) => r.pattern.test(path)).flatMap((r) => r.methods))].sort();
+    if (allowed.length > 0 && !allowed.includes(req.method)) {
+      void reply
+        .status(405)
+        .header("allow", allowed.join(", "))
+        .send({ code: 405, message: `method ${req.method} is not allowed on ${path}; allowed: ${allowed.join(", ")}`, reason: "invalid_argument" });
+      return;
+    }
+    void reply.status(404).send({ code: 404, message: `no route for ${req.method} ${path}`, reason: "not_found" });
+  });
+}
+
+/** A route url (`/sandboxes/:sandboxID`, `/files/*`) as a regular expression over request paths. */
+function routePattern(url: string): RegExp {
+  const parts = url.split("/").map((seg) => {
+    if (seg === "*") return ".*";
+    if (seg.startsWith(":")) return "[^/]+";
+    return seg.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  });
+  return new RegExp(`^${parts.join("/")}/?$`);
 }

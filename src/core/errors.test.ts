@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { errorCodes, hasDetail, httpStatus, idempotencyConflict, toOperationFailure, SpaceError } from "./errors.ts";
+import { errorCodes, hasDetail, httpStatus, idempotencyConflict, INTERNAL_MESSAGE, publicMessage, toOperationFailure, SpaceError } from "./errors.ts";
 
 test("every code maps to an HTTP status and an operation failure", () => {
   for (const code of errorCodes) {
@@ -27,4 +27,13 @@ test("an idempotency conflict is told apart by its detail code, not its message"
   assert.ok(hasDetail(e, "idempotency_conflict"));
   assert.ok(!hasDetail(new SpaceError("aborted", "idempotency_conflict"), "idempotency_conflict"));
   assert.ok(!hasDetail(new Error("idempotency_conflict"), "idempotency_conflict"));
+});
+
+test("an unclassified error's text stays in the log: publicMessage is generic for it, the message itself otherwise", () => {
+  const wrapped = SpaceError.from(new Error('invalid byte sequence for encoding "UTF8": 0x00'));
+  assert.equal(wrapped.code, "internal");
+  assert.equal(publicMessage(wrapped), INTERNAL_MESSAGE);
+  assert.match(wrapped.message, /0x00/, "the log keeps the cause");
+  assert.equal(publicMessage(new SpaceError("invalid_argument", "metadata.a: too long")), "metadata.a: too long");
+  assert.equal(publicMessage(SpaceError.from(new SpaceError("not_found", "sandbox x not found"))), "sandbox x not found");
 });

@@ -50,11 +50,16 @@ export class SpaceError extends Error {
   readonly detail: ErrorDetail | undefined;
   /** Extra, safe-to-show fields (e.g. `{ field: "vcpu" }`). */
   readonly details: Record<string, unknown> | undefined;
+  /**
+   * Made by `from` out of an error outside the taxonomy (a database, a library, a bug):
+   * its message is that error's own text, for the log only (see `publicMessage`).
+   */
+  readonly unclassified: boolean;
 
   constructor(
     code: ErrorCode,
     message: string,
-    opts: { cause?: unknown; retryable?: boolean; detail?: ErrorDetail; details?: Record<string, unknown> } = {},
+    opts: { cause?: unknown; retryable?: boolean; detail?: ErrorDetail; details?: Record<string, unknown>; unclassified?: boolean } = {},
   ) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = "SpaceError";
@@ -62,6 +67,7 @@ export class SpaceError extends Error {
     this.retryable = opts.retryable ?? (code === "unavailable" || code === "aborted");
     this.detail = opts.detail;
     this.details = opts.details;
+    this.unclassified = opts.unclassified ?? false;
   }
 
   static from(e: unknown): SpaceError {
@@ -69,9 +75,15 @@ export class SpaceError extends Error {
     if (isSpaceErrorLike(e)) return new SpaceError(e.code, e.message);
     if (e instanceof Error && e.name === "AbortError") return new SpaceError("canceled", e.message, { cause: e });
     const message = e instanceof Error ? e.message : String(e);
-    return new SpaceError("internal", message, { cause: e });
+    return new SpaceError("internal", message, { cause: e, unclassified: true });
   }
 }
+
+/** What a client is told of an unclassified failure: never database or library text. */
+export const INTERNAL_MESSAGE = "internal error; see the server log";
+
+/** The message an edge may send: the error's own, unless it is unclassified. */
+export const publicMessage = (e: SpaceError): string => (e.unclassified ? INTERNAL_MESSAGE : e.message);
 
 function isSpaceErrorLike(e: unknown): e is { code: ErrorCode; message: string } {
   return (

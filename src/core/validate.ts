@@ -24,9 +24,9 @@ export function fromZod(e: z.ZodError, where: string, value?: unknown): SpaceErr
   return new SpaceError("invalid_argument", `invalid ${where}: ${parts.join("; ")}`, { details: { field, issues: e.issues } });
 }
 
-/** Validates one input against its schema; a missing input is `{}`. */
+/** Validates one input against its schema; a missing input is `{}` (a JSON `null` is not missing: it is refused). */
 export function parseInput<T extends z.ZodType>(schema: T, value: unknown, where: string): z.output<T> {
-  const r = schema.safeParse(value ?? {});
+  const r = schema.safeParse(value === undefined ? {} : value);
   if (!r.success) throw fromZod(r.error, where, value);
   return r.data;
 }

@@ -9,6 +9,7 @@ import type { FileMetadata } from "./filesystem/metadata.ts";
 import type { Watchers } from "./filesystem/watchers.ts";
 import type { LogLevel } from "../contract/sandbox-logs.ts";
 import type { EnvdLogRing } from "./log-ring.ts";
+import type { Privileges } from "./privileges.ts";
 
 export interface Envd {
   state: EnvdState;
@@ -16,6 +17,8 @@ export interface Envd {
   processes: ProcessManager;
   metadata: FileMetadata;
   watchers: Watchers;
+  /** File operations with the requesting user's rights. */
+  privileges: Privileges;
   /** A structured log line: to stderr and to `logs`, the ring the node pulls (default level info). */
   log: (msg: string, fields?: Record<string, unknown>, level?: LogLevel) => void;
   logs: EnvdLogRing;

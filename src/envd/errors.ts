@@ -63,6 +63,9 @@ export function fsError(e: unknown): unknown {
       return new SpaceError("resource_exhausted", `not enough disk space${what ? ` for${what}` : ""}`, { cause: e });
     case "ENOTEMPTY":
       return new SpaceError("failed_precondition", `directory${what} is not empty`, { cause: e });
+    case "E2BIG":
+      // exec refused the argv + environment: a request too big, never a server fault.
+      return new SpaceError("invalid_argument", "the command's arguments and environment are too long to exec (E2BIG: at most 128 KiB per argument or variable, about 2 MiB in all)", { cause: e });
     case "EINVAL":
     case "ELOOP":
     case "ENAMETOOLONG":

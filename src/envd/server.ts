@@ -6,12 +6,12 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { Process } from "../gen/process/process_pb.ts";
 import { Filesystem } from "../gen/filesystem/filesystem_pb.ts";
 import { UNAUTHORIZED_MESSAGE, tokenMatches } from "./auth.ts";
 import type { Envd } from "./context.ts";
 import { toConnectError } from "./errors.ts";
+import { connectAdapter } from "./connect-adapter.ts";
 import { processService } from "./process/service.ts";
 import { filesystemService } from "./filesystem/service.ts";
 import { getFile, postFile } from "./http/files.ts";
@@ -41,7 +41,7 @@ export function createEnvdHandler(envd: Envd): (req: IncomingMessage, res: Serve
       throw toConnectError(e);
     }
   };
-  const rpc = connectNodeAdapter({
+  const rpc = connectAdapter({
     routes: (router: ConnectRouter) => {
       router.service(Process, processService(envd));
       router.service(Filesystem, filesystemService(envd));

@@ -15,6 +15,7 @@ import type { Envd } from "./context.ts";
 import { startReaper } from "./reaper.ts";
 import { EnvdLogRing } from "./log-ring.ts";
 import type { LogLevel } from "../contract/sandbox-logs.ts";
+import { loadPrivileges } from "./privileges.ts";
 
 /**
  * `argv`: envd's own flags. `dir`: where the native addons live (reaper.node,
@@ -29,12 +30,17 @@ export function startEnvd(argv: string[], dir: string): void {
   };
   const processes = new ProcessManager(dir);
   const watchers = new Watchers();
+  const users = new Users();
+  const privileges = loadPrivileges(dir, users, log);
+  // Before anything secret is in memory (the token and env vars arrive with POST /init).
+  if (!privileges.makeUndumpable()) log("envd could not make itself undumpable: the sandbox's root can ptrace it", {}, "warn");
   const envd: Envd = {
     state: new EnvdState(cfg),
-    users: new Users(),
+    users,
     processes,
     metadata: new FileMetadata(loadXattr(dir, log), log),
     watchers,
+    privileges,
     log,
     logs,
   };

@@ -18,6 +18,8 @@ interface Db {
   byName: Map<string, User>;
   byUid: Map<number, User>;
   groupsByGid: Map<number, string>;
+  /** user name → the gids of the groups that list it as a member. */
+  memberOf: Map<string, number[]>;
 }
 
 export class Users {
@@ -38,6 +40,7 @@ export class Users {
     const byName = new Map<string, User>();
     const byUid = new Map<number, User>();
     const groupsByGid = new Map<number, string>();
+    const memberOf = new Map<string, number[]>();
     for (const line of readLines(this.passwdPath)) {
       const f = line.split(":");
       if (f.length < 7) continue;
@@ -50,14 +53,16 @@ export class Users {
       const f = line.split(":");
       if (f.length < 3) continue;
       const gid = Number(f[2]);
-      if (Number.isInteger(gid) && !groupsByGid.has(gid)) groupsByGid.set(gid, f[0]!);
+      if (!Number.isInteger(gid)) continue;
+      if (!groupsByGid.has(gid)) groupsByGid.set(gid, f[0]!);
+      for (const m of (f[3] ?? "").split(",").filter(Boolean)) memberOf.set(m, [...(memberOf.get(m) ?? []), gid]);
     }
     if (!byName.has("root")) {
       const root = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/sh" };
       byName.set("root", root);
       byUid.set(0, root);
     }
-    this.passwd = { mtimeMs, byName, byUid, groupsByGid };
+    this.passwd = { mtimeMs, byName, byUid, groupsByGid, memberOf };
     return this.passwd;
   }
 
@@ -74,6 +79,11 @@ export class Users {
 
   userName(uid: number): string {
     return this.db().byUid.get(uid)?.name ?? String(uid);
+  }
+
+  /** The user's groups as `id -G` lists them: its primary group, then those naming it. */
+  groupIds(user: User): number[] {
+    return [...new Set([user.gid, ...(this.db().memberOf.get(user.name) ?? [])])];
   }
 
   groupName(gid: number): string {

@@ -10,10 +10,15 @@
  */
 import { z } from "zod";
 import { SpaceError } from "../core/errors.ts";
+import { LIMITS, boundedStringMap, timeoutSeconds, utf8Bytes } from "../core/limits.ts";
 import { NativeRule } from "../sandboxes/egress-rules.ts";
 
-export const Metadata = z.record(z.string().max(256), z.string().max(4096)).meta({ description: "string labels, filterable in lists" });
-export const EnvVars = z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable name"), z.string());
+export const Metadata = boundedStringMap("metadata", LIMITS.metadata).meta({
+  description: `string labels, filterable in lists: at most ${LIMITS.metadata.maxEntries} entries, keys ${LIMITS.metadata.maxKeyBytes} bytes, values ${LIMITS.metadata.maxValueBytes} bytes, ${LIMITS.metadata.maxTotalBytes} bytes in total`,
+});
+export const EnvVars = boundedStringMap("env", LIMITS.envVars, z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "an environment variable name")).meta({
+  description: `at most ${LIMITS.envVars.maxEntries} variables, values ${LIMITS.envVars.maxValueBytes} bytes, ${LIMITS.envVars.maxTotalBytes} bytes in total`,
+});
 
 const positiveInt = (field: string) =>
   z.number({ message: `${field} must be a number` }).int(`${field} must be an integer`).positive(`${field} must be a positive integer`);
@@ -40,7 +45,7 @@ export const CreateSandboxBody = z
     disk_mib: positiveInt("disk_mib").min(64, "disk_mib must be at least 64").optional(),
     env: EnvVars.optional(),
     metadata: Metadata.optional(),
-    timeout_s: z.number().int().min(1).max(24 * 3600).optional().meta({ description: "seconds until the sandbox is killed (default 300)" }),
+    timeout_s: timeoutSeconds("timeout_s").optional().meta({ description: "seconds until the sandbox is killed (default 300, at most 86400)" }),
     network: NetworkSpec.optional(),
   })
   .strict()
@@ -50,7 +55,11 @@ export type CreateSandboxBody = z.infer<typeof CreateSandboxBody>;
 export const RunCommandBody = z
   .object({
     cmd: z.string().min(1, "cmd must be a non-empty string").max(4096),
-    args: z.array(z.string().max(128 * 1024)).max(4096).optional(),
+    args: z
+      .array(z.string().max(128 * 1024))
+      .max(4096)
+      .refine((a) => a.reduce((n, x) => n + utf8Bytes(x), 0) <= LIMITS.command.maxArgsBytes, `args may hold at most ${LIMITS.command.maxArgsBytes} bytes in total`)
+      .optional(),
     cwd: z.string().min(1).max(4096).optional(),
     env: EnvVars.optional(),
     user: z.string().regex(/^[a-z_][a-z0-9_-]{0,31}$/, "user must be a Unix user name").optional(),

@@ -3,6 +3,7 @@
  * refills, restores): resources, timeout, placement constraints, effective egress.
  */
 import { invalid } from "../core/errors.ts";
+import { LIMITS } from "../core/limits.ts";
 import type { SandboxId } from "../core/ids.ts";
 import type { NetworkPolicy, OnTimeout, ResolvedTemplate, SandboxRecord } from "./model.ts";
 import type { SnapshotKind } from "../substrate/substrate.ts";
@@ -55,7 +56,7 @@ export interface PlacementInput {
 
 
 /** Upper bound of any sandbox lifetime from now (E2B: 24 h for Pro). */
-export const MAX_TIMEOUT_SEC = 24 * 60 * 60;
+export const MAX_TIMEOUT_SEC = LIMITS.timeoutSec.max;
 
 export function validateResources(r: { vcpu: number; memoryMib: number; diskMib: number }, rootfsSizeMib: number | null, templateId: string): void {
   for (const [name, v] of [["vcpu", r.vcpu], ["memory_mib", r.memoryMib], ["disk_mib", r.diskMib]] as const) {
@@ -70,9 +71,10 @@ export function validateResources(r: { vcpu: number; memoryMib: number; diskMib:
   }
 }
 
-export function validateTimeout(sec: number): void {
-  if (!Number.isFinite(sec) || sec < 0 || sec > MAX_TIMEOUT_SEC) {
-    throw invalid(`timeout=${sec} must be between 0 and ${MAX_TIMEOUT_SEC} seconds`, { field: "timeout" });
+/** A lifetime from now; `min` 0 only where 0 changes nothing (refreshes never shorten). */
+export function validateTimeout(sec: number, min: number = LIMITS.timeoutSec.min): void {
+  if (!Number.isFinite(sec) || sec < min || sec > MAX_TIMEOUT_SEC) {
+    throw invalid(`timeout=${sec} must be between ${min} and ${MAX_TIMEOUT_SEC} seconds`, { field: "timeout" });
   }
 }
 

@@ -68,7 +68,7 @@ export class SandboxLifecycle {
 
   /** E2B `refreshes`: keep alive for at least `durationSec` more; never shortens. */
   async refresh(tenantId: TenantId, id: string, durationSec: number): Promise<SandboxRecord> {
-    validateTimeout(durationSec);
+    validateTimeout(durationSec, 0);
     const rec = await liveSandbox(this.#r, tenantId, id);
     return this.extend(rec, durationSec);
   }

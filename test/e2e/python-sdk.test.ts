@@ -262,4 +262,25 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.ok(logs.levels.length > 0 && !logs.levels.includes("debug"), JSON.stringify(logs.levels));
     assert.equal(logs.aware, true);
   });
+
+  test("hardening: malformed create input is 400 naming the field; files with the requesting user's rights", async () => {
+    const o = await run("hardening.py");
+    const refused = (name: string, field: RegExp) => {
+      const e = ok(o, name) as { class: string; message: string };
+      assert.equal(e.class, "SandboxException", JSON.stringify(e));
+      assert.match(e.message, /^400: /, name);
+      assert.match(e.message, field, name);
+      assert.doesNotMatch(e.message, /0x00|UTF8|invalid byte sequence/, "no database text");
+    };
+    refused("nul_metadata", /metadata\.a/);
+    refused("nul_env", /envVars\.A/);
+    refused("big_env", /envVars\.BIG/);
+    refused("big_metadata", /at most 16384 bytes/);
+    for (const name of ["read_shadow", "write_root", "list_root"]) {
+      const e = ok(o, name) as { class: string; message: string };
+      assert.match(e.message, /permission denied|PERMISSION_DENIED/, `${name}: ${JSON.stringify(e)}`);
+    }
+    assert.deepEqual(ok(o, "own"), { read: "mine", owner: "user" });
+    assert.equal(ok(o, "root_reads_shadow"), true);
+  });
 });

@@ -3,7 +3,7 @@
  * (`{"code":<status>,"message"}`), and API-key authentication to a tenant.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { SpaceError, httpStatus, invalid } from "../../core/errors.ts";
+import { INTERNAL_MESSAGE, SpaceError, httpStatus, invalid, publicMessage } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { ApiKeyAuth } from "../../sandboxes/model.ts";
@@ -53,11 +53,11 @@ export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Lo
       const status = httpStatus[error.code];
       if (status >= 500 && error.code !== "unimplemented") log.error({ err: error, url: req.url }, "ECW request failed");
       else req.log.debug({ code: error.code, msg: error.message }, "ECW request refused");
-      return sendEcwError(reply, status, error.message);
+      return sendEcwError(reply, status, publicMessage(error));
     }
     const status = (error as FastifyError).statusCode;
     if (typeof status === "number" && status >= 400 && status < 500) return sendEcwError(reply, status, error.message);
     log.error({ err: error, url: req.url }, "ECW request failed unexpectedly");
-    return sendEcwError(reply, 500, "internal error; see the server log");
+    return sendEcwError(reply, 500, INTERNAL_MESSAGE);
   });
 }

@@ -1,5 +1,6 @@
 /** Decoding of the ECW list query (e2b-wire.md §2 "List query"). */
 import { invalid } from "../../core/errors.ts";
+import { unstorable } from "../../core/limits.ts";
 import type { SandboxState } from "../../sandboxes/model.ts";
 
 /**
@@ -11,11 +12,17 @@ export function decodeMetadataFilter(param: string | undefined): Record<string, 
   if (!param) return {};
   const out: Record<string, string> = {};
   for (const [k, v] of new URLSearchParams(param)) {
+    let key: string, value: string;
     try {
-      out[decodeURIComponent(k)] = decodeURIComponent(v);
+      key = decodeURIComponent(k);
+      value = decodeURIComponent(v);
     } catch {
       throw invalid(`metadata filter ${JSON.stringify(param).slice(0, 120)} is not URL-encoded key=value pairs`, { field: "metadata" });
     }
+    // The decodes above can produce what the framework's check of the raw query could not see.
+    const why = unstorable(key) ?? unstorable(value);
+    if (why !== undefined) throw invalid(`metadata filter: a key or value ${why}`, { field: "metadata" });
+    out[key] = value;
   }
   return out;
 }

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { LogLevel, LOGS_PAGE_MAX } from "../../contract/sandbox-logs.ts";
+import { LIMITS, boundedStringMap, timeoutSeconds } from "../../core/limits.ts";
 
 /** E2B network config. `denyOut` takes IPs/CIDRs only; `allowOut` also domains. */
 export const NetworkConfig = z.looseObject({
@@ -20,10 +21,10 @@ export type NetworkConfig = z.infer<typeof NetworkConfig>;
 
 export const NewSandbox = z.looseObject({
   templateID: z.string().min(1).default("base"),
-  metadata: z.record(z.string(), z.string()).optional(),
-  envVars: z.record(z.string(), z.string()).optional(),
+  metadata: boundedStringMap("metadata", LIMITS.metadata).optional(),
+  envVars: boundedStringMap("envVars", LIMITS.envVars).optional(),
   /** Seconds. Default depends on the path (v1 15 s, v2 300 s). */
-  timeout: z.number().int().min(0).optional(),
+  timeout: timeoutSeconds("timeout").optional(),
   secure: z.boolean().optional(),
   allow_internet_access: z.boolean().optional(),
   network: NetworkConfig.optional(),
@@ -43,11 +44,12 @@ export const SpaceResources = z.strictObject({
 });
 export const RESOURCES_METADATA_KEY = "space.resources";
 
-export const ConnectBody = z.looseObject({ timeout: z.number().int().min(0).optional(), memory: z.boolean().optional() });
-export const TimeoutBody = z.looseObject({ timeout: z.number().int().min(0) });
-export const RefreshBody = z.looseObject({ duration: z.number().int().min(0).optional() });
+export const ConnectBody = z.looseObject({ timeout: timeoutSeconds("timeout").optional(), memory: z.boolean().optional() });
+export const TimeoutBody = z.looseObject({ timeout: timeoutSeconds("timeout") });
+/** Keep alive at least this long more; 0 changes nothing (refreshes never shorten). */
+export const RefreshBody = z.looseObject({ duration: z.number().int().min(0).max(LIMITS.timeoutSec.max).optional() });
 export const PauseBody = z.looseObject({ memory: z.boolean().optional() });
-export const ForkBody = z.looseObject({ timeout: z.number().int().min(0).optional(), count: z.number().int().min(1).optional() });
+export const ForkBody = z.looseObject({ timeout: timeoutSeconds("timeout").optional(), count: z.number().int().min(1).optional() });
 export const SnapshotBody = z.looseObject({ name: z.string().optional() });
 export const NetworkUpdateBody = NetworkConfig.extend({ allow_internet_access: z.boolean().optional() });
 

@@ -30,6 +30,12 @@ function errors(...codes: number[]): Json {
   for (const c of codes) out[String(c)] = { description: describe(c), content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } } };
   return out;
 }
+/** A cursor page's errors: its 400 includes a cursor this server did not issue. */
+const pageErrors = (): Json => {
+  const out = errors(400, 401, 403);
+  out["400"] = { ...(out["400"] as Json), description: "invalid request (the message names the field), or a cursor that is not a next_cursor this server issued" };
+  return out;
+};
 function describe(c: number): string {
   return (
     {
@@ -91,14 +97,14 @@ export function buildOpenApi(): Json {
     paths: {
       "/v1/sandboxes": {
         post: mutation("create a sandbox", "sandboxes:write", { requestBody: body("CreateSandbox") }),
-        get: { summary: "list sandboxes (cursor pages)", "x-required-scope": "sandboxes:read", parameters: query(S.ListSandboxesQuery), responses: { ...ok("SandboxList"), ...errors(400, 401, 403) } },
+        get: { summary: "list sandboxes (cursor pages)", "x-required-scope": "sandboxes:read", parameters: query(S.ListSandboxesQuery), responses: { ...ok("SandboxList"), ...pageErrors() } },
       },
       "/v1/sandboxes/{id}": {
-        get: { summary: "get a sandbox", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("Sandbox"), ...errors(401, 403, 404) } },
+        get: { summary: "get a sandbox", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("Sandbox"), ...errors(400, 401, 403, 404) } },
         delete: mutation("delete (kill) a sandbox", "sandboxes:write", { parameters: [pathId("id")] }),
       },
       "/v1/sandboxes/{id}/network": {
-        get: { summary: "network record: destinations observed (mode observe) and refused, with a proposed allow list", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("NetworkObservation"), ...errors(401, 403, 404) } },
+        get: { summary: "network record: destinations observed (mode observe) and refused, with a proposed allow list", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("NetworkObservation"), ...errors(400, 401, 403, 404) } },
       },
       "/v1/sandboxes/{id}/pause": lifecycle("pause", "freeze in memory (resident pause)"),
       "/v1/sandboxes/{id}/resume": lifecycle("resume", "resume a paused sandbox"),
@@ -111,7 +117,7 @@ export function buildOpenApi(): Json {
         post: { ...mutation("run a command", "commands:exec", { requestBody: body("RunCommand") }), parameters: [pathId("id"), idem] },
       },
       "/v1/sandboxes/{id}/commands/{cid}": {
-        get: { summary: "get a command (state, pid, exit code)", "x-required-scope": "commands:exec", parameters: [pathId("id"), pathId("cid")], responses: { ...ok("Command"), ...errors(401, 403, 404) } },
+        get: { summary: "get a command (state, pid, exit code)", "x-required-scope": "commands:exec", parameters: [pathId("id"), pathId("cid")], responses: { ...ok("Command"), ...errors(400, 401, 403, 404) } },
       },
       "/v1/sandboxes/{id}/commands/{cid}/output": {
         get: {
@@ -125,7 +131,7 @@ export function buildOpenApi(): Json {
         post: { ...mutation("cancel (signal) a command", "commands:exec", { requestBody: body("CancelCommand", false) }), parameters: [pathId("id"), pathId("cid"), idem] },
       },
       "/v1/operations": {
-        get: { summary: "list operations (newest first)", parameters: query(S.ListOperationsQuery), responses: { ...ok("OperationList"), ...errors(400, 401, 403) } },
+        get: { summary: "list operations (newest first)", parameters: query(S.ListOperationsQuery), responses: { ...ok("OperationList"), ...pageErrors() } },
       },
       "/v1/operations/{id}": {
         get: {

@@ -33,7 +33,7 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: NativeDeps):
   app.post("/v1/sandboxes/:id/fork", async (req, reply) => {
     const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
     const { id } = parse(SandboxIdParams, req.params, "path");
-    const body = parse(ForkSandboxBody, req.body ?? {}, "body");
+    const body = parse(ForkSandboxBody, req.body, "body");
     return submit(deps, req, reply, {
       tenantId,
       kind: "sandbox.fork",

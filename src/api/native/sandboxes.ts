@@ -21,6 +21,8 @@ const LIVE: readonly SandboxState[] = sandboxStates.filter((s) => !endedStates.i
 export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): void {
   app.post("/v1/sandboxes", async (req, reply) => {
     const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
+    // Every field has a default, but a create says so: `{}` (a lost or empty body is not a create).
+    if (req.body === undefined) throw invalid("invalid body: a JSON object is required (send {} for every default)", { field: "body" });
     const body = parse(CreateSandboxBody, req.body, "body");
     // A policy that does not compile (bad target, port range) is a 400 now, not a failed operation later.
     if (body.network) compileNative(body.network);

@@ -4,6 +4,7 @@
  * are strict, so an unknown field is refused with its name.
  */
 import { z } from "zod";
+import { timeoutSeconds } from "../../core/limits.ts";
 import { NativeRule } from "../../sandboxes/egress-rules.ts";
 import { ObservedDestination } from "../../contract/egress-policy.ts";
 import { operationKinds } from "../../operations/operation-kind.ts";
@@ -77,7 +78,7 @@ export const SuspendSandboxBody = z
   .meta({ id: "SuspendSandbox" });
 
 export const ForkSandboxBody = z
-  .object({ metadata: Metadata.optional(), timeout_s: z.number().int().min(1).max(24 * 3600).optional() })
+  .object({ metadata: Metadata.optional(), timeout_s: timeoutSeconds("timeout_s").optional() })
   .strict()
   .meta({ id: "ForkSandbox" });
 
@@ -85,12 +86,15 @@ export const SandboxList = z
   .object({ sandboxes: z.array(Sandbox), next_cursor: z.string().nullable() })
   .meta({ id: "SandboxList" });
 
+/** A page's `next_cursor`; anything else is 400. */
+const Cursor = z.string().max(512).optional().meta({ description: "the next_cursor of the previous page; any other value is refused with 400" });
+
 export const SandboxIdParams = z.object({ id: z.string().min(1).max(64) }).strict();
 
 export const ListSandboxesQuery = z
   .object({
     limit: z.coerce.number().int().min(1).max(1000).default(100),
-    cursor: z.string().max(512).optional(),
+    cursor: Cursor,
     state: z.string().optional().meta({ description: "comma-separated states (default: live states)" }),
   })
   .strict();
@@ -178,7 +182,7 @@ export const GetOperationQuery = z.object({ wait: WaitDuration.optional() }).str
 export const ListOperationsQuery = z
   .object({
     limit: z.coerce.number().int().min(1).max(1000).default(100),
-    cursor: z.string().max(512).optional(),
+    cursor: Cursor,
     state: OperationState.optional(),
     kind: OperationKind.optional(),
     target: z.string().max(256).optional(),

@@ -84,7 +84,7 @@ export function registerTemplateRoutes(app: FastifyInstance, deps: NativeDeps): 
   app.post("/v1/templates/:name/builds", async (req, reply) => {
     const { tenantId } = await tenantWith(deps, req, "templates:write");
     const { name } = parse(BuildParams, req.params, "path");
-    const body = parse(BuildTemplateBody, req.body ?? {}, "build");
+    const body = parse(BuildTemplateBody, req.body, "build");
     const builds = deps.builds;
     if (!builds) throw new SpaceError("unimplemented", "this API process does not run template builds");
     const start = toBuildStart(body);

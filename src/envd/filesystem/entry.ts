@@ -7,7 +7,7 @@
  * (E2B's rootfs): btrfs says 0 for an empty directory. Metadata: `metadata.ts`.
  */
 import { lstat, realpath, readlink, stat } from "node:fs/promises";
-import type { Stats } from "node:fs";
+import { lstatSync, readlinkSync, realpathSync, statSync, type Stats } from "node:fs";
 import { basename } from "node:path";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -85,4 +85,23 @@ async function linkTarget(path: string): Promise<LinkTarget> {
 export async function entryInfo(envd: Envd, path: string): Promise<EntryInit> {
   const st = await lstat(path);
   return entryFromStats(envd, path, st, st.isSymbolicLink() ? await linkTarget(path) : undefined);
+}
+
+function linkTargetSync(path: string): LinkTarget {
+  try {
+    const target = realpathSync(path);
+    return { path: target, st: statSync(target) };
+  } catch {
+    try {
+      return { path: readlinkSync(path), st: undefined };
+    } catch {
+      return { path: "", st: undefined };
+    }
+  }
+}
+
+/** entryInfo, synchronously (inside `Privileges.asUser`, which needs synchronous I/O). */
+export function entryInfoSync(envd: Envd, path: string): EntryInit {
+  const st = lstatSync(path);
+  return entryFromStats(envd, path, st, st.isSymbolicLink() ? linkTargetSync(path) : undefined);
 }

@@ -1,9 +1,11 @@
 /**
  * filesystem.Filesystem (e2b-wire.md §3). Paths resolve against the requesting user's
- * home; envd runs as root and chowns what it creates to that user.
+ * home; every operation runs with that user's rights (`envd.privileges.asUser`, privileges.ts),
+ * so what the user may not touch is `permission_denied` and what it creates is its own.
+ * The operations are synchronous for that reason (one thread's credentials change).
  */
-import { lstat, readdir, rename, rm, stat, cp } from "node:fs/promises";
-import { join } from "node:path";
+import { cpSync, lstatSync, mkdirSync, opendirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { SpaceError } from "../../core/errors.ts";
@@ -12,30 +14,40 @@ import { userFromHeaders, type Envd } from "../context.ts";
 import { fsError } from "../errors.ts";
 import { resolveUserPath } from "../paths.ts";
 import { keepaliveMs, throwIfDeadline } from "../process/service.ts";
-import { entryFromStats, entryInfo, type EntryInit } from "./entry.ts";
-import { ensureParentOwned, mkdirpOwned } from "./ownership.ts";
+import type { User } from "../users.ts";
+import { entryFromStats, entryInfo, entryInfoSync, type EntryInit } from "./entry.ts";
 import { DirWatcher, type WatchEvent } from "./watchers.ts";
 
 type WatchInit = MessageInitShape<typeof WatchDirResponseSchema>;
 
 const MAX_QUEUED_EVENTS = 10_000;
 
-async function guard<T>(f: () => Promise<T>): Promise<T> {
+/** `f` with `user`'s rights; fs errors mapped to the taxonomy. */
+function asUser<T>(envd: Envd, user: User, f: () => T): T {
   try {
-    return await f();
+    return envd.privileges.asUser(user, f);
   } catch (e: unknown) {
     throw fsError(e);
   }
 }
 
-async function requireDir(path: string): Promise<void> {
-  let st;
+function requireDir(path: string): void {
+  if (!statSync(path).isDirectory()) throw new SpaceError("invalid_argument", `path ${JSON.stringify(path)} is not a directory`);
+}
+
+/** A watch needs the right to list the directory. */
+function requireListable(path: string): void {
+  requireDir(path);
+  opendirSync(path).closeSync();
+}
+
+function exists(path: string): boolean {
   try {
-    st = await stat(path);
-  } catch (e: unknown) {
-    throw fsError(e);
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
   }
-  if (!st.isDirectory()) throw new SpaceError("invalid_argument", `path ${JSON.stringify(path)} is not a directory`);
 }
 
 async function eventInit(envd: Envd, ev: WatchEvent, includeEntry: boolean) {
@@ -48,49 +60,50 @@ export function filesystemService(envd: Envd): ServiceImpl<typeof Filesystem> {
   const userOf = (ctx: HandlerContext) => userFromHeaders(envd, ctx.requestHeader.get("authorization"));
   return {
     async stat(req, ctx) {
-      const path = resolveUserPath(req.path, userOf(ctx));
-      return { entry: await guard(() => entryInfo(envd, path)) };
+      const user = userOf(ctx);
+      const path = resolveUserPath(req.path, user);
+      return { entry: asUser(envd, user, () => entryInfoSync(envd, path)) };
     },
 
     async makeDir(req, ctx) {
       const user = userOf(ctx);
       const path = resolveUserPath(req.path, user);
-      const exists = await lstat(path).then(
-        () => true,
-        () => false,
-      );
-      if (exists) throw new SpaceError("already_exists", `path ${JSON.stringify(path)} already exists`);
-      await guard(() => mkdirpOwned(path, user));
-      return { entry: await guard(() => entryInfo(envd, path)) };
+      const entry = asUser(envd, user, () => {
+        if (exists(path)) throw new SpaceError("already_exists", `path ${JSON.stringify(path)} already exists`);
+        mkdirSync(path, { recursive: true });
+        return entryInfoSync(envd, path);
+      });
+      return { entry };
     },
 
     async move(req, ctx) {
       const user = userOf(ctx);
       const src = resolveUserPath(req.source, user);
       const dst = resolveUserPath(req.destination, user);
-      await guard(async () => {
-        await lstat(src);
-        await ensureParentOwned(dst, user);
+      const entry = asUser(envd, user, () => {
+        lstatSync(src);
+        mkdirSync(dirname(dst), { recursive: true });
         try {
-          await rename(src, dst);
+          renameSync(src, dst);
         } catch (e: unknown) {
           if ((e as NodeJS.ErrnoException).code !== "EXDEV") throw e;
-          await cp(src, dst, { recursive: true, preserveTimestamps: true, verbatimSymlinks: true });
-          await rm(src, { recursive: true, force: true });
+          cpSync(src, dst, { recursive: true, preserveTimestamps: true, verbatimSymlinks: true });
+          rmSync(src, { recursive: true, force: true });
         }
+        return entryInfoSync(envd, dst);
       });
-      return { entry: await guard(() => entryInfo(envd, dst)) };
+      return { entry };
     },
 
     async listDir(req, ctx) {
-      const root = resolveUserPath(req.path, userOf(ctx));
-      await requireDir(root);
+      const user = userOf(ctx);
+      const root = resolveUserPath(req.path, user);
       const depth = Math.max(1, req.depth || 1);
       const entries: EntryInit[] = [];
-      const walk = async (dir: string, level: number): Promise<void> => {
+      const walk = (dir: string, level: number): void => {
         let names: string[];
         try {
-          names = await readdir(dir);
+          names = readdirSync(dir);
         } catch {
           return; // unreadable or raced with a delete
         }
@@ -99,30 +112,38 @@ export function filesystemService(envd: Envd): ServiceImpl<typeof Filesystem> {
           let e: EntryInit;
           let isDir = false;
           try {
-            const st = await lstat(p);
+            const st = lstatSync(p);
             isDir = st.isDirectory();
-            e = st.isSymbolicLink() ? await entryInfo(envd, p) : entryFromStats(envd, p, st);
+            e = st.isSymbolicLink() ? entryInfoSync(envd, p) : entryFromStats(envd, p, st);
           } catch {
             continue;
           }
           entries.push(e);
-          if (isDir && level < depth) await walk(p, level + 1);
+          if (isDir && level < depth) walk(p, level + 1);
         }
       };
-      await walk(root, 1);
+      asUser(envd, user, () => {
+        requireDir(root);
+        // The root itself must be listable (a subdirectory that is not is skipped).
+        readdirSync(root);
+        walk(root, 1);
+      });
       entries.sort((a, b) => (a.path! < b.path! ? -1 : a.path! > b.path! ? 1 : 0));
       return { entries };
     },
 
     // A missing path is not an error: E2B's envd removes with os.RemoveAll.
     async remove(req, ctx) {
-      const path = resolveUserPath(req.path, userOf(ctx));
-      await guard(() => rm(path, { recursive: true, force: true }));
+      const user = userOf(ctx);
+      const path = resolveUserPath(req.path, user);
+      asUser(envd, user, () => rmSync(path, { recursive: true, force: true }));
       return {};
     },
 
     async *watchDir(req, ctx) {
-      const dir = resolveUserPath(req.path, userOf(ctx));
+      const user = userOf(ctx);
+      const dir = resolveUserPath(req.path, user);
+      asUser(envd, user, () => requireListable(dir));
       const queue: WatchInit[] = [];
       let wake: (() => void) | undefined;
       let failure: unknown;
@@ -181,7 +202,9 @@ export function filesystemService(envd: Envd): ServiceImpl<typeof Filesystem> {
     },
 
     async createWatcher(req, ctx) {
-      const dir = resolveUserPath(req.path, userOf(ctx));
+      const user = userOf(ctx);
+      const dir = resolveUserPath(req.path, user);
+      asUser(envd, user, () => requireListable(dir));
       return { watcherId: envd.watchers.create(dir, req.recursive, req.includeEntry) };
     },
 

@@ -1,22 +1,24 @@
 /**
  * `GET /files` and `POST /files` (e2b-wire.md §3): raw bytes down (gzip on request),
- * multipart or octet-stream up (gzip accepted), parents created, files owned by the
- * requesting user. `X-Metadata-*` replace the file's metadata (none clears it); each entry
- * of the answer carries the metadata read back from the file, as E2B's envd answers.
+ * multipart or octet-stream up (gzip accepted), parents created. Files are opened with the
+ * requesting user's rights (`envd.privileges.asUser`), so what it may not read or write is
+ * 403 and what it creates is its own; the bytes then stream through the open descriptor.
+ * `X-Metadata-*` replace the file's metadata (none clears it); each entry of the answer
+ * carries the metadata read back from the file, as E2B's envd answers.
  */
-import { createReadStream, createWriteStream, type WriteStream } from "node:fs";
-import { chown, stat, lstat, rm } from "node:fs/promises";
+import { createReadStream, createWriteStream, lstatSync, mkdirSync, openSync, statSync, type WriteStream } from "node:fs";
+import { rm } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { basename } from "node:path";
+import { basename, dirname } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { createGunzip, createGzip } from "node:zlib";
 import type { Readable } from "node:stream";
 import { SpaceError } from "../../core/errors.ts";
 import { basicAuthUser, tokenMatches, verifySignature, type SignOp } from "../auth.ts";
 import { requestUser, type Envd } from "../context.ts";
+import { fsError } from "../errors.ts";
 import { resolveUserPath } from "../paths.ts";
 import type { User } from "../users.ts";
-import { ensureParentOwned } from "../filesystem/ownership.ts";
 import { validateMetadata, type Metadata } from "../filesystem/metadata.ts";
 import { boundaryOf, parseMultipart } from "./multipart.ts";
 import { sendError, sendJson } from "./respond.ts";
@@ -52,13 +54,17 @@ export async function getFile(envd: Envd, req: IncomingMessage, res: ServerRespo
     const q = authorize(envd, req, url, "read");
     if (!q.path) throw new SpaceError("invalid_argument", "the path query parameter is required");
     const path = resolveUserPath(q.path, q.user);
-    let st;
-    try {
-      st = await stat(path);
-    } catch {
-      throw new SpaceError("not_found", `path '${path}' does not exist`);
-    }
-    if (st.isDirectory()) throw new SpaceError("invalid_argument", `path '${path}' is a directory`);
+    const { st, fd } = opened(envd, q.user, () => {
+      let st;
+      try {
+        st = statSync(path);
+      } catch (e: unknown) {
+        if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new SpaceError("not_found", `path '${path}' does not exist`);
+        throw e;
+      }
+      if (st.isDirectory()) throw new SpaceError("invalid_argument", `path '${path}' is a directory`);
+      return { st, fd: openSync(path, "r") };
+    });
     const gzip = /\bgzip\b/i.test(String(req.headers["accept-encoding"] ?? ""));
     const headers: Record<string, string | number> = {
       "content-type": "application/octet-stream",
@@ -68,11 +74,7 @@ export async function getFile(envd: Envd, req: IncomingMessage, res: ServerRespo
       headers["content-encoding"] = "gzip";
       headers["vary"] = "Accept-Encoding";
     } else headers["content-length"] = st.size;
-    const src = createReadStream(path, { highWaterMark: 1024 * 1024 });
-    await new Promise<void>((resolve, reject) => {
-      src.once("open", () => resolve());
-      src.once("error", reject);
-    });
+    const src = createReadStream(path, { fd, highWaterMark: 1024 * 1024 });
     res.writeHead(200, headers);
     if (req.method === "HEAD") {
       src.destroy();
@@ -106,20 +108,32 @@ interface WrittenEntry {
   metadata?: Metadata;
 }
 
-async function openTarget(path: string, user: User): Promise<WriteStream> {
-  const existing = await lstat(path).catch(() => undefined);
-  if (existing?.isDirectory()) throw new SpaceError("invalid_argument", `path '${path}' is a directory`);
-  await ensureParentOwned(path, user);
-  const ws = createWriteStream(path, { flags: "w", mode: 0o644, highWaterMark: 1024 * 1024 });
-  await new Promise<void>((resolve, reject) => {
-    ws.once("open", () => resolve());
-    ws.once("error", reject);
-  });
-  return ws;
+/** `f` with `user`'s rights; fs errors mapped to the taxonomy (403 for what it may not touch). */
+function opened<T>(envd: Envd, user: User, f: () => T): T {
+  try {
+    return envd.privileges.asUser(user, f);
+  } catch (e: unknown) {
+    throw fsError(e);
+  }
 }
 
-async function finishTarget(envd: Envd, path: string, user: User, meta: Metadata): Promise<WrittenEntry> {
-  if (user.uid !== 0) await chown(path, user.uid, user.gid);
+function openTarget(envd: Envd, path: string, user: User): WriteStream {
+  const fd = opened(envd, user, () => {
+    const existing = (() => {
+      try {
+        return lstatSync(path);
+      } catch {
+        return undefined;
+      }
+    })();
+    if (existing?.isDirectory()) throw new SpaceError("invalid_argument", `path '${path}' is a directory`);
+    mkdirSync(dirname(path), { recursive: true });
+    return openSync(path, "w", 0o644);
+  });
+  return createWriteStream(path, { fd, highWaterMark: 1024 * 1024 });
+}
+
+function finishTarget(envd: Envd, path: string, meta: Metadata): WrittenEntry {
   envd.metadata.write(path, meta);
   const kept = envd.metadata.read(path);
   return { path, name: basename(path), type: "file", ...(kept && { metadata: kept }) };
@@ -153,7 +167,7 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
         }
         if (!target) throw new SpaceError("invalid_argument", "a file part needs a filename (the target path) or a path query");
         const path = resolveUserPath(target, q.user);
-        const ws = await openTarget(path, q.user);
+        const ws = openTarget(envd, path, q.user);
         inProgress = path;
         openStream = ws;
         return {
@@ -172,7 +186,7 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
               ws.once("error", reject);
               ws.end(() => resolve());
             });
-            written.push(await finishTarget(envd, path, q.user, meta));
+            written.push(finishTarget(envd, path, meta));
             inProgress = undefined;
           },
         };
@@ -180,7 +194,7 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
     } else {
       if (!q.path) throw new SpaceError("invalid_argument", "the path query parameter is required for a raw upload");
       const path = resolveUserPath(q.path, q.user);
-      const ws = await openTarget(path, q.user);
+      const ws = openTarget(envd, path, q.user);
       inProgress = path;
       try {
         await pipeline(body, ws);
@@ -189,7 +203,7 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
         throw e;
       }
       inProgress = undefined;
-      written.push(await finishTarget(envd, path, q.user, meta));
+      written.push(finishTarget(envd, path, meta));
     }
     sendJson(res, 200, written);
   } catch (e: unknown) {

@@ -93,6 +93,8 @@ export class LinuxNetworkSlots implements NetworkSlots {
   readonly table: string;
   readonly vethPrefix: string;
   private readonly bridgeMacAddr: string;
+  /** The alias every host veth of this node carries: its owner mark (the bridge name is unique per node). */
+  private readonly linkAlias: string;
   private readonly o: NetworkSlotsOptions;
   private readonly slots = new Map<string, Slot>();
   private readonly usedIndexes = new Set<number>();
@@ -111,6 +113,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     this.table = o.nftTable ?? DEFAULT_TABLE;
     this.vethPrefix = o.vethPrefix ?? "vs";
     this.bridgeMacAddr = bridgeMac(this.bridge);
+    this.linkAlias = `space-slot-of-${this.bridge}`;
     if (o.maxSlots > this.range.size) throw new SpaceError("invalid_argument", `SPACE_NODE_MAX_SLOTS=${o.maxSlots} does not fit in ${o.cidr} (${this.range.size} addresses)`);
   }
 
@@ -194,10 +197,14 @@ export class LinuxNetworkSlots implements NetworkSlots {
     }
     // Orphaned namespaces are reclaimed through their records (written before any host
     // object exists); unrecorded namespaces may belong to another agent on this host.
-    // Orphaned host veths (`vs<index>`) whose slot is gone.
-    for (const dev of await listLinks(signal)) {
-      const m = new RegExp(`^${this.vethPrefix}(\\d+)$`).exec(dev);
-      if (m && !this.usedIndexes.has(Number(m[1]))) await exec("ip", ["link", "delete", dev], { timeoutMs: T, signal, allowFailure: true });
+    // Orphaned host veths (`vs<index>`) whose slot is gone, and only this node's: on its
+    // bridge or carrying its alias. Another agent on this host may use the same prefix
+    // with its own bridge; its links are never touched.
+    for (const link of await listLinkDetails(signal)) {
+      const m = new RegExp(`^${this.vethPrefix}(\\d+)$`).exec(link.ifname);
+      if (!m || this.usedIndexes.has(Number(m[1]))) continue;
+      if (link.master !== this.bridge && link.ifalias !== this.linkAlias) continue;
+      await exec("ip", ["link", "delete", link.ifname], { timeoutMs: T, signal, allowFailure: true });
     }
     void this.fillPool();
   }
@@ -279,6 +286,8 @@ export class LinuxNetworkSlots implements NetworkSlots {
     try {
       await ip(["-b", "-"], signal,
         `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
+          // The owner's mark, before anything can fail: a veth left off the bridge is still known as this node's.
+          `link set dev ${slot.hostVeth} alias ${this.linkAlias}\n` +
           `link set ${slot.hostVeth} master ${this.bridge}\n` +
           // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
           `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
@@ -535,6 +544,16 @@ async function listLinks(signal: AbortSignal): Promise<string[]> {
     .split("\n")
     .map((l) => /^\d+:\s+([^:@\s]+)/.exec(l)?.[1])
     .filter((n): n is string => !!n);
+}
+
+/** Links with the bridge they are attached to and their alias (`ip -j`: names with spaces or `@` parse safely). */
+async function listLinkDetails(signal: AbortSignal): Promise<Array<{ ifname: string; master?: string; ifalias?: string }>> {
+  const r = await exec("ip", ["-j", "link", "show"], { timeoutMs: T, signal, allowFailure: true });
+  try {
+    return (JSON.parse(r.stdout || "[]") as Array<{ ifname: string; master?: string; ifalias?: string }>).filter((l) => typeof l.ifname === "string");
+  } catch {
+    return [];
+  }
 }
 
 /** Locally administered unicast MAC for slot `index` (02:53:50 = "SP"). */
