@@ -20,6 +20,8 @@ import { ENVD_PORT, NODE_TOKEN_HEADER } from "../../contract/node-api.ts";
 import type { SandboxRecord } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
 import { NO_ROUTE, resolveRoute } from "./route.ts";
+import { RouteCache } from "./route-cache.ts";
+import { SecureSandboxes } from "./secure-sandboxes.ts";
 import { signatureMatches } from "./signature.ts";
 
 export const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
@@ -29,7 +31,7 @@ export interface GatewayDeps {
   /** SPACE_SANDBOX_DOMAIN ("" → null): when set, Host routing requires this suffix. */
   sandboxDomain: string | null;
   log: Logger;
-  /** How long a route lookup is cached (kill invalidates at once). Default 2000 ms. */
+  /** How long a running sandbox's route is cached (route-cache.ts; misses never are). Default 2000 ms. */
   routeCacheMs?: number;
 }
 
@@ -60,39 +62,28 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const repo = sandboxes.repo;
   const cacheMs = deps.routeCacheMs ?? 2000;
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 256 });
-  const cache = new Map<string, { rec: SandboxRecord | null; until: number }>();
+  const routes = new RouteCache(repo, cacheMs);
+  const secure = new SecureSandboxes(repo);
   const inflight = new Map<string, Set<Live>>();
-  let secureCache: { at: number; list: Promise<SandboxRecord[]> } | null = null;
 
   const onEnded = (id: SandboxId) => {
-    cache.delete(id);
-    secureCache = null;
+    routes.forget(id);
+    secure.forget(id);
     const set = inflight.get(id);
     if (!set) return;
     inflight.delete(id);
     for (const l of set) l.destroy();
   };
+  const onStarted = (rec: SandboxRecord) => {
+    routes.publish(rec);
+    secure.publish(rec);
+  };
   sandboxes.events.on("ended", onEnded);
-  sandboxes.events.on("started", (rec) => cache.set(rec.id, { rec, until: Date.now() + cacheMs }));
-
-  async function lookup(id: string): Promise<SandboxRecord | null> {
-    const hit = cache.get(id);
-    const now = Date.now();
-    if (hit && hit.until > now) return hit.rec;
-    const rec = /^[a-z0-9]{20}$/.test(id) ? await repo.getById(id as SandboxId) : null;
-    cache.set(id, { rec, until: now + cacheMs });
-    if (cache.size > 10_000) for (const [k, v] of cache) if (v.until <= now) cache.delete(k);
-    return rec;
-  }
+  sandboxes.events.on("started", onStarted);
 
   /** The running secure sandbox whose envd token satisfies `matches`. */
-  async function findSecure(matches: (token: string) => boolean): Promise<SandboxRecord | null> {
-    const now = Date.now();
-    if (!secureCache || now - secureCache.at > 1000) secureCache = { at: now, list: repo.listRunningSecure() };
-    for (const rec of await secureCache.list) {
-      if (rec.envdAccessToken && matches(rec.envdAccessToken)) return rec;
-    }
-    return null;
+  function findSecure(matches: (token: string) => boolean): Promise<SandboxRecord | null> {
+    return secure.find((rec) => rec.envdAccessToken !== null && matches(rec.envdAccessToken));
   }
 
   function findSigned(method: string, url: string): Promise<SandboxRecord | null> {
@@ -134,7 +125,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       rec = await findByToken(route.token);
       if (!rec) return { status: 400, body: { code: 400, message: `no running sandbox has this X-Access-Token; ${NO_ROUTE}` } };
     } else {
-      rec = await lookup(route.sandboxId);
+      rec = await routes.lookup(route.sandboxId);
       port = route.port;
       if (!rec || rec.state !== "running" || !rec.nodeId) return notFound(route.sandboxId);
     }
@@ -204,7 +195,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       untrack();
       if (res.headersSent) return res.destroy();
       log.debug({ err: e, sandboxId: rec.id }, "gateway upstream failed");
-      cache.delete(rec.id);
+      routes.forget(rec.id);
       const nf = notFound(rec.id);
       sendJson(res, nf.status, nf.body);
     });
@@ -269,6 +260,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     },
     async close() {
       sandboxes.events.off("ended", onEnded);
+      sandboxes.events.off("started", onStarted);
       for (const set of inflight.values()) for (const l of set) l.destroy();
       inflight.clear();
       await new Promise<void>((resolve) => {
