@@ -132,7 +132,10 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
 /** The API server (ECW, Native, Admin) and the sandbox gateway. */
 export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
-  const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
+  // The gateway first: the default sandbox domain names its port.
+  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log });
+  const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
+  const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || defaultSandboxDomain(gatewayPort);
   const apiKeys = new StoreApiKeys(db);
   const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
@@ -158,17 +161,16 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
         builds,
       }),
   ];
-  const app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });
-  const url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
-  await builds.resume();
-  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain, log });
-  let gatewayPort: number;
+  let app: FastifyInstance;
+  let url: string;
   try {
-    gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
+    app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });
+    url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
   } catch (e) {
-    await app.close();
+    await gateway.close();
     throw e;
   }
+  await builds.resume();
   const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `http://${config.SPACE_API_HOST}:${gatewayPort}`;
   return {
     app,
@@ -181,6 +183,16 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
       await builds.close();
     },
   };
+}
+
+/**
+ * `<port>-<id>.localhost:<gateway port>` for getHost() when SPACE_SANDBOX_DOMAIN is unset:
+ * every name under `localhost` is loopback (RFC 6761; glibc through nss-myhostname, which
+ * scripts/setup.sh installs; browsers on their own), so public ports work on this machine
+ * with nothing configured. The gateway routes such a Host by its `<port>-<id>` label.
+ */
+export function defaultSandboxDomain(gatewayPort: number): string {
+  return `localhost:${gatewayPort}`;
 }
 
 function requireSecret(config: Config, name: "SPACE_ADMIN_TOKEN" | "SPACE_INTERNAL_TOKEN"): string {

@@ -2,12 +2,13 @@
  * The gateway's routes end to end, through the unmodified e2b SDK on a real `space up`:
  * a sandbox is reachable the moment an API call hands it back (connect after pause,
  * create with `secure: true` and its signed file URLs): no miss or stale list the
- * gateway cached before the state change is served after it. Needs root.
+ * gateway cached before the state change is served after it; and `getHost(port)` reaches
+ * a server in the sandbox from this machine with `space up`'s defaults. Needs root.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox, type ConnectionOpts, type SandboxOpts } from "e2b";
-import { startStack, type Stack } from "../support/stack.ts";
+import { startStack, waitFor, type Stack } from "../support/stack.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
 
@@ -69,5 +70,22 @@ describe("gateway routes with the e2b SDK", { skip, timeout: 10 * 60_000 }, () =
       busy = false;
       await traffic;
     }
+  });
+
+  test("getHost(8000) with nothing configured: fetch reaches a server in the sandbox", async () => {
+    const sb = await create();
+    await sb.files.write("/home/user/www/index.html", "hello from the sandbox");
+    await sb.commands.run("cd /home/user/www && python3 -m http.server 8000", { background: true });
+    const host = sb.getHost(8000);
+    assert.match(host, new RegExp(`^8000-${sb.sandboxId}\\.localhost:\\d+$`));
+    const body = await waitFor(
+      async () => {
+        const r = await fetch(`http://${host}/index.html`).catch(() => null);
+        return r?.status === 200 ? r.text() : null;
+      },
+      `a server on ${host}`,
+      30_000,
+    );
+    assert.equal(body, "hello from the sandbox");
   });
 });

@@ -21,6 +21,7 @@ test("route resolution", () => {
   assert.deepEqual(resolveRoute({ "e2b-sandbox-id": id, "e2b-sandbox-port": "49983" }, "/health", null), { kind: "header", sandboxId: id, port: 49983, path: "/health" });
   assert.deepEqual(resolveRoute({ host: `8080-${id}.sb.local:3001` }, "/x?y=1", "sb.local"), { kind: "host", sandboxId: id, port: 8080, path: "/x?y=1" });
   assert.equal(resolveRoute({ host: `8080-${id}.other.dom` }, "/x", "sb.local").kind, "none");
+  assert.deepEqual(resolveRoute({ host: `8000-${id}.localhost:3001` }, "/", "localhost:3001"), { kind: "host", sandboxId: id, port: 8000, path: "/" });
   assert.deepEqual(resolveRoute({ host: "127.0.0.1:3001" }, `/sandboxes/${id}/ports/3000/a/b?c=d`, null), { kind: "path", sandboxId: id, port: 3000, path: "/a/b?c=d" });
   assert.deepEqual(resolveRoute({}, `/sandboxes/${id}/ports/3000`, null), { kind: "path", sandboxId: id, port: 3000, path: "/" });
   assert.equal(resolveRoute({}, "/files?path=x&signature=v1_abc", null).kind, "signed");
