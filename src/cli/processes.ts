@@ -3,7 +3,7 @@
  * the gateway), the controller, the node agent. `space up` runs all three in one
  * process on a shared database; `space api|controller|node` run one each.
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
@@ -133,7 +133,8 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
 export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
   // The gateway first: the default sandbox domain names its port.
-  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log });
+  const tls = gatewayTls(config);
+  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls });
   const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || defaultSandboxDomain(gatewayPort);
   const apiKeys = new StoreApiKeys(db);
@@ -171,7 +172,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
     throw e;
   }
   await builds.resume();
-  const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `http://${config.SPACE_API_HOST}:${gatewayPort}`;
+  const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `${tls ? "https" : "http"}://${config.SPACE_API_HOST}:${gatewayPort}`;
   return {
     app,
     url,
@@ -183,6 +184,23 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
       await builds.close();
     },
   };
+}
+
+/** The gateway's certificate and key, read once at start; both or neither. */
+function gatewayTls(config: Config): { cert: Buffer; key: Buffer } | null {
+  const { SPACE_GATEWAY_TLS_CERT: certPath, SPACE_GATEWAY_TLS_KEY: keyPath } = config;
+  if (!certPath && !keyPath) return null;
+  if (!certPath || !keyPath) {
+    throw new SpaceError("invalid_argument", `SPACE_GATEWAY_TLS_CERT and SPACE_GATEWAY_TLS_KEY go together; only ${certPath ? "SPACE_GATEWAY_TLS_CERT" : "SPACE_GATEWAY_TLS_KEY"} is set`);
+  }
+  const read = (name: string, path: string) => {
+    try {
+      return readFileSync(path);
+    } catch (e: unknown) {
+      throw new SpaceError("invalid_argument", `${name}=${path} cannot be read: ${(e as NodeJS.ErrnoException).code ?? String(e)}`);
+    }
+  };
+  return { cert: read("SPACE_GATEWAY_TLS_CERT", certPath), key: read("SPACE_GATEWAY_TLS_KEY", keyPath) };
 }
 
 /**

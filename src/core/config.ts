@@ -75,6 +75,8 @@ const vars = {
   SPACE_PUBLIC_API_URL: [url(), "", "URL users reach the API at; empty = http://<host>:<port>"],
   SPACE_PUBLIC_GATEWAY_URL: [url(), "", "URL users reach the gateway at; empty = http://<host>:<gateway port>"],
   SPACE_SANDBOX_DOMAIN: [z.string(), "", "wildcard domain for <port>-<id>.<domain> public port URLs (getHost); empty = localhost:<gateway port>, reachable on this machine"],
+  SPACE_GATEWAY_TLS_CERT: [z.string(), "", "PEM certificate chain file: the gateway serves TLS, h2 and HTTP/1.1 by ALPN; empty = plain HTTP/1.1 and h2c"],
+  SPACE_GATEWAY_TLS_KEY: [z.string(), "", "PEM private key file of SPACE_GATEWAY_TLS_CERT"],
   SPACE_ADMIN_TOKEN: [z.string(), "", "admin token; empty = generated once and kept in the data directory"],
   SPACE_INTERNAL_TOKEN: [z.string(), "", "token between control plane and nodes; empty = generated once and kept"],
   SPACE_CONTROLLER_TICK_MS: [int(1, 60_000), "25", "dispatcher claim tick behind NOTIFY (on PGlite at least a quarter of the claim staleness: its NOTIFY is never lost)"],

@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { pino } from "pino";
 import { createGateway } from "./gateway.ts";
@@ -155,6 +156,53 @@ test("streams pass without buffering and are cut when the sandbox is killed; the
     const after = await fetch(`${s.base}/health`, { headers: h });
     assert.equal(after.status, 502);
   } finally {
+    await s.close();
+  }
+});
+
+test("h2c with prior knowledge beside HTTP/1.1 on one port; a killed sandbox's stream is reset, the session goes on", async () => {
+  const s = await setup();
+  const session = http2.connect(s.base);
+  try {
+    const a = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const b = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const call = (id: string, path: string) =>
+      session.request({ ":method": "POST", ":path": path, "e2b-sandbox-id": id, "e2b-sandbox-port": "49983", "content-type": "application/json" });
+    const get = (req: http2.ClientHttp2Stream) =>
+      new Promise<{ status: number; body: string }>((res, rej) => {
+        let status = 0;
+        let body = "";
+        req.on("response", (h) => (status = Number(h[":status"])));
+        req.on("data", (c: Buffer) => (body += c.toString()));
+        req.on("end", () => res({ status, body }));
+        req.on("error", rej);
+      });
+    const one = call(a.id, "/process.Process/List");
+    one.end("{}");
+    const got = await get(one);
+    assert.equal(got.status, 200);
+    assert.deepEqual(JSON.parse(got.body), { url: `/v1/sandboxes/${a.id}/proxy/49983/process.Process/List`, body: "{}" });
+    assert.equal(s.seen.at(-1)!.headers.host?.startsWith("127.0.0.1:"), true, "pseudo-headers stay behind; the upstream gets its own Host");
+
+    const stream = call(a.id, "/stream");
+    stream.end();
+    const first = await new Promise<string>((res) => stream.once("data", (c: Buffer) => res(c.toString())));
+    assert.equal(first.startsWith("first"), true);
+    const reset = new Promise<number>((res) => stream.on("close", () => res(stream.rstCode ?? -1)));
+    stream.on("error", () => undefined);
+    await s.sandboxes.kill("tn_a" as TenantId, a.id);
+    assert.equal(await reset, http2.constants.NGHTTP2_INTERNAL_ERROR);
+
+    const other = call(b.id, "/health");
+    other.end();
+    assert.equal((await get(other)).status, 200, "the other sandbox's calls on the same connection go on");
+    const gone = call(a.id, "/health");
+    gone.end();
+    assert.equal((await get(gone)).status, 502);
+    const h1 = await fetch(`${s.base}/health`, { headers: { "e2b-sandbox-id": b.id, "e2b-sandbox-port": "49983" } });
+    assert.equal(h1.status, 200);
+  } finally {
+    session.destroy();
     await s.close();
   }
 });
