@@ -34,6 +34,8 @@ describe("gateway routes with the e2b SDK", { skip, timeout: 10 * 60_000 }, () =
   test("pause → a call while paused fails → connect → commands.run and files.read succeed at once", async () => {
     const sb = await create();
     await sb.files.write("/home/user/kept.txt", "kept");
+    // A process before the pause: a sandbox restored without ever having spawned one
+    // loses envd at its first spawn (a separate bug, reported; not the route's).
     assert.equal((await sb.commands.run("echo before")).stdout, "before\n");
     assert.equal(await sb.pause(), true);
     // A call while paused is refused (and must not be remembered past the resume).

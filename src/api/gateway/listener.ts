@@ -33,6 +33,8 @@ export interface Listener {
 }
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+/** No request timeout: streams (process output, watch) may last hours. */
+const HTTP1_LIMITS = { keepAliveTimeout: 65_000, headersTimeout: 66_000, requestTimeout: 0 };
 
 export function createListener(o: ListenerOptions): Listener {
   const sockets = new Set<Duplex>();
@@ -56,14 +58,14 @@ export function createListener(o: ListenerOptions): Listener {
     server.on("session", keepSession);
     server.on("secureConnection", keepSocket);
     server.setTimeout(0);
+    // Its HTTP/1.1 side reads http.Server's limits (requestTimeout defaults to 300 s there).
+    Object.assign(server, HTTP1_LIMITS);
     return { server, closeAll };
   }
 
   const h1 = http.createServer(o.onRequest);
   h1.on("upgrade", o.onUpgrade);
-  h1.keepAliveTimeout = 65_000;
-  h1.headersTimeout = 66_000;
-  h1.requestTimeout = 0; // streams (process output, watch) may last hours
+  Object.assign(h1, HTTP1_LIMITS);
   const h2 = http2.createServer({}, o.onRequest);
   h2.on("session", keepSession);
   h2.setTimeout(0);
