@@ -129,14 +129,19 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
   }
 }
 
-/** The API server (ECW, Native, Admin) and the sandbox gateway. */
-export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
+/**
+ * The API server (ECW, Native, Admin) and the sandbox gateway. `localSandboxDomain`
+ * (`space up`): without SPACE_SANDBOX_DOMAIN, create answers name
+ * `localhost:<gateway port>` (defaultSandboxDomain); a separate `space api` answers
+ * `domain: null` then, so clients keep their own (E2B_DOMAIN).
+ */
+export async function startApiServer(cp: ControlPlane, opts: { localSandboxDomain?: boolean } = {}): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
   // The gateway first: the default sandbox domain names its port.
   const tls = gatewayTls(config);
   const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls });
   const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
-  const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || defaultSandboxDomain(gatewayPort);
+  const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || (opts.localSandboxDomain ? defaultSandboxDomain(gatewayPort) : null);
   const apiKeys = new StoreApiKeys(db);
   const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
@@ -204,7 +209,7 @@ function gatewayTls(config: Config): { cert: Buffer; key: Buffer } | null {
 }
 
 /**
- * `<port>-<id>.localhost:<gateway port>` for getHost() when SPACE_SANDBOX_DOMAIN is unset:
+ * `<port>-<id>.localhost:<gateway port>` for getHost() when `space up` runs without SPACE_SANDBOX_DOMAIN:
  * every name under `localhost` is loopback (RFC 6761; glibc through nss-myhostname, which
  * scripts/setup.sh installs; browsers on their own), so public ports work on this machine
  * with nothing configured. The gateway routes such a Host by its `<port>-<id>` label.

@@ -51,7 +51,7 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     const controller = await startController(cp, controllerLoops);
     stops.push(() => controller.stop());
 
-    const api = await startApiServer(cp);
+    const api = await startApiServer(cp, { localSandboxDomain: true });
     stops.push(() => api.stop());
 
     const apiUrl = config.SPACE_PUBLIC_API_URL || `http://${config.SPACE_API_HOST}:${portOf(api.url)}`;

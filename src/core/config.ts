@@ -74,7 +74,7 @@ const vars = {
   SPACE_GATEWAY_PORT: [int(0, 65535), "3001", "sandbox gateway port (envd and public ports)"],
   SPACE_PUBLIC_API_URL: [url(), "", "URL users reach the API at; empty = http://<host>:<port>"],
   SPACE_PUBLIC_GATEWAY_URL: [url(), "", "URL users reach the gateway at; empty = http://<host>:<gateway port>"],
-  SPACE_SANDBOX_DOMAIN: [z.string(), "", "wildcard domain for <port>-<id>.<domain> public port URLs (getHost); empty = localhost:<gateway port>, reachable on this machine"],
+  SPACE_SANDBOX_DOMAIN: [z.string(), "", "wildcard domain for <port>-<id>.<domain> public port URLs (getHost); empty = localhost:<gateway port> under space up (reachable on this machine), none under space api"],
   SPACE_GATEWAY_TLS_CERT: [z.string(), "", "PEM certificate chain file: the gateway serves TLS, h2 and HTTP/1.1 by ALPN; empty = plain HTTP/1.1 and h2c"],
   SPACE_GATEWAY_TLS_KEY: [z.string(), "", "PEM private key file of SPACE_GATEWAY_TLS_CERT"],
   SPACE_ADMIN_TOKEN: [z.string(), "", "admin token; empty = generated once and kept in the data directory"],

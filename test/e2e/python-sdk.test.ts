@@ -91,7 +91,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     const filtered = ok(o, "list_filter") as { id: string; state: string; template: string }[];
     assert.deepEqual(filtered.map((s) => [s.id, s.state, s.template]), [[o.id, "running", "base"]]);
     assert.equal(ok(o, "list_none"), 0);
-    assert.equal(ok(o, "get_host"), `8080-${o.id as string}.e2b.app`, "no SPACE_SANDBOX_DOMAIN: the SDK's default domain");
+    assert.equal(ok(o, "get_host"), `8080-${o.id as string}.localhost:${new URL(stack.sandboxUrl).port}`, "no SPACE_SANDBOX_DOMAIN: space up's localhost:<gateway port>");
     const metrics = ok(o, "metrics") as { cpu_count: number; mem_total: number }[];
     assert.ok(metrics.length >= 1 && metrics[0]!.cpu_count > 0 && metrics[0]!.mem_total > 0);
     assert.equal(ok(o, "pause"), true);
