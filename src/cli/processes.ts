@@ -135,7 +135,10 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
  * `localhost:<gateway port>` (defaultSandboxDomain); a separate `space api` answers
  * `domain: null` then, so clients keep their own (E2B_DOMAIN).
  */
-export async function startApiServer(cp: ControlPlane, opts: { localSandboxDomain?: boolean } = {}): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
+export async function startApiServer(
+  cp: ControlPlane,
+  opts: { localSandboxDomain?: boolean } = {},
+): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; sandboxDomain: string | null; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
   // The gateway first: the default sandbox domain names its port.
   const tls = gatewayTls(config);
@@ -183,6 +186,7 @@ export async function startApiServer(cp: ControlPlane, opts: { localSandboxDomai
     url,
     gateway,
     gatewayUrl,
+    sandboxDomain,
     async stop() {
       await gateway.close();
       await app.close();
