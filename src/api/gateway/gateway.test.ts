@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import { pino } from "pino";
 import { createGateway } from "./gateway.ts";
 import { resolveRoute } from "./route.ts";
@@ -49,6 +50,11 @@ async function setup() {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ url: req.url, body }));
     });
+  });
+  // WebSocket-style upgrades: answer 101 and echo what comes.
+  node.on("upgrade", (_req, socket: Duplex) => {
+    socket.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    socket.pipe(socket);
   });
   await new Promise<void>((r) => node.listen(0, "127.0.0.1", r));
   const substrate = new FakeSubstrate();
@@ -203,6 +209,28 @@ test("h2c with prior knowledge beside HTTP/1.1 on one port; a killed sandbox's s
     assert.equal(h1.status, 200);
   } finally {
     session.destroy();
+    await s.close();
+  }
+});
+
+test("upgrades (WebSocket) pass through the HTTP/1.1 side of the shared port", async () => {
+  const s = await setup();
+  try {
+    const sb = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const req = http.request(`${s.base}/ws`, {
+      headers: { connection: "Upgrade", upgrade: "websocket", "e2b-sandbox-id": sb.id, "e2b-sandbox-port": "8080" },
+    });
+    req.end();
+    const [res, socket] = await new Promise<[http.IncomingMessage, Duplex]>((ok, fail) => {
+      req.on("upgrade", (r, sock) => ok([r, sock]));
+      req.on("error", fail);
+    });
+    assert.equal(res.statusCode, 101);
+    socket.write("ping");
+    const echoed = await new Promise<string>((ok) => socket.once("data", (c: Buffer) => ok(c.toString())));
+    assert.equal(echoed, "ping");
+    socket.destroy();
+  } finally {
     await s.close();
   }
 });
