@@ -123,7 +123,7 @@ try {
     const l = launches[i % launches.length]!;
     const bdir = bare.bundleDir(id);
     await mkdir(bdir, { recursive: true });
-    await writeFile(join(bdir, "config.json"), JSON.stringify({ ...cfg, process: { ...cfg.process, args: [...l.argv(49999), "--metadata-dir", "/tmp/meta"] } }));
+    await writeFile(join(bdir, "config.json"), JSON.stringify({ ...cfg, process: { ...cfg.process, args: l.argv(49999) } }));
     await writeFile(join(bdir, "log-path"), join(dir, "baseline.log"));
     const t0 = performance.now();
     await bare.start(id, sig());

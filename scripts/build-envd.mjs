@@ -62,6 +62,13 @@ if (cc && nodeInclude) {
     { stdio: "inherit" },
   );
   if (r.status !== 0) throw new Error("building reaper.node failed");
+  // File metadata as user.e2b.* extended attributes (src/envd/filesystem/metadata.ts).
+  const x = spawnSync(
+    cc,
+    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=xattr", `-I${nodeInclude}`, "-o", join(out, "xattr.node"), join(root, "src/envd/native/xattr.c")],
+    { stdio: "inherit" },
+  );
+  if (x.status !== 0) throw new Error("building xattr.node failed");
   // The node agent's egress proxy reads SO_ORIGINAL_DST through this one (src/node/network/egress-proxy.ts).
   mkdirSync(join(root, "dist", "node"), { recursive: true });
   const od = spawnSync(
@@ -71,7 +78,7 @@ if (cc && nodeInclude) {
   );
   if (od.status !== 0) throw new Error("building original-dst.node failed");
 } else {
-  console.warn("warning: no C compiler or node headers; envd ships without the zombie reaper addon, the node without its egress proxy addon");
+  console.warn("warning: no C compiler or node headers; envd ships without the zombie reaper and xattr addons (no file metadata), the node without its egress proxy addon");
 }
 
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
@@ -106,7 +113,7 @@ rmSync(snapshotEntry);
 if (snap.status !== 0) throw new Error(`building the envd snapshot failed (exit ${snap.status}): ${snap.stderr.slice(-2000)}`);
 // Smoke test: the snapshot starts envd and it listens.
 const smokeErr = await new Promise((resolve) => {
-  const child = spawn(process.execPath, ["--snapshot-blob", blob, "--", "--port", "0", "--host", "127.0.0.1", "--metadata-dir", join(out, ".smoke")], {
+  const child = spawn(process.execPath, ["--snapshot-blob", blob, "--", "--port", "0", "--host", "127.0.0.1"], {
     env: cleanEnv,
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -121,7 +128,6 @@ const smokeErr = await new Promise((resolve) => {
     resolve(err.includes('"msg":"listening"') ? undefined : err.slice(-2000) || "no output");
   });
 });
-rmSync(join(out, ".smoke"), { recursive: true, force: true });
 if (smokeErr) throw new Error(`the envd snapshot does not start: ${smokeErr}`);
 writeFileSync(`${blob}.json`, JSON.stringify({ node: process.version, arch: process.arch }) + "\n");
 console.log(`built ${blob} (node ${process.version})`);

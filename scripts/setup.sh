@@ -54,16 +54,17 @@ fi
 # Machine-wide cache: a fresh clone on a machine that built CRIU and the base template
 # once reuses them (their cache keys travel with them, so a changed recipe still rebuilds).
 MACHINE_CACHE="${SPACE_MACHINE_CACHE:-/var/cache/space}"
-mkdir -p "$REPO/.tools/criu" "$REPO/.tools/templates" "$MACHINE_CACHE/criu" "$MACHINE_CACHE/templates"
+TEMPLATES="${SPACE_BASE_TEMPLATE_DIR:-$REPO/.tools/templates}"
+mkdir -p "$REPO/.tools/criu" "$TEMPLATES" "$MACHINE_CACHE/criu" "$MACHINE_CACHE/templates"
 if [ "${SPACE_NO_CACHE:-0}" = 1 ]; then
   echo "setup: SPACE_NO_CACHE=1: not using the machine cache $MACHINE_CACHE"
 else
   cp -n "$MACHINE_CACHE"/criu/criu "$MACHINE_CACHE"/criu/patches "$REPO/.tools/criu/" 2>/dev/null || true
-  cp -n "$MACHINE_CACHE"/templates/* "$REPO/.tools/templates/" 2>/dev/null || true
+  cp -n "$MACHINE_CACHE"/templates/* "$TEMPLATES/" 2>/dev/null || true
 fi
 save_machine_cache() {
   cp -f "$REPO/.tools/criu/criu" "$REPO/.tools/criu/patches" "$MACHINE_CACHE/criu/" 2>/dev/null || true
-  cp -n "$REPO"/.tools/templates/*.tar "$REPO"/.tools/templates/*.json "$MACHINE_CACHE/templates/" 2>/dev/null || true
+  cp -n "$TEMPLATES"/*.tar "$TEMPLATES"/*.json "$MACHINE_CACHE/templates/" 2>/dev/null || true
 }
 
 # 4. The btrfs simple-quota switch the node cache uses (.tools/bin/btrfs-squota; see its source).
@@ -77,7 +78,8 @@ if [ "${SPACE_SETUP_SKIP_CRIU:-0}" != 1 ]; then
   bash "$REPO/scripts/setup/criu.sh" "$REPO"
 fi
 
-# 6. The base template tarball (debootstrap of bookworm), cached at .tools/templates/.
+# 6. The base template tarball (debootstrap of bookworm), cached at .tools/templates/ (or
+#    SPACE_BASE_TEMPLATE_DIR), named by its recipe's digest: a changed recipe builds anew.
 if [ "${SPACE_SETUP_SKIP_TEMPLATE:-0}" != 1 ]; then
   (cd "$REPO" && node --import tsx scripts/setup/build-base-template.ts)
 fi

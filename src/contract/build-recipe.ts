@@ -84,7 +84,9 @@ export function sourceKey(sourceDigest: string): string {
  */
 export function stepKey(parentKey: string, step: BuildStep): string {
   const { force: _force, ...rest } = step;
-  const inputs = rest.type === "COPY" ? { ...rest, blobKey: undefined } : rest;
+  // `copy: 2`: COPY takes its source as E2B's builder does (the path before the glob); a
+  // layer a node cached under the earlier reading must not be reused.
+  const inputs = rest.type === "COPY" ? { ...rest, blobKey: undefined, copy: 2 } : rest;
   return sha256(`${parentKey}\0${canonical(inputs)}`);
 }
 

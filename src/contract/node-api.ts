@@ -12,7 +12,9 @@
  *   POST   /v1/sandboxes/:id/pause|resume|stop|start → SandboxStatus
  *   POST   /v1/sandboxes/:id/init               SandboxInit → SandboxStatus (env, token re-applied to envd; back to normal CPU priority)
  *   DELETE /v1/sandboxes/:id                    → 204 (absent = ok)
- *   GET    /v1/sandboxes/:id/metrics            → SandboxMetrics
+ *   GET    /v1/sandboxes/:id/metrics            → SandboxMetrics (a sample taken now)
+ *   GET    /v1/sandboxes/:id/metrics/history    ?startMs&endMs → SandboxMetricsHistory (sampled every SPACE_METRICS_INTERVAL_MS)
+ *   GET    /v1/sandboxes/:id/logs               ?cursor&direction&level&search&limit → SandboxLogs (sandbox-logs.ts)
  *   ANY    /v1/sandboxes/:id/proxy/:port/<path> → raw HTTP proxied to the sandbox's <port> (envd is 49983)
  *   POST   /v1/sandboxes/:id/egress             SandboxEgress → SandboxStatus (replaces the egress policy)
  *
@@ -94,6 +96,13 @@ export const SandboxMetrics = z.object({
   diskTotal: z.number(),
 });
 export type SandboxMetrics = z.infer<typeof SandboxMetrics>;
+
+export const MetricsRangeQuery = z
+  .object({ startMs: z.coerce.number().int().nonnegative().optional(), endMs: z.coerce.number().int().nonnegative().optional() })
+  .strict();
+export type MetricsRange = z.infer<typeof MetricsRangeQuery>;
+
+export const SandboxMetricsHistory = z.object({ samples: z.array(SandboxMetrics) });
 
 export const TemplateInventoryEntry = z.object({
   templateId: z.string(),

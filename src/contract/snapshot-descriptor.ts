@@ -1,6 +1,9 @@
 /**
  * node-api wire of snapshots (added to node-api.ts's routes). The one SnapshotDescriptor:
- * what a node hands back for a capture and the control plane keeps to restore it.
+ * what a node hands back for a capture and the control plane keeps to restore it. Its
+ * `kind` says what it holds: `full` (memory checkpoint + disk: a restore resumes the
+ * processes) or `disk` (the disk only, E2B's filesystem-only pause: a restore boots the
+ * sandbox fresh from it, like a start after a stop).
  *
  *   POST   /v1/sandboxes/:id/suspend     SnapshotRequest → SnapshotDescriptor (sandbox gone from the node)
  *   POST   /v1/sandboxes/:id/checkpoint  SnapshotRequest → SnapshotDescriptor (sandbox keeps running)
@@ -13,11 +16,16 @@ import { SandboxSpec } from "./node-api.ts";
 
 export const SnapshotId = z.string().regex(/^sn_[a-z0-9]{16}$/, "a snapshot id");
 
+/** `full`: memory checkpoint + disk; `disk`: the disk only (no CRIU image). */
+export const SnapshotKind = z.enum(["full", "disk"]);
+export type SnapshotKind = z.infer<typeof SnapshotKind>;
+
 export const SnapshotRequest = z
   .object({
     snapshotId: SnapshotId,
     /** Publish the parts to the blob store before answering (durable). */
     upload: z.boolean().default(true),
+    kind: SnapshotKind.default("full"),
   })
   .strict();
 export type SnapshotRequest = z.infer<typeof SnapshotRequest>;
@@ -34,6 +42,8 @@ export const SnapshotDescriptor = z.object({
   snapshotId: SnapshotId,
   sourceSandboxId: z.string(),
   template: z.string(),
+  /** Absent in descriptors recorded before disk-only snapshots existed: those are full. */
+  kind: SnapshotKind.default("full"),
   /** btrfs identity (received uuid, else uuid) of the disk stream's parent subvolume. */
   parentUuid: z.string(),
   parts: z.array(SnapshotPartInfo),

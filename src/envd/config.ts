@@ -4,6 +4,7 @@
  */
 import { parseArgs } from "node:util";
 import { readFileSync } from "node:fs";
+import { DEFAULT_LOG_ENTRIES } from "./log-ring.ts";
 
 /** Reported to the SDK; >= 0.6.4 unlocks every SDK feature (e2b-wire.md §4). */
 export const ENVD_VERSION = "0.6.13";
@@ -18,8 +19,8 @@ export interface EnvdConfig {
   accessToken: string | undefined;
   /** Default env for every process (envd's environment minus its own SPACE_ENVD_* knobs). */
   envVars: Record<string, string>;
-  /** Where file metadata (X-Metadata-*) is kept. */
-  metadataDir: string;
+  /** Bound of envd's log ring (log-ring.ts); the node passes SPACE_SANDBOX_LOG_ENTRIES. */
+  logEntries: number;
 }
 
 export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig {
@@ -31,7 +32,6 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig 
       "default-user": { type: "string" },
       "default-workdir": { type: "string" },
       "access-token-file": { type: "string" },
-      "metadata-dir": { type: "string" },
     },
     strict: true,
     allowPositionals: false,
@@ -41,6 +41,7 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig 
   let accessToken: string | undefined;
   const tokenFile = values["access-token-file"] ?? env.SPACE_ENVD_ACCESS_TOKEN_FILE;
   if (tokenFile) accessToken = readFileSync(tokenFile, "utf8").trim() || undefined;
+  const logEntries = Number(env.SPACE_ENVD_LOG_ENTRIES ?? DEFAULT_LOG_ENTRIES);
   const envVars: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) if (v !== undefined && !k.startsWith("SPACE_ENVD_")) envVars[k] = v;
   return {
@@ -50,6 +51,6 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig 
     defaultWorkdir: values["default-workdir"] ?? env.SPACE_ENVD_DEFAULT_WORKDIR,
     accessToken,
     envVars,
-    metadataDir: values["metadata-dir"] ?? env.SPACE_ENVD_METADATA_DIR ?? "/var/lib/space-envd/metadata",
+    logEntries: Number.isInteger(logEntries) && logEntries > 0 ? logEntries : DEFAULT_LOG_ENTRIES,
   };
 }

@@ -5,16 +5,20 @@ import { basicAuthUser } from "./auth.ts";
 import type { EnvdState } from "./state.ts";
 import type { User, Users } from "./users.ts";
 import type { ProcessManager } from "./process/manager.ts";
-import type { MetadataStore } from "./filesystem/metadata.ts";
+import type { FileMetadata } from "./filesystem/metadata.ts";
 import type { Watchers } from "./filesystem/watchers.ts";
+import type { LogLevel } from "../contract/sandbox-logs.ts";
+import type { EnvdLogRing } from "./log-ring.ts";
 
 export interface Envd {
   state: EnvdState;
   users: Users;
   processes: ProcessManager;
-  metadata: MetadataStore;
+  metadata: FileMetadata;
   watchers: Watchers;
-  log: (msg: string, fields?: Record<string, unknown>) => void;
+  /** A structured log line: to stderr and to `logs`, the ring the node pulls (default level info). */
+  log: (msg: string, fields?: Record<string, unknown>, level?: LogLevel) => void;
+  logs: EnvdLogRing;
 }
 
 /**

@@ -1,7 +1,8 @@
 /**
  * envd's one HTTP port: Connect RPC (process.Process, filesystem.Filesystem; Connect
  * protocol, JSON and binary) plus plain routes (/health, /files, /envs, /metrics, /init)
- * and SPACE's own /space/processes/ended.
+ * and SPACE's own /space/processes/ended and /space/logs (envd's log ring, which also gets
+ * one debug line per request: the node's own calls, /health and /space/*, excepted).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
@@ -16,6 +17,7 @@ import { filesystemService } from "./filesystem/service.ts";
 import { getFile, postFile } from "./http/files.ts";
 import { getEnvs, getMetrics, postInit } from "./http/system.ts";
 import { ENDED_PROCESSES_PATH } from "../contract/ended-process.ts";
+import { ENVD_LOGS_PATH, LOGS_PAGE_MAX } from "../contract/sandbox-logs.ts";
 import { sendJson } from "./http/respond.ts";
 
 async function* mapStreamErrors<T>(it: AsyncIterable<T>): AsyncIterable<T> {
@@ -53,6 +55,7 @@ export function createEnvdHandler(envd: Envd): (req: IncomingMessage, res: Serve
   return (req, res) => {
     const url = new URL(req.url ?? "/", "http://envd");
     const p = url.pathname;
+    if (p !== "/health" && !p.startsWith("/space/")) logRequest(envd, req, res, p);
     if (p.startsWith("/process.Process/") || p.startsWith("/filesystem.Filesystem/")) {
       rpc(req, res);
       return;
@@ -80,6 +83,7 @@ export function createEnvdHandler(envd: Envd): (req: IncomingMessage, res: Serve
       return;
     }
     if (p === ENDED_PROCESSES_PATH && req.method === "GET") return getEndedProcess(envd, res, url);
+    if (p === ENVD_LOGS_PATH && req.method === "GET") return getLogs(envd, res, url);
     if (p === "/init" && req.method === "POST") {
       void postInit(envd, req, res);
       return;
@@ -98,6 +102,31 @@ function getEndedProcess(envd: Envd, res: ServerResponse, url: URL): void {
   const rec = envd.processes.ended.get(tag);
   if (!rec) sendJson(res, 404, { code: 404, message: `no ended process with tag ${JSON.stringify(tag)} is kept` });
   else sendJson(res, 200, rec);
+}
+
+function logRequest(envd: Envd, req: IncomingMessage, res: ServerResponse, path: string): void {
+  const t0 = performance.now();
+  res.once("finish", () => {
+    envd.log("request", { logger: loggerOf(path), method: req.method ?? "", path, status: String(res.statusCode), durationMs: String(Math.round(performance.now() - t0)) }, "debug");
+  });
+}
+
+/** E2B's envd logger names (its CLI filters on them: `process`, `filesystem` by default). */
+function loggerOf(path: string): string {
+  if (path.startsWith("/process.Process/")) return "processSvc";
+  if (path.startsWith("/filesystem.Filesystem/") || path === "/files") return "filesystemSvc";
+  return "http";
+}
+
+/** A page of envd's log ring: `?after=<seq>&limit=` (the node's cursor). */
+function getLogs(envd: Envd, res: ServerResponse, url: URL): void {
+  const after = Number(url.searchParams.get("after") ?? 0);
+  const limit = Number(url.searchParams.get("limit") ?? LOGS_PAGE_MAX);
+  if (!Number.isInteger(after) || after < 0 || !Number.isInteger(limit) || limit < 0) {
+    sendJson(res, 400, { code: 400, message: "after and limit must be non-negative integers" });
+    return;
+  }
+  sendJson(res, 200, envd.logs.page(after, limit));
 }
 
 export function createEnvdServer(envd: Envd): Server {

@@ -8,31 +8,35 @@ import { ENVD_VERSION, parseConfig } from "./config.ts";
 import { EnvdState } from "./state.ts";
 import { Users } from "./users.ts";
 import { ProcessManager } from "./process/manager.ts";
-import { MetadataStore } from "./filesystem/metadata.ts";
+import { FileMetadata, loadXattr } from "./filesystem/metadata.ts";
 import { Watchers } from "./filesystem/watchers.ts";
 import { createEnvdServer } from "./server.ts";
 import type { Envd } from "./context.ts";
 import { startReaper } from "./reaper.ts";
-
-function log(msg: string, fields?: Record<string, unknown>): void {
-  process.stderr.write(JSON.stringify({ t: new Date().toISOString(), svc: "envd", msg, ...fields }) + "\n");
-}
+import { EnvdLogRing } from "./log-ring.ts";
+import type { LogLevel } from "../contract/sandbox-logs.ts";
 
 /**
  * `argv`: envd's own flags. `dir`: where the native addons live (reaper.node,
- * node_modules/node-pty), i.e. the bundle's directory.
+ * xattr.node, node_modules/node-pty), i.e. the bundle's directory.
  */
 export function startEnvd(argv: string[], dir: string): void {
   const cfg = parseConfig(argv, process.env);
+  const logs = new EnvdLogRing(cfg.logEntries);
+  const log = (msg: string, fields?: Record<string, unknown>, level: LogLevel = "info"): void => {
+    const e = logs.push(level, msg, fields);
+    process.stderr.write(JSON.stringify({ t: e.timestamp, svc: "envd", level, msg, ...fields }) + "\n");
+  };
   const processes = new ProcessManager(dir);
   const watchers = new Watchers();
   const envd: Envd = {
     state: new EnvdState(cfg),
     users: new Users(),
     processes,
-    metadata: new MetadataStore(cfg.metadataDir),
+    metadata: new FileMetadata(loadXattr(dir, log), log),
     watchers,
     log,
+    logs,
   };
   const server = createEnvdServer(envd);
   server.listen(cfg.port, cfg.host, () => {
@@ -45,6 +49,9 @@ export function startEnvd(argv: string[], dir: string): void {
     const reaper = startReaper(dir, (pid) => processes.has(pid), log);
     processes.onExit = () => setTimeout(() => reaper.sweep(), 50);
   }
+  processes.onEnd = (p, end) => {
+    log("process ended", { logger: "processSvc", pid: p.pid, tag: p.tag, exitCode: end.exitCode, status: end.status }, end.exitCode === 0 ? "info" : "warn");
+  };
 
   let stopping = false;
   const stop = (sig: NodeJS.Signals) => {
@@ -64,6 +71,6 @@ export function startEnvd(argv: string[], dir: string): void {
   process.on("SIGTERM", () => stop("SIGTERM"));
   process.on("SIGINT", () => stop("SIGINT"));
   // A broken client socket must never take the sandbox's PID 1 down.
-  process.on("uncaughtException", (e) => log("uncaught exception", { error: String(e?.stack ?? e) }));
-  process.on("unhandledRejection", (e) => log("unhandled rejection", { error: String(e) }));
+  process.on("uncaughtException", (e) => log("uncaught exception", { error: String(e?.stack ?? e) }, "error"));
+  process.on("unhandledRejection", (e) => log("unhandled rejection", { error: String(e) }, "error"));
 }

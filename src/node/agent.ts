@@ -53,7 +53,7 @@ export interface NodeAgentDeps {
   envdDir?: string;
   /** Node.js binary mounted into sandboxes (default this process's). */
   nodeBinary?: string;
-  /** Machine-wide cache of template tarballs (default <repo>/.tools/templates). */
+  /** Machine-wide cache of template tarballs (default SPACE_BASE_TEMPLATE_DIR, else <repo>/.tools/templates). */
   templateCacheDir?: string;
   /** runc/crun state dir (default /run/space/runc). */
   runtimeStateDir?: string;
@@ -217,7 +217,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           if (!(await disks.templateInfo(BASE_TEMPLATE))) {
             const mirror = await resolveDebianMirror(config.SPACE_DEBIAN_MIRROR);
             const tar = await ensureBaseTemplateTarball({
-              cacheDir: deps.templateCacheDir ?? join(REPO_DIR, ".tools", "templates"),
+              cacheDir: deps.templateCacheDir ?? (config.SPACE_BASE_TEMPLATE_DIR || join(REPO_DIR, ".tools", "templates")),
               mirror,
               logger: log,
               signal,
@@ -258,10 +258,17 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           discardInitOutput: runtime.kind === "runc",
           envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
           nodeBinary: deps.nodeBinary ?? process.execPath,
+          telemetry: {
+            intervalMs: config.SPACE_METRICS_INTERVAL_MS,
+            metricsSamples: config.SPACE_METRICS_SAMPLES,
+            logEntries: config.SPACE_SANDBOX_LOG_ENTRIES,
+            retentionMs: config.SPACE_SANDBOX_LOG_RETENTION_S * 1000,
+          },
           logger: log,
         });
         const wanted = deps.wanted ? await deps.wanted().catch(() => undefined) : undefined;
         await m.reconcile(signal, wanted);
+        m.telemetry.start();
         if (slots) {
           await slots.init((owner) => m.keepsSlot(owner), signal);
           const upstream =
@@ -335,6 +342,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     },
 
     async stop(opts = {}) {
+      await manager?.telemetry.stop();
       await heartbeat?.stop();
       await reaper?.stop();
       reaper = undefined;

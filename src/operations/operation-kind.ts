@@ -14,6 +14,7 @@ import {
   SandboxCreateRequest,
   SandboxForkRequest,
   SandboxRequest,
+  SandboxSuspendRequest,
   TemplateBuildRequest,
   type TargetKind,
 } from "./requests.ts";
@@ -61,8 +62,8 @@ export const operationKindTable = {
   /** Resident pause: the sandbox stays in memory on its node, frozen. */
   "sandbox.pause": sandboxKind,
   "sandbox.resume": sandboxKind,
-  /** Memory checkpoint + disk snapshot, node freed (ECW pause). */
-  "sandbox.suspend": sandboxKind,
+  /** Memory checkpoint + disk snapshot, node freed (ECW pause); `memory: false`: the disk only. */
+  "sandbox.suspend": { ...sandboxKind, request: SandboxSuspendRequest },
   "sandbox.restore": sandboxKind,
   /** Processes end, the rootfs is kept, the network slot is freed. */
   "sandbox.stop": sandboxKind,

@@ -79,6 +79,7 @@ export type BuildTemplateBody = z.infer<typeof BuildTemplateBody>;
 
 export const SandboxCreateRequest = CreateSandboxBody;
 export const SandboxRequest = z.object({ sandbox_id: z.string() });
+export const SandboxSuspendRequest = SandboxRequest.extend({ memory: z.boolean().optional() });
 export const SandboxForkRequest = SandboxRequest.extend({ metadata: z.record(z.string(), z.string()).optional(), timeout_s: z.number().int().optional() });
 export const CommandRunRequest = RunCommandBody.extend({ sandbox_id: z.string() });
 export const CommandCancelRequest = z.object({ sandbox_id: z.string(), command_id: z.string(), signal: z.enum(["SIGTERM", "SIGKILL"]) });
@@ -102,7 +103,8 @@ export function parseTarget(target: string | null): { sandboxId: string; command
 
 /** `builds/<id>` → the build id. */
 export function parseBuildTarget(target: string | null): string {
-  const m = /^builds\/(bd_[A-Za-z0-9]+)$/.exec(target ?? "");
+  // UUIDs; `bd_…` for builds made before build ids were UUIDs.
+  const m = /^builds\/(bd_[A-Za-z0-9]+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/.exec(target ?? "");
   if (!m) throw new SpaceError("internal", `operation target ${JSON.stringify(target)} is not builds/<id>`);
   return m[1]!;
 }

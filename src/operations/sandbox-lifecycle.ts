@@ -119,16 +119,16 @@ export function sandboxStart(deps: HandlerDeps): OperationHandler {
 
 /**
  * `sandbox.suspend`: the service's suspend (ECW pause): memory checkpoint + disk
- * snapshot, node freed. A re-claimed operation that already suspended it answers it.
+ * snapshot (`memory: false`: the disk only), node freed. A re-claimed operation that already suspended it answers it.
  */
 export function sandboxSuspend(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {
-    const { sandbox_id: id } = readRequest("sandbox.suspend", op.request);
+    const { sandbox_id: id, memory } = readRequest("sandbox.suspend", op.request);
     const tenantId = op.tenantId as TenantId;
     const rec = await svc.get(tenantId, id);
     if (rec.state === "suspended" && op.claimCount > 1) return toSandbox(rec);
-    return toSandbox(await svc.suspend(tenantId, id));
+    return toSandbox(await svc.suspend(tenantId, id, { kind: memory === false ? "disk" : "full" }));
   };
 }
 

@@ -5,6 +5,7 @@
 import { invalid } from "../core/errors.ts";
 import type { SandboxId } from "../core/ids.ts";
 import type { NetworkPolicy, OnTimeout, ResolvedTemplate, SandboxRecord } from "./model.ts";
+import type { SnapshotKind } from "../substrate/substrate.ts";
 
 export interface ResourceRequest {
   vcpu?: number;
@@ -24,6 +25,8 @@ export interface CreateInput {
   allowInternetAccess: boolean;
   network: NetworkPolicy | null;
   onTimeout: OnTimeout;
+  /** What a timeout pause keeps; absent = `full`. */
+  pauseKind?: SnapshotKind;
   autoResume: boolean;
   resources: ResourceRequest;
   /**

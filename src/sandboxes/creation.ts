@@ -120,6 +120,7 @@ export class SandboxCreation {
       allowInternetAccess: input.allowInternetAccess,
       network: input.network,
       onTimeout: input.onTimeout,
+      ...(input.pauseKind ? { pauseKind: input.pauseKind } : {}),
       autoResume: input.autoResume,
       createdAt: now,
       startedAt: now,

@@ -18,7 +18,8 @@ export class SandboxExpiry {
 
   /**
    * Called by the timeout enforcer for a sandbox past its end time. `kill` kills;
-   * `pause` suspends a running sandbox (a suspended one does not time out). If that
+   * `pause` suspends a running sandbox (a suspended one does not time out), keeping what
+   * its `pauseKind` says (E2B `autoPauseMemory: false`: the disk only). If that
    * suspend fails the sandbox is killed and the reason says so (keeping it running past
    * its end time would leak the node).
    */
@@ -29,7 +30,7 @@ export class SandboxExpiry {
     if (checkpointStates.includes(fresh.state)) return;
     if (fresh.onTimeout === "pause" && fresh.state === "running" && fresh.nodeId) {
       try {
-        await this.#lifecycle.suspendRecord(fresh);
+        await this.#lifecycle.suspendRecord(fresh, { kind: fresh.pauseKind ?? "full" });
         return;
       } catch (e: unknown) {
         const err = SpaceError.from(e);

@@ -6,7 +6,7 @@
  */
 import { SpaceError, notFound } from "../core/errors.ts";
 import { newExecutionId, type SandboxId, type TenantId } from "../core/ids.ts";
-import type { SandboxRef, SandboxStatus, SnapshotDescriptor } from "../substrate/substrate.ts";
+import type { SandboxRef, SandboxStatus, SnapshotDescriptor, SnapshotKind } from "../substrate/substrate.ts";
 import { validateTimeout } from "./create-input.ts";
 import { isLive, killableStates, pausedStates, type SandboxRecord, type SandboxState } from "./model.ts";
 import { dropSnapshots, liveSandbox, placeFor, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
@@ -85,18 +85,19 @@ export class SandboxLifecycle {
    * attempt) is restorable only once the node answered with its descriptor. A failure
    * leaves the sandbox running (the node thaws it; if the node already let it go, it is
    * restored from the node's local copy), never half. `upload: false` (warm-pool members)
-   * keeps the parts on the node only: the restore is pinned there.
+   * keeps the parts on the node only: the restore is pinned there. `kind: "disk"` (E2B's
+   * filesystem-only pause) keeps no memory: the restore boots the sandbox fresh from its disk.
    */
-  async suspend(tenantId: TenantId, id: string, opts: { upload?: boolean } = {}): Promise<SandboxRecord> {
+  async suspend(tenantId: TenantId, id: string, opts: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     const rec = await liveSandbox(this.#r, tenantId, id);
     if (pausedStates.includes(rec.state)) throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
     if (rec.state !== "running" || !rec.nodeId) {
       throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be paused`, { retryable: true });
     }
-    return this.suspendRecord(rec, opts.upload ?? true);
+    return this.suspendRecord(rec, opts);
   }
 
-  async suspendRecord(rec: SandboxRecord, upload = true): Promise<SandboxRecord> {
+  async suspendRecord(rec: SandboxRecord, { upload = true, kind = "full" }: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     const ref: SandboxRef = { sandboxId: rec.id, nodeId: rec.nodeId! };
     const suspending = await this.#r.repo.transition(rec.id, ["running"], "suspending");
     if (!suspending) {
@@ -107,15 +108,15 @@ export class SandboxLifecycle {
     }
     // Routing stops: no new envd stream may start on a sandbox being checkpointed.
     this.#r.events.emit("ended", rec.id);
-    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend" });
+    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend", kind });
     let desc: SnapshotDescriptor;
     try {
-      desc = await this.#r.substrate.suspend(ref, { snapshotId, upload }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      desc = await this.#r.substrate.suspend(ref, { snapshotId, upload, kind }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
     } catch (e: unknown) {
       const err = SpaceError.from(e);
       this.#r.log.warn({ sandboxId: rec.id, snapshotId, code: err.code, err: e }, "suspend failed");
       await this.#r.snapshots.fail(snapshotId, `${err.code}: ${err.message}`).catch(() => undefined);
-      await this.#recoverSuspend(rec, ref, snapshotId);
+      await this.#recoverSuspend(rec, ref, snapshotId, kind);
       throw err;
     }
     await this.#r.snapshots.finish(snapshotId, desc);
@@ -131,7 +132,7 @@ export class SandboxLifecycle {
   }
 
   /** After a failed suspend: back to running where the node still runs it, else restored from the node's local copy, else failed. */
-  async #recoverSuspend(rec: SandboxRecord, ref: SandboxRef, snapshotId: string): Promise<void> {
+  async #recoverSuspend(rec: SandboxRecord, ref: SandboxRef, snapshotId: string, kind: SnapshotKind): Promise<void> {
     try {
       const seen = await this.#r.substrate.observe(ref, AbortSignal.timeout(30_000));
       if (seen && seen.state === "running") {
@@ -140,7 +141,7 @@ export class SandboxLifecycle {
       }
       if (!seen) {
         const local: SnapshotDescriptor = {
-          snapshotId, sourceSandboxId: rec.id, template: rec.templateId, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
+          snapshotId, sourceSandboxId: rec.id, template: rec.templateId, kind, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
         };
         const executionId = newExecutionId();
         const st = await restoreHeld(this.#r, ref, local, specOf(rec, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
@@ -162,8 +163,10 @@ export class SandboxLifecycle {
    * resident-paused → resume on its node; suspended → restore (resumed=true). Concurrent
    * connects converge on one restore: one caller wins suspended → resuming, the others
    * wait for it to be running. A connect during a pause waits for the pause, then restores.
+   * `memory: false` (E2B's connect option, SDK `onResume: "reboot"`) restores a suspended
+   * sandbox's disk only: it boots fresh, the snapshot's memory is left as it is.
    */
-  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
+  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
     if (timeoutSec !== undefined) validateTimeout(timeoutSec);
     const rec = await liveSandbox(this.#r, tenantId, id);
     switch (rec.state) {
@@ -180,11 +183,11 @@ export class SandboxLifecycle {
       case "suspending": {
         const settled = await this.#awaitSettled(rec.id, ["suspending"]);
         if (settled.state === "running") return { sandbox: await this.extend(settled, timeoutSec ?? 300), resumed: false };
-        return this.connect(tenantId, id, timeoutSec);
+        return this.connect(tenantId, id, timeoutSec, opts);
       }
       case "suspended":
       case "resuming": {
-        const running = await this.#restore(rec);
+        const running = await this.#restore(rec, opts.memory === false ? "disk" : undefined);
         return { sandbox: await this.extend(running, timeoutSec ?? 300), resumed: true };
       }
       default:
@@ -193,13 +196,13 @@ export class SandboxLifecycle {
   }
 
   /** One restore per sandbox in this process; across processes the guarded transition decides. */
-  #restore(rec: SandboxRecord): Promise<SandboxRecord> {
+  #restore(rec: SandboxRecord, kind: SnapshotKind | undefined): Promise<SandboxRecord> {
     const inflight = this.#restores.get(rec.id);
     if (inflight) return inflight;
     const p = (async () => {
       if (rec.state === "suspended") {
         const claimed = await this.#r.repo.transition(rec.id, ["suspended"], "resuming");
-        if (claimed) return this.restoreClaimed(claimed);
+        if (claimed) return this.restoreClaimed(claimed, kind ? { kind } : {});
       }
       // Another process restores it: wait for the outcome.
       const settled = await this.#awaitSettled(rec.id, ["resuming"]);
@@ -210,7 +213,8 @@ export class SandboxLifecycle {
     return p;
   }
 
-  async restoreClaimed(rec: SandboxRecord, opts: { avoidNodeId?: string } = {}): Promise<SandboxRecord> {
+  /** `kind: "disk"` restores the snapshot's disk only (a fresh boot), whatever it holds. */
+  async restoreClaimed(rec: SandboxRecord, opts: { avoidNodeId?: string; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
     const snap = await this.#r.snapshots.latest(rec.id, "suspend");
     if (!snap?.descriptor) {
@@ -227,7 +231,8 @@ export class SandboxLifecycle {
         ref = null; // nothing was started there: no kill (the sandbox id must not be touched on the drained node)
         throw new SpaceError("failed_precondition", `placement chose node ${placed}, the node being evacuated`);
       }
-      status = await restoreHeld(this.#r, ref, snap.descriptor, specOf(rec, executionId), signal);
+      const desc = opts.kind === "disk" ? { ...snap.descriptor, kind: opts.kind } : snap.descriptor;
+      status = await restoreHeld(this.#r, ref, desc, specOf(rec, executionId), signal);
       await this.#r.snapshots.newExecution(rec.id, executionId);
     } catch (e: unknown) {
       const err = SpaceError.from(e);

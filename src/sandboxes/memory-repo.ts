@@ -43,7 +43,7 @@ export class MemorySandboxRepo implements SandboxRepo {
       .filter((r) => r.tenantId === tenantId && q.states.includes(r.state))
       .filter((r) => Object.entries(q.metadata).every(([k, v]) => r.metadata[k] === v))
       .filter((r) => !q.templateId || r.templateId === q.templateId || r.alias === q.templateId)
-      .filter((r) => !q.startedAfter || r.startedAt > q.startedAfter)
+      .filter((r) => !q.startedAfter || r.startedAt >= q.startedAfter)
       .filter((r) => !cursor || isAfter({ createdAtMs: this.#seq.get(r.id)!, id: r.id }, cursor, q.order))
       .sort((a, b) => dir * (this.#seq.get(a.id)! - this.#seq.get(b.id)!));
     const items = all.slice(0, q.limit);

@@ -6,6 +6,7 @@
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { EgressPolicy } from "../contract/egress-policy.ts";
 import type { EnvironmentBinding } from "../substrate/placement.ts";
+import type { SnapshotKind } from "../substrate/substrate.ts";
 
 /**
  * The lifecycle states are the store's (src/store/sandboxes.ts, with its transition
@@ -67,6 +68,8 @@ export interface SandboxRecord {
   allowInternetAccess: boolean;
   network: NetworkPolicy | null;
   onTimeout: OnTimeout;
+  /** What a timeout pause keeps (`onTimeout: "pause"`); absent = `full` (memory and disk). */
+  pauseKind?: SnapshotKind;
   autoResume: boolean;
   createdAt: Date;
   startedAt: Date;
@@ -79,6 +82,7 @@ export interface ListQuery {
   states: readonly SandboxState[];
   metadata: Record<string, string>;
   templateId?: string;
+  /** At or after (>=). */
   startedAfter?: Date;
   order: "asc" | "desc";
   limit: number;

@@ -1,11 +1,13 @@
 /**
- * What a running sandbox's node reports (metrics, the network record) and its egress
+ * What a sandbox's node reports (metrics history, logs, the network record) and its egress
  * policy: validated, stored with the sandbox (every re-creation applies it) and applied
- * live by the node.
+ * live by the node. Metrics and logs come from the node the sandbox ran on last, which
+ * keeps them a while after it left (sandbox-telemetry.ts on the node).
  */
-import { notFound } from "../core/errors.ts";
-import type { TenantId } from "../core/ids.ts";
+import { notFound, SpaceError } from "../core/errors.ts";
+import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
+import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import { egressPolicyOf } from "./egress-rules.ts";
 import { effectiveInternetAccess } from "./create-input.ts";
 import type { NetworkPolicy, SandboxRecord } from "./model.ts";
@@ -18,14 +20,20 @@ export class SandboxNetwork {
     this.#r = r;
   }
 
-  /** Samples from the node; only the current one (no history kept yet). */
+  /** The samples its node took in the range (both ends inclusive; open = from its start, up to now). */
   async metrics(tenantId: TenantId, id: string, range: { start?: Date; end?: Date }): Promise<SandboxMetrics[]> {
     const rec = await liveSandbox(this.#r, tenantId, id);
-    if (rec.state !== "running" || !rec.nodeId) return [];
-    const now = this.#r.now();
-    if (range.end && range.end.getTime() < now.getTime() - 5_000) return [];
-    if (range.start && range.start.getTime() > now.getTime() + 5_000) return [];
-    return [await this.#r.substrate.metrics({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(10_000))];
+    if (!rec.nodeId) return [];
+    const ref = { sandboxId: rec.id, nodeId: rec.nodeId };
+    return orNone(this.#r.substrate.metricsHistory(ref, { startMs: range.start?.getTime(), endMs: range.end?.getTime() }, AbortSignal.timeout(10_000)));
+  }
+
+  /** Its log entries the query selects; a killed sandbox's too, while its node keeps them. */
+  async logs(tenantId: TenantId, id: string, q: LogQuery): Promise<SandboxLogEntry[]> {
+    const rec = await this.#r.repo.get(tenantId, id as SandboxId);
+    if (!rec) throw notFound(`sandbox ${id} not found`);
+    if (!rec.nodeId) return [];
+    return orNone(this.#r.substrate.logs({ sandboxId: rec.id, nodeId: rec.nodeId }, q, AbortSignal.timeout(10_000)));
   }
 
   /**
@@ -65,4 +73,14 @@ export class SandboxNetwork {
     return updated;
   }
 
+}
+
+/** A node that is gone (or no longer knows the sandbox) has nothing to report. */
+async function orNone<T>(p: Promise<T[]>): Promise<T[]> {
+  try {
+    return await p;
+  } catch (e) {
+    if (e instanceof SpaceError && e.code === "not_found") return [];
+    throw e;
+  }
 }

@@ -60,6 +60,7 @@ export function toRecord(s: Sandbox): SandboxRecord {
     allowInternetAccess: s.allowInternetAccess,
     network,
     onTimeout: s.lifecycle?.onTimeout ?? "kill",
+    ...(s.lifecycle?.pauseKind ? { pauseKind: s.lifecycle.pauseKind } : {}),
     autoResume: s.lifecycle?.autoResume ?? false,
     createdAt: s.createdAt,
     startedAt: s.startedAt ?? s.createdAt,
@@ -106,7 +107,7 @@ export class StoreSandboxRepo implements SandboxRepo {
         secure: rec.envdAccessToken !== null,
         allowInternetAccess: rec.allowInternetAccess,
         network: (rec.network ?? {}) as Record<string, unknown>,
-        lifecycle: { onTimeout: rec.onTimeout, autoResume: rec.autoResume },
+        lifecycle: { onTimeout: rec.onTimeout, autoResume: rec.autoResume, ...(rec.pauseKind ? { pauseKind: rec.pauseKind } : {}) },
         startedAt: rec.startedAt,
         endAt: rec.endAt,
       });

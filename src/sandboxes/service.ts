@@ -12,7 +12,8 @@ import { EventEmitter } from "node:events";
 import type { Logger } from "../core/log.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
-import type { Substrate } from "../substrate/substrate.ts";
+import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
+import type { SnapshotKind, Substrate } from "../substrate/substrate.ts";
 import { announcingRepo, SandboxChanges } from "./changes.ts";
 import type { CreateInput } from "./create-input.ts";
 import { SandboxCreation } from "./creation.ts";
@@ -132,11 +133,11 @@ export class SandboxService implements WarmMembers {
   refresh(tenantId: TenantId, id: string, durationSec: number): Promise<SandboxRecord> {
     return this.#lifecycle.refresh(tenantId, id, durationSec);
   }
-  suspend(tenantId: TenantId, id: string, opts: { upload?: boolean } = {}): Promise<SandboxRecord> {
+  suspend(tenantId: TenantId, id: string, opts: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     return this.#lifecycle.suspend(tenantId, id, opts);
   }
-  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
-    return this.#lifecycle.connect(tenantId, id, timeoutSec);
+  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
+    return this.#lifecycle.connect(tenantId, id, timeoutSec, opts);
   }
 
   evacuate(id: SandboxId, fromNodeId: string): Promise<EvacuationOutcome> {
@@ -161,6 +162,9 @@ export class SandboxService implements WarmMembers {
 
   metrics(tenantId: TenantId, id: string, range: { start?: Date; end?: Date }): Promise<SandboxMetrics[]> {
     return this.#network.metrics(tenantId, id, range);
+  }
+  logs(tenantId: TenantId, id: string, q: LogQuery): Promise<SandboxLogEntry[]> {
+    return this.#network.logs(tenantId, id, q);
   }
   networkRecord(tenantId: TenantId, id: string): Promise<NetworkRecord> {
     return this.#network.networkRecord(tenantId, id);

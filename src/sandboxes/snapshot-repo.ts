@@ -30,7 +30,7 @@ import {
 } from "../store/snapshots.ts";
 import type { Db } from "../store/db.ts";
 import type { ExecutionId, NodeId } from "../core/ids.ts";
-import type { SnapshotDescriptor } from "../substrate/substrate.ts";
+import type { SnapshotDescriptor, SnapshotKind } from "../substrate/substrate.ts";
 
 export type { Snapshot, SnapshotPurpose };
 export type NamedQuery = NamedSnapshotQuery;
@@ -71,14 +71,16 @@ export interface BeginInput {
   executionId: string | null;
   nodeId: string;
   purpose: SnapshotPurpose;
+  /** What it keeps (default `full`: memory and disk). */
+  kind?: SnapshotKind;
   name?: string;
   /** The source sandbox's tenant (the store joins the sandbox row; the memory repo keeps it). */
   tenantId?: string;
 }
 
-/** Durable iff both parts (memory and disk) are in the blob store. */
+/** Durable iff its parts (the disk, and the memory unless it is a disk snapshot) are in the blob store. */
 export function isDurable(desc: SnapshotDescriptor): boolean {
-  return desc.parts.some((p) => p.kind === "memory") && desc.parts.some((p) => p.kind === "disk");
+  return (desc.kind === "disk" || desc.parts.some((p) => p.kind === "memory")) && desc.parts.some((p) => p.kind === "disk");
 }
 
 export class StoreSnapshotRepo implements SnapshotRepo {
@@ -87,7 +89,7 @@ export class StoreSnapshotRepo implements SnapshotRepo {
   async begin(input: BeginInput): Promise<string> {
     const id = newSnapshotId();
     await createSnapshot(this.db, {
-      id, sandboxId: input.sandboxId, executionId: input.executionId, nodeId: input.nodeId as NodeId, kind: "full", purpose: input.purpose, name: input.name ?? null,
+      id, sandboxId: input.sandboxId, executionId: input.executionId, nodeId: input.nodeId as NodeId, kind: input.kind ?? "full", purpose: input.purpose, name: input.name ?? null,
     });
     return id;
   }
@@ -155,7 +157,7 @@ export class MemorySnapshotRepo implements SnapshotRepo {
     if (input.tenantId) this.#tenants.set(id, input.tenantId);
     // Strictly increasing times so `latest` is deterministic within a millisecond.
     this.rows.set(id, {
-      id, sandboxId: input.sandboxId, executionId: input.executionId, attempt: 1, kind: "full", state: "creating", parts: [], environment: null,
+      id, sandboxId: input.sandboxId, executionId: input.executionId, attempt: 1, kind: input.kind ?? "full", state: "creating", parts: [], environment: null,
       nodeId: input.nodeId as NodeId, sizeBytes: null, error: null, createdAt: new Date(Date.now() + this.#seq++), durableAt: null, deletedAt: null,
       purpose: input.purpose, name: input.name ?? null, descriptor: null,
     });

@@ -63,6 +63,8 @@ export function canTransition(from: SandboxState, to: SandboxState): boolean {
 export interface SandboxLifecycle {
   onTimeout: "kill" | "pause";
   autoResume: boolean;
+  /** What a timeout pause keeps: `disk` = the disk only (E2B `autoPauseMemory: false`); absent = memory and disk. */
+  pauseKind?: "full" | "disk";
 }
 
 export interface Sandbox {
@@ -173,7 +175,7 @@ export interface SandboxListFilter {
   /** Every pair must match exactly (AND). */
   metadata?: Record<string, string>;
   templateId?: string;
-  /** started_at strictly after. */
+  /** started_at at or after (E2B's `startedAfter`: a sandbox's own startedAt lists it). */
   startedAfter?: Date;
   order?: "asc" | "desc";
   /** Page size (default 100, max 1000). */
@@ -209,7 +211,7 @@ export async function listSandboxes(q: Queryable, f: SandboxListFilter): Promise
   }
   if (f.startedAfter) {
     params.push(f.startedAfter);
-    where.push(`started_at > $${params.length}`);
+    where.push(`started_at >= $${params.length}`);
   }
   const desc = f.order === "desc";
   if (f.cursor) {

@@ -4,6 +4,7 @@
  * to a build; `resolveTemplate` turns what a client sends (`alias`, `alias:tag`, template id)
  * into a build the tenant may use.
  */
+import { randomUUID } from "node:crypto";
 import { SpaceError } from "../core/errors.ts";
 import { randomId, type TenantId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
@@ -67,7 +68,8 @@ const RCOLS = columns(RCOLS_LIST);
 const visible = (alias: string, n: number) => `(${alias}.tenant_id = $${n} OR ${alias}.tenant_id IS NULL OR ${alias}.public)`;
 
 export const newTemplateId = () => randomId(20);
-export const newBuildId = () => `bd_${randomId(16)}`;
+/** E2B's spec types build ids as UUIDs (the Python SDK parses them); rows from before keep their `bd_` ids. */
+export const newBuildId = () => randomUUID();
 
 export async function createTemplate(q: Queryable, input: { tenantId: TenantId | null; name: string; public?: boolean; id?: string }): Promise<Template> {
   try {

@@ -12,6 +12,7 @@
 import { randomId, type NodeId, type TenantId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import { columns, json } from "./sql.ts";
+import type { SandboxLifecycle } from "./sandboxes.ts";
 
 /** What a pool's idle members do (controller/warm-pools/idle-policy.ts decides). */
 export const idlePolicies = ["running", "suspended", "suspend_when_memory_short"] as const;
@@ -244,7 +245,7 @@ export interface Handover {
   trafficAccessToken: string | null;
   allowInternetAccess: boolean;
   network: Record<string, unknown>;
-  lifecycle: { onTimeout: "kill" | "pause"; autoResume: boolean };
+  lifecycle: SandboxLifecycle;
   startedAt: Date;
   endAt: Date;
 }

@@ -4,7 +4,8 @@
  * `buildResult`) unless `buildsHang`; node templates are kept per node. Not for production use.
  */
 import { SpaceError } from "../core/errors.ts";
-import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import { selectLogs, type LogQuery, type SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import type {
   NodeBuildRequest,
   NodeBuildStatusWire,
@@ -93,6 +94,19 @@ export class FakeSubstrate implements Substrate {
     if (!this.running.has(ref.sandboxId)) throw new SpaceError("not_found", "not on node");
     return { timestamp: new Date().toISOString(), cpuCount: 2, cpuUsedPct: 1.5, memUsed: 1e7, memTotal: 1e9, memCache: 0, diskUsed: 1e6, diskTotal: 1e9 };
   }
+  /** Samples and log entries a test put there, per sandbox (kept after kill, as a node keeps them). */
+  readonly history = new Map<string, SandboxMetrics[]>();
+  readonly logEntries = new Map<string, SandboxLogEntry[]>();
+  async metricsHistory(ref: SandboxRef, range: MetricsRange): Promise<SandboxMetrics[]> {
+    const kept = this.history.get(ref.sandboxId) ?? (this.running.has(ref.sandboxId) ? [await this.metrics(ref)] : []);
+    return kept.filter((m) => {
+      const t = Date.parse(m.timestamp);
+      return (range.startMs === undefined || t >= range.startMs) && (range.endMs === undefined || t <= range.endMs);
+    });
+  }
+  async logs(ref: SandboxRef, query: LogQuery): Promise<SandboxLogEntry[]> {
+    return selectLogs(this.logEntries.get(ref.sandboxId) ?? [], query);
+  }
   readonly egress = new Map<string, boolean>();
   readonly policies = new Map<string, SandboxEgress["policy"]>();
   async setEgress(ref: SandboxRef, e: SandboxEgress): Promise<void> {
@@ -118,14 +132,15 @@ export class FakeSubstrate implements Substrate {
       snapshotId: opts.snapshotId,
       sourceSandboxId: ref.sandboxId,
       template: s.template,
+      kind: opts.kind ?? "full",
       parentUuid: "00000000-0000-0000-0000-000000000000",
       parts: opts.upload
         ? [
             { kind: "disk", key: `snapshots/${opts.snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) },
-            { kind: "memory", key: `snapshots/${opts.snapshotId}/memory.tar`, sizeBytes: 1, sha256: "0".repeat(64) },
+            ...(opts.kind === "disk" ? [] : [{ kind: "memory" as const, key: `snapshots/${opts.snapshotId}/memory.tar`, sizeBytes: 1, sha256: "0".repeat(64) }]),
           ]
         : [],
-      sizeBytes: opts.upload ? 2 : 0,
+      sizeBytes: opts.upload ? (opts.kind === "disk" ? 1 : 2) : 0,
       timings: {},
     };
     this.snapshots.set(opts.snapshotId, d);

@@ -4,7 +4,8 @@
  * node, and a template build the same way whichever node the caller placed it on.
  * Substrates say how to reach a node (`client`) and own placement, start and kill.
  */
-import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
+import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
+import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import { SpaceError } from "../core/errors.ts";
 import type { NodeClient } from "./direct/node-client.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
@@ -61,6 +62,14 @@ export abstract class NodeApiSubstrate {
 
   async metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics> {
     return (await this.client(ref.nodeId, signal)).metrics(ref.sandboxId, signal);
+  }
+
+  async metricsHistory(ref: SandboxRef, range: MetricsRange, signal: AbortSignal): Promise<SandboxMetrics[]> {
+    return (await this.client(ref.nodeId, signal)).metricsHistory(ref.sandboxId, range, signal);
+  }
+
+  async logs(ref: SandboxRef, query: LogQuery, signal: AbortSignal): Promise<SandboxLogEntry[]> {
+    return (await this.client(ref.nodeId, signal)).logs(ref.sandboxId, query, signal);
   }
 
   async networkRecord(ref: SandboxRef, signal: AbortSignal): Promise<NetworkRecord> {

@@ -11,18 +11,22 @@
  * Every verb takes an AbortSignal; `kill`, `dropSnapshot` and `dropTemplate` are
  * idempotent (absent = ok).
  */
-import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
-import type { SnapshotDescriptor } from "../contract/snapshot-descriptor.ts";
+import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
+import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
+import type { SnapshotDescriptor, SnapshotKind } from "../contract/snapshot-descriptor.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../contract/node-builds.ts";
 import type { EnvironmentBinding } from "./placement.ts";
 
-export type { SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding, NodeBuildRequest, NodeBuildStatusWire, SnapshotDescriptor };
+export type { SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding, NodeBuildRequest, NodeBuildStatusWire, SnapshotDescriptor, SnapshotKind };
+export type { LogQuery, MetricsRange, SandboxLogEntry };
 
 export interface SnapshotOptions {
   /** `sn_` + 16 chars, chosen by the control plane (its snapshot row id). */
   snapshotId: string;
   /** Publish every part to the blob store before answering (durable, restorable anywhere). */
   upload: boolean;
+  /** What a suspend keeps (default `full`); a live checkpoint is always `full`. */
+  kind?: SnapshotKind;
 }
 
 /** Where a sandbox lives once placed. Opaque beyond `nodeId` to callers. */
@@ -78,6 +82,18 @@ export interface Substrate {
   /** What the node sees now; null when the node does not know the sandbox. */
   observe(ref: SandboxRef, signal: AbortSignal): Promise<SandboxStatus | null>;
   metrics(ref: SandboxRef, signal: AbortSignal): Promise<SandboxMetrics>;
+  /**
+   * The samples its node took in the range (ms since the epoch, inclusive), oldest first:
+   * one every SPACE_METRICS_INTERVAL_MS while it runs there, kept a while after it left.
+   * [] when the node never had it.
+   */
+  metricsHistory(ref: SandboxRef, range: MetricsRange, signal: AbortSignal): Promise<SandboxMetrics[]>;
+  /**
+   * Its log entries (envd's structured lines) the query selects, as its node keeps them:
+   * also after it left the node (kill, suspend) for SPACE_SANDBOX_LOG_RETENTION_S. [] when
+   * the node never had it.
+   */
+  logs(ref: SandboxRef, query: LogQuery, signal: AbortSignal): Promise<SandboxLogEntry[]>;
   /** Replaces the egress policy of a running sandbox (`policy`, compiled by src/sandboxes/egress-rules.ts; else all or nothing). */
   setEgress(ref: SandboxRef, egress: SandboxEgress, signal: AbortSignal): Promise<void>;
   /** Destinations the sandbox's node recorded: observed (observe mode) and refused by its policy. */
@@ -85,15 +101,17 @@ export interface Substrate {
   /** Where the gateway forwards traffic for `port` of this sandbox. */
   proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget>;
   /**
-   * Suspend: memory checkpoint + disk snapshot; the sandbox is gone from its node when it
-   * resolves. A failure leaves it running on the node (the node thaws it).
+   * Suspend: memory checkpoint + disk snapshot (`kind: "disk"`: the disk only); the sandbox
+   * is gone from its node when it resolves. A failure leaves it running on the node (the
+   * node thaws it).
    */
   suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor>;
   /** A checkpoint of a running sandbox that keeps running (fork source, named snapshots). */
   checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor>;
   /**
    * Restores `snapshot` as `spec.sandboxId` (a new id for forks) where `place` put it;
-   * resolves once envd answers (re-initialised with the spec's token and env).
+   * resolves once envd answers (re-initialised with the spec's token and env). A `disk`
+   * snapshot (or a descriptor whose kind the caller set to `disk`) boots fresh from the disk.
    */
   restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus>;
   /** Frees a node's local copy of a snapshot (absent = ok; the blob store keeps its parts). */

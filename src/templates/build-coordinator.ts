@@ -17,13 +17,14 @@ import { z } from "zod";
 import type { Db, Queryable } from "../store/db.ts";
 import type { Logger } from "../core/log.ts";
 import { invalid, notFound, SpaceError } from "../core/errors.ts";
-import { randomId, type TenantId } from "../core/ids.ts";
+import type { TenantId } from "../core/ids.ts";
 import { buildingBuildIds, ownTemplateByName } from "../store/builds.ts";
 import {
   appendBuildLogs,
   createBuild,
   createTemplate,
   getBuild,
+  newBuildId,
   resolveTemplate,
   setRelease,
   updateBuild,
@@ -52,6 +53,9 @@ export const TemplateBuildStart = z.object({
     .default([]),
 });
 export type TemplateBuildStart = z.infer<typeof TemplateBuildStart>;
+
+/** Templates every node provides itself (node/templates/base-template.ts), with no store row: public to every team, as E2B's own. */
+export const BUILT_IN_TEMPLATES: ReadonlySet<string> = new Set(["base"]);
 
 /** The SDK's default image (`fromBaseImage()`, or no `from*` at all): SPACE's `base` template. */
 export const E2B_BASE_IMAGES = new Set(["e2bdev/base", "e2bdev/base:latest"]);
@@ -92,13 +96,30 @@ export interface BuildRequestInput {
 /** The target of a Native `template.build` operation: the build it waits for. */
 export const buildTarget = (buildId: string) => `builds/${buildId}`;
 
-/** Splits `name[:tag]`. */
-export function splitNameTag(name: string): { alias: string; tag: string | undefined } {
-  const i = name.lastIndexOf(":");
-  return i > 0 ? { alias: name.slice(0, i), tag: name.slice(i + 1) } : { alias: name, tag: undefined };
+const ALIAS = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * Splits `name[:tag]` at the first ':' (as E2B does) and validates both parts: an empty
+ * name (`":x"`) or tag (`"name:"`) is refused, naming `field` and the value.
+ */
+export function parseNameTag(ref: string, field = "name"): { alias: string; tag: string | undefined } {
+  const i = ref.indexOf(":");
+  const alias = i < 0 ? ref : ref.slice(0, i);
+  const tag = i < 0 ? undefined : ref.slice(i + 1);
+  if (!ALIAS.test(alias)) {
+    throw invalid(`${field} ${JSON.stringify(ref)}: template name ${JSON.stringify(alias)} is not valid: lower-case letters, digits, '.', '_' and '-' (at most 63)`);
+  }
+  if (tag !== undefined) validateTag(tag, `${field} ${JSON.stringify(ref)}: tag`);
+  return { alias, tag };
 }
 
-const ALIAS = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+/** A tag as E2B allows it (and not a UUID: those are build ids). */
+export function validateTag(tag: string, what = "tag"): string {
+  if (!ALIAS.test(tag)) throw invalid(`${what} ${JSON.stringify(tag)} is not valid: lower-case letters, digits, '.', '_' and '-' (at most 63)`);
+  if (UUID.test(tag)) throw invalid(`${what} ${JSON.stringify(tag)} is not valid: a tag cannot be a UUID`);
+  return tag;
+}
 
 export class BuildCoordinator {
   private readonly d: BuildCoordinatorDeps;
@@ -126,15 +147,13 @@ export class BuildCoordinator {
 
   /** `request` inside the caller's transaction (Native: with its operation), optionally with a chosen build id. */
   async requestIn(tx: Queryable, tenantId: TenantId, input: BuildRequestInput, buildId?: string): Promise<{ template: Template; build: Build; tags: string[] }> {
-    const { alias, tag } = splitNameTag(input.name);
-    if (!ALIAS.test(alias)) throw invalid(`template name ${JSON.stringify(alias)} is not valid: lower-case letters, digits, '.', '_' and '-' (at most 63)`);
-    const tags = [...new Set([...(tag ? [tag] : []), ...(input.tags ?? [])])];
-    for (const t of tags) if (!ALIAS.test(t)) throw invalid(`tag ${JSON.stringify(t)} is not valid`);
+    const { alias, tag } = parseNameTag(input.name);
+    const tags = [...new Set([...(tag ? [tag] : []), ...(input.tags ?? []).map((t) => validateTag(t, "tags:"))])];
     // Names are per team (as E2B's): another team's `oci-tpl` is a different template.
     const template = (await ownTemplateByName(tx, tenantId, alias)) ?? (await createTemplate(tx, { tenantId, name: alias }));
     const spec: BuildSpecRecord = { alias, tags, tenantId };
     const build = await createBuild(tx, {
-      id: buildId ?? `bd_${randomId(16)}`,
+      id: buildId ?? newBuildId(),
       templateId: template.id,
       spec,
       ...(input.cpuCount ? { vcpu: input.cpuCount } : {}),

@@ -154,7 +154,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     const dir = ok(o, "get_info_dir") as Record<string, unknown>;
     assert.deepEqual([dir.type, dir.mode, dir.permissions, dir.owner], ["dir", "0o755", "drwxr-xr-x", "user"]);
     const link = ok(o, "symlink") as Record<string, unknown>;
-    assert.deepEqual([link.type, link.symlink_target], ["symlink", "/home/user/dir/a.txt"]);
+    assert.deepEqual([link.type, link.symlink_target], ["file", "/home/user/dir/a.txt"]);
     assert.deepEqual(ok(o, "rename"), { ...fileEntry, name: "b.txt", path: "/home/user/dir/b.txt" });
     assert.deepEqual(ok(o, "after_rename"), [false, "alpha"]);
     assert.deepEqual(ok(o, "remove"), [null, false]);
@@ -216,6 +216,53 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
       { listed: snaps.listed, restored: snaps.restored, by_name: snaps.by_name, deleted: snaps.deleted, deleted_again: snaps.deleted_again },
       { listed: true, restored: "snap", by_name: "snap", deleted: true, deleted_again: false },
     );
+  });
+
+  test("file details (sync): metadata as xattrs and in the write answer, remove of a missing path, symlinks, directory size, command timeout", async () => {
+    const o = await run("file_details.py");
+    assert.deepEqual(ok(o, "write_metadata"), { written: { owner: "py", k: "v" }, info: { owner: "py", k: "v" } });
+    assert.equal(ok(o, "xattrs"), "[('user.e2b.k', 'v'), ('user.e2b.owner', 'py')]");
+    assert.deepEqual(ok(o, "overwrite_clears"), { written: null, info: null });
+    assert.deepEqual(ok(o, "set_inside"), { foo: "bar" });
+    assert.deepEqual(ok(o, "remove_missing"), [null, false]);
+    assert.deepEqual(ok(o, "symlink"), { file: ["file", "/home/user/pm/f", "0o640"], dir: ["dir", "/home/user/pm/d"] });
+    assert.equal(ok(o, "dir_size"), 4096);
+    assert.equal(ok(o, "timeout"), "TimeoutException");
+  });
+
+  test("templates: base exists, UUID build ids parse in assign_tags/get_tags, names validated, glob COPY, base has python/pip/node/npm", async () => {
+    const o = await run("templates_compat.py");
+    assert.equal(ok(o, "base_exists"), true);
+    const built = ok(o, "build") as { build_id: string; uuid: boolean };
+    assert.equal(built.uuid, true, `build id ${built.build_id} is a UUID`);
+    assert.deepEqual(ok(o, "tags"), { assigned: built.build_id, tags: ["default", "prod", "v1"], builds: [built.build_id] });
+    assert.match(ok(o, "bad_name") as string, /"name:"/);
+    assert.match(ok(o, "bad_target") as string, /":x"/);
+    const sb = ok(o, "sandbox") as Record<string, string>;
+    assert.equal(sb.glob, "./a.txt\n./sub\n./sub/c.txt\n");
+    assert.match(sb.python!, /^Python 3\./);
+    assert.doesNotMatch(sb.pip!, /externally-managed-environment/);
+    assert.equal(sb.node, "42\n");
+    assert.match(sb.npm!, /^\d+\.\d+\.\d+\n$/);
+  });
+
+  test("filesystem-only pause: pause(mode='filesystem'), keep_memory=False, on_timeout mode filesystem, connect(on_resume='reboot') boot fresh from the disk", async () => {
+    const o = await run("pause_filesystem.py");
+    const fresh = { file: o.marker, processes: "0", user: "user\n" };
+    assert.deepEqual(ok(o, "mode_filesystem"), { before: "1", paused: true, state: "paused", ...fresh });
+    assert.deepEqual(ok(o, "keep_memory_false"), fresh);
+    assert.deepEqual(ok(o, "on_timeout"), fresh);
+    assert.deepEqual(ok(o, "reboot"), fresh);
+  });
+
+  test("telemetry: get_metrics(start, end) history (truncated seconds), logs through the SDK's API client", async () => {
+    const o = await run("telemetry.py");
+    assert.deepEqual(ok(o, "history"), { count_at_least_2: true, increasing: true, within: true, one: [true] });
+    const logs = ok(o, "logs") as { status: number; started: number; levels: string[]; aware: boolean };
+    assert.equal(logs.status, 200);
+    assert.equal(logs.started, 1);
+    assert.ok(logs.levels.length > 0 && !logs.levels.includes("debug"), JSON.stringify(logs.levels));
+    assert.equal(logs.aware, true);
   });
 
   test("killed mid-stream: commands.run / wait raise the SDK's sandbox-gone error over HTTP/1.1 and h2 (TLS); h2c round trip", async (t) => {

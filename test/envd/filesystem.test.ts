@@ -73,7 +73,7 @@ describe("envd filesystem.Filesystem", () => {
     await assert.rejects(fs.listDir({ path: join(root, "nope"), depth: 1 }), codeOf(Code.NotFound));
   });
 
-  test("Move and Remove; not_found for missing", async () => {
+  test("Move and Remove; move of a missing path not_found, its remove succeeds (as E2B's RemoveAll)", async () => {
     const fs = envd.fs();
     writeFileSync(join(base, "m1"), "x");
     const r = await fs.move({ source: join(base, "m1"), destination: join(base, "moved/sub/m2") });
@@ -82,7 +82,8 @@ describe("envd filesystem.Filesystem", () => {
     await assert.rejects(fs.move({ source: join(base, "m1"), destination: join(base, "m3") }), codeOf(Code.NotFound));
     await fs.remove({ path: join(base, "moved") });
     await assert.rejects(fs.stat({ path: join(base, "moved") }), codeOf(Code.NotFound));
-    await assert.rejects(fs.remove({ path: join(base, "moved") }), codeOf(Code.NotFound));
+    await fs.remove({ path: join(base, "moved") });
+    await fs.remove({ path: join(base, "never/was/here") });
   });
 
   test("symlinks and path tricks do not crash anything", async () => {
@@ -92,13 +93,15 @@ describe("envd filesystem.Filesystem", () => {
     symlinkSync(t, join(base, "link"));
     symlinkSync(join(base, "link-loop"), join(base, "link-loop"));
     symlinkSync("/nonexistent/x", join(base, "dangling"));
+    // A symlink reports its target's type (as E2B's envd); loops and dangling ones stay symlinks.
     const l = await fs.stat({ path: join(base, "link") });
-    assert.equal(l.entry!.type, FileType.SYMLINK);
+    assert.equal(l.entry!.type, FileType.FILE);
     assert.equal(l.entry!.symlinkTarget, t);
     assert.equal(l.entry!.permissions[0], "L");
     const loop = await fs.stat({ path: join(base, "link-loop") });
     assert.equal(loop.entry!.type, FileType.SYMLINK);
-    await fs.stat({ path: join(base, "dangling") });
+    const dangling = await fs.stat({ path: join(base, "dangling") });
+    assert.deepEqual([dangling.entry!.type, dangling.entry!.symlinkTarget], [FileType.SYMLINK, "/nonexistent/x"]);
     const up = await fs.stat({ path: "../../../../../../../.." });
     assert.equal(up.entry!.path, "/");
     const dots = await fs.stat({ path: `~/../${TEST_USER}/./fs-${process.pid}/target.txt` });

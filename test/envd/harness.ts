@@ -46,7 +46,7 @@ export async function startEnvd(
   opts: { token?: string; bundle?: boolean; snapshot?: boolean; env?: Record<string, string>; pid1?: boolean } = {},
 ): Promise<RunningEnvd> {
   const dir = mkdtempSync(join(tmpdir(), "envd-test-"));
-  const args = ["--port", "0", "--host", "127.0.0.1", "--default-user", TEST_USER, "--metadata-dir", join(dir, "meta")];
+  const args = ["--port", "0", "--host", "127.0.0.1", "--default-user", TEST_USER];
   if (opts.token) {
     const f = join(dir, "token");
     (await import("node:fs")).writeFileSync(f, opts.token);

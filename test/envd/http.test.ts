@@ -34,7 +34,7 @@ describe("envd HTTP", () => {
     assert.equal(((await r.json()) as { code: number }).code, 404);
   });
 
-  test("multipart upload: parents created, owned by the user, metadata; read back", async () => {
+  test("multipart upload: parents created, owned by the user, metadata in the answer; read back", async () => {
     const form = new FormData();
     form.append("file", new Blob(["hello multipart"]), `http-${process.pid}/deep/dir/m.txt`);
     form.append("file", new Blob(["second"]), join(base, "second.txt"));
@@ -42,8 +42,8 @@ describe("envd HTTP", () => {
     assert.equal(r.status, 200);
     const body = (await r.json()) as { path: string; name: string; type: string }[];
     assert.deepEqual(body, [
-      { path: join(base, "deep/dir/m.txt"), name: "m.txt", type: "file" },
-      { path: join(base, "second.txt"), name: "second.txt", type: "file" },
+      { path: join(base, "deep/dir/m.txt"), name: "m.txt", type: "file", metadata: { "owner-team": "Blue" } },
+      { path: join(base, "second.txt"), name: "second.txt", type: "file", metadata: { "owner-team": "Blue" } },
     ]);
     assert.equal(readFileSync(join(base, "deep/dir/m.txt"), "utf8"), "hello multipart");
     for (const p of [base, join(base, "deep"), join(base, "deep/dir"), join(base, "deep/dir/m.txt")]) {
@@ -66,6 +66,45 @@ describe("envd HTTP", () => {
       body: f2,
     });
     assert.equal(((await r2.json()) as { path: string }[])[0]!.path, join(base, "o.txt"));
+  });
+
+  test("metadata: user.e2b.* xattrs on the file, replaced by each upload, 400 for a bad value", async () => {
+    const p = join(base, "meta.txt");
+    const post = (headers: Record<string, string>) =>
+      fetch(`${envd.url}/files?path=${encodeURIComponent(p)}`, {
+        method: "POST",
+        headers: { "content-type": "application/octet-stream", ...headers },
+        body: "m",
+      });
+    const xattrs = () =>
+      spawnSync(
+        "python3",
+        ["-c", "import os,sys; print(sorted((n, os.getxattr(sys.argv[1], n).decode()) for n in os.listxattr(sys.argv[1])))", p],
+        { encoding: "utf8" },
+      ).stdout.trim();
+    const r = await post({ "X-Metadata-A": "1", "X-Metadata-b": "two words" });
+    assert.deepEqual(await r.json(), [{ path: p, name: "meta.txt", type: "file", metadata: { a: "1", b: "two words" } }]);
+    assert.equal(xattrs(), "[('user.e2b.a', '1'), ('user.e2b.b', 'two words')]");
+    const again = await post({ "X-Metadata-B": "only" });
+    assert.deepEqual(((await again.json()) as { metadata?: unknown }[])[0]!.metadata, { b: "only" });
+    const none = await post({});
+    assert.deepEqual(await none.json(), [{ path: p, name: "meta.txt", type: "file" }]);
+    assert.equal(xattrs(), "[]");
+    assert.deepEqual((await envd.fs().stat({ path: p })).entry!.metadata, {});
+    // Set on the file directly (as setfattr in a sandbox would), it is metadata too; other namespaces are not.
+    spawnSync("python3", [
+      "-c",
+      "import os,sys; os.setxattr(sys.argv[1], 'user.e2b.k', b'v'); os.setxattr(sys.argv[1], 'user.other', b'x')",
+      p,
+    ]);
+    assert.deepEqual((await envd.fs().stat({ path: p })).entry!.metadata, { k: "v" });
+
+    const bad = await post({ "X-Metadata-K": "caf\xe9" });
+    assert.equal(bad.status, 400);
+    assert.match(((await bad.json()) as { message: string }).message, /X-Metadata-k/);
+    const huge = await post({ "X-Metadata-Big": "x".repeat(5000) });
+    assert.equal(huge.status, 400);
+    assert.match(((await huge.json()) as { message: string }).message, /exceeds 4096 bytes/);
   });
 
   test("octet-stream upload with gzip; gzip download; empty file; 404 body; root user", async () => {

@@ -321,4 +321,40 @@ describe("envd process.Process", () => {
     assert.ok(pid > 0);
     await waitFor(async () => !(await c.list({})).processes.some((p) => p.pid === pid), 3000, "timed-out process to end");
   });
+
+  test("past Connect-Timeout-Ms the stream itself ends with a deadline_exceeded error (Start and Connect)", async () => {
+    // A client that leaves the deadline to the server (no local timer) sees what envd sends.
+    const raw = (method: string, body: unknown, timeoutMs: number) =>
+      fetch(`${envd.url}/process.Process/${method}`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/connect+json",
+          "connect-protocol-version": "1",
+          "connect-timeout-ms": String(timeoutMs),
+        },
+        body: envelope(body),
+      }).then(async (r) => parseEnvelopes(Buffer.from(await r.arrayBuffer())));
+    const bg = envd.process();
+    const tag = `deadline-${process.pid}`;
+    const started = bg.start({ process: { cmd: "/bin/sleep", args: ["30"], envs: {} }, tag });
+    await started[Symbol.asyncIterator]().next();
+    const attached = await raw("Connect", { process: { tag } }, 300);
+    assert.match(JSON.stringify(attached[0]!.json), /"start"/);
+    assert.deepEqual(attached.at(-1), {
+      flags: 2,
+      json: { error: { code: "deadline_exceeded", message: "the operation timed out" } },
+    });
+    assert.ok(
+      (await bg.list({})).processes.some((p) => p.tag === tag),
+      "Connect's deadline leaves the process running",
+    );
+    await bg.sendSignal({ process: { selector: { case: "tag", value: tag } }, signal: Signal.SIGKILL });
+
+    const own = await raw("Start", { process: { cmd: "/bin/sleep", args: ["30"] }, stdin: false }, 300);
+    assert.equal(own.length, 2, JSON.stringify(own));
+    assert.deepEqual(own.at(-1), {
+      flags: 2,
+      json: { error: { code: "deadline_exceeded", message: "the operation timed out" } },
+    });
+  });
 });

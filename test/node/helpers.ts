@@ -51,6 +51,8 @@ export async function startTestNode(
     SPACE_LOG_LEVEL: "warn",
     SPACE_NODE_SLOT_CIDR: pickSlotRange(dir, scope.bridge),
     SPACE_NODE_MAX_SLOTS: "200",
+    // As test/support/stack.ts: the machine's base template tarballs, when the caller names them.
+    ...(process.env.SPACE_BASE_TEMPLATE_DIR ? { SPACE_BASE_TEMPLATE_DIR: process.env.SPACE_BASE_TEMPLATE_DIR } : {}),
     ...o.env,
   });
   const stateDir = join("/run/space-test", dir.split("/").pop()!);

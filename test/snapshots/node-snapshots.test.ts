@@ -3,8 +3,8 @@
  * agents on this machine (own caches, bridges, nft tables, cgroup parents, slot ranges)
  * sharing only a filesystem blob store: same-node restore from the local copy, cross-node
  * restore fed only from the blob store (parent template pulled), fork of a running
- * sandbox, corrupted and parentless streams refused, encrypted parts and parent (template)
- * streams free of plaintext.
+ * sandbox, a disk snapshot (no memory part) booted fresh on the other node, corrupted and
+ * parentless streams refused, encrypted parts and parent (template) streams free of plaintext.
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
@@ -162,7 +162,28 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     }
   });
 
-  it("refuses a stream that fails its checksum (rejects_corrupted_stream)", async () => {
+  it("a disk snapshot (filesystem-only pause): no memory part; restored on another node from the blob store it boots fresh, files kept", async () => {
+    const d = spec({ memoryMib: 256 });
+    await a.agent.manager!.create(d, AbortSignal.timeout(120_000));
+    const started = await sh(a, d.sandboxId, `echo ${MARKER} > /home/user/disk-only.txt; nohup sleep 100023 >/dev/null 2>&1 &`);
+    assert.equal(started.exitCode, 0, started.stderr);
+    const snap = await a.agent.snapshots!.suspend(d.sandboxId, newSnapshotId(), { upload: true, kind: "disk" }, AbortSignal.timeout(300_000));
+    assert.equal(snap.kind, "disk");
+    assert.deepEqual(snap.parts.map((p) => p.kind), ["disk"], "the disk part only: no CRIU image");
+    assert.throws(() => a.agent.manager!.get(d.sandboxId), /not on this node/);
+    await a.agent.snapshots!.dropLocal(snap.snapshotId);
+    const st = await b.agent.snapshots!.restore({ ...d, executionId: newExecutionId() }, snap, AbortSignal.timeout(300_000));
+    try {
+      assert.equal(st.state, "running");
+      assert.equal((await sh(b, d.sandboxId, "cat /home/user/disk-only.txt")).stdout.trim(), MARKER);
+      assert.doesNotMatch((await sh(b, d.sandboxId, "ps -eo args")).stdout, /sleep 100023/, "no process came back: a fresh boot");
+      assert.equal((await fetch(`http://${st.address}:49983/health`)).status, 204);
+    } finally {
+      await b.agent.manager!.kill(d.sandboxId, AbortSignal.timeout(60_000));
+    }
+  });
+
+    it("refuses a stream that fails its checksum (rejects_corrupted_stream)", async () => {
     // Node A has no copy of the fork snapshot: it must fetch, and one byte of the disk part is flipped.
     const disk = forkDesc.parts.find((p) => p.kind === "disk")!;
     const path = join(blobDir, disk.key);

@@ -210,7 +210,8 @@ for (const engine of testEngines()) {
       const a = await mk({ metadata: { env: "prod", team: "x" }, templateId: "base" });
       const b = await mk({ metadata: { env: "prod", team: "y" }, templateId: "base" });
       const c = await mk({ metadata: { env: "dev" }, templateId: "other" });
-      await sb.transitionSandbox(db, a.id, "creating", "running", { startedAt: new Date(Date.now() - 3600_000) });
+      const aStarted = new Date(Date.now() - 3600_000);
+      await sb.transitionSandbox(db, a.id, "creating", "running", { startedAt: aStarted });
       await sb.transitionSandbox(db, b.id, "creating", "running");
       const ids = async (f: Omit<sb.SandboxListFilter, "tenantId">) => (await sb.listSandboxes(db, { tenantId: t2, ...f })).items.map((s) => s.id);
       assert.deepEqual(await ids({}), [a.id, b.id, c.id]);
@@ -222,6 +223,7 @@ for (const engine of testEngines()) {
       assert.deepEqual(await ids({ metadata: { env: "prod", team: "z" } }), []);
       assert.deepEqual(await ids({ templateId: "other" }), [c.id]);
       assert.deepEqual(await ids({ startedAfter: new Date(Date.now() - 60_000) }), [b.id]);
+      assert.deepEqual(await ids({ startedAfter: aStarted }), [a.id, b.id], "at or after: a sandbox's own startedAt lists it");
       assert.deepEqual((await sb.listSandboxes(db, { tenantId: other })).items, []);
       await assert.rejects(sb.listSandboxes(db, { tenantId: t2, cursor: "garbage" }), isCode("invalid_argument"));
     });

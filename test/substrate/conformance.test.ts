@@ -10,7 +10,8 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { SpaceError } from "../../src/core/errors.ts";
 import { createLogger } from "../../src/core/log.ts";
-import type { SandboxEgress, SandboxInit } from "../../src/contract/node-api.ts";
+import type { SandboxEgress, SandboxInit, SandboxMetrics } from "../../src/contract/node-api.ts";
+import type { SandboxLogEntry } from "../../src/contract/sandbox-logs.ts";
 import type { NodeBuildRequest } from "../../src/contract/node-builds.ts";
 import { VirtualKubelet, type VirtualKubeletDeps } from "../../src/node/kubelet/virtual-kubelet.ts";
 import { DirectSubstrate, type NodeDirectory, type NodeEntry } from "../../src/substrate/direct/direct-substrate.ts";
@@ -31,6 +32,8 @@ interface NodeView {
   egress(sandboxId: string): Pick<SandboxEgress, "allowInternetAccess"> | undefined;
   build(buildId: string): NodeBuildRequest | undefined;
   template(alias: string): string | undefined;
+  /** Puts log entries and metrics samples on the node for a sandbox (what its telemetry would have recorded). */
+  seed(sandboxId: string, logs: SandboxLogEntry[], metrics: SandboxMetrics[]): void;
 }
 
 interface Env {
@@ -54,6 +57,10 @@ function memoryView(node: MemoryNode, nodeId: string): NodeView {
     egress: (id) => node.egress.get(id),
     build: (id) => node.builds.get(id),
     template: (alias) => node.templates.get(alias),
+    seed: (id, logs, metrics) => {
+      node.logs.set(id, logs);
+      node.history.set(id, metrics);
+    },
   };
 }
 
@@ -74,6 +81,10 @@ const lanes: Lane[] = [
           egress: (id) => (s.egress.has(id) ? { allowInternetAccess: s.egress.get(id)! } : undefined),
           build: (id) => s.builds.get(`00000000-0000-4000-8000-000000000001 ${id}`),
           template: (alias) => s.templates.get(`00000000-0000-4000-8000-000000000001 ${alias}`),
+          seed: (id, logs, metrics) => {
+            s.logEntries.set(id, logs);
+            s.history.set(id, metrics);
+          },
         },
         close: async () => undefined,
       };
@@ -232,6 +243,35 @@ for (const lane of lanes) {
       assert.equal(typeof m.cpuCount, "number");
       assert.equal(typeof m.memTotal, "number");
       await s().kill(ref, signal());
+    });
+
+    it("logs and metrics history: the query's selection through the wire, kept after kill, [] for a sandbox never there", async () => {
+      const ref = await running();
+      const t0 = Math.floor(Date.now() / 1000) * 1000 - 60_000;
+      const at = (ms: number) => new Date(t0 + ms).toISOString();
+      const sample = (ms: number): SandboxMetrics => ({ timestamp: at(ms), cpuCount: 1, cpuUsedPct: 1, memUsed: 1, memTotal: 2, memCache: 0, diskUsed: 1, diskTotal: 2 });
+      env.node.seed(
+        ref.sandboxId,
+        [
+          { timestamp: at(0), level: "debug", message: "request", fields: { path: "/files" } },
+          { timestamp: at(1000), level: "info", message: "process started", fields: { pid: "7" } },
+          { timestamp: at(2000), level: "warn", message: "process ended", fields: { exitCode: "3" } },
+        ],
+        [sample(0), sample(5000), sample(10_000)],
+      );
+      const messages = (l: SandboxLogEntry[]) => l.map((e) => e.message);
+      assert.deepEqual(messages(await s().logs(ref, { direction: "forward", limit: 10 }, signal())), ["request", "process started", "process ended"]);
+      assert.deepEqual(messages(await s().logs(ref, { direction: "backward", limit: 1, level: "info" }, signal())), ["process ended"]);
+      assert.deepEqual(messages(await s().logs(ref, { direction: "forward", limit: 10, cursorMs: t0 + 1000, search: "process" }, signal())), ["process started", "process ended"]);
+      assert.deepEqual((await s().logs(ref, { direction: "forward", limit: 1 }, signal()))[0]?.fields, { path: "/files" });
+      const range = await s().metricsHistory(ref, { startMs: t0 + 1, endMs: t0 + 5000 }, signal());
+      assert.deepEqual(range.map((m) => m.timestamp), [at(5000)]);
+      await s().kill(ref, signal());
+      assert.equal((await s().logs(ref, { direction: "forward", limit: 10 }, signal())).length, 3);
+      assert.equal((await s().metricsHistory(ref, {}, signal())).length, 3);
+      const never = { sandboxId: newId(lane.name), nodeId: ref.nodeId };
+      assert.deepEqual(await s().logs(never, { direction: "forward", limit: 10 }, signal()), []);
+      assert.deepEqual(await s().metricsHistory(never, {}, signal()), []);
     });
 
     it("proxyTarget names the sandbox's port on its node, with the headers that authenticate the gateway", async () => {

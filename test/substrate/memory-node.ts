@@ -23,11 +23,12 @@ import type {
 } from "../../src/contract/node-api.ts";
 import type { SandboxManager } from "../../src/node/sandboxes/manager.ts";
 import type { NodeSnapshots } from "../../src/node/snapshots/node-snapshots.ts";
-import type { SnapshotDescriptor } from "../../src/contract/snapshot-descriptor.ts";
+import type { SnapshotDescriptor, SnapshotKind } from "../../src/contract/snapshot-descriptor.ts";
 import type { TemplateBuilder } from "../../src/node/templates/builder.ts";
 import type { TemplateCache } from "../../src/node/templates/template-cache.ts";
 import { registerTemplateRoutes } from "../../src/node/templates/routes.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../../src/contract/node-builds.ts";
+import { selectLogs, type LogQuery, type SandboxLogEntry } from "../../src/contract/sandbox-logs.ts";
 
 export class MemoryNode {
   readonly sandboxes = new Map<string, SandboxStatus>();
@@ -37,6 +38,9 @@ export class MemoryNode {
   readonly builds = new Map<string, NodeBuildRequest>();
   /** Node templates: alias → the built template it points at. */
   readonly templates = new Map<string, string>();
+  /** Log entries and metrics samples the suite seeds, per sandbox (kept after kill, as a node keeps them). */
+  readonly logs = new Map<string, SandboxLogEntry[]>();
+  readonly history = new Map<string, SandboxMetrics[]>();
   url = "";
   #app: FastifyInstance | undefined;
 
@@ -140,18 +144,25 @@ export class MemoryNode {
       this.#must(id);
       return { timestamp: new Date().toISOString(), cpuCount: 1, cpuUsedPct: 0, memUsed: 1, memTotal: 2, memCache: 0, diskUsed: 1, diskTotal: 2 };
     },
+    metricsHistory: async (id: string, range: { startMs?: number; endMs?: number }) =>
+      (this.history.get(id) ?? []).filter((m) => {
+        const t = Date.parse(m.timestamp);
+        return (range.startMs === undefined || t >= range.startMs) && (range.endMs === undefined || t <= range.endMs);
+      }),
+    logs: async (id: string, q: LogQuery) => selectLogs(this.logs.get(id) ?? [], q),
     target: (id: string) => {
       this.#move(id, ["running"], "running");
       return { host: "127.0.0.1", port: 9 };
     },
   } as unknown as SandboxManager;
 
-  #describe(id: string, snapshotId: string, upload: boolean): SnapshotDescriptor {
+  #describe(id: string, snapshotId: string, upload: boolean, kind: SnapshotKind = "full"): SnapshotDescriptor {
     const s = this.#must(id);
     const d: SnapshotDescriptor = {
       snapshotId,
       sourceSandboxId: id,
       template: s.template,
+      kind,
       parentUuid: "00000000-0000-0000-0000-000000000000",
       parts: upload ? [{ kind: "disk", key: `snapshots/${snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) }] : [],
       sizeBytes: upload ? 1 : 0,
@@ -162,8 +173,8 @@ export class MemoryNode {
   }
 
   readonly nodeSnapshots = {
-    suspend: async (id: string, snapshotId: string, o: { upload: boolean }) => {
-      const d = this.#describe(id, snapshotId, o.upload);
+    suspend: async (id: string, snapshotId: string, o: { upload: boolean; kind: SnapshotKind }) => {
+      const d = this.#describe(id, snapshotId, o.upload, o.kind);
       this.sandboxes.delete(id);
       return d;
     },

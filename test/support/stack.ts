@@ -64,6 +64,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     SPACE_GATEWAY_PORT: String(gatewayPort),
     SPACE_NODE_PORT: String(nodePort),
     SPACE_LOG_LEVEL: process.env.SPACE_LOG_LEVEL ?? "warn",
+    // The machine's base template tarballs: a checkout testing a new recipe builds it there, not in a shared .tools.
+    ...(process.env.SPACE_BASE_TEMPLATE_DIR ? { SPACE_BASE_TEMPLATE_DIR: process.env.SPACE_BASE_TEMPLATE_DIR } : {}),
     ...hostScopeFor(dataDir),
     ...opts.env,
   };

@@ -4,6 +4,11 @@ import { describe, it } from "node:test";
 import { applyConfig, configFromImage, resolveWorkdir, sourceKey, stepKey, nodeTemplateName } from "../../src/contract/build-recipe.ts";
 import { parseDockerfile } from "../../src/cli/template.ts";
 import { parsePasswd } from "../../src/node/templates/rootfs-fs.ts";
+import { copySourceRoot } from "../../src/node/templates/builder.ts";
+import { parseNameTag, validateTag } from "../../src/templates/build-coordinator.ts";
+import { newBuildId } from "../../src/store/templates.ts";
+import { parseBuildTarget } from "../../src/operations/requests.ts";
+import { SpaceError } from "../../src/core/errors.ts";
 
 describe("recipe", () => {
   const src = sourceKey("image:sha256:abc");
@@ -31,6 +36,38 @@ describe("recipe", () => {
   });
   it("parses /etc/passwd", () => {
     assert.deepEqual(parsePasswd("root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n")[1], { name: "user", uid: 1000, gid: 1000, home: "/home/user" });
+  });
+});
+
+describe("E2B names, tags, build ids and COPY sources", () => {
+  const invalid = (re: RegExp) => (e: unknown) => e instanceof SpaceError && e.code === "invalid_argument" && re.test(e.message);
+  it("name[:tag] splits at the first ':' and refuses an empty or bad part, naming the value", () => {
+    assert.deepEqual(parseNameTag("web"), { alias: "web", tag: undefined });
+    assert.deepEqual(parseNameTag("web:v1.2"), { alias: "web", tag: "v1.2" });
+    assert.throws(() => parseNameTag(":x"), invalid(/name ":x"/));
+    assert.throws(() => parseNameTag("name:"), invalid(/name "name:": tag "" is not valid/));
+    assert.throws(() => parseNameTag("a:b:c", "target"), invalid(/target "a:b:c"/));
+    assert.throws(() => validateTag("Prod"), invalid(/"Prod"/));
+    assert.throws(() => validateTag("0b0e4c1e-1d7b-4a36-9d7e-6a1d2f8c9e10"), invalid(/UUID/));
+  });
+  it("build ids are UUIDs; operation targets take them and the older bd_ ids", () => {
+    const id = newBuildId();
+    assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    assert.equal(parseBuildTarget(`builds/${id}`), id);
+    assert.equal(parseBuildTarget("builds/bd_abc"), "bd_abc");
+    assert.equal(nodeTemplateName(id), id);
+  });
+  it("a COPY source names the path before its first glob segment, as E2B's builder takes it", () => {
+    assert.equal(copySourceRoot("folder/*"), "folder");
+    assert.equal(copySourceRoot("folder/*.txt"), "folder");
+    assert.equal(copySourceRoot("./a/b/**/*.js"), "a/b");
+    assert.equal(copySourceRoot("*.txt"), "");
+    assert.equal(copySourceRoot("src/{a,b}.ts"), "src");
+    assert.equal(copySourceRoot("folder/"), "folder");
+    assert.equal(copySourceRoot("a/file.txt"), "a/file.txt");
+    assert.equal(copySourceRoot("."), "");
+    assert.equal(copySourceRoot("lit\\*/x"), "lit*/x");
+    assert.throws(() => copySourceRoot("../etc/*"), invalid(/inside the build context/));
   });
 });
 

@@ -316,6 +316,48 @@ test("metrics and logs have the SDK's shapes", async () => {
   assert.deepEqual((await call("GET", `/sandboxes/${sb.sandboxID}`)).json().network.denyOut, ["0.0.0.0/0"]);
 });
 
+test("logs v1/v2: the node's entries with E2B's shapes and query semantics; 400 naming a bad field; others' sandboxes 404", async () => {
+  const { call, substrate } = await setup();
+  const sb = (await call("POST", "/v2/sandboxes", {})).json();
+  const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
+  substrate.logEntries.set(sb.sandboxID, [
+    { timestamp: at(1), level: "debug", message: "request", fields: { logger: "http" } },
+    { timestamp: at(2), level: "info", message: "process started", fields: { logger: "processSvc", pid: "7" } },
+    { timestamp: at(3), level: "warn", message: "process ended", fields: { logger: "processSvc", exitCode: "3" } },
+  ]);
+  const v2 = (q: string) => call("GET", `/v2/sandboxes/${sb.sandboxID}/logs${q}`);
+  assert.deepEqual((await v2("")).json().logs.map((e: { message: string }) => e.message), ["request", "process started", "process ended"]);
+  assert.deepEqual((await v2("?level=info&direction=backward&limit=1")).json().logs.map((e: { message: string }) => e.message), ["process ended"]);
+  assert.deepEqual((await v2(`?cursor=${Date.parse(at(2))}&search=process`)).json().logs.length, 2);
+  const v1 = (await call("GET", `/sandboxes/${sb.sandboxID}/logs?start=${Date.parse(at(2))}&limit=1`)).json();
+  assert.deepEqual(v1.logs, [{ timestamp: at(2), line: JSON.stringify({ logger: "processSvc", pid: "7", level: "info", message: "process started" }) }]);
+  assert.deepEqual(v1.logEntries.map((e: { message: string }) => e.message), ["process started"]);
+  for (const [q, field] of [["?level=trace", "level"], ["?direction=up", "direction"], ["?limit=1001", "limit"], ["?cursor=-1", "cursor"]] as const) {
+    const r = await v2(q);
+    assert.equal(r.statusCode, 400, q);
+    assert.match(r.json().message, new RegExp(field));
+  }
+  assert.equal((await call("GET", `/v2/sandboxes/${sb.sandboxID}/logs`, undefined, "key-b")).statusCode, 404);
+  await call("DELETE", `/sandboxes/${sb.sandboxID}`);
+  assert.equal((await v2("")).json().logs.length, 3, "a killed sandbox's logs, while its node keeps them");
+});
+
+test("metrics: the node's samples of the range; batch: the latest of each listed sandbox, others' left out", async () => {
+  const { call, substrate } = await setup();
+  const a = (await call("POST", "/v2/sandboxes", {})).json().sandboxID as string;
+  const b = (await call("POST", "/v2/sandboxes", {}, "key-b")).json().sandboxID as string;
+  const now = Math.floor(Date.now() / 1000);
+  const sample = (s: number) => ({ timestamp: new Date(s * 1000).toISOString(), cpuCount: 2, cpuUsedPct: s % 7, memUsed: 1, memTotal: 2, memCache: 0, diskUsed: 1, diskTotal: 2 });
+  substrate.history.set(a, [sample(now - 10), sample(now - 5), sample(now)]);
+  const range = (await call("GET", `/sandboxes/${a}/metrics?start=${now - 6}&end=${now - 1}`)).json();
+  assert.deepEqual(range.map((m: { timestampUnix: number }) => m.timestampUnix), [now - 5]);
+  assert.equal((await call("GET", `/sandboxes/${a}/metrics`)).json().length, 3);
+  const batch = (await call("GET", `/sandboxes/metrics?sandbox_ids=${a},${b},nosuchsandbox0000000`)).json();
+  assert.deepEqual(Object.keys(batch.sandboxes), [a]);
+  assert.equal(batch.sandboxes[a].timestampUnix, now);
+  assert.equal((await call("GET", "/sandboxes/metrics")).statusCode, 400);
+});
+
 test("empty JSON body with a JSON content type is accepted", async () => {
   const { app, call } = await setup();
   const sb = (await call("POST", "/v2/sandboxes", {})).json();

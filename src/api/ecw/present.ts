@@ -1,5 +1,6 @@
 /** SandboxRecord → the ECW JSON shapes the SDK reads (e2b-wire.md §2). */
 import type { SandboxMetrics } from "../../contract/node-api.ts";
+import type { SandboxLogEntry } from "../../contract/sandbox-logs.ts";
 import type { SandboxRecord, SandboxState } from "../../sandboxes/model.ts";
 import { assertNever } from "../../core/errors.ts";
 
@@ -76,6 +77,11 @@ export function toSandboxDetail(r: SandboxRecord, o: PresentOptions) {
     ...(r.network ? { network: r.network } : {}),
     lifecycle: { onTimeout: r.onTimeout, autoResume: r.autoResume },
   };
+}
+
+/** v1's `logs` entry: `line` is the entry as one JSON object, as E2B's envd lines are (the CLI parses `level` and `logger` from it). */
+export function toSandboxLogLine(e: SandboxLogEntry) {
+  return { timestamp: e.timestamp, line: JSON.stringify({ ...e.fields, level: e.level, message: e.message }) };
 }
 
 export function toSandboxMetric(m: SandboxMetrics) {

@@ -1,7 +1,7 @@
 /** `POST /sandboxes` (SDK <= 2.50, default timeout 15 s) and `POST /v2/sandboxes` (300 s). */
 import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import { conflict } from "../../core/errors.ts";
+import { conflict, invalid } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
 import { isLive, type SandboxRecord } from "../../sandboxes/model.ts";
 import type { CreateInput, ResourceRequest } from "../../sandboxes/service.ts";
@@ -57,6 +57,10 @@ function settled(deps: EcwDeps, tenant: TenantId, id: SandboxId): Promise<Sandbo
 
 export function toCreateInput(body: NewSandbox, version: 1 | 2): CreateInput {
   const metadata = body.metadata ?? {};
+  // As E2B: a filesystem-only snapshot has no memory to wake by traffic; it is resumed by an explicit connect.
+  if (body.autoPauseMemory === false && body.autoResume?.enabled) {
+    throw invalid("autoPauseMemory: false cannot be combined with autoResume: a filesystem-only pause is resumed by connect", { field: "autoPauseMemory" });
+  }
   return {
     template: body.templateID,
     metadata,
@@ -67,6 +71,8 @@ export function toCreateInput(body: NewSandbox, version: 1 | 2): CreateInput {
     allowInternetAccess: body.allow_internet_access ?? true,
     network: body.network ? { ...body.network } : null,
     onTimeout: body.autoPause ? "pause" : "kill",
+    // `autoPauseMemory: false` (SDK `onTimeout: { action: "pause", keepMemory: false }`): the timeout keeps the disk only.
+    ...(body.autoPause && body.autoPauseMemory === false ? { pauseKind: "disk" as const } : {}),
     autoResume: body.autoResume?.enabled ?? false,
     resources: parseResources(metadata[RESOURCES_METADATA_KEY]),
   };

@@ -40,10 +40,11 @@ export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
   });
 
   // E2B pause = suspend (memory checkpoint + disk snapshot, node freed): 204; 409 when already paused.
+  // `memory: false` (SDK `keepMemory: false`): the disk only; connect boots the sandbox fresh from it.
   app.post("/sandboxes/:sandboxID/pause", async (req, reply) => {
     const { sandboxID } = parse(IdParams, req.params, "path");
-    parse(PauseBody, req.body ?? {}, "pause body");
-    await sandboxes.suspend(tenantOf(req), sandboxID);
+    const body = parse(PauseBody, req.body ?? {}, "pause body");
+    await sandboxes.suspend(tenantOf(req), sandboxID, { kind: body.memory === false ? "disk" : "full" });
     return reply.code(204).send();
   });
 
@@ -51,7 +52,8 @@ export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
     app.post(path, async (req, reply) => {
       const { sandboxID } = parse(IdParams, req.params, "path");
       const body = parse(ConnectBody, req.body, "connect body");
-      const r = await sandboxes.connect(tenantOf(req), sandboxID, body.timeout);
+      // `memory: false` (SDK `onResume: "reboot"`): a paused sandbox boots fresh from its disk.
+      const r = await sandboxes.connect(tenantOf(req), sandboxID, body.timeout, { memory: body.memory });
       return reply.code(r.resumed ? 201 : 200).send(toSandbox(r.sandbox, { domain: deps.sandboxDomain }));
     });
   }

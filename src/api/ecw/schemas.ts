@@ -4,6 +4,7 @@
  * fields); response builders live in present.ts.
  */
 import { z } from "zod";
+import { LogLevel, LOGS_PAGE_MAX } from "../../contract/sandbox-logs.ts";
 
 /** E2B network config. `denyOut` takes IPs/CIDRs only; `allowOut` also domains. */
 export const NetworkConfig = z.looseObject({
@@ -64,6 +65,26 @@ export const ListQuery = z.looseObject({
 export const MetricsQuery = z.looseObject({
   start: z.coerce.number().int().optional(),
   end: z.coerce.number().int().optional(),
+});
+
+/** `GET /sandboxes/metrics`: comma-joined ids (repeated params too), as the SDKs send them. */
+export const MetricsBatchQuery = z.looseObject({
+  sandbox_ids: z.union([z.string(), z.array(z.string())]),
+});
+
+/** v1 `GET /sandboxes/{id}/logs`: `start` in ms, oldest first from it. */
+export const LogsQuery = z.looseObject({
+  start: z.coerce.number().int().nonnegative().optional(),
+  limit: z.coerce.number().int().min(0).max(LOGS_PAGE_MAX).default(LOGS_PAGE_MAX),
+});
+
+/** v2 `GET /v2/sandboxes/{id}/logs`: `cursor` in ms; backward pages newest first from it (default now). */
+export const LogsV2Query = z.looseObject({
+  cursor: z.coerce.number().int().nonnegative().optional(),
+  limit: z.coerce.number().int().min(0).max(LOGS_PAGE_MAX).default(LOGS_PAGE_MAX),
+  direction: z.enum(["forward", "backward"]).default("forward"),
+  level: LogLevel.optional(),
+  search: z.string().max(1024).optional(),
 });
 
 export const IdParams = z.object({ sandboxID: z.string().min(1).max(128) });

@@ -6,7 +6,7 @@
  *   PUT    /templates/{id}/files/{hash}?expires&token  raw tar(.gz) (signed URL, no API key)
  *   POST   /v2/templates/{id}/builds/{buildID}         TemplateBuildStartV2 → 202
  *   GET    /templates/{id}/builds/{buildID}/status     ?logsOffset → TemplateBuildInfo
- *   GET    /templates/aliases/{alias}                  → {templateID, public} | 404 none | 403 not yours
+ *   GET    /templates/aliases/{alias}                  → {templateID, public} (built-ins: public) | 404 none | 403 not yours
  *   POST   /templates/tags  {target:"name:tag", tags}  → 201 {buildID, tags}
  *   DELETE /templates/tags  {name, tags}               → 204
  *   GET    /templates/{id}/tags                        → [{tag, buildID, createdAt}]
@@ -33,7 +33,7 @@ import {
   type Build,
   type Template,
 } from "../../store/templates.ts";
-import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../templates/build-coordinator.ts";
+import { BUILT_IN_TEMPLATES, BuildCoordinator, buildError, filesBlobKey, parseNameTag, TemplateBuildStart, validateTag } from "../../templates/build-coordinator.ts";
 import type { ApiKeyAuth } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
 import { installEcwEdge, parse, sendEcwError, tenantOf } from "./http.ts";
@@ -142,6 +142,8 @@ export async function registerEcwTemplateRoutes(app: FastifyInstance, deps: EcwT
       const { alias } = req.params as { alias: string };
       const tenantId = tenantOf(req);
       const t = await findTemplateByName(db, alias, tenantId);
+      // What nodes provide themselves (`base`) has no row; E2B's own are public to every team.
+      if (!t && BUILT_IN_TEMPLATES.has(alias)) return { templateID: alias, public: true };
       if (!t) return sendEcwError(reply, 404, `template alias ${alias} not found`);
       if (t.tenantId !== tenantId && t.tenantId !== null && !t.public) return sendEcwError(reply, 403, `template alias ${alias} belongs to another team`);
       return { templateID: t.id, public: t.public };
@@ -150,9 +152,10 @@ export async function registerEcwTemplateRoutes(app: FastifyInstance, deps: EcwT
     scope.post("/templates/tags", async (req, reply) => {
       const body = parse(TagsAssign, req.body, "body");
       const tenantId = tenantOf(req);
-      const { alias } = splitNameTag(body.target);
+      const { alias, tag: from } = parseNameTag(body.target, "target");
+      for (const tag of body.tags) validateTag(tag, "tags:");
       const t = await ownTemplate(tenantId, alias);
-      const r = await resolveTemplate(db, tenantId, body.target.includes(":") ? `${t.name}:${splitNameTag(body.target).tag}` : t.id);
+      const r = await resolveTemplate(db, tenantId, from !== undefined ? `${t.name}:${from}` : t.id);
       for (const tag of body.tags) await setRelease(db, { tenantId, templateId: t.id, alias: t.name, tag, buildId: r.build.id });
       return reply.code(201).send({ buildID: r.build.id, tags: body.tags });
     });
@@ -160,7 +163,9 @@ export async function registerEcwTemplateRoutes(app: FastifyInstance, deps: EcwT
     scope.delete("/templates/tags", async (req, reply) => {
       const body = parse(TagsRemove, req.body, "body");
       const tenantId = tenantOf(req);
-      const t = await ownTemplate(tenantId, splitNameTag(body.name).alias);
+      const { alias } = parseNameTag(body.name, "name");
+      for (const tag of body.tags) validateTag(tag, "tags:");
+      const t = await ownTemplate(tenantId, alias);
       for (const tag of body.tags) await deleteRelease(db, tenantId, t.name, tag);
       return reply.code(204).send();
     });

@@ -58,7 +58,7 @@ export function buildOpenApi(): Json {
       summary,
       "x-required-scope": "sandboxes:write",
       parameters: [pathId("id"), idem],
-      requestBody: body(verb === "fork" ? "ForkSandbox" : "Empty", false),
+      requestBody: body(verb === "fork" ? "ForkSandbox" : verb === "suspend" ? "SuspendSandbox" : "Empty", false),
       responses: { ...accepted, ...errors(400, 401, 403, 404, 409, ...(unsupported ? [501] : [])) },
     },
   });
@@ -71,6 +71,7 @@ export function buildOpenApi(): Json {
     NetworkObservation: schema(S.NetworkObservation),
     Empty: schema(S.EmptyBody, "input"),
     ForkSandbox: schema(S.ForkSandboxBody, "input"),
+    SuspendSandbox: schema(S.SuspendSandboxBody, "input"),
     Sandbox: schema(S.Sandbox),
     SandboxList: schema(S.SandboxList),
     RunCommand: schema(S.RunCommandBody, "input"),

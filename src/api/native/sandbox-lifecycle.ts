@@ -1,15 +1,15 @@
 /**
  * POST /v1/sandboxes/:id/{pause,resume,suspend,restore,stop,start,fork}, all operations:
  * pause/resume (resident, frozen in memory), stop/start (processes end, rootfs kept),
- * suspend/restore (memory checkpoint + disk snapshot, node freed; the same service as
- * ECW pause/connect) and fork (a new sandbox from a live checkpoint).
+ * suspend/restore (memory checkpoint + disk snapshot, node freed; `memory: false` keeps
+ * the disk only; the same service as ECW pause/connect) and fork (a new sandbox from a live checkpoint).
  */
 import type { FastifyInstance } from "fastify";
 import { sandboxTarget } from "../../operations/requests.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./http.ts";
 import { DEFAULT_CREATE_DEADLINE_MS, exists } from "./sandboxes.ts";
-import { EmptyBody, ForkSandboxBody, SandboxIdParams } from "./schemas.ts";
+import { EmptyBody, ForkSandboxBody, SandboxIdParams, SuspendSandboxBody } from "./schemas.ts";
 
 const queued = ["pause", "resume", "stop", "start", "suspend", "restore"] as const;
 
@@ -18,12 +18,13 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: NativeDeps):
     app.post(`/v1/sandboxes/:id/${verb}`, async (req, reply) => {
       const { tenantId } = await tenantWith(deps, req, "sandboxes:write");
       const { id } = parse(SandboxIdParams, req.params, "path");
-      parse(EmptyBody, req.body, "body");
+      // suspend takes E2B's `memory` option (it travels in the request); the other verbs an empty body.
+      const body = verb === "suspend" ? parse(SuspendSandboxBody, req.body ?? {}, "body") : parse(EmptyBody, req.body, "body");
       return submit(deps, req, reply, {
         tenantId,
         kind: `sandbox.${verb}`,
         target: sandboxTarget(id),
-        request: { sandbox_id: id },
+        request: { sandbox_id: id, ...body },
         deadlineMs: deps.operationDeadlineMs ?? DEFAULT_CREATE_DEADLINE_MS,
         admit: () => exists(deps, tenantId, id),
       });

@@ -70,6 +70,12 @@ export const NetworkObservation = z
 /** Lifecycle verbs take an optional empty object (strict: no fields yet). */
 export const EmptyBody = z.object({}).strict().meta({ id: "Empty" });
 
+/** E2B's pause option, same word: `memory: false` keeps the disk only (a restore boots fresh from it). */
+export const SuspendSandboxBody = z
+  .object({ memory: z.boolean().optional().meta({ description: "false: keep only the disk; the restore boots the sandbox fresh from it (processes gone, files kept). Default true: memory and disk" }) })
+  .strict()
+  .meta({ id: "SuspendSandbox" });
+
 export const ForkSandboxBody = z
   .object({ metadata: Metadata.optional(), timeout_s: z.number().int().min(1).max(24 * 3600).optional() })
   .strict()

@@ -318,7 +318,7 @@ export class WarmPoolAdoption implements WarmAdopter {
         trafficAccessToken,
         allowInternetAccess: input.allowInternetAccess,
         network: (input.network ?? {}) as Record<string, unknown>,
-        lifecycle: { onTimeout: input.onTimeout, autoResume: input.autoResume },
+        lifecycle: { onTimeout: input.onTimeout, autoResume: input.autoResume, ...(input.pauseKind ? { pauseKind: input.pauseKind } : {}) },
         startedAt,
         endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
       });

@@ -1,8 +1,12 @@
 /**
- * EntryInfo from lstat: permission bits, a Go-style permissions string
- * (`-rw-r--r--`, `drwxr-xr-x`, `Lrwxrwxrwx`), owner/group names, symlink target.
+ * EntryInfo as E2B's envd builds it: lstat for name, size, owner, times and a Go-style
+ * permissions string (`-rw-r--r--`, `drwxr-xr-x`, `Lrwxrwxrwx`); a symlink reports its
+ * target's type and permission bits with `symlinkTarget` = the resolved path (a dangling
+ * one stays a symlink, target as written: E2B would answer an unknown type, which the
+ * SDKs drop from listings). Directories report at least one 4096-byte block, as on ext4
+ * (E2B's rootfs): btrfs says 0 for an empty directory. Metadata: `metadata.ts`.
  */
-import { lstat, realpath, readlink } from "node:fs/promises";
+import { lstat, realpath, readlink, stat } from "node:fs/promises";
 import type { Stats } from "node:fs";
 import { basename } from "node:path";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -37,28 +41,48 @@ export function fileType(st: Stats): FileType {
   return FileType.FILE;
 }
 
-export function entryFromStats(envd: Envd, path: string, st: Stats, symlinkTarget?: string): EntryInit {
+/** ext4's directory size: whole blocks, at least one. */
+const DIR_BLOCK = 4096;
+
+function sizeOf(st: Stats): bigint {
+  if (!st.isDirectory()) return BigInt(st.size);
+  return BigInt(Math.max(1, Math.ceil(st.size / DIR_BLOCK)) * DIR_BLOCK);
+}
+
+/** A symlink's resolved target and what it points at (undefined: dangling). */
+export interface LinkTarget {
+  path: string;
+  st: Stats | undefined;
+}
+
+export function entryFromStats(envd: Envd, path: string, st: Stats, link?: LinkTarget): EntryInit {
+  const shown = link?.st ?? st;
   return {
     name: basename(path) || "/",
-    type: fileType(st),
+    type: fileType(shown),
     path,
-    size: BigInt(st.size),
-    mode: st.mode & 0o777,
+    size: sizeOf(st),
+    mode: shown.mode & 0o777,
     permissions: permissionsString(st),
     owner: envd.users.userName(st.uid),
     group: envd.users.groupName(st.gid),
     modifiedTime: timestampFromMs(Math.floor(st.mtimeMs)),
-    symlinkTarget,
-    metadata: envd.metadata.get(st) ?? {},
+    symlinkTarget: link?.path,
+    metadata: envd.metadata.read(path) ?? {},
   };
 }
 
-/** EntryInfo for `path` (not following a final symlink). Throws fs errors. */
+async function linkTarget(path: string): Promise<LinkTarget> {
+  try {
+    const target = await realpath(path);
+    return { path: target, st: await stat(target) };
+  } catch {
+    return { path: await readlink(path).catch(() => ""), st: undefined };
+  }
+}
+
+/** EntryInfo for `path` (lstat; a final symlink is described by its target). Throws fs errors. */
 export async function entryInfo(envd: Envd, path: string): Promise<EntryInit> {
   const st = await lstat(path);
-  let target: string | undefined;
-  if (st.isSymbolicLink()) {
-    target = await realpath(path).catch(async () => readlink(path).catch(() => ""));
-  }
-  return entryFromStats(envd, path, st, target);
+  return entryFromStats(envd, path, st, st.isSymbolicLink() ? await linkTarget(path) : undefined);
 }

@@ -1,52 +1,135 @@
 /**
- * File metadata set through `POST /files` `X-Metadata-*` headers, returned in
- * EntryInfo.metadata. Node has no xattr API, so metadata lives in a sidecar directory
- * keyed by device and inode (it follows renames and in-place overwrites); the file's
- * birth time guards against a reused inode.
+ * File metadata (`POST /files` `X-Metadata-*` headers, EntryInfo.metadata), kept as E2B's
+ * envd keeps it: one `user.e2b.<key>` extended attribute per key on the file itself. So it
+ * follows the file through renames, snapshots and `cp -a`, and what a program in the
+ * sandbox sets (`setfattr -n user.e2b.k -v v f`) is metadata too. An upload replaces the
+ * whole set (no headers clears it: O_TRUNC keeps xattrs). Paths follow symlinks, as E2B's.
+ *
+ * Node has no xattr API: native/xattr.c, built as xattr.node beside the bundle. Without the
+ * addon, or on a filesystem without user xattrs (proc, sysfs), no metadata is kept, as
+ * E2B's envd does on such filesystems: reads give none and the upload still succeeds.
  */
-import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync, type Stats } from "node:fs";
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
+import { SpaceError } from "../../core/errors.ts";
 
-interface Record_ {
-  birthtimeMs: number;
-  metadata: Record<string, string>;
+export const METADATA_XATTR_PREFIX = "user.e2b.";
+/** Linux caps an xattr name (prefix included) at 255 bytes. */
+export const MAX_METADATA_KEY_BYTES = 255 - METADATA_XATTR_PREFIX.length;
+/** ext4 keeps all of an inode's xattrs in one 4 KiB block; E2B's envd checks this budget. */
+export const MAX_METADATA_TOTAL_BYTES = 4096;
+
+export type Metadata = Record<string, string>;
+
+/** The addon's surface (native/xattr.c). */
+export interface Xattr {
+  list(path: string): string[];
+  get(path: string, name: string): Buffer | null;
+  set(path: string, name: string, value: Buffer): void;
+  remove(path: string, name: string): void;
 }
 
-export class MetadataStore {
-  private index: Map<string, Record_> | undefined;
-  constructor(private readonly dir: string) {}
+type Log = (msg: string, f?: Record<string, unknown>) => void;
 
-  private load(): Map<string, Record_> {
-    if (this.index) return this.index;
-    this.index = new Map();
+/** `dir`: the bundle's directory (or src/envd in development, beside dist/envd). */
+export function loadXattr(dir: string, log: Log): Xattr | undefined {
+  const candidates = [join(dir, "xattr.node"), join(dir, "..", "..", "dist", "envd", "xattr.node")];
+  const req = createRequire(join(dir, "envd"));
+  for (const c of candidates) {
+    if (!existsSync(c)) continue;
     try {
-      for (const f of readdirSync(this.dir)) {
-        if (!f.endsWith(".json")) continue;
-        try {
-          this.index.set(f.slice(0, -5), JSON.parse(readFileSync(join(this.dir, f), "utf8")) as Record_);
-        } catch {
-          /* torn write: ignore */
+      return req(c) as Xattr;
+    } catch (e: unknown) {
+      log("xattr addon failed to load", { path: c, error: String(e) });
+    }
+  }
+  log("no xattr addon: file metadata is not kept");
+  return undefined;
+}
+
+const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+
+/** E2B's rules for a metadata set; the message names the offending header. */
+export function validateMetadata(metadata: Metadata): void {
+  let total = 0;
+  for (const [k, v] of Object.entries(metadata)) {
+    if (!k) throw new SpaceError("invalid_argument", "metadata key must not be empty");
+    if (Buffer.byteLength(k) > MAX_METADATA_KEY_BYTES) {
+      throw new SpaceError("invalid_argument", `metadata key ${JSON.stringify(k)} exceeds ${MAX_METADATA_KEY_BYTES} bytes`);
+    }
+    if (!PRINTABLE_ASCII.test(k))
+      throw new SpaceError("invalid_argument", `metadata key ${JSON.stringify(k)} must be printable US-ASCII`);
+    if (!PRINTABLE_ASCII.test(v)) {
+      throw new SpaceError("invalid_argument", `X-Metadata-${k}: the value must be printable US-ASCII`);
+    }
+    total += METADATA_XATTR_PREFIX.length + k.length + v.length;
+  }
+  if (total > MAX_METADATA_TOTAL_BYTES) {
+    throw new SpaceError("invalid_argument", `total metadata size ${total} exceeds ${MAX_METADATA_TOTAL_BYTES} bytes`);
+  }
+}
+
+function unsupported(e: unknown): boolean {
+  const code = (e as NodeJS.ErrnoException).code;
+  return code === "ENOTSUP" || code === "EOPNOTSUPP";
+}
+
+export class FileMetadata {
+  private warnedUnsupported = false;
+  constructor(
+    private readonly xattr: Xattr | undefined,
+    private readonly log: Log,
+  ) {}
+
+  /** The file's metadata, or undefined when it has none (or it cannot be read). */
+  read(path: string): Metadata | undefined {
+    if (!this.xattr) return undefined;
+    let names: string[];
+    try {
+      names = this.xattr.list(path);
+    } catch {
+      return undefined; // gone, dangling link, or no xattrs on this filesystem
+    }
+    let out: Metadata | undefined;
+    const utf8 = new TextDecoder("utf-8", { fatal: true });
+    for (const name of names) {
+      if (!name.startsWith(METADATA_XATTR_PREFIX) || name.length === METADATA_XATTR_PREFIX.length) continue;
+      let value: Buffer | null;
+      try {
+        value = this.xattr.get(path, name);
+      } catch {
+        continue;
+      }
+      if (value === null) continue;
+      // Set inside the sandbox, a value may be any bytes; EntryInfo.metadata is a string
+      // map that must be valid UTF-8, so such an entry is skipped (as E2B's envd does).
+      try {
+        (out ??= {})[name.slice(METADATA_XATTR_PREFIX.length)] = utf8.decode(value);
+      } catch {
+        continue;
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Replaces the file's metadata with `metadata` (validated by the caller): keys not in it
+   * are removed. A filesystem without user xattrs keeps none (logged once).
+   */
+  write(path: string, metadata: Metadata): void {
+    if (!this.xattr) return;
+    try {
+      for (const name of this.xattr.list(path)) {
+        if (name.startsWith(METADATA_XATTR_PREFIX) && !Object.hasOwn(metadata, name.slice(METADATA_XATTR_PREFIX.length))) {
+          this.xattr.remove(path, name);
         }
       }
-    } catch {
-      /* no dir yet */
+      for (const [k, v] of Object.entries(metadata)) this.xattr.set(path, METADATA_XATTR_PREFIX + k, Buffer.from(v));
+    } catch (e: unknown) {
+      if (!unsupported(e)) throw Object.assign(e as Error, { path });
+      if (!this.warnedUnsupported) this.log("filesystem without user xattrs: file metadata not kept", { path });
+      this.warnedUnsupported = true;
     }
-    return this.index;
-  }
-
-  get(st: Stats): Record<string, string> | undefined {
-    const r = this.load().get(`${st.dev}-${st.ino}`);
-    if (!r || r.birthtimeMs !== st.birthtimeMs) return undefined;
-    return r.metadata;
-  }
-
-  set(st: Stats, metadata: Record<string, string>): void {
-    const key = `${st.dev}-${st.ino}`;
-    const rec: Record_ = { birthtimeMs: st.birthtimeMs, metadata };
-    this.load().set(key, rec);
-    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-    const tmp = join(this.dir, `.${key}.tmp`);
-    writeFileSync(tmp, JSON.stringify(rec));
-    renameSync(tmp, join(this.dir, `${key}.json`));
   }
 }

@@ -11,7 +11,7 @@ import { Filesystem, type WatchDirResponseSchema } from "../../gen/filesystem/fi
 import { userFromHeaders, type Envd } from "../context.ts";
 import { fsError } from "../errors.ts";
 import { resolveUserPath } from "../paths.ts";
-import { keepaliveMs } from "../process/service.ts";
+import { keepaliveMs, throwIfDeadline } from "../process/service.ts";
 import { entryFromStats, entryInfo, type EntryInit } from "./entry.ts";
 import { ensureParentOwned, mkdirpOwned } from "./ownership.ts";
 import { DirWatcher, type WatchEvent } from "./watchers.ts";
@@ -114,12 +114,10 @@ export function filesystemService(envd: Envd): ServiceImpl<typeof Filesystem> {
       return { entries };
     },
 
+    // A missing path is not an error: E2B's envd removes with os.RemoveAll.
     async remove(req, ctx) {
       const path = resolveUserPath(req.path, userOf(ctx));
-      await guard(async () => {
-        await lstat(path);
-        await rm(path, { recursive: true, force: true });
-      });
+      await guard(() => rm(path, { recursive: true, force: true }));
       return {};
     },
 
@@ -161,7 +159,7 @@ export function filesystemService(envd: Envd): ServiceImpl<typeof Filesystem> {
             continue;
           }
           if (failure) throw new SpaceError("internal", `watching ${JSON.stringify(dir)} failed: ${String(failure)}`);
-          if (ctx.signal.aborted) return;
+          if (ctx.signal.aborted) return throwIfDeadline(ctx);
           const r = await new Promise<string>((resolve) => {
             const t = setTimeout(() => done("timeout"), ka);
             const onAbort = () => done("abort");
@@ -174,7 +172,7 @@ export function filesystemService(envd: Envd): ServiceImpl<typeof Filesystem> {
             wake = () => done("item");
             ctx.signal.addEventListener("abort", onAbort, { once: true });
           });
-          if (r === "abort") return;
+          if (r === "abort") return throwIfDeadline(ctx);
           if (r === "timeout") yield { event: { case: "keepalive", value: {} } };
         }
       } finally {

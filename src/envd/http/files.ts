@@ -1,7 +1,8 @@
 /**
  * `GET /files` and `POST /files` (e2b-wire.md §3): raw bytes down (gzip on request),
  * multipart or octet-stream up (gzip accepted), parents created, files owned by the
- * requesting user, `X-Metadata-*` kept as file metadata.
+ * requesting user. `X-Metadata-*` replace the file's metadata (none clears it); each entry
+ * of the answer carries the metadata read back from the file, as E2B's envd answers.
  */
 import { createReadStream, createWriteStream, type WriteStream } from "node:fs";
 import { chown, stat, lstat, rm } from "node:fs/promises";
@@ -16,6 +17,7 @@ import { requestUser, type Envd } from "../context.ts";
 import { resolveUserPath } from "../paths.ts";
 import type { User } from "../users.ts";
 import { ensureParentOwned } from "../filesystem/ownership.ts";
+import { validateMetadata, type Metadata } from "../filesystem/metadata.ts";
 import { boundaryOf, parseMultipart } from "./multipart.ts";
 import { sendError, sendJson } from "./respond.ts";
 
@@ -85,14 +87,23 @@ export async function getFile(envd: Envd, req: IncomingMessage, res: ServerRespo
   }
 }
 
-function metadataHeaders(req: IncomingMessage): Record<string, string> | undefined {
-  let out: Record<string, string> | undefined;
-  for (const [k, v] of Object.entries(req.headers)) {
-    if (!k.startsWith("x-metadata-") || v === undefined) continue;
-    out ??= {};
-    out[k.slice("x-metadata-".length).toLowerCase()] = Array.isArray(v) ? v.join(",") : v;
+/** `X-Metadata-<key>` → `{ <key, lowercased>: <first value> }`, validated (E2B's rules). */
+function metadataHeaders(req: IncomingMessage): Metadata {
+  const out: Metadata = {};
+  for (const [k, v] of Object.entries(req.headersDistinct)) {
+    if (!k.startsWith("x-metadata-") || !v?.length) continue;
+    const key = k.slice("x-metadata-".length);
+    if (key) out[key] = v[0]!;
   }
+  validateMetadata(out);
   return out;
+}
+
+interface WrittenEntry {
+  path: string;
+  name: string;
+  type: "file";
+  metadata?: Metadata;
 }
 
 async function openTarget(path: string, user: User): Promise<WriteStream> {
@@ -107,10 +118,11 @@ async function openTarget(path: string, user: User): Promise<WriteStream> {
   return ws;
 }
 
-async function finishTarget(envd: Envd, path: string, user: User, meta: Record<string, string> | undefined) {
+async function finishTarget(envd: Envd, path: string, user: User, meta: Metadata): Promise<WrittenEntry> {
   if (user.uid !== 0) await chown(path, user.uid, user.gid);
-  if (meta) envd.metadata.set(await stat(path), meta);
-  return { path, name: basename(path), type: "file" as const };
+  envd.metadata.write(path, meta);
+  const kept = envd.metadata.read(path);
+  return { path, name: basename(path), type: "file", ...(kept && { metadata: kept }) };
 }
 
 export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
@@ -127,7 +139,7 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
       throw new SpaceError("invalid_argument", `unsupported content-encoding ${JSON.stringify(encoding)}`);
     }
     const contentType = String(req.headers["content-type"] ?? "");
-    const written: { path: string; name: string; type: "file" }[] = [];
+    const written: WrittenEntry[] = [];
     if (/^multipart\/form-data/i.test(contentType)) {
       const boundary = boundaryOf(contentType);
       if (!boundary) throw new SpaceError("invalid_argument", "multipart body without a boundary");

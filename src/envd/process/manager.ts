@@ -315,6 +315,8 @@ export class ProcessManager {
   readonly ended = new EndedProcesses();
   /** Called after any process ends (startEnvd() hooks the zombie reaper here). */
   onExit: (() => void) | undefined;
+  /** Called with each started process as it ends (startEnvd() logs it). */
+  onEnd: ((p: ManagedProcess, end: EndInfo) => void) | undefined;
 
   /** `dir`: where node-pty is resolved from (the bundle's directory). */
   constructor(private readonly dir: string) {}
@@ -347,6 +349,7 @@ export class ProcessManager {
     const onEnd = (p: ManagedProcess) => {
       this.byPid.delete(p.pid);
       if (p.tag !== undefined && p.endInfo) this.ended.record(p.tag, p.pid, p.endInfo, p.detached);
+      if (p.endInfo) this.onEnd?.(p, p.endInfo);
       this.onExit?.();
     };
     let proc: ManagedProcess;

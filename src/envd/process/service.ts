@@ -1,9 +1,11 @@
 /**
  * process.Process (e2b-wire.md §3). Streams send `start` first, then output, then
- * `end`; keepalives when idle for `Keepalive-Ping-Interval` seconds.
+ * `end`; keepalives when idle for `Keepalive-Ping-Interval` seconds. At the request's
+ * `Connect-Timeout-Ms` a stream ends with `deadline_exceeded`, as E2B's envd ends it (the
+ * SDKs raise their TimeoutError); Start also kills the process then.
  */
 import { existsSync } from "node:fs";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { SpaceError } from "../../core/errors.ts";
 import { Process, Signal, type ProcessSelector, type ProcessEventSchema } from "../../gen/process/process_pb.ts";
@@ -19,6 +21,16 @@ type EventInit = MessageInitShape<typeof ProcessEventSchema>;
 export function keepaliveMs(ctx: HandlerContext): number {
   const v = Number(ctx.requestHeader.get("keepalive-ping-interval"));
   return (Number.isFinite(v) && v > 0 ? v : DEFAULT_KEEPALIVE_S) * 1000;
+}
+
+/**
+ * Call when a stream stops because its signal fired: past the request's deadline the
+ * stream must end with that error, not cleanly (a clean end without `end` leaves the
+ * SDKs with "exited without a result"). A client that went away needs nothing.
+ */
+export function throwIfDeadline(ctx: HandlerContext): void {
+  const reason: unknown = ctx.signal.reason;
+  if (ctx.signal.aborted && reason instanceof ConnectError && reason.code === Code.DeadlineExceeded) throw reason;
 }
 
 function selector(sel: ProcessSelector | undefined): { pid?: number; tag?: string } {
@@ -50,7 +62,11 @@ function toEvent(ev: ProcEvent): EventInit {
 
 async function* stream(proc: ManagedProcess, sub: Subscriber, ctx: HandlerContext) {
   yield { event: { event: { case: "start", value: { pid: proc.pid } } } as EventInit };
-  for await (const ev of sub.events(ctx.signal, keepaliveMs(ctx))) yield { event: toEvent(ev) };
+  for await (const ev of sub.events(ctx.signal, keepaliveMs(ctx))) {
+    yield { event: toEvent(ev) };
+    if (ev.kind === "end") return;
+  }
+  throwIfDeadline(ctx);
 }
 
 export function processService(envd: Envd): Partial<ServiceImpl<typeof Process>> {
@@ -85,7 +101,7 @@ export function processService(envd: Envd): Partial<ServiceImpl<typeof Process>>
         pty: req.pty ? { cols: req.pty.size?.cols ?? 80, rows: req.pty.size?.rows ?? 24 } : undefined,
         timeoutMs,
       });
-      envd.log("process started", { pid: proc.pid, cmd: cfg.cmd, user: user.name, tag: req.tag });
+      envd.log("process started", { logger: "processSvc", pid: proc.pid, cmd: cfg.cmd, args: cfg.args.join(" "), user: user.name, tag: req.tag });
       yield* stream(proc, sub, ctx);
     },
 

@@ -11,7 +11,8 @@ import { z } from "zod";
 import { httpStatus, SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
-import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory, type SandboxStatus } from "../../contract/node-api.ts";
+import { MetricsRangeQuery, NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory, type SandboxStatus } from "../../contract/node-api.ts";
+import { LogQuerySchema } from "../../contract/sandbox-logs.ts";
 import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
 import { registerSnapshotRoutes } from "../snapshots/routes.ts";
@@ -117,6 +118,18 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
   app.get("/v1/sandboxes/:id/metrics", async (req) => {
     const { id } = parse(Params, req.params, "path");
     return mgr().metrics(id, signalOf(req));
+  });
+  // History and logs answer for a sandbox that left the node too (kept for a while), [] for one never here.
+  app.get("/v1/sandboxes/:id/metrics/history", async (req) => {
+    const { id } = parse(Params, req.params, "path");
+    const q = parse(MetricsRangeQuery, req.query ?? {}, "metrics range");
+    return { samples: await mgr().metricsHistory(id, q) };
+  });
+  app.get("/v1/sandboxes/:id/logs", async (req) => {
+    const { id } = parse(Params, req.params, "path");
+    const q = parse(LogQuerySchema, req.query ?? {}, "logs query");
+    const { cursor, ...rest } = q;
+    return { logs: await mgr().logs(id, { ...rest, ...(cursor !== undefined ? { cursorMs: cursor } : {}) }) };
   });
 
   registerSnapshotRoutes(app, deps.snapshots ?? (() => undefined), signalOf);

@@ -1,5 +1,39 @@
-/** The node's few calls to a sandbox's envd: health (readiness) and init (env, token). */
+/** The node's few calls to a sandbox's envd: health (readiness), init (env, token) and its log ring. */
 import { request } from "node:http";
+import { ENVD_LOGS_PATH, EnvdLogsPage } from "../../contract/sandbox-logs.ts";
+
+/** A page bigger than this is not read (envd is the sandbox's: never trusted to be small). */
+const LOGS_PAGE_BYTES = 8 * 1024 * 1024;
+
+/** One page of envd's log ring after `after`; rejects on any failure or a malformed page. */
+export function fetchEnvdLogs(host: string, port: number, accessToken: string | undefined, after: number, timeoutMs: number): Promise<EnvdLogsPage> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host, port, path: `${ENVD_LOGS_PATH}?after=${after}`, agent: false, timeout: timeoutMs, headers: accessToken ? { "x-access-token": accessToken } : {} },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (c: Buffer) => {
+          size += c.length;
+          if (size > LOGS_PAGE_BYTES) req.destroy(new Error(`envd log page over ${LOGS_PAGE_BYTES} bytes`));
+          else chunks.push(c);
+        });
+        res.on("end", () => {
+          if (res.statusCode !== 200) return reject(new Error(`envd ${ENVD_LOGS_PATH} answered ${res.statusCode}`));
+          try {
+            resolve(EnvdLogsPage.parse(JSON.parse(Buffer.concat(chunks).toString("utf8"))));
+          } catch (e) {
+            reject(e instanceof Error ? e : new Error(String(e)));
+          }
+        });
+        res.on("error", reject);
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", reject);
+    req.end();
+  });
+}
 
 export function httpStatusOf(host: string, port: number, path: string, opts: { method?: string; body?: string; timeoutMs: number; headers?: Record<string, string> }): Promise<number> {
   return new Promise((resolve, reject) => {

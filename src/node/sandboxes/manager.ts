@@ -3,7 +3,9 @@
  * with a LIFO cleanup stack so a failure never leaves half-created state, start, pause /
  * resume (freezer), stop (processes end, disk kept) / start again, kill (everything
  * released), and the startup reconcile that adopts survivors and reclaims orphans.
- * Every host object is named after the sandbox id. Disks and networks come in as seams
+ * Every host object is named after the sandbox id. Its metrics history and logs are the
+ * telemetry's (sandbox-telemetry.ts), told when a sandbox arrives, is checkpointed and leaves.
+ * Disks and networks come in as seams
  * (SandboxDisks, NetworkAttachments): btrfs and network slots for the OCI runtimes, plain
  * directories and the host's network for the process runtime.
  */
@@ -18,19 +20,27 @@ import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } fro
 import { CleanupStack } from "./cleanup-stack.ts";
 import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBootOptions } from "./sandbox-boot.ts";
 import { sandboxMetrics } from "./sandbox-metrics.ts";
+import { DEFAULT_TELEMETRY, SandboxTelemetry, type Observed, type TelemetryOptions } from "./sandbox-telemetry.ts";
+import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
 import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
 import { canTransition, type NodeState } from "./states.ts";
 
 export interface SandboxManagerOptions extends SandboxBootOptions {
   nodeDir: string;
   stopGraceMs?: number;
+  /** Metrics sampling and log retention (config: SPACE_METRICS_*, SPACE_SANDBOX_LOG_*). */
+  telemetry?: Partial<TelemetryOptions>;
 }
 
 interface Live extends SandboxRecord {
   /** Serializes lifecycle calls on one sandbox. */
   lock: Promise<unknown>;
   cpuSample?: { at: number; usageNs: number };
+  diskSample?: { at: number; usedBytes: number };
 }
+
+/** The periodic sampling reads a sandbox's disk usage (a btrfs exec) at most this often. */
+const DISK_SAMPLE_MAX_AGE_MS = 30_000;
 
 export class SandboxManager {
   private readonly o: SandboxManagerOptions;
@@ -40,13 +50,23 @@ export class SandboxManager {
   private readonly records: SandboxRecords;
   private readonly logsDir: string;
   private readonly booter: SandboxBooter;
+  /** Metrics history and logs; the agent starts and stops its tick. */
+  readonly telemetry: SandboxTelemetry;
 
   constructor(o: SandboxManagerOptions) {
     this.o = o;
     this.records = new SandboxRecords(join(o.nodeDir, "sandboxes"));
     this.logsDir = join(o.nodeDir, "logs");
-    this.booter = new SandboxBooter(o, this.logsDir);
+    const telemetry = { ...DEFAULT_TELEMETRY, ...o.telemetry };
+    this.booter = new SandboxBooter(o, this.logsDir, telemetry.logEntries);
     this.events.setMaxListeners(0);
+    this.telemetry = new SandboxTelemetry({
+      dir: join(o.nodeDir, "sandbox-logs"),
+      options: telemetry,
+      observed: () => [...this.sandboxes.values()].filter((s) => s.state !== "creating" && s.state !== "killing").map(observedOf),
+      sample: (id, signal) => sandboxMetrics(this.o.runtime, this.o.disks, this.mustGet(id), signal, DISK_SAMPLE_MAX_AGE_MS),
+      logger: o.logger,
+    });
   }
 
   list(): SandboxStatus[] {
@@ -125,8 +145,9 @@ export class SandboxManager {
   // ---------------------------------------------------------------- create
 
   /**
-   * `via` (snapshots): the disk comes from a snapshot and the processes from a memory
-   * checkpoint instead of the template and a cold boot (node/snapshots).
+   * `via` (snapshots): the disk comes from a snapshot and, unless it is a disk snapshot,
+   * the processes from a memory checkpoint instead of the template and a cold boot
+   * (node/snapshots).
    */
   async create(spec: SandboxSpec, signal: AbortSignal, via?: RestoreVia): Promise<SandboxStatus> {
     if (spec.background && !isBackground()) return inBackground(() => this.create(spec, signal, via));
@@ -187,6 +208,7 @@ export class SandboxManager {
         await this.records.save(s);
       });
       stack.move(); // success: the sandbox owns its disk, slot and container now
+      await this.telemetry.arrived(observedOf(s), via?.sourceSandboxId !== undefined && via.sourceSandboxId !== id);
       this.o.logger.info({ sandboxId: id, timings: s.timings }, "sandbox running");
       return this.toStatus(s);
     } catch (e) {
@@ -256,9 +278,16 @@ export class SandboxManager {
         s.state = "running";
       }
       if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
-      await capture();
+      await this.telemetry.quiesce(observedOf(s));
+      try {
+        await capture();
+      } catch (e) {
+        this.telemetry.resumed(id);
+        throw e;
+      }
       s.state = "killing";
       this.events.emit(`dead:${id}`);
+      await this.telemetry.left(id);
       await this.reclaim(id, signal);
       this.sandboxes.delete(id);
     });
@@ -269,7 +298,12 @@ export class SandboxManager {
     const s = this.mustGet(id);
     return this.withLock(s, async () => {
       if (s.state !== "running" && s.state !== "paused") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
-      return fn(this.toStatus(s));
+      await this.telemetry.quiesce(observedOf(s));
+      try {
+        return await fn(this.toStatus(s));
+      } finally {
+        this.telemetry.resumed(id);
+      }
     });
   }
 
@@ -278,8 +312,10 @@ export class SandboxManager {
     const s = this.mustGet(id);
     return this.withLock(s, async () => {
       if (s.state === "stopped") return this.toStatus(s);
+      if (s.state === "running") await this.telemetry.quiesce(observedOf(s));
       this.transition(s, "stopped");
       this.events.emit(`dead:${id}`);
+      await this.telemetry.left(id);
       await this.o.runtime.stop(id, this.o.stopGraceMs ?? 2000, signal);
       await this.releaseSlot(id);
       s.address = "";
@@ -312,6 +348,7 @@ export class SandboxManager {
         s.state = "running";
         await this.records.save(s);
         stack.move();
+        await this.telemetry.arrived(observedOf(s), false);
         return this.toStatus(s);
       } catch (e) {
         await stack.run().catch(() => undefined);
@@ -375,8 +412,10 @@ export class SandboxManager {
     }
     await this.withLock(s, async () => {
       if (s.state === "killing" && !this.sandboxes.has(id)) return;
+      if (s.state === "running") await this.telemetry.quiesce(observedOf(s));
       s.state = "killing";
       this.events.emit(`dead:${id}`);
+      await this.telemetry.left(id);
       await this.reclaim(id, signal);
       this.sandboxes.delete(id);
     });
@@ -398,6 +437,21 @@ export class SandboxManager {
 
   async metrics(id: string, signal: AbortSignal): Promise<SandboxMetrics> {
     return sandboxMetrics(this.o.runtime, this.o.disks, this.mustGet(id), signal);
+  }
+
+  /** Samples in the range (ms since the epoch), kept for a while after the sandbox left; [] for one never here. */
+  metricsHistory(id: string, range: { startMs?: number; endMs?: number }): Promise<SandboxMetrics[]> {
+    return this.telemetry.metrics(id, range, this.observed(id));
+  }
+
+  /** The sandbox's log entries the query selects (kept for a while after it left); [] for one never here. */
+  logs(id: string, q: LogQuery): Promise<SandboxLogEntry[]> {
+    return this.telemetry.queryLogs(id, q, this.observed(id));
+  }
+
+  private observed(id: string): Observed | undefined {
+    const s = this.sandboxes.get(id);
+    return s && s.state !== "creating" && s.state !== "killing" ? observedOf(s) : undefined;
   }
 
   // ---------------------------------------------------------------- reconcile
@@ -466,6 +520,10 @@ export class SandboxManager {
     const s = this.sandboxes.get(id);
     return Boolean(s && (s.state === "running" || s.state === "paused"));
   }
+}
+
+function observedOf(s: Live): Observed {
+  return { id: s.spec.sandboxId, running: s.state === "running", envd: { host: s.address, port: s.envdPort, accessToken: s.spec.accessToken } };
 }
 
 /** The egress policy of a spec: its compiled policy, else all-or-nothing. */

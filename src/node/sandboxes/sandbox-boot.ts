@@ -20,8 +20,10 @@ import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoo
 export interface RestoreVia {
   /** Sets up the sandbox's disk; returns its root path. */
   disk(signal: AbortSignal): Promise<string>;
-  /** Starts the prepared bundle from the memory checkpoint. */
-  start(id: string, signal: AbortSignal): Promise<void>;
+  /** Starts the prepared bundle from the memory checkpoint; absent (a disk snapshot): a fresh boot of that disk. */
+  start?: (id: string, signal: AbortSignal) => Promise<void>;
+  /** The sandbox the checkpoint was taken of (another one for forks and template captures). */
+  sourceSandboxId?: string;
 }
 
 /** cgroup v1 cpu.shares: the kernel default, and a background sandbox's (1/8: it still boots on a busy node, envd must answer within its ready timeout). */
@@ -55,7 +57,7 @@ export interface BootTarget {
   envdPort: number;
 }
 
-/** Where a sandbox boots: its root filesystem and network, and how (`via`: restored from a checkpoint). */
+/** Where a sandbox boots: its root filesystem and network, and how (`via`: restored from a snapshot). */
 export interface BootPlace {
   rootfs: string;
   /** The network namespace to join; absent = the host's. */
@@ -70,11 +72,14 @@ export class SandboxBooter {
   /** Where the init's output goes (unless discarded). */
   private readonly logsDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
+  /** The bound of envd's log ring (src/envd/log-ring.ts). */
+  private readonly envdLogEntries: number;
 
   /** `o` is read at each boot (the manager's own options, shared). */
-  constructor(o: SandboxBootOptions, logsDir: string) {
+  constructor(o: SandboxBootOptions, logsDir: string, envdLogEntries: number) {
     this.o = o;
     this.logsDir = logsDir;
+    this.envdLogEntries = envdLogEntries;
   }
 
   /** Bundle, runtime start, envd health, envd init, template start command. */
@@ -83,8 +88,8 @@ export class SandboxBooter {
     const t = performance.now();
     await this.o.network.writeIdentity(id, s.address, rootfs);
     await mkdir(this.logsDir, { recursive: true });
-    // A restore brings envd's state and the processes back from memory: nothing to apply.
-    const tb: TemplateBoot = via ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
+    // A restore from memory brings envd's state and the processes back: nothing to apply.
+    const tb: TemplateBoot = via?.start ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
     const templateEnv = Object.fromEntries(Object.entries(tb.env).filter(([k]) => !k.startsWith("SPACE_ENVD_")));
     const env: Record<string, string> = {
       PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -97,6 +102,7 @@ export class SandboxBooter {
       // envd's knobs (not passed on to processes): the template's WORKDIR and USER.
       ...(tb.workdir ? { SPACE_ENVD_DEFAULT_WORKDIR: tb.workdir } : {}),
       ...(tb.user ? { SPACE_ENVD_DEFAULT_USER: tb.user } : {}),
+      SPACE_ENVD_LOG_ENTRIES: String(this.envdLogEntries),
     };
     this.launch ??= envdLaunch(this.o.envdDir, this.o.nodeBinary, this.o.logger);
     const args = (await this.launch).argv(s.envdPort);
@@ -116,7 +122,7 @@ export class SandboxBooter {
       logPath: this.o.discardInitOutput ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
-    if (via) {
+    if (via?.start) {
       // A memory checkpoint comes back with its sockets: its addresses must be in place.
       // (Measured: restoring while the slot or the disk quota is still being set up won under
       // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)

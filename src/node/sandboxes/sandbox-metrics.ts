@@ -1,6 +1,8 @@
 /**
  * A sandbox's metrics from its cgroups (CPU over the interval since the last sample, memory
- * without page cache) and its disk store (what the disk holds).
+ * without page cache) and its disk store (what the disk holds). The disk's usage costs a
+ * `btrfs qgroup show`; the node's periodic sampling reuses a reading up to `diskMaxAgeMs`
+ * old so a full node does not run one per sandbox every few seconds.
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -12,9 +14,11 @@ import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 export interface Sampled {
   spec: SandboxSpec;
   cpuSample?: { at: number; usageNs: number };
+  /** The last disk reading (bytes referenced), reused while younger than the caller allows. */
+  diskSample?: { at: number; usedBytes: number };
 }
 
-export async function sandboxMetrics(runtime: Runtime, disks: SandboxDisks, s: Sampled, signal: AbortSignal): Promise<SandboxMetrics> {
+export async function sandboxMetrics(runtime: Runtime, disks: SandboxDisks, s: Sampled, signal: AbortSignal, diskMaxAgeMs = 0): Promise<SandboxMetrics> {
   const id = s.spec.sandboxId;
   const dirs = runtime.cgroupDirs(id);
   const readNum = (p: string | undefined) => (p ? readFile(p, "utf8").then((x) => Number(x.trim()), () => 0) : Promise.resolve(0));
@@ -34,7 +38,11 @@ export async function sandboxMetrics(runtime: Runtime, disks: SandboxDisks, s: S
   const memUsed = await readNum(dirs.memory && join(dirs.memory, "memory.usage_in_bytes"));
   const stat = dirs.memory ? await readFile(join(dirs.memory, "memory.stat"), "utf8").catch(() => "") : "";
   const memCache = Number(/^total_cache (\d+)/m.exec(stat)?.[1] ?? /^cache (\d+)/m.exec(stat)?.[1] ?? 0);
-  const disk = await disks.usage(id, signal);
+  let diskUsed = s.diskSample && performance.now() - s.diskSample.at < diskMaxAgeMs ? s.diskSample.usedBytes : undefined;
+  if (diskUsed === undefined) {
+    diskUsed = (await disks.usage(id, signal))?.referencedBytes ?? 0;
+    s.diskSample = { at: performance.now(), usedBytes: diskUsed };
+  }
   return {
     timestamp: new Date().toISOString(),
     cpuCount: s.spec.vcpu,
@@ -42,7 +50,7 @@ export async function sandboxMetrics(runtime: Runtime, disks: SandboxDisks, s: S
     memUsed: Math.max(0, memUsed - memCache),
     memTotal: s.spec.memoryMib * 1024 * 1024,
     memCache,
-    diskUsed: disk?.referencedBytes ?? 0,
+    diskUsed,
     diskTotal: s.spec.diskMib * 1024 * 1024,
   };
 }

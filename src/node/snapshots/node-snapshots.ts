@@ -2,14 +2,17 @@
  * Node-side snapshots: suspend (memory checkpoint + read-only disk snapshot, node freed),
  * live captures (fork, named snapshots: the source keeps running), publication to the
  * blob store, and restore — from the local copy, or from the blob store on any node.
+ * A `disk` snapshot (E2B's filesystem-only pause) is the same minus the CRIU image: no
+ * freeze (one btrfs snapshot is already of one instant), no memory part, and its restore
+ * boots the sandbox fresh from the disk (the template's boot settings, as after a stop).
  *
  * Layout (node cache, btrfs):
  *   <cache>/snapshots/<snapshotId>/disk     read-only subvolume of the sandbox's disk
  *   <cache>/snapshots/parents/<uuid>/<name>  a parent (template) received from the blob store
- *   <nodeDir>/snapshots/<snapshotId>/image   CRIU images; meta.json beside it
+ *   <nodeDir>/snapshots/<snapshotId>/image   CRIU images (full snapshots); meta.json beside it
  *
  * Blob store (one key per part; sha256 of the stored bytes recorded in the descriptor):
- *   snapshots/<snapshotId>/memory.tar[.enc]  the CRIU image dir as tar
+ *   snapshots/<snapshotId>/memory.tar[.enc]  the CRIU image dir as tar (full snapshots)
  *   snapshots/<snapshotId>/disk.btrfs[.enc]  `btrfs send -p <parent>` of the disk
  *   parents/<uuid>.btrfs                      full `btrfs send` of a parent (template), plaintext
  *   parents/<uuid>.btrfs.enc + parents/<uuid>.json   the same encrypted under its own data key;
@@ -29,7 +32,7 @@ import type { Logger } from "../../core/log.ts";
 import { checkpointerFor, writeMeta, type CheckpointMeta, type Checkpointer } from "../../runtime/oci/checkpoint.ts";
 import type { Runtime } from "../../runtime/runtime.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
-import type { SnapshotDescriptor, SnapshotPartInfo } from "../../contract/snapshot-descriptor.ts";
+import type { SnapshotDescriptor, SnapshotKind, SnapshotPartInfo } from "../../contract/snapshot-descriptor.ts";
 import * as btrfs from "../disk/btrfs.ts";
 import { pipeInto, spawnStream } from "../disk/pipes.ts";
 import { downloadVerified, fetchSubvolume, openSealed, putOutput, putSubvolume, receiveSubvolume, type BlobPart } from "../disk/subvolume-stream.ts";
@@ -43,7 +46,8 @@ interface LocalMeta {
   template: string;
   parentPath: string;
   parentUuid: string;
-  checkpoint: CheckpointMeta;
+  /** The CRIU image's meta; absent = a disk snapshot (no memory). */
+  checkpoint?: CheckpointMeta;
   /** When this copy was captured or fetched (ISO). */
   createdAt?: string;
   /** Every part is in the blob store (published by this node, or fetched from it): the node's copy may be reaped. */
@@ -75,6 +79,8 @@ export interface NodeSnapshotsOptions {
 }
 
 const T = 10 * 60_000;
+/** The checkpoint meta of an image that recorded none. */
+const NO_LOG: CheckpointMeta = { logPath: "/dev/null", logSize: 0, config: {} };
 const SNAP = /^sn_[a-z0-9]{16}$/;
 
 export class NodeSnapshots {
@@ -124,10 +130,11 @@ export class NodeSnapshots {
   // ------------------------------------------------------------------ capture
 
   /**
-   * Suspend: freeze, disk snapshot, memory dump (the processes end), node resources
-   * released; then the parts are published when a blob store is configured.
+   * Suspend: freeze, disk snapshot, memory dump (the processes end; `kind: "disk"`: the
+   * disk snapshot only, the processes end with the release), node resources released;
+   * then the parts are published when a blob store is configured.
    */
-  async suspend(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
+  async suspend(sandboxId: string, snapshotId: string, opts: { upload: boolean; kind?: SnapshotKind }, signal: AbortSignal): Promise<SnapshotDescriptor> {
     const timings: Record<string, number> = {};
     let meta: LocalMeta | undefined;
     const t0 = performance.now();
@@ -136,7 +143,7 @@ export class NodeSnapshots {
       async () => {
         const st = this.o.manager.get(sandboxId);
         // The manager resumed a resident-paused sandbox before this: it is running.
-        meta = await this.capture(sandboxId, st.template, snapshotId, { leaveRunning: false, wasPaused: false, timings }, signal);
+        meta = await this.capture(sandboxId, st.template, snapshotId, { kind: opts.kind ?? "full", leaveRunning: false, wasPaused: false, timings }, signal);
       },
       signal,
     );
@@ -150,7 +157,7 @@ export class NodeSnapshots {
     const timings: Record<string, number> = {};
     const t0 = performance.now();
     const meta = await this.o.manager.withRunning(sandboxId, (st) =>
-      this.capture(sandboxId, st.template, snapshotId, { leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
+      this.capture(sandboxId, st.template, snapshotId, { kind: "full", leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
     );
     timings.captureMs = ms(t0);
     return this.finish(meta, opts.upload, timings, signal);
@@ -158,13 +165,14 @@ export class NodeSnapshots {
 
   /**
    * `wasPaused`: the manager's view of the sandbox (it serialises lifecycle calls, so it is
-   * the runtime's too) — one runtime call fewer on the fork path.
+   * the runtime's too) — one runtime call fewer on the fork path. A `disk` capture takes
+   * only the read-only disk snapshot (atomic by itself: no freeze, nothing to thaw).
    */
   private async capture(
     sandboxId: string,
     template: string,
     snapshotId: string,
-    { leaveRunning, wasPaused, timings }: { leaveRunning: boolean; wasPaused: boolean; timings: Record<string, number> },
+    { kind, leaveRunning, wasPaused, timings }: { kind: SnapshotKind; leaveRunning: boolean; wasPaused: boolean; timings: Record<string, number> },
     signal: AbortSignal,
   ): Promise<LocalMeta> {
     if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
@@ -172,6 +180,7 @@ export class NodeSnapshots {
     const image = join(dir, "image");
     const rt = this.o.runtime;
     const t0 = performance.now();
+    const freeze = kind === "full" && !wasPaused;
     let dumped = false;
     try {
       // The parent lookup and directories need no freeze: overlapped with it.
@@ -179,10 +188,11 @@ export class NodeSnapshots {
         this.parentOf(sandboxId, template),
         rm(dir, { recursive: true, force: true }).then(() => mkdir(dir, { recursive: true })),
         mkdir(join(this.cacheSnaps, snapshotId), { recursive: true }),
-        wasPaused ? undefined : rt.pause(sandboxId, signal),
+        freeze ? rt.pause(sandboxId, signal) : undefined,
       ]);
       timings.freezeMs = ms(t0);
-      // The sandbox is stopped from here to the end of the capture: its disk usage holds.
+      // The sandbox is stopped from here to the end of the capture: its disk usage holds (a
+      // disk capture leaves it running: measured beside the snapshot, near enough for a quota base).
       const diskBase = this.capturedBaseMib(sandboxId, signal);
       diskBase.catch(() => undefined);
       const tDisk = performance.now();
@@ -195,8 +205,10 @@ export class NodeSnapshots {
           timings.dumpMs = ms(tDisk);
           return c;
         });
-      let checkpoint: CheckpointMeta;
-      if (leaveRunning) {
+      let checkpoint: CheckpointMeta | undefined;
+      if (kind === "disk") {
+        await snapshotDisk();
+      } else if (leaveRunning) {
         // Both of one instant: the source stays stopped through both (frozen by us, its tasks
         // held by CRIU while it dumps), so they run side by side; a failure of either leaves
         // it running. A suspend keeps the order: its dump ends the processes, so the disk
@@ -208,15 +220,17 @@ export class NodeSnapshots {
         await snapshotDisk();
         checkpoint = await dump();
       }
-      dumped = true;
-      await writeMeta(image, checkpoint);
+      if (checkpoint) {
+        dumped = true;
+        await writeMeta(image, checkpoint);
+      }
       const meta: LocalMeta = {
         snapshotId,
         sourceSandboxId: sandboxId,
         template,
         parentPath: parent.path,
         parentUuid: parent.uuid,
-        checkpoint,
+        ...(checkpoint ? { checkpoint } : {}),
         createdAt: new Date().toISOString(),
         diskBaseMib: await diskBase,
       };
@@ -229,7 +243,7 @@ export class NodeSnapshots {
       // A suspend's processes end with the dump. After a --leave-running dump CRIU puts back
       // the freezer state it found (frozen by us): thaw it without asking first. After a
       // failure it may or may not be frozen: check.
-      if (!wasPaused && !(dumped && !leaveRunning)) {
+      if (freeze && !(dumped && !leaveRunning)) {
         const frozen = dumped || (await rt.state(sandboxId, AbortSignal.timeout(30_000)).catch(() => null))?.status === "paused";
         if (frozen) await rt.resume(sandboxId, AbortSignal.timeout(30_000)).catch(() => undefined);
       }
@@ -241,6 +255,7 @@ export class NodeSnapshots {
       snapshotId: meta.snapshotId,
       sourceSandboxId: meta.sourceSandboxId,
       template: meta.template,
+      kind: meta.checkpoint ? "full" : "disk",
       parentUuid: meta.parentUuid,
       parts: [],
       sizeBytes: 0,
@@ -261,7 +276,9 @@ export class NodeSnapshots {
     const base = `snapshots/${meta.snapshotId}`;
     const memoryKey = `${base}/memory.tar${ext}`;
     await Promise.all([
-      put("memory", putOutput(blob, memoryKey, spawnStream(["tar", "-C", join(this.localDir(meta.snapshotId), "image"), "-cf", "-", "."], signal), dataKey, signal)),
+      meta.checkpoint
+        ? put("memory", putOutput(blob, memoryKey, spawnStream(["tar", "-C", join(this.localDir(meta.snapshotId), "image"), "-cf", "-", "."], signal), dataKey, signal))
+        : undefined,
       put("disk", putSubvolume(blob, `${base}/disk.btrfs${ext}`, this.diskPath(meta.snapshotId), { parent: meta.parentPath, dataKey }, signal)),
     ]);
     desc.parts.sort((a, b) => a.kind.localeCompare(b.kind));
@@ -326,6 +343,8 @@ export class NodeSnapshots {
     const meta = JSON.parse(await readFile(join(this.localDir(desc.snapshotId), "meta.json"), "utf8")) as LocalMeta;
     const id = spec.sandboxId;
     const image = join(this.localDir(desc.snapshotId), "image");
+    const checkpoint = meta.checkpoint;
+    if (desc.kind === "full" && !checkpoint) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} has no memory image on this node`);
     const st = await this.o.manager.create(spec, signal, {
       disk: async (sig) => {
         const path = this.o.disks.sandboxPath(id);
@@ -339,7 +358,9 @@ export class NodeSnapshots {
         }
         return this.o.disks.sandboxRoot(id);
       },
-      start: (cid, sig) => this.cp.restore(cid, image, meta.checkpoint, sig),
+      // A disk snapshot (or a restore asked for as one: E2B's connect with `memory: false`) boots fresh.
+      ...(checkpoint && desc.kind === "full" ? { start: (cid: string, sig: AbortSignal) => this.cp.restore(cid, image, checkpoint, sig) } : {}),
+      sourceSandboxId: desc.sourceSandboxId,
     });
     await mkdir(join(this.o.nodeDir, "snapshots", "sandbox-parents"), { recursive: true });
     await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
@@ -369,9 +390,10 @@ export class NodeSnapshots {
   private async fetch(desc: SnapshotDescriptor, signal: AbortSignal): Promise<void> {
     const blob = this.o.blob;
     if (!blob) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is not on this node and the node has no blob store`);
+    // The memory part whenever it was published, even for a restore asked for as `disk`: the local copy is the snapshot's, whole.
     const mem = desc.parts.find((p) => p.kind === "memory");
     const disk = desc.parts.find((p) => p.kind === "disk");
-    if (!mem || !disk) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is not durable (its parts are not in the blob store)`);
+    if ((desc.kind === "full" && !mem) || !disk) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is not durable (its parts are not in the blob store)`);
     let dataKey: Buffer | undefined;
     if (desc.wrappedKey) {
       if (!this.o.clusterKey) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is encrypted and this node has no SPACE_ENCRYPTION_KEY`);
@@ -379,7 +401,7 @@ export class NodeSnapshots {
     }
     const dir = this.localDir(desc.snapshotId);
     await rm(dir, { recursive: true, force: true });
-    await mkdir(join(dir, "image"), { recursive: true });
+    await mkdir(mem ? join(dir, "image") : dir, { recursive: true });
     const scratch = join(this.o.nodeDir, "snapshots", `.dl-${desc.snapshotId}`);
     await mkdir(scratch, { recursive: true });
     try {
@@ -388,27 +410,31 @@ export class NodeSnapshots {
       //    All settle before anything fails (the parent receive may serve other restores).
       const memFile = join(scratch, "memory");
       const diskFile = join(scratch, "disk");
-      await settleAll([this.download(mem, memFile, signal), this.download(disk, diskFile, signal), this.ensureParent(desc.parentUuid, scratch, signal)]);
+      await settleAll([
+        mem ? this.download(mem, memFile, signal) : Promise.resolve(),
+        this.download(disk, diskFile, signal),
+        this.ensureParent(desc.parentUuid, scratch, signal),
+      ]);
       // 2. Unpack both at once (decrypting: a failed tag aborts the pipeline, and the partial result is dropped).
       const target = join(this.cacheSnaps, desc.snapshotId);
       await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
       await mkdir(target, { recursive: true });
       await settleAll([
-        pipeInto(openSealed(memFile, mem.key, dataKey), ["tar", "-C", join(dir, "image"), "-xf", "-"], signal),
+        mem ? pipeInto(openSealed(memFile, mem.key, dataKey), ["tar", "-C", join(dir, "image"), "-xf", "-"], signal) : Promise.resolve(),
         receiveSubvolume(diskFile, disk.key, dataKey, target, signal),
       ]).catch(async (e: unknown) => {
         await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
         throw e;
       });
       const parentPath = await this.findParent(desc.parentUuid);
-      const checkpoint = JSON.parse(await readFile(join(dir, "image", "space-checkpoint.json"), "utf8").catch(() => "null")) as CheckpointMeta | null;
+      const checkpoint = mem ? ((JSON.parse(await readFile(join(dir, "image", "space-checkpoint.json"), "utf8").catch(() => "null")) as CheckpointMeta | null) ?? NO_LOG) : undefined;
       const meta: LocalMeta = {
         snapshotId: desc.snapshotId,
         sourceSandboxId: desc.sourceSandboxId,
         template: desc.template,
         parentPath: parentPath ?? "",
         parentUuid: desc.parentUuid,
-        checkpoint: checkpoint ?? { logPath: "/dev/null", logSize: 0, config: {} },
+        ...(checkpoint ? { checkpoint } : {}),
         createdAt: new Date().toISOString(),
         durable: true,
         // A received disk owns only what it changed from its parent: measure it whole.

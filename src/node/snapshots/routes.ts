@@ -19,11 +19,12 @@ export function registerSnapshotRoutes(app: FastifyInstance, snapshots: () => No
   app.post("/v1/sandboxes/:id/suspend", async (req) => {
     const { id } = parse(Params, req.params, "path");
     const body = parse(SnapshotRequest, req.body ?? {}, "suspend");
-    return snaps().suspend(id, body.snapshotId, { upload: body.upload }, signalOf(req));
+    return snaps().suspend(id, body.snapshotId, { upload: body.upload, kind: body.kind }, signalOf(req));
   });
   app.post("/v1/sandboxes/:id/checkpoint", async (req) => {
     const { id } = parse(Params, req.params, "path");
     const body = parse(SnapshotRequest, req.body ?? {}, "checkpoint");
+    if (body.kind !== "full") throw new SpaceError("invalid_argument", "a live checkpoint keeps the memory: kind must be full", { details: { field: "kind" } });
     return snaps().checkpointLive(id, body.snapshotId, { upload: body.upload }, signalOf(req));
   });
   app.post("/v1/restores", async (req, reply) => {

@@ -1,11 +1,12 @@
 /**
  * The `base` template: Debian bookworm (debootstrap minbase) from the machine's own apt
- * mirror with the tools agents expect, and a user `user` (uid 1000, /home/user,
- * passwordless sudo). Built once per machine into a tarball cache (debootstrap takes about
- * a minute); every node cache (reformatted each boot) imports the tarball in seconds.
+ * mirror with what E2B users expect of E2B's base (`python`/`python3` with a working
+ * `pip install`, Node.js with npm, git, curl), and a user `user` (uid 1000, /home/user,
+ * passwordless sudo). Built once per machine into a tarball cache (debootstrap takes a few
+ * minutes); every node cache (reformatted each boot) imports the tarball in seconds.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
 import { treeSizeMib } from "../disk/disks.ts";
@@ -17,10 +18,15 @@ export const BASE_TEMPLATE = "base";
 
 export const baseRecipe = {
   /** Bump when the steps below change: it renames the cached tarball. */
-  version: 2,
+  version: 3,
   suite: "bookworm",
   variant: "minbase",
   packages: ["bash", "coreutils", "python3", "python3-pip", "curl", "git", "procps", "sudo", "ca-certificates", "iproute2"],
+  /**
+   * Installed by apt inside the new root: debootstrap's own resolver cannot configure npm's
+   * hundred node-* dependencies in one pass ("Failure while configuring base packages").
+   */
+  aptPackages: ["python-is-python3", "python3-venv", "nodejs", "npm"],
   user: { name: "user", uid: 1000, home: "/home/user" },
 } as const;
 
@@ -83,6 +89,11 @@ export async function ensureBaseTemplateTarball(o: {
       [`--variant=${r.variant}`, `--include=${r.packages.join(",")}`, r.suite, root, o.mirror],
       { timeoutMs: 30 * 60_000, signal: o.signal },
     );
+    progress?.step(`apt-get install ${r.aptPackages.join(" ")}`);
+    const apt = { timeoutMs: 30 * 60_000, signal: o.signal, env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", DEBIAN_FRONTEND: "noninteractive", LC_ALL: "C" } };
+    await exec("chroot", [root, "apt-get", "update"], apt);
+    await exec("chroot", [root, "apt-get", "install", "-y", "--no-install-recommends", ...r.aptPackages], apt);
+    await exec("chroot", [root, "apt-get", "clean"], apt);
     progress?.step("configure user and sudo");
     await exec("chroot", [root, "useradd", "--create-home", "--home-dir", r.user.home, "--uid", String(r.user.uid), "--shell", "/bin/bash", "--user-group", r.user.name], {
       timeoutMs: 60_000,
@@ -94,6 +105,13 @@ export async function ensureBaseTemplateTarball(o: {
     await mkdir(join(root, "opt/space/envd"), { recursive: true });
     await writeFile(join(root, "opt/space/bin/node"), "");
     await writeFile(join(root, "etc/hostname"), "sandbox\n");
+    // PEP 668: bookworm marks its Python "externally managed", so a plain `pip install`
+    // (what E2B users and `Template().pipInstall()` run) fails. A sandbox is a throwaway
+    // machine of its own, as E2B's base image is: pip installs into the system Python.
+    for (const d of (await readdir(join(root, "usr/lib"))).filter((d) => /^python3(\.\d+)?$/.test(d))) {
+      await rm(join(root, "usr/lib", d, "EXTERNALLY-MANAGED"), { force: true });
+    }
+    await writeFile(join(root, "etc/pip.conf"), "[global]\nbreak-system-packages = true\n");
     await rm(join(root, "var/cache/apt/archives"), { recursive: true, force: true });
     await mkdir(join(root, "var/cache/apt/archives/partial"), { recursive: true });
     await rm(join(root, "var/lib/apt/lists"), { recursive: true, force: true });

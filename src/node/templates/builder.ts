@@ -368,9 +368,8 @@ export class TemplateBuilder {
         // GNU tar strips leading "/" and refuses ".." members; it extracts into a private
         // scratch dir; the copy into the image resolves paths inside the rootfs.
         await exec("tar", ["--no-same-owner", "-xf", archive, "-C", dir], { timeoutMs: 10 * 60_000, signal });
-        const rel = s.src.replace(/^\.?\/+/, "").replace(/\/+$/, "");
-        const glob = /[*?[]/.test(rel);
-        const from = rel === "" || rel === "." || glob ? dir : join(dir, rel);
+        const rel = copySourceRoot(s.src);
+        const from = rel ? join(dir, rel) : dir;
         const st = await lstat(from).catch(() => undefined);
         if (!st) throw invalid(`COPY: ${s.src} is not in the uploaded files`);
         const destAbs = resolveDest(config.workdir, s.dest);
@@ -614,6 +613,25 @@ export class TemplateBuilder {
     }
     return layers.length;
   }
+}
+
+/**
+ * What a COPY source names inside its upload, as E2B's builder takes it: the path before
+ * the first segment with a glob character (`*?[{`). The SDK uploads only the matches, so
+ * `folder/*` copies folder's uploaded entries into the destination (`folder/a` → `dest/a`,
+ * `folder/sub/x` → `dest/sub/x`), `*.txt` the matching files; without a glob a directory's
+ * contents go into the destination and a file becomes it. "" = the upload root.
+ */
+export function copySourceRoot(src: string): string {
+  let meta = -1;
+  for (let i = 0; i < src.length && meta < 0; i++) {
+    if (src[i] === "\\") i++;
+    else if ("*?[{".includes(src[i]!)) meta = i;
+  }
+  const stat = meta < 0 ? src : src.slice(0, Math.max(0, src.lastIndexOf("/", meta)));
+  const parts = stat.replace(/\\(.)/g, "$1").split("/").filter((p) => p && p !== ".");
+  if (parts.includes("..")) throw invalid(`COPY ${JSON.stringify(src)}: the source must stay inside the build context`);
+  return parts.join("/");
 }
 
 function resolveDest(workdir: string, dest: string): string {

@@ -10,13 +10,16 @@ import {
   NodeInventory,
   NetworkRecord,
   SandboxMetrics,
+  SandboxMetricsHistory,
   SandboxStatus,
+  type MetricsRange,
   NODE_TOKEN_HEADER,
   type SandboxEgress,
   type SandboxInit,
   type SandboxSpec,
 } from "../../contract/node-api.ts";
-import { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
+import { SnapshotDescriptor, type SnapshotKind } from "../../contract/snapshot-descriptor.ts";
+import { logQueryString, SandboxLogs, type LogQuery } from "../../contract/sandbox-logs.ts";
 import { NodeBuildStatusSchema, type NodeBuildRequest } from "../../contract/node-builds.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
 
@@ -95,8 +98,17 @@ export class NodeClient {
   metrics(id: string, signal: AbortSignal) {
     return this.#call("GET", `/v1/sandboxes/${enc(id)}/metrics`, undefined, SandboxMetrics, signal);
   }
-  /** Memory checkpoint + disk snapshot; the sandbox leaves the node. Upload may take minutes. */
-  suspend(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
+  async metricsHistory(id: string, range: MetricsRange, signal: AbortSignal) {
+    const q = new URLSearchParams();
+    if (range.startMs !== undefined) q.set("startMs", String(range.startMs));
+    if (range.endMs !== undefined) q.set("endMs", String(range.endMs));
+    return (await this.#call("GET", `/v1/sandboxes/${enc(id)}/metrics/history?${q}`, undefined, SandboxMetricsHistory, signal)).samples;
+  }
+  async logs(id: string, query: LogQuery, signal: AbortSignal) {
+    return (await this.#call("GET", `/v1/sandboxes/${enc(id)}/logs?${logQueryString(query)}`, undefined, SandboxLogs, signal)).logs;
+  }
+  /** Memory checkpoint (unless `kind: "disk"`) + disk snapshot; the sandbox leaves the node. Upload may take minutes. */
+  suspend(id: string, body: { snapshotId: string; upload: boolean; kind?: SnapshotKind }, signal: AbortSignal) {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/suspend`, body, SnapshotDescriptor, signal, 600_000);
   }
   /** A live checkpoint (the sandbox keeps running): fork source. */

@@ -1,0 +1,189 @@
+/**
+ * What the node records about its sandboxes over time: a metrics sample every
+ * `intervalMs` (E2B samples every 5 s) kept in a bounded history per sandbox, and envd's
+ * log lines pulled into the SandboxLogStore at the same tick. Both outlive the sandbox's
+ * stay on the node by `retentionMs` (kill, suspend), so `e2b sandbox logs` and
+ * `getMetrics` of a sandbox that just ended still answer.
+ *
+ * The metrics history is in memory (a node agent restart starts it again); the logs are
+ * on disk (sandbox-log-store.ts). Timestamps of samples are whole seconds, as E2B's
+ * (`timestampUnix`), so the SDK's second-granular `start`/`end` select them exactly.
+ *
+ * Before a checkpoint the manager quiesces a sandbox: the tick leaves it alone, the
+ * pull in flight is awaited and one last pull is made, so no node→envd connection is open
+ * while CRIU dumps the sandbox's sockets.
+ */
+import type { Logger } from "../../core/log.ts";
+import type { SandboxMetrics } from "../../contract/node-api.ts";
+import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
+import { fetchEnvdLogs } from "./envd-client.ts";
+import { SandboxLogStore, type EnvdTarget, type FetchPage } from "./sandbox-log-store.ts";
+
+export interface TelemetryOptions {
+  /** Sampling (and log pull) interval. */
+  intervalMs: number;
+  /** Metrics samples kept per sandbox. */
+  metricsSamples: number;
+  /** Log entries kept per sandbox. */
+  logEntries: number;
+  /** How long both are kept after the sandbox left the node. */
+  retentionMs: number;
+}
+
+export const DEFAULT_TELEMETRY: TelemetryOptions = { intervalMs: 5000, metricsSamples: 720, logEntries: 1000, retentionMs: 3_600_000 };
+
+/** A sandbox as the tick sees it: running ones are sampled and pulled. */
+export interface Observed {
+  id: string;
+  running: boolean;
+  envd: EnvdTarget;
+}
+
+export interface SandboxTelemetryDeps {
+  dir: string;
+  options: TelemetryOptions;
+  /** The node's sandboxes now. */
+  observed: () => Observed[];
+  sample: (id: string, signal: AbortSignal) => Promise<SandboxMetrics>;
+  logger: Logger;
+  fetchPage?: FetchPage;
+  now?: () => number;
+}
+
+interface History {
+  samples: SandboxMetrics[];
+  endedAt?: number;
+}
+
+const PULL_TIMEOUT_MS = 2000;
+/** Sandboxes sampled and pulled at once in a tick (the node's CPU is the sandboxes'). */
+const TICK_CONCURRENCY = 4;
+
+export class SandboxTelemetry {
+  readonly #d: SandboxTelemetryDeps;
+  readonly #o: TelemetryOptions;
+  readonly logs: SandboxLogStore;
+  readonly #history = new Map<string, History>();
+  readonly #quiet = new Set<string>();
+  #timer: NodeJS.Timeout | undefined;
+  #tick: Promise<void> | undefined;
+  readonly #now: () => number;
+
+  constructor(d: SandboxTelemetryDeps) {
+    this.#d = d;
+    this.#o = d.options;
+    this.#now = d.now ?? Date.now;
+    this.logs = new SandboxLogStore({
+      dir: d.dir,
+      maxEntries: d.options.logEntries,
+      retentionMs: d.options.retentionMs,
+      fetchPage: d.fetchPage ?? ((t, after) => fetchEnvdLogs(t.host, t.port, t.accessToken, after, PULL_TIMEOUT_MS)),
+      logger: d.logger,
+      ...(d.now ? { now: d.now } : {}),
+    });
+  }
+
+  start(): void {
+    if (this.#timer) return;
+    this.#timer = setInterval(() => {
+      this.#tick ??= this.tick().finally(() => (this.#tick = undefined));
+    }, this.#o.intervalMs);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    await this.#tick;
+  }
+
+  /** One round: sample and pull every running sandbox (a few at a time), drop what outlived the retention. */
+  async tick(): Promise<void> {
+    const all = this.#d.observed();
+    const todo = all.filter((o) => o.running && !this.#quiet.has(o.id));
+    const next = async (): Promise<void> => {
+      for (let o = todo.shift(); o; o = todo.shift()) await this.#observe(o);
+    };
+    await Promise.all(Array.from({ length: TICK_CONCURRENCY }, next));
+    const here = new Set(all.map((o) => o.id));
+    const now = this.#now();
+    for (const [id, h] of this.#history) if (h.endedAt !== undefined && now - h.endedAt > this.#o.retentionMs) this.#history.delete(id);
+    await this.logs.sweep((id) => here.has(id)).catch((e: unknown) => this.#d.logger.warn({ err: e }, "sandbox log sweep failed"));
+  }
+
+  async #observe(o: Observed): Promise<void> {
+    await Promise.all([
+      this.#sample(o.id).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "metrics sample failed")),
+      this.logs.pull(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "envd log pull failed")),
+    ]);
+  }
+
+  async #sample(id: string): Promise<SandboxMetrics> {
+    const m = await this.#d.sample(id, AbortSignal.timeout(10_000));
+    const sec = Math.floor(Date.parse(m.timestamp) / 1000) * 1000;
+    const s = { ...m, timestamp: new Date(Number.isFinite(sec) ? sec : Math.floor(this.#now() / 1000) * 1000).toISOString() };
+    let h = this.#history.get(id);
+    if (!h) this.#history.set(id, (h = { samples: [] }));
+    const last = h.samples.at(-1);
+    if (!last || Date.parse(last.timestamp) < Date.parse(s.timestamp)) {
+      h.samples.push(s);
+      if (h.samples.length > this.#o.metricsSamples) h.samples.splice(0, h.samples.length - this.#o.metricsSamples);
+    }
+    return s;
+  }
+
+  /** The sandbox is running here (created, started, restored): sampled and pulled at once, then every tick. */
+  async arrived(o: Observed, inherited: boolean): Promise<void> {
+    this.#quiet.delete(o.id);
+    const h = this.#history.get(o.id);
+    if (h) delete h.endedAt;
+    await this.logs.arrived(o.id, inherited);
+    void this.#observe(o);
+  }
+
+  /** Before a checkpoint or an end: no more pulls until `resumed`; the last lines are read now. */
+  async quiesce(o: Observed): Promise<void> {
+    this.#quiet.add(o.id);
+    if (!o.running) return; // frozen (resident pause): envd cannot answer
+    await this.logs.pullFresh(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
+  }
+
+  resumed(id: string): void {
+    this.#quiet.delete(id);
+  }
+
+  /** The sandbox left the node (killed, suspended, stopped): kept for the retention. */
+  async left(id: string): Promise<void> {
+    this.#quiet.delete(id);
+    const h = this.#history.get(id);
+    if (h) h.endedAt = this.#now();
+    await this.logs.left(id).catch((e: unknown) => this.#d.logger.warn({ sandboxId: id, err: e }, "sandbox logs could not be kept"));
+  }
+
+  /** Entries selected by `q`; a running sandbox is pulled first so what it just logged is there. */
+  async queryLogs(id: string, q: LogQuery, live: Observed | undefined): Promise<SandboxLogEntry[]> {
+    if (live?.running && !this.#quiet.has(id)) await this.logs.pull(id, live.envd).catch(() => undefined);
+    return this.logs.query(id, q);
+  }
+
+  /**
+   * Samples with `startMs <= t <= endMs` (either open), oldest first. A running sandbox
+   * with none in a range that reaches now gets one taken now (the first tick may not
+   * have run yet).
+   */
+  async metrics(id: string, range: { startMs?: number; endMs?: number }, live: Observed | undefined): Promise<SandboxMetrics[]> {
+    const pick = () =>
+      (this.#history.get(id)?.samples ?? []).filter((m) => {
+        const t = Date.parse(m.timestamp);
+        return (range.startMs === undefined || t >= range.startMs) && (range.endMs === undefined || t <= range.endMs);
+      });
+    const out = pick();
+    if (out.length || !live?.running) return out;
+    const now = this.#now();
+    if (range.endMs !== undefined && range.endMs < now - this.#o.intervalMs) return out;
+    if (range.startMs !== undefined && range.startMs > now) return out;
+    const s = await this.#sample(id);
+    const t = Date.parse(s.timestamp);
+    return (range.startMs === undefined || t >= range.startMs) && (range.endMs === undefined || t <= range.endMs) ? [s] : [];
+  }
+}
