@@ -20,7 +20,7 @@ fi
 PKGS=(runc crun btrfs-progs nftables iproute2 util-linux debootstrap postgresql xz-utils ca-certificates
       build-essential pkg-config libbsd-dev libcap-dev libnet1-dev libnl-3-dev libprotobuf-c-dev
       libprotobuf-dev protobuf-c-compiler protobuf-compiler python3-protobuf uuid-dev
-      libnftables-dev libgnutls28-dev libaio-dev umoci skopeo)
+      libnftables-dev libgnutls28-dev libaio-dev umoci skopeo libnss-myhostname)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,6 +30,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# `*.localhost` → loopback for getHost() URLs (`<port>-<id>.localhost:<gateway port>`, the
+# default sandbox domain): glibc alone resolves only `localhost`; nss-myhostname resolves
+# every name under it. Its package adds itself to nsswitch.conf; a hand-edited one may lack it.
+if ! grep -qE '^hosts:.*\bmyhostname\b' /etc/nsswitch.conf; then
+  sed -i -E 's/^(hosts:[[:space:]]+files)/\1 myhostname/' /etc/nsswitch.conf
 fi
 
 # 2. Kernel knobs: NAT egress for sandboxes needs forwarding (defaults to 0 here).

@@ -3,7 +3,7 @@
  * the gateway), the controller, the node agent. `space up` runs all three in one
  * process on a shared database; `space api|controller|node` run one each.
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
@@ -129,10 +129,22 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
   }
 }
 
-/** The API server (ECW, Native, Admin) and the sandbox gateway. */
-export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; stop(): Promise<void> }> {
+/**
+ * The API server (ECW, Native, Admin) and the sandbox gateway. `localSandboxDomain`
+ * (`space up`): without SPACE_SANDBOX_DOMAIN, create answers name
+ * `localhost:<gateway port>` (defaultSandboxDomain); a separate `space api` answers
+ * `domain: null` then, so clients keep their own (E2B_DOMAIN).
+ */
+export async function startApiServer(
+  cp: ControlPlane,
+  opts: { localSandboxDomain?: boolean } = {},
+): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; sandboxDomain: string | null; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
-  const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || null;
+  // The gateway first: the default sandbox domain names its port.
+  const tls = gatewayTls(config);
+  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls });
+  const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
+  const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || (opts.localSandboxDomain ? defaultSandboxDomain(gatewayPort) : null);
   const apiKeys = new StoreApiKeys(db);
   const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
@@ -158,29 +170,56 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
         builds,
       }),
   ];
-  const app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });
-  const url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
-  await builds.resume();
-  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain, log });
-  let gatewayPort: number;
+  let app: FastifyInstance;
+  let url: string;
   try {
-    gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
+    app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });
+    url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
   } catch (e) {
-    await app.close();
+    await gateway.close();
     throw e;
   }
-  const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `http://${config.SPACE_API_HOST}:${gatewayPort}`;
+  await builds.resume();
+  const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `${tls ? "https" : "http"}://${config.SPACE_API_HOST}:${gatewayPort}`;
   return {
     app,
     url,
     gateway,
     gatewayUrl,
+    sandboxDomain,
     async stop() {
       await gateway.close();
       await app.close();
       await builds.close();
     },
   };
+}
+
+/** The gateway's certificate and key, read once at start; both or neither. */
+function gatewayTls(config: Config): { cert: Buffer; key: Buffer } | null {
+  const { SPACE_GATEWAY_TLS_CERT: certPath, SPACE_GATEWAY_TLS_KEY: keyPath } = config;
+  if (!certPath && !keyPath) return null;
+  if (!certPath || !keyPath) {
+    throw new SpaceError("invalid_argument", `SPACE_GATEWAY_TLS_CERT and SPACE_GATEWAY_TLS_KEY go together; only ${certPath ? "SPACE_GATEWAY_TLS_CERT" : "SPACE_GATEWAY_TLS_KEY"} is set`);
+  }
+  const read = (name: string, path: string) => {
+    try {
+      return readFileSync(path);
+    } catch (e: unknown) {
+      throw new SpaceError("invalid_argument", `${name}=${path} cannot be read: ${(e as NodeJS.ErrnoException).code ?? String(e)}`);
+    }
+  };
+  return { cert: read("SPACE_GATEWAY_TLS_CERT", certPath), key: read("SPACE_GATEWAY_TLS_KEY", keyPath) };
+}
+
+/**
+ * `<port>-<id>.localhost:<gateway port>` for getHost() when `space up` runs without SPACE_SANDBOX_DOMAIN:
+ * every name under `localhost` is loopback (RFC 6761; glibc through nss-myhostname, which
+ * scripts/setup.sh installs; browsers on their own), so public ports work on this machine
+ * with nothing configured. The gateway routes such a Host by its `<port>-<id>` label.
+ */
+export function defaultSandboxDomain(gatewayPort: number): string {
+  return `localhost:${gatewayPort}`;
 }
 
 function requireSecret(config: Config, name: "SPACE_ADMIN_TOKEN" | "SPACE_INTERNAL_TOKEN"): string {

@@ -51,11 +51,11 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     const controller = await startController(cp, controllerLoops);
     stops.push(() => controller.stop());
 
-    const api = await startApiServer(cp);
+    const api = await startApiServer(cp, { localSandboxDomain: true });
     stops.push(() => api.stop());
 
     const apiUrl = config.SPACE_PUBLIC_API_URL || `http://${config.SPACE_API_HOST}:${portOf(api.url)}`;
-    printEnvironment({ apiUrl, sandboxUrl: api.gatewayUrl, apiKey: secrets.apiKey, adminToken: cp.adminToken, dataDir: config.SPACE_DATA_DIR });
+    printEnvironment({ apiUrl, sandboxUrl: api.gatewayUrl, sandboxDomain: api.sandboxDomain, apiKey: secrets.apiKey, adminToken: cp.adminToken, dataDir: config.SPACE_DATA_DIR });
     return stopAll;
   } catch (e) {
     await stopAll();
@@ -87,12 +87,13 @@ function portOf(url: string): number {
   return Number(new URL(url).port);
 }
 
-function printEnvironment(e: { apiUrl: string; sandboxUrl: string; apiKey: string; adminToken: string; dataDir: string }) {
+function printEnvironment(e: { apiUrl: string; sandboxUrl: string; sandboxDomain: string | null; apiKey: string; adminToken: string; dataDir: string }) {
   const lines = [
     "",
     "SPACE is up.",
     `  data directory: ${e.dataDir}`,
     `  API:            ${e.apiUrl}  (health ${e.apiUrl}/health, metrics ${e.apiUrl}/metrics)`,
+    ...(e.sandboxDomain ? [`  public ports:   <port>-<sandbox id>.${e.sandboxDomain}  (sbx.getHost(port))`] : []),
     "",
     "Point the e2b SDK at it:",
     `export E2B_API_URL=${e.apiUrl}`,

@@ -64,10 +64,19 @@ export class SandboxChanges {
   }
 }
 
-/** `repo` with every write announced on `changes`. */
-export function announcingRepo(repo: SandboxRepo, changes: SandboxChanges): SandboxRepo {
+/**
+ * `repo` with every write announced on `changes`, and every write that leaves the
+ * sandbox running handed to `onRunning`: the one place a route is published, whichever
+ * path made it running (create, fork, resume, restore, evacuation, a failed suspend
+ * brought back, Native start) and whatever a write changed that routing reads (node,
+ * network settings, tokens).
+ */
+export function announcingRepo(repo: SandboxRepo, changes: SandboxChanges, onRunning: (rec: SandboxRecord) => void): SandboxRepo {
   const announce = <T extends SandboxRecord | null>(id: SandboxId, r: T): T => {
-    if (r) changes.notify(id);
+    if (r) {
+      changes.notify(id);
+      if (r.state === "running") onRunning(r);
+    }
     return r;
   };
   return {

@@ -78,12 +78,6 @@ export class SandboxCreation {
   }
 
   async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
-    const rec = await this.#create(tenantId, input, signal);
-    if (rec.state === "running") this.#r.events.emit("started", rec);
-    return rec;
-  }
-
-  async #create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
     const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#r.snapshots.findNamed(tenantId, input.template) : null;
     if (fromSnapshot) return this.#forks.createFromSnapshot(tenantId, fromSnapshot, input);
     const plan = await this.#plan(tenantId, input);
@@ -97,7 +91,11 @@ export class SandboxCreation {
     if (this.#warm && input.adopt !== false && (input.id !== undefined || (await this.#warm.hasPools()))) {
       // A ready member personalised in place; none (or any doubt) → the cold path below.
       const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
-      if (adopted) return adopted;
+      if (adopted) {
+        // The hand-over rewrote the row (tenant, tokens) outside this repo: publish it as the repo does.
+        this.#r.events.emit("started", adopted);
+        return adopted;
+      }
     }
 
     const now = this.#r.now();

@@ -28,9 +28,9 @@ export interface SandboxDefaults {
 /**
  * Events other components react to: `ended(id)` when a sandbox stops serving traffic
  * (killed, failed, paused, suspended) so the gateway cuts its streams and forgets
- * its route; `started(rec)` when a create (cold, adopted or from a snapshot) hands a
- * running sandbox to its caller, so the gateway knows the route before the first
- * command asks for it.
+ * its route; `started(rec)` whenever a write leaves a sandbox running (create, adoption,
+ * resume, restore, evacuation, a network or timeout change: `announcingRepo`, changes.ts),
+ * so the gateway routes with the current record before the caller's first command.
  */
 export interface SandboxEventMap {
   ended: [id: SandboxId];

@@ -65,7 +65,7 @@ export class SandboxService implements WarmMembers {
     this.events.setMaxListeners(0);
     const changes = new SandboxChanges();
     this.#r = {
-      repo: announcingRepo(deps.repo, changes),
+      repo: announcingRepo(deps.repo, changes, (rec) => this.events.emit("started", rec)),
       templates: deps.templates,
       substrate: deps.substrate,
       snapshots: deps.snapshots ?? new MemorySnapshotRepo(),

@@ -24,7 +24,8 @@ describe("ECW with e2b SDKs before sandboxUrl (1.13, 2.0)", { skip, timeout: 15 
   const opts = () => ({ apiKey: stack.apiKey, domain: DOMAIN, requestTimeoutMs: 120_000 });
 
   before(async () => {
-    stack = await startStack();
+    // The front this test plays serves DOMAIN; the deployment says so (create answers name it).
+    stack = await startStack({ env: { SPACE_SANDBOX_DOMAIN: DOMAIN } });
     const rewrite = (url: string): string => {
       const u = new URL(url);
       if (u.hostname === `api.${DOMAIN}`) return `${stack.apiUrl}${u.pathname}${u.search}`;

@@ -7,8 +7,9 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
-import { resolve } from "node:path";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import { baseEnv } from "../support/space-process.ts";
 import { startStack, type Stack } from "../support/stack.ts";
 
@@ -36,15 +37,16 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     await stack?.stop();
   });
 
-  /** Runs one scenario script; fails with its stderr when it does not print its JSON. */
-  function run(script: string): Promise<Observed> {
+  /** Runs one scenario script (against `on`, the shared stack by default); fails with its stderr when it does not print its JSON. */
+  function run(script: string, on: Stack = stack, extraEnv: Record<string, string> = {}): Promise<Observed> {
     const env = {
       ...baseEnv(),
-      E2B_API_KEY: stack.apiKey,
-      E2B_API_URL: stack.apiUrl,
-      E2B_SANDBOX_URL: stack.sandboxUrl,
+      E2B_API_KEY: on.apiKey,
+      E2B_API_URL: on.apiUrl,
+      E2B_SANDBOX_URL: on.sandboxUrl,
       PYTHONUNBUFFERED: "1",
       PYTHONDONTWRITEBYTECODE: "1",
+      ...extraEnv,
     };
     return new Promise((res, rej) => {
       execFile(PYTHON, [resolve(SCRIPTS, script)], { env, cwd: SCRIPTS, timeout: 8 * 60_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
@@ -52,7 +54,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
         try {
           res(JSON.parse(last) as Observed);
         } catch {
-          rej(new Error(`${script} printed no JSON (${err?.message ?? "exit 0"}):\n${stderr.slice(-4000)}\n${stdout.slice(-2000)}\n${stack.output().slice(-2000)}`));
+          rej(new Error(`${script} printed no JSON (${err?.message ?? "exit 0"}):\n${stderr.slice(-4000)}\n${stdout.slice(-2000)}\n${on.output().slice(-2000)}`));
         }
       });
     });
@@ -89,7 +91,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     const filtered = ok(o, "list_filter") as { id: string; state: string; template: string }[];
     assert.deepEqual(filtered.map((s) => [s.id, s.state, s.template]), [[o.id, "running", "base"]]);
     assert.equal(ok(o, "list_none"), 0);
-    assert.equal(ok(o, "get_host"), `8080-${o.id as string}.e2b.app`, "no SPACE_SANDBOX_DOMAIN: the SDK's default domain");
+    assert.equal(ok(o, "get_host"), `8080-${o.id as string}.localhost:${new URL(stack.sandboxUrl).port}`, "no SPACE_SANDBOX_DOMAIN: space up's localhost:<gateway port>");
     const metrics = ok(o, "metrics") as { cpu_count: number; mem_total: number }[];
     assert.ok(metrics.length >= 1 && metrics[0]!.cpu_count > 0 && metrics[0]!.mem_total > 0);
     assert.equal(ok(o, "pause"), true);
@@ -282,5 +284,32 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     }
     assert.deepEqual(ok(o, "own"), { read: "mine", owner: "user" });
     assert.equal(ok(o, "root_reads_shadow"), true);
+  });
+
+  test("killed mid-stream: commands.run / wait raise the SDK's sandbox-gone error over HTTP/1.1 and h2 (TLS); h2c round trip", async (t) => {
+    const expectKilled = (o: Observed, name: string) => {
+      const v = o[name] as { raised?: string | null; message?: string };
+      assert.equal(v.raised, "SandboxNotRunningException", `${name}: ${JSON.stringify(v)}`);
+      assert.match(v.message ?? "", /The sandbox was killed or reached its end of life while the request was in flight/);
+    };
+    const plain = await run("killed_stream.py");
+    assert.deepEqual(ok(plain, "http2"), { http_version: "HTTP/2", status: 204 }, "h2c with prior knowledge");
+    for (const name of ["killed_run", "killed_wait", "killed_run_async"]) expectKilled(plain, name);
+
+    // Over TLS the SDK speaks h2 (ALPN) as it does to E2B's edge: a kill resets the stream.
+    const dir = mkdtempSync(join(tmpdir(), "space-gw-tls-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const ca = join(dir, "ca.pem");
+    const openssl = (args: string[]) => assert.equal(spawnSync("openssl", args, { cwd: dir, encoding: "utf8" }).status, 0, `openssl ${args.join(" ")}`);
+    openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", ca, "-subj", "/CN=space test CA", "-days", "1"]);
+    openssl(["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "gw.key", "-out", "gw.csr", "-subj", "/CN=localhost"]);
+    writeFileSync(join(dir, "ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n");
+    openssl(["x509", "-req", "-in", "gw.csr", "-CA", ca, "-CAkey", "ca.key", "-CAcreateserial", "-out", "gw.pem", "-days", "1", "-extfile", "ext.cnf"]);
+    const tlsStack = await startStack({ env: { SPACE_GATEWAY_TLS_CERT: join(dir, "gw.pem"), SPACE_GATEWAY_TLS_KEY: join(dir, "gw.key") } });
+    t.after(() => tlsStack.stop());
+    assert.match(tlsStack.sandboxUrl, /^https:/);
+    const overTls = await run("killed_stream.py", tlsStack, { SSL_CERT_FILE: ca });
+    assert.deepEqual(ok(overTls, "http2"), { http_version: "HTTP/2", status: 204 }, "h2 by ALPN");
+    for (const name of ["killed_run", "killed_wait", "killed_run_async"]) expectKilled(overTls, name);
   });
 });

@@ -1,7 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import { pino } from "pino";
 import { createGateway } from "./gateway.ts";
 import { resolveRoute } from "./route.ts";
@@ -21,6 +23,7 @@ test("route resolution", () => {
   assert.deepEqual(resolveRoute({ "e2b-sandbox-id": id, "e2b-sandbox-port": "49983" }, "/health", null), { kind: "header", sandboxId: id, port: 49983, path: "/health" });
   assert.deepEqual(resolveRoute({ host: `8080-${id}.sb.local:3001` }, "/x?y=1", "sb.local"), { kind: "host", sandboxId: id, port: 8080, path: "/x?y=1" });
   assert.equal(resolveRoute({ host: `8080-${id}.other.dom` }, "/x", "sb.local").kind, "none");
+  assert.deepEqual(resolveRoute({ host: `8000-${id}.localhost:3001` }, "/", "localhost:3001"), { kind: "host", sandboxId: id, port: 8000, path: "/" });
   assert.deepEqual(resolveRoute({ host: "127.0.0.1:3001" }, `/sandboxes/${id}/ports/3000/a/b?c=d`, null), { kind: "path", sandboxId: id, port: 3000, path: "/a/b?c=d" });
   assert.deepEqual(resolveRoute({}, `/sandboxes/${id}/ports/3000`, null), { kind: "path", sandboxId: id, port: 3000, path: "/" });
   assert.equal(resolveRoute({}, "/files?path=x&signature=v1_abc", null).kind, "signed");
@@ -47,6 +50,11 @@ async function setup() {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ url: req.url, body }));
     });
+  });
+  // WebSocket-style upgrades: answer 101 and echo what comes.
+  node.on("upgrade", (_req, socket: Duplex) => {
+    socket.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+    socket.pipe(socket);
   });
   await new Promise<void>((r) => node.listen(0, "127.0.0.1", r));
   const substrate = new FakeSubstrate();
@@ -153,6 +161,75 @@ test("streams pass without buffering and are cut when the sandbox is killed; the
     });
     const after = await fetch(`${s.base}/health`, { headers: h });
     assert.equal(after.status, 502);
+  } finally {
+    await s.close();
+  }
+});
+
+test("h2c with prior knowledge beside HTTP/1.1 on one port; a killed sandbox's stream is reset, the session goes on", async () => {
+  const s = await setup();
+  const session = http2.connect(s.base);
+  try {
+    const a = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const b = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const call = (id: string, path: string) =>
+      session.request({ ":method": "POST", ":path": path, "e2b-sandbox-id": id, "e2b-sandbox-port": "49983", "content-type": "application/json" });
+    const get = (req: http2.ClientHttp2Stream) =>
+      new Promise<{ status: number; body: string }>((res, rej) => {
+        let status = 0;
+        let body = "";
+        req.on("response", (h) => (status = Number(h[":status"])));
+        req.on("data", (c: Buffer) => (body += c.toString()));
+        req.on("end", () => res({ status, body }));
+        req.on("error", rej);
+      });
+    const one = call(a.id, "/process.Process/List");
+    one.end("{}");
+    const got = await get(one);
+    assert.equal(got.status, 200);
+    assert.deepEqual(JSON.parse(got.body), { url: `/v1/sandboxes/${a.id}/proxy/49983/process.Process/List`, body: "{}" });
+    assert.equal(s.seen.at(-1)!.headers.host?.startsWith("127.0.0.1:"), true, "pseudo-headers stay behind; the upstream gets its own Host");
+
+    const stream = call(a.id, "/stream");
+    stream.end();
+    const first = await new Promise<string>((res) => stream.once("data", (c: Buffer) => res(c.toString())));
+    assert.equal(first.startsWith("first"), true);
+    const reset = new Promise<number>((res) => stream.on("close", () => res(stream.rstCode ?? -1)));
+    stream.on("error", () => undefined);
+    await s.sandboxes.kill("tn_a" as TenantId, a.id);
+    assert.equal(await reset, http2.constants.NGHTTP2_INTERNAL_ERROR);
+
+    const other = call(b.id, "/health");
+    other.end();
+    assert.equal((await get(other)).status, 200, "the other sandbox's calls on the same connection go on");
+    const gone = call(a.id, "/health");
+    gone.end();
+    assert.equal((await get(gone)).status, 502);
+    const h1 = await fetch(`${s.base}/health`, { headers: { "e2b-sandbox-id": b.id, "e2b-sandbox-port": "49983" } });
+    assert.equal(h1.status, 200);
+  } finally {
+    session.destroy();
+    await s.close();
+  }
+});
+
+test("upgrades (WebSocket) pass through the HTTP/1.1 side of the shared port", async () => {
+  const s = await setup();
+  try {
+    const sb = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const req = http.request(`${s.base}/ws`, {
+      headers: { connection: "Upgrade", upgrade: "websocket", "e2b-sandbox-id": sb.id, "e2b-sandbox-port": "8080" },
+    });
+    req.end();
+    const [res, socket] = await new Promise<[http.IncomingMessage, Duplex]>((ok, fail) => {
+      req.on("upgrade", (r, sock) => ok([r, sock]));
+      req.on("error", fail);
+    });
+    assert.equal(res.statusCode, 101);
+    socket.write("ping");
+    const echoed = await new Promise<string>((ok) => socket.once("data", (c: Buffer) => ok(c.toString())));
+    assert.equal(echoed, "ping");
+    socket.destroy();
   } finally {
     await s.close();
   }

@@ -9,17 +9,24 @@
  *
  * The internal token travels in `X-Space-Node-Token` (contract NODE_TOKEN_HEADER), so the
  * client's own `Authorization` (envd's Basic user selection) passes through untouched.
+ *
+ * Clients speak HTTP/1.1 or HTTP/2 (h2c, or h2 over TLS; listener.ts); the node side is
+ * HTTP/1.1. A killed sandbox's HTTP/2 streams end with RST_STREAM, which the SDKs read as
+ * the connection to the sandbox dropping (then probe its health and report it gone).
  */
 import http from "node:http";
 import { timingSafeEqual } from "node:crypto";
 import type { Duplex } from "node:stream";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Server } from "node:net";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxId } from "../../core/ids.ts";
 import { ENVD_PORT, NODE_TOKEN_HEADER } from "../../contract/node-api.ts";
 import type { SandboxRecord } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
+import { abort, createListener, type GatewayRequest, type GatewayResponse } from "./listener.ts";
 import { NO_ROUTE, resolveRoute } from "./route.ts";
+import { RouteCache } from "./route-cache.ts";
+import { SecureSandboxes } from "./secure-sandboxes.ts";
 import { signatureMatches } from "./signature.ts";
 
 export const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
@@ -29,12 +36,14 @@ export interface GatewayDeps {
   /** SPACE_SANDBOX_DOMAIN ("" → null): when set, Host routing requires this suffix. */
   sandboxDomain: string | null;
   log: Logger;
-  /** How long a route lookup is cached (kill invalidates at once). Default 2000 ms. */
+  /** How long a running sandbox's route is cached (route-cache.ts; misses never are). Default 2000 ms. */
   routeCacheMs?: number;
+  /** PEM certificate chain and key (SPACE_GATEWAY_TLS_CERT/KEY): TLS with h2 and HTTP/1.1 by ALPN. */
+  tls?: { cert: Buffer; key: Buffer } | null;
 }
 
 export interface Gateway {
-  readonly server: http.Server;
+  readonly server: Server;
   /** Listens; resolves to the bound port. */
   listen(port: number, host: string): Promise<number>;
   close(): Promise<void>;
@@ -55,44 +64,36 @@ const HOP_BY_HOP = new Set([
   NODE_TOKEN_HEADER,
 ]);
 
+/** Upstream (HTTP/1.1) answer headers that are the connection's, not the answer's: HTTP/2 forbids them. */
+const CONNECTION_HEADERS = new Set(["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "http2-settings", "te"]);
+
 export function createGateway(deps: GatewayDeps): Gateway {
   const { sandboxes, log } = deps;
   const repo = sandboxes.repo;
   const cacheMs = deps.routeCacheMs ?? 2000;
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 256 });
-  const cache = new Map<string, { rec: SandboxRecord | null; until: number }>();
+  const routes = new RouteCache(repo, cacheMs);
+  const secure = new SecureSandboxes(repo);
   const inflight = new Map<string, Set<Live>>();
-  let secureCache: { at: number; list: Promise<SandboxRecord[]> } | null = null;
 
   const onEnded = (id: SandboxId) => {
-    cache.delete(id);
-    secureCache = null;
+    routes.forget(id);
+    secure.forget(id);
     const set = inflight.get(id);
     if (!set) return;
     inflight.delete(id);
     for (const l of set) l.destroy();
   };
+  const onStarted = (rec: SandboxRecord) => {
+    routes.publish(rec);
+    secure.publish(rec);
+  };
   sandboxes.events.on("ended", onEnded);
-  sandboxes.events.on("started", (rec) => cache.set(rec.id, { rec, until: Date.now() + cacheMs }));
-
-  async function lookup(id: string): Promise<SandboxRecord | null> {
-    const hit = cache.get(id);
-    const now = Date.now();
-    if (hit && hit.until > now) return hit.rec;
-    const rec = /^[a-z0-9]{20}$/.test(id) ? await repo.getById(id as SandboxId) : null;
-    cache.set(id, { rec, until: now + cacheMs });
-    if (cache.size > 10_000) for (const [k, v] of cache) if (v.until <= now) cache.delete(k);
-    return rec;
-  }
+  sandboxes.events.on("started", onStarted);
 
   /** The running secure sandbox whose envd token satisfies `matches`. */
-  async function findSecure(matches: (token: string) => boolean): Promise<SandboxRecord | null> {
-    const now = Date.now();
-    if (!secureCache || now - secureCache.at > 1000) secureCache = { at: now, list: repo.listRunningSecure() };
-    for (const rec of await secureCache.list) {
-      if (rec.envdAccessToken && matches(rec.envdAccessToken)) return rec;
-    }
-    return null;
+  function findSecure(matches: (token: string) => boolean): Promise<SandboxRecord | null> {
+    return secure.find((rec) => rec.envdAccessToken !== null && matches(rec.envdAccessToken));
   }
 
   function findSigned(method: string, url: string): Promise<SandboxRecord | null> {
@@ -120,9 +121,9 @@ export function createGateway(deps: GatewayDeps): Gateway {
 
   type Resolved = { rec: SandboxRecord; port: number; path: string } | { status: number; body: Record<string, unknown> };
 
-  async function resolve(req: http.IncomingMessage): Promise<Resolved> {
+  async function resolve(req: GatewayRequest): Promise<Resolved> {
     const url = req.url ?? "/";
-    const route = resolveRoute(req.headers, url, deps.sandboxDomain);
+    const route = resolveRoute({ ...req.headers, host: hostOf(req) }, url, deps.sandboxDomain);
     if (route.kind === "none") return { status: 400, body: { code: 400, message: route.reason } };
     let rec: SandboxRecord | null;
     let port = ENVD_PORT;
@@ -134,7 +135,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       rec = await findByToken(route.token);
       if (!rec) return { status: 400, body: { code: 400, message: `no running sandbox has this X-Access-Token; ${NO_ROUTE}` } };
     } else {
-      rec = await lookup(route.sandboxId);
+      rec = await routes.lookup(route.sandboxId);
       port = route.port;
       if (!rec || rec.state !== "running" || !rec.nodeId) return notFound(route.sandboxId);
     }
@@ -151,27 +152,28 @@ export function createGateway(deps: GatewayDeps): Gateway {
     return { rec, port, path };
   }
 
-  async function target(rec: SandboxRecord, port: number, path: string, req: http.IncomingMessage) {
+  async function target(rec: SandboxRecord, port: number, path: string, req: GatewayRequest) {
     const t = await sandboxes.substrate.proxyTarget({ sandboxId: rec.id, nodeId: rec.nodeId! }, port, AbortSignal.timeout(5000));
     const url = new URL(t.baseUrl.href + path);
     const headers: http.OutgoingHttpHeaders = {};
-    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.has(k)) headers[k] = v;
-    headers["x-forwarded-host"] = req.headers.host ?? "";
+    // HTTP/2 pseudo-headers (`:path`, `:authority`, …) are not headers to an HTTP/1.1 upstream.
+    for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.has(k) && !k.startsWith(":")) headers[k] = v;
+    headers["x-forwarded-host"] = hostOf(req) ?? "";
     headers["x-forwarded-for"] = req.socket.remoteAddress ?? "";
-    headers["x-forwarded-proto"] = "http";
+    headers["x-forwarded-proto"] = deps.tls ? "https" : "http";
     for (const [k, v] of Object.entries(t.headers)) headers[k.toLowerCase()] = v;
     return { url, headers };
   }
 
-  const server = http.createServer((req, res) => {
+  const onRequest = (req: GatewayRequest, res: GatewayResponse) => {
     handle(req, res).catch((e: unknown) => {
       log.error({ err: e, url: req.url }, "gateway request failed");
       if (!res.headersSent) sendJson(res, 500, { code: 500, message: "gateway error; see the server log" });
-      else res.destroy();
+      else abort(req, res);
     });
-  });
+  };
 
-  async function handle(req: http.IncomingMessage, res: http.ServerResponse) {
+  async function handle(req: GatewayRequest, res: GatewayResponse) {
     const r = await resolve(req);
     if ("status" in r) {
       req.resume();
@@ -183,7 +185,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const untrack = track(rec.id, {
       destroy() {
         upstream.destroy();
-        req.socket.destroy();
+        abort(req, res);
       },
     });
     res.on("close", () => {
@@ -192,31 +194,36 @@ export function createGateway(deps: GatewayDeps): Gateway {
       if (!res.writableFinished) upstream.destroy();
     });
     upstream.on("response", (up) => {
-      res.socket?.setNoDelay(true);
       const out: http.OutgoingHttpHeaders = {};
-      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && k !== "connection" && k !== "keep-alive" && k !== "transfer-encoding") out[k] = v;
-      res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
-      res.flushHeaders();
+      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !CONNECTION_HEADERS.has(k)) out[k] = v;
+      if (res instanceof http.ServerResponse) {
+        res.socket?.setNoDelay(true);
+        res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
+        res.flushHeaders();
+      } else {
+        // HEADERS go out at once on HTTP/2 (a stream's first event must not wait for its first byte).
+        res.writeHead(up.statusCode ?? 502, out);
+      }
       up.pipe(res);
-      up.on("error", () => res.destroy());
+      up.on("error", () => abort(req, res));
     });
     upstream.on("error", (e) => {
       untrack();
-      if (res.headersSent) return res.destroy();
+      if (res.headersSent) return abort(req, res);
       log.debug({ err: e, sandboxId: rec.id }, "gateway upstream failed");
-      cache.delete(rec.id);
+      routes.forget(rec.id);
       const nf = notFound(rec.id);
       sendJson(res, nf.status, nf.body);
     });
     req.pipe(upstream);
   }
 
-  server.on("upgrade", (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+  const onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     upgrade(req, socket, head).catch((e: unknown) => {
       log.error({ err: e }, "gateway upgrade failed");
       socket.destroy();
     });
-  });
+  };
 
   async function upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer) {
     const r = await resolve(req);
@@ -252,9 +259,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
     upstream.end();
   }
 
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
-  server.requestTimeout = 0; // streams (process output, watch) may last hours
+  const listener = createListener({ onRequest, onUpgrade, tls: deps.tls ?? null });
+  const { server } = listener;
 
   return {
     server,
@@ -269,11 +275,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
     },
     async close() {
       sandboxes.events.off("ended", onEnded);
+      sandboxes.events.off("started", onStarted);
       for (const set of inflight.values()) for (const l of set) l.destroy();
       inflight.clear();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
-        server.closeAllConnections();
+        listener.closeAll();
       });
       agent.destroy();
     },
@@ -284,7 +291,13 @@ function notFound(sandboxId: string) {
   return { status: 502, body: { message: "The sandbox was not found", sandboxId, code: 502 } };
 }
 
-function sendJson(res: http.ServerResponse, status: number, body: unknown) {
+/** The request's host: `Host` (HTTP/1.1) or `:authority` (HTTP/2). */
+function hostOf(req: GatewayRequest): string | undefined {
+  const authority = req.headers[":authority"];
+  return req.headers.host ?? (typeof authority === "string" ? authority : undefined);
+}
+
+function sendJson(res: GatewayResponse, status: number, body: unknown) {
   const text = JSON.stringify(body);
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
   res.end(text);

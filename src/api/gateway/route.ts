@@ -38,7 +38,8 @@ export function resolveRoute(
   }
   const host = (first(headers.host) ?? "").toLowerCase();
   const hm = HOST_RE.exec(host);
-  if (hm && (!sandboxDomain || host.split(":")[0]!.endsWith(`.${sandboxDomain.toLowerCase()}`))) {
+  // A domain may carry the gateway's port (`localhost:3001`); the Host's name is matched without it.
+  if (hm && (!sandboxDomain || host.split(":")[0]!.endsWith(`.${sandboxDomain.split(":")[0]!.toLowerCase()}`))) {
     const port = toPort(hm[1]!);
     if (port !== null) return { kind: "host", sandboxId: hm[2]!, port, path: url };
   }
