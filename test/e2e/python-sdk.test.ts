@@ -263,7 +263,7 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.equal(logs.aware, true);
   });
 
-  test("async SDK: file metadata (multipart, gzip octet-stream, write_files), pause(mode='filesystem') and connect(on_resume='reboot') boot fresh", async () => {
+  test("async SDK: file metadata (multipart, gzip octet-stream, write_files), pause(mode='filesystem') and connect(on_resume='reboot') boot fresh, started_after", async () => {
     const o = await run("async_details.py");
     assert.deepEqual(ok(o, "write_metadata"), { written: { owner: "pyasync", k: "v" }, info: { owner: "pyasync", k: "v" } });
     assert.deepEqual(ok(o, "gzip_metadata"), { written: { via: "octet" }, info: { via: "octet" }, size: 600 });
@@ -275,5 +275,6 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.deepEqual(ok(o, "set_inside"), { foo: "bar" });
     assert.deepEqual(ok(o, "mode_filesystem"), { before: "1", paused: true, state: "paused", file: o.marker, processes: "0" });
     assert.deepEqual(ok(o, "reboot"), { full: "1", file: o.marker, processes: "0" });
+    assert.deepEqual(ok(o, "started_after"), { at: true, later: [] });
   });
 });

@@ -2,12 +2,15 @@
 (AsyncSandbox: httpx's async client, its own filesystem and pause code): metadata in the
 write answer (multipart and the gzip octet-stream upload) and in get_info, an upload
 without metadata clearing it; pause(mode="filesystem") and connect(on_resume="reboot")
-booting the sandbox fresh from its disk."""
+booting the sandbox fresh from its disk; the list's started_after (sent as isoformat with
+an offset and microseconds) at or after."""
 import asyncio
 import time
 import uuid
 
-from e2b import AsyncSandbox
+from datetime import timedelta
+
+from e2b import AsyncSandbox, SandboxQuery
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 from common import Recorder
 
@@ -21,8 +24,8 @@ async def main():
     r = Recorder()
     made = []
 
-    async def create():
-        sb = await AsyncSandbox.create("base", timeout=300)
+    async def create(**kw):
+        sb = await AsyncSandbox.create("base", timeout=300, **kw)
         made.append(sb)
         return sb
 
@@ -88,7 +91,10 @@ async def main():
             before = await prepare(s)
             paused = await s.pause(mode="filesystem")
             state = (await AsyncSandbox.get_info(s.sandbox_id)).state.value
-            return {"before": before, "paused": paused, "state": state, **await fresh(await AsyncSandbox.connect(s.sandbox_id, timeout=300))}
+            back = await AsyncSandbox.connect(s.sandbox_id, timeout=300)
+            seen = await fresh(back)
+            await back.kill()
+            return {"before": before, "paused": paused, "state": state, **seen}
 
         await r.astep("mode_filesystem", mode_filesystem)
 
@@ -99,9 +105,24 @@ async def main():
             full = await AsyncSandbox.connect(s.sandbox_id, timeout=300)
             kept = (await fresh(full))["processes"]
             await full.pause()
-            return {"full": kept, **await fresh(await AsyncSandbox.connect(s.sandbox_id, timeout=300, on_resume="reboot"))}
+            back = await AsyncSandbox.connect(s.sandbox_id, timeout=300, on_resume="reboot")
+            seen = await fresh(back)
+            await back.kill()
+            return {"full": kept, **seen}
 
         await r.astep("reboot", reboot)
+
+        async def started_after():
+            tag = uuid.uuid4().hex[:8]
+            s = await create(metadata={"tag": tag})
+            started = (await s.get_info()).started_at
+
+            async def ids(after):
+                return [x.sandbox_id for x in await AsyncSandbox.list(query=SandboxQuery(metadata={"tag": tag}, started_after=after)).next_items()]
+
+            return {"at": await ids(started) == [s.sandbox_id], "later": await ids(started + timedelta(milliseconds=1))}
+
+        await r.astep("started_after", started_after)
     finally:
         for s in made:
             try:
