@@ -1,10 +1,13 @@
 """Issue 20's file metadata and filesystem-only pause through the async Python SDK
 (AsyncSandbox: httpx's async client, its own filesystem and pause code): metadata in the
 write answer (multipart and the gzip octet-stream upload) and in get_info, an upload
-without metadata clearing it; pause(mode="filesystem") and connect(on_resume="reboot")
+without metadata clearing it; remove of a missing path, symlinks (a dangling one
+listed as a symlink), a directory's size, a command past its timeout, get_metrics of a
+range; pause(mode="filesystem") and connect(on_resume="reboot")
 booting the sandbox fresh from its disk; the list's started_after (sent as isoformat with
 an offset and microseconds) at or after."""
 import asyncio
+import datetime
 import time
 import uuid
 
@@ -12,7 +15,7 @@ from datetime import timedelta
 
 from e2b import AsyncSandbox, SandboxQuery
 from e2b.sandbox.filesystem.filesystem import WriteEntry
-from common import Recorder
+from common import Recorder, aerror_name
 
 marker = f"pyafs-{uuid.uuid4().hex[:8]}"
 # The bracket keeps the grep itself out of the count.
@@ -85,6 +88,45 @@ async def main():
             return (await sb.files.get_info(p)).metadata
 
         await r.astep("set_inside", set_inside)
+
+        async def remove_missing():
+            await sb.files.remove("/home/user/pam/never")
+            return await sb.files.exists("/home/user/pam/never")
+
+        await r.astep("remove_missing", remove_missing)
+
+        async def symlink():
+            await sb.commands.run(
+                "mkdir -p /home/user/pal/d && echo hi > /home/user/pal/f && chmod 640 /home/user/pal/f"
+                " && ln -s /home/user/pal/f /home/user/pal/lf && ln -s d /home/user/pal/ld && ln -s /home/user/pal/gone /home/user/pal/dangling"
+            )
+            f = await sb.files.get_info("/home/user/pal/lf")
+            d = await sb.files.get_info("/home/user/pal/ld")
+            listed = [[e.name, e.type.value if e.type else None] for e in await sb.files.list("/home/user/pal")]
+            return {"file": [f.type.value, f.symlink_target, oct(f.mode)], "dir": [d.type.value, d.symlink_target], "listed": listed}
+
+        await r.astep("symlink", symlink)
+
+        async def dir_size():
+            await sb.files.make_dir("/home/user/pam/empty")
+            return (await sb.files.get_info("/home/user/pam/empty")).size
+
+        await r.astep("dir_size", dir_size)
+        await r.astep("timeout", lambda: aerror_name(lambda: sb.commands.run("sleep 30", timeout=2)))
+
+        async def metrics():
+            start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+            deadline = time.time() + 60
+            m = []
+            while time.time() < deadline:
+                m = await sb.get_metrics(start=start, end=datetime.datetime.now(datetime.timezone.utc))
+                if len(m) >= 2:
+                    break
+                await asyncio.sleep(1)
+            ts = [x.timestamp.timestamp() for x in m]
+            return {"count_at_least_2": len(m) >= 2, "increasing": all(b > a for a, b in zip(ts, ts[1:]))}
+
+        await r.astep("metrics", metrics)
 
         async def mode_filesystem():
             s = await create()
