@@ -312,4 +312,28 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.deepEqual(ok(overTls, "http2"), { http_version: "HTTP/2", status: 204 }, "h2 by ALPN");
     for (const name of ["killed_run", "killed_wait", "killed_run_async"]) expectKilled(overTls, name);
   });
+
+  test("async SDK (issue 20): file metadata (multipart, gzip octet-stream, write_files), filesystem details, command timeout, metrics range, pause(mode='filesystem') and connect(on_resume='reboot') boot fresh, started_after", async () => {
+    const o = await run("async_details.py");
+    assert.deepEqual(ok(o, "write_metadata"), { written: { owner: "pyasync", k: "v" }, info: { owner: "pyasync", k: "v" } });
+    assert.deepEqual(ok(o, "gzip_metadata"), { written: { via: "octet" }, info: { via: "octet" }, size: 600 });
+    assert.deepEqual(ok(o, "write_files_metadata"), [
+      ["/home/user/pam/m1.txt", { batch: "b1" }],
+      ["/home/user/pam/m2.txt", { batch: "b1" }],
+    ]);
+    assert.deepEqual(ok(o, "overwrite_clears"), { written: null, info: null });
+    assert.deepEqual(ok(o, "set_inside"), { foo: "bar" });
+    assert.equal(ok(o, "remove_missing"), false);
+    assert.deepEqual(ok(o, "symlink"), {
+      file: ["file", "/home/user/pal/f", "0o640"],
+      dir: ["dir", "/home/user/pal/d"],
+      listed: [["d", "dir"], ["dangling", "symlink"], ["f", "file"], ["ld", "dir"], ["lf", "file"]],
+    });
+    assert.equal(ok(o, "dir_size"), 4096);
+    assert.equal(ok(o, "timeout"), "TimeoutException");
+    assert.deepEqual(ok(o, "metrics"), { count_at_least_2: true, increasing: true });
+    assert.deepEqual(ok(o, "mode_filesystem"), { before: "1", paused: true, state: "paused", file: o.marker, processes: "0" });
+    assert.deepEqual(ok(o, "reboot"), { full: "1", file: o.marker, processes: "0" });
+    assert.deepEqual(ok(o, "started_after"), { at: true, later: [] });
+  });
 });
