@@ -1,6 +1,7 @@
 /**
- * A sandbox paused before it ever spawned a process: after connect, its first command
- * runs (envd restored from the memory image must be able to spawn). Needs root.
+ * A sandbox paused before envd served any process or filesystem call: after connect, its
+ * first such call works (envd restored from the memory image must survive its first wasm
+ * compile, see ENVD_NODE_FLAGS in src/node/sandboxes/envd-launch.ts). Needs root.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -30,5 +31,14 @@ describe("pause before the first command", { skip, timeout: 10 * 60_000 }, () =>
     const back = await Sandbox.connect(sb.sandboxId, opts);
     assert.equal((await back.commands.run("echo back")).stdout, "back\n");
     assert.equal((await back.commands.run("echo again")).stdout, "again\n");
+  });
+
+  test("create → pause (no call yet) → connect → files.list, then commands.run works", async () => {
+    const sb = await Sandbox.create(opts);
+    created.push(sb.sandboxId);
+    assert.equal(await sb.pause(), true);
+    const back = await Sandbox.connect(sb.sandboxId, opts);
+    assert.ok((await back.files.list("/")).some((e) => e.name === "tmp"));
+    assert.equal((await back.commands.run("echo back")).stdout, "back\n");
   });
 });
