@@ -112,18 +112,15 @@ await build({
   logLevel: "warning",
 });
 const blob = join(out, "envd.blob");
-// envd's node flags (ENVD_NODE_FLAGS, src/node/sandboxes/envd-launch.ts, which says why):
-// a snapshot only loads with the V8 flags it was built with, so they are recorded beside it.
-const nodeFlags = ["--no-wasm-memory-protection-keys"];
 // A clean environment: NODE_OPTIONS (e.g. --import tsx) must not end up in the snapshot.
 const cleanEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin" };
-const snap = spawnSync(process.execPath, [...nodeFlags, "--snapshot-blob", blob, "--build-snapshot", snapshotEntry], { encoding: "utf8", env: cleanEnv });
+const snap = spawnSync(process.execPath, ["--snapshot-blob", blob, "--build-snapshot", snapshotEntry], { encoding: "utf8", env: cleanEnv });
 rmSync(snapshotEntry);
 // Node warns that some built-ins are "not yet fully verified" in snapshots; the smoke test below is the check.
 if (snap.status !== 0) throw new Error(`building the envd snapshot failed (exit ${snap.status}): ${snap.stderr.slice(-2000)}`);
 // Smoke test: the snapshot starts envd and it listens.
 const smokeErr = await new Promise((resolve) => {
-  const child = spawn(process.execPath, [...nodeFlags, "--snapshot-blob", blob, "--", "--port", "0", "--host", "127.0.0.1"], {
+  const child = spawn(process.execPath, ["--snapshot-blob", blob, "--", "--port", "0", "--host", "127.0.0.1"], {
     env: cleanEnv,
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -139,5 +136,5 @@ const smokeErr = await new Promise((resolve) => {
   });
 });
 if (smokeErr) throw new Error(`the envd snapshot does not start: ${smokeErr}`);
-writeFileSync(`${blob}.json`, JSON.stringify({ node: process.version, arch: process.arch, nodeFlags }) + "\n");
+writeFileSync(`${blob}.json`, JSON.stringify({ node: process.version, arch: process.arch }) + "\n");
 console.log(`built ${blob} (node ${process.version})`);

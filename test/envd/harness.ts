@@ -10,7 +10,6 @@ import { createClient, type Client, type Interceptor } from "@connectrpc/connect
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Process } from "../../src/gen/process/process_pb.ts";
 import { Filesystem } from "../../src/gen/filesystem/filesystem_pb.ts";
-import { ENVD_NODE_FLAGS } from "../../src/node/sandboxes/envd-launch.ts";
 
 export const TEST_USER = "spaceenvdtest";
 
@@ -54,9 +53,9 @@ export async function startEnvd(
     args.push("--access-token-file", f);
   }
   const argv = opts.snapshot
-    ? [...ENVD_NODE_FLAGS, "--snapshot-blob", "dist/envd/envd.blob", "--", ...args]
+    ? ["--snapshot-blob", "dist/envd/envd.blob", "--", ...args]
     : opts.bundle
-      ? [...ENVD_NODE_FLAGS, "dist/envd/envd.mjs", ...args]
+      ? ["dist/envd/envd.mjs", ...args]
       : ["--import", "tsx", "src/envd/main.ts", ...args];
   // pid1: run envd as PID 1 of a new pid namespace (sees only its own processes).
   const [file, fileArgs] = opts.pid1
