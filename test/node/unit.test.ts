@@ -61,6 +61,11 @@ describe("OCI spec", () => {
     for (const s of ["mount", "umount2", "init_module", "finit_module", "delete_module", "kexec_load", "bpf", "perf_event_open", "unshare", "open_by_handle_at"]) assert.ok(denied.has(s), s);
     assert.equal(new Set(deniedSyscalls).size, deniedSyscalls.length);
   });
+  it("hands out no memory protection keys (CRIU does not restore them): pkey_alloc fails as on a CPU without PKU", () => {
+    const rules = spec.linux.seccomp.syscalls as { names: string[]; action?: string; errnoRet?: number }[];
+    const rule = rules.find((r) => r.names.includes("pkey_alloc"));
+    assert.deepEqual(rule && { action: rule.action, errnoRet: rule.errnoRet }, { action: "SCMP_ACT_ERRNO", errnoRet: 28 /* ENOSPC */ });
+  });
 });
 
 describe("btrfs adapter", () => {

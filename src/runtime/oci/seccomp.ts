@@ -6,6 +6,7 @@
  * language runtimes, databases) keeps working.
  */
 const EPERM = 1;
+const ENOSPC = 28;
 const ENOSYS = 38;
 
 /** Syscalls refused with EPERM. */
@@ -47,6 +48,12 @@ export function defaultSeccompProfile(arch: string = process.arch): Record<strin
       },
       // clone3 passes flags in a struct seccomp cannot read: ENOSYS makes libc fall back to clone.
       { names: ["clone3"], action: "SCMP_ACT_ERRNO", errnoRet: ENOSYS },
+      // No memory protection keys (PKU): a memory checkpoint (CRIU) does not restore the
+      // kernel's record of allocated keys, so a process restored holding one fails its next
+      // pkey_mprotect with EINVAL. V8 (envd, any Node.js) protects wasm code with a key and
+      // aborts then ("Commit wasm code space Allocation failed") at its first wasm compile
+      // after a pause. ENOSPC is what a CPU without PKU answers; V8 goes on without a key.
+      { names: ["pkey_alloc"], action: "SCMP_ACT_ERRNO", errnoRet: ENOSPC },
     ],
   };
 }
