@@ -192,13 +192,16 @@ export class NodeSnapshots {
       ]);
       timings.freezeMs = ms(t0);
       // The sandbox is stopped from here to the end of the capture: its disk usage holds (a
-      // disk capture leaves it running: measured beside the snapshot, near enough for a quota base).
-      const diskBase = this.capturedBaseMib(sandboxId, signal);
-      diskBase.catch(() => undefined);
+      // disk capture leaves it running: measured beside the snapshot, near enough for a quota
+      // base). Measured after the snapshot: qgroups count a write at the transaction commit the
+      // snapshot makes, not at the write's fsync, so a reading before it can miss recent writes.
+      let diskBase: Promise<number | undefined> = Promise.resolve(undefined);
       const tDisk = performance.now();
       const snapshotDisk = () =>
         btrfs.snapshotReadonly(this.o.disks.sandboxPath(sandboxId), this.diskPath(snapshotId), signal, T).then(() => {
           timings.diskSnapshotMs = ms(tDisk);
+          diskBase = this.capturedBaseMib(sandboxId, signal);
+          diskBase.catch(() => undefined);
         });
       const dump = () =>
         this.cp.checkpoint(sandboxId, image, { leaveRunning, signal }).then((c) => {
