@@ -6,6 +6,8 @@ import { z } from "zod";
 import { idlePolicies } from "../../store/warm-pools.ts";
 import { tenantScopes } from "../auth.ts";
 
+export const TOKEN_MAX_LIFETIME_S = 10 * 365 * 86_400;
+
 export const TenantBody = z.object({ name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/, "letters, digits, . _ -") }).strict();
 export const KeyBody = z.object({ name: z.string().max(100).optional() }).strict();
 const scopeValues = [...tenantScopes, "admin"] as const;
@@ -13,7 +15,8 @@ export const TokenBody = z
   .object({
     name: z.string().max(100).optional(),
     scopes: z.array(z.enum(scopeValues)).min(1),
-    expires_in_s: z.number().int().positive().optional(),
+    // A Date holds ±8.64e15 ms; ten years is the longest a token may live.
+    expires_in_s: z.number().int().positive().max(TOKEN_MAX_LIFETIME_S, `expires_in_s must be at most ${TOKEN_MAX_LIFETIME_S} (10 years)`).optional(),
   })
   .strict();
 export const TenantParams = z.object({ id: z.string().min(1) });
