@@ -10,6 +10,7 @@
 //   Postgres           bash scripts/ci-postgres.sh, then SPACE_TEST_DATABASE_URL is set
 //   Kubernetes         bash scripts/setup/k8s.sh (builds kube-apiserver etc. the first time)
 //   Python SDK venv    bash scripts/setup/python-sdk.sh
+//   schemathesis venv  bash scripts/setup/schemathesis.sh (test/e2e/schemathesis.test.ts)
 // SPACE_TEST_SKIP=kubernetes,postgres,python skips those lanes on purpose.
 // SPACE_TEST_REQUIRE_LANES=1 (CI) fails the run when any selected lane is skipped.
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
@@ -57,6 +58,8 @@ if (!isRoot) {
   if (!criu || !template || !existsSync(".tools/bin/btrfs-squota")) sh("machine setup", ["bash", "scripts/setup.sh"]);
   if (!existsSync("dist/envd/envd.mjs")) sh("envd bundle", ["npm", "run", "--silent", "build:envd"]);
 }
+// The schemathesis e2e test skips with the reason when this failed.
+if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts"))) sh("schemathesis venv", ["bash", "scripts/setup/schemathesis.sh"]);
 
 if (optOut.has("postgres")) {
   skip("postgres", "SPACE_TEST_SKIP names it", "unset SPACE_TEST_SKIP");

@@ -2,6 +2,7 @@
  * The API process's HTTP app: ECW (E2B-compatible), Native (/v1), Admin (/admin/api/v1),
  * health, readiness and metrics. Built from deps without a port so tests can `inject`.
  */
+import { createHash, timingSafeEqual } from "node:crypto";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { Counter, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
@@ -17,7 +18,18 @@ export interface ApiAppDeps {
   surfaces: ReadonlyArray<(app: FastifyInstance) => void | Promise<void>>;
   /** Extra readiness checks (e.g. at least one node ready); a thrown error = not ready. */
   readiness?: ReadonlyArray<() => Promise<void>>;
+  /** SPACE_METRICS_TOKEN: `/metrics` then needs `Authorization: Bearer <it>`; empty = open. */
+  metricsToken?: string;
 }
+
+/** Whether `authorization` carries the metrics token (always, when none is configured). */
+export function metricsAllowed(token: string | undefined, authorization: string | undefined): boolean {
+  if (!token) return true;
+  const digest = (v: string) => createHash("sha256").update(v).digest();
+  return timingSafeEqual(digest(authorization ?? ""), digest(`Bearer ${token}`));
+}
+
+export const METRICS_REFUSED = { code: 401, message: "/metrics needs Authorization: Bearer <SPACE_METRICS_TOKEN>", reason: "unauthenticated" };
 
 export async function createApiApp(deps: ApiAppDeps): Promise<FastifyInstance> {
   const app = Fastify({
@@ -62,7 +74,8 @@ export async function createApiApp(deps: ApiAppDeps): Promise<FastifyInstance> {
       return reply.status(503).send({ code: 503, message: `not ready: ${(e as Error).message}`, reason: "unavailable" });
     }
   });
-  app.get("/metrics", async (_req, reply) => {
+  app.get("/metrics", async (req, reply) => {
+    if (!metricsAllowed(deps.metricsToken, req.headers.authorization)) return reply.status(401).send(METRICS_REFUSED);
     return reply.type(deps.metrics.contentType).send(await deps.metrics.metrics());
   });
 

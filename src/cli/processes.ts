@@ -15,7 +15,7 @@ import { openDb, redactUrl, type Db } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import { openBlobStore } from "../blob/open.ts";
 import type { BlobStore } from "../blob/blob-store.ts";
-import { createApiApp } from "../api/app.ts";
+import { createApiApp, METRICS_REFUSED, metricsAllowed } from "../api/app.ts";
 import { registerAdminRoutes } from "../api/admin/routes.ts";
 import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { evacuateNode } from "../api/admin/evacuate.ts";
@@ -173,7 +173,7 @@ export async function startApiServer(
   let app: FastifyInstance;
   let url: string;
   try {
-    app = await createApiApp({ db, log, metrics: cp.metrics, surfaces });
+    app = await createApiApp({ db, log, metrics: cp.metrics, surfaces, metricsToken: config.SPACE_METRICS_TOKEN });
     url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
   } catch (e) {
     await gateway.close();
@@ -269,6 +269,10 @@ async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): 
   const server = createServer((req, res) => {
     if (req.method !== "GET" || req.url !== "/metrics") {
       res.writeHead(404).end();
+      return;
+    }
+    if (!metricsAllowed(cp.config.SPACE_METRICS_TOKEN, req.headers.authorization)) {
+      res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify(METRICS_REFUSED));
       return;
     }
     cp.metrics.metrics().then(

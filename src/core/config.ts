@@ -79,6 +79,7 @@ const vars = {
   SPACE_GATEWAY_TLS_KEY: [z.string(), "", "PEM private key file of SPACE_GATEWAY_TLS_CERT"],
   SPACE_ADMIN_TOKEN: [z.string(), "", "admin token; empty = generated once and kept in the data directory"],
   SPACE_INTERNAL_TOKEN: [z.string(), "", "token between control plane and nodes; empty = generated once and kept"],
+  SPACE_METRICS_TOKEN: [z.string(), "", "bearer token `GET /metrics` requires (API and controller); empty = /metrics is open to anyone who reaches the port"],
   SPACE_CONTROLLER_TICK_MS: [int(1, 60_000), "25", "dispatcher claim tick behind NOTIFY (on PGlite at least a quarter of the claim staleness: its NOTIFY is never lost)"],
   SPACE_CONTROLLER_CLAIM_LIMIT: [int(1, 1000), "16", "operations claimed per tick"],
   SPACE_CONTROLLER_CLAIM_STALE_MS: [int(1000, 86_400_000), "60000", "re-claim an operation whose claimer went silent this long"],

@@ -5,7 +5,7 @@
  * row `failed` and nothing on any node.
  */
 import { randomBytes } from "node:crypto";
-import { SpaceError, notFound } from "../core/errors.ts";
+import { SpaceError, notFound, publicMessage } from "../core/errors.ts";
 import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import type { SandboxRef } from "../substrate/substrate.ts";
@@ -184,7 +184,7 @@ export class SandboxCreation {
           this.#r.log.error({ err: k, sandboxId: id }, "cleanup after a failed create could not kill; the node reaper will"),
         );
       }
-      await this.#r.repo.transition(id, ["creating"], "failed", { reason: `${err.code}: ${err.message}` });
+      await this.#r.repo.transition(id, ["creating"], "failed", { reason: `${err.code}: ${publicMessage(err)}` });
       this.#r.events.emit("ended", id);
       throw err;
     }

@@ -3,7 +3,7 @@
  * restored into new sandboxes (E2B fork), or kept under a name until deleted (E2B
  * snapshot create) and later started as a new sandbox (`Sandbox.create(snapshotName)`).
  */
-import { SpaceError, invalid, notFound } from "../core/errors.ts";
+import { SpaceError, invalid, notFound, publicMessage } from "../core/errors.ts";
 import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxRef } from "../substrate/substrate.ts";
 import { validateTimeout, type CreateInput } from "./create-input.ts";
@@ -175,7 +175,7 @@ export class SandboxForks {
       const err = SpaceError.from(e);
       this.#r.log.warn({ sandboxId: rec.id, source: src.id, code: err.code, err: e }, "fork failed");
       if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
-      await this.#r.repo.transition(rec.id, ["creating"], "failed", { reason: `fork of ${src.id} failed: ${err.code}: ${err.message}` });
+      await this.#r.repo.transition(rec.id, ["creating"], "failed", { reason: `fork of ${src.id} failed: ${err.code}: ${publicMessage(err)}` });
       throw err;
     }
   }

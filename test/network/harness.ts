@@ -23,6 +23,9 @@ export const SCOPE = { bridge: "spnt0", nftTable: "space_nettest", vethPrefix: "
 const UP_NS = "spnet-inet";
 const UP_HOST_VETH = "spnuh0";
 
+/** Metadata services the fake internet stands in for (169.254.169.254 stays unrouted: the machine may use its own). */
+export const METADATA = { alibaba: "100.100.100.200" };
+
 export const INET = {
   a1: "198.18.1.1",
   a2: "198.18.1.2",
@@ -99,6 +102,11 @@ export interface InternetSpec {
   route: string;
   /** Addresses served (HTTP/TCP/UDP echo); `dns` also answers `names`. */
   addresses: string[];
+  /**
+   * Cloud metadata-service addresses outside 198.18.0.0/15 the namespace serves too, each
+   * routed from the host as a /32 while the rig runs: a guardrail missing one shows OPEN.
+   */
+  metadata?: string[];
   dns?: string;
   names?: Record<string, string[]>;
 }
@@ -111,6 +119,7 @@ const linkAddr = (link: string, last: number) => link.replace(/\.\d+$/, `.${Numb
 
 async function teardownInternetOf(x: InternetSpec): Promise<void> {
   await shOk("ip", ["route", "del", x.route]);
+  for (const m of x.metadata ?? []) await shOk("ip", ["route", "del", `${m}/32`, "dev", x.hostVeth]);
   await shOk("ip", ["link", "del", x.hostVeth]);
   await shOk("ip", ["netns", "del", x.ns]);
 }
@@ -128,12 +137,13 @@ export async function startInternet(x: InternetSpec): Promise<Internet> {
   await sh("ip", ["-b", "-"],
     `link add ${x.hostVeth} type veth peer name eth0 netns ${x.ns}\naddr add ${host}/30 dev ${x.hostVeth}\nlink set ${x.hostVeth} up\n`);
   await sh("ip", ["-n", x.ns, "-b", "-"],
-    `link set lo up\nlink set eth0 up\naddr add ${peer}/30 dev eth0\n${[...x.addresses, ...(x.dns ? [x.dns] : [])].map((a) => `addr add ${a}/32 dev lo\n`).join("")}route add default via ${host}\n`);
+    `link set lo up\nlink set eth0 up\naddr add ${peer}/30 dev eth0\n${[...x.addresses, ...(x.metadata ?? []), ...(x.dns ? [x.dns] : [])].map((a) => `addr add ${a}/32 dev lo\n`).join("")}route add default via ${host}\n`);
   // The test internet is routed to the namespace (more specific than the default route).
   await sh("ip", ["route", "replace", x.route, "via", peer, "dev", x.hostVeth]);
+  for (const m of x.metadata ?? []) await sh("ip", ["route", "replace", `${m}/32`, "via", peer, "dev", x.hostVeth]);
   const route = await sh("ip", ["route", "get", x.addresses[0]!]);
   if (!route.stdout.includes(x.hostVeth)) throw new Error(`test internet is not routed locally: ${route.stdout}`);
-  const srv = await serveIn(x.ns, { addresses: x.addresses, dns: x.dns, names: x.names, ttl: 60 }).catch(async (e: unknown) => {
+  const srv = await serveIn(x.ns, { addresses: [...x.addresses, ...(x.metadata ?? [])], dns: x.dns, names: x.names, ttl: 60 }).catch(async (e: unknown) => {
     await teardownInternetOf(x);
     throw e;
   });
@@ -151,6 +161,7 @@ const RIG_INTERNET: InternetSpec = {
   link: "198.19.255.0",
   route: "198.18.0.0/15",
   addresses: [INET.a1, INET.a2, INET.b1, INET.w1, INET.w2, INET.apex],
+  metadata: [METADATA.alibaba],
   dns: INET.dns,
   names: NAMES,
 };

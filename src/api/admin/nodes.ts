@@ -26,7 +26,6 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { z } from "zod";
 import { SpaceError } from "../../core/errors.ts";
 import type { NodeId } from "../../core/ids.ts";
 import type { Logger } from "../../core/log.ts";
@@ -48,6 +47,7 @@ import { NodeClient } from "../../substrate/direct/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
 import { parseInput as parse, toErrorBody } from "../errors.ts";
+import { DrainBody, HeartbeatBody, NodeParams as IdParams, ReasonBody, RegisterNodeBody as RegisterBody } from "./schemas.ts";
 
 export interface NodeAdminDeps {
   db: Db;
@@ -70,43 +70,6 @@ export interface NodeAdminDeps {
    */
   labelPrefixes?: readonly string[];
 }
-
-const LabelKey = z.string().regex(/^[A-Za-z0-9._/-]{1,253}$/, "label keys: letters, digits, . _ / -");
-const LabelValue = z.string().regex(/^[A-Za-z0-9._-]{0,63}$/, "label values: up to 63 letters, digits, . _ -");
-const Numbers = z.record(z.string(), z.number());
-
-const RegisterBody = z
-  .object({
-    id: z.uuid("id must be the node's UUID (from its node-id file)"),
-    name: z.string().min(1).max(253),
-    address: z.url("address must be node-api's URL, e.g. http://10.0.0.5:3002"),
-    node_group: z
-      .string()
-      .regex(/^[A-Za-z0-9._-]{1,63}$/, "1-63 letters, digits, . _ -")
-      .default("default"),
-    labels: z.record(LabelKey, LabelValue).default({}),
-    verify: z.boolean().default(false),
-    capacity: Numbers.optional(),
-    used: Numbers.optional(),
-    usable_environments: z.array(z.string().min(1)).optional(),
-    templates: z.array(z.unknown()).optional(),
-    version: z.string().max(100).optional(),
-  })
-  .strict();
-
-const HeartbeatBody = z
-  .object({
-    address: z.string().min(1),
-    capacity: Numbers.optional(),
-    used: Numbers.optional(),
-    usable_environments: z.array(z.string().min(1)).optional(),
-    templates: z.array(z.unknown()).optional(),
-  })
-  .strict();
-
-const DrainBody = z.object({ mode: z.enum(["gentle", "forced"]).default("gentle") }).strict();
-const ReasonBody = z.object({ reason: z.string().max(500).optional() }).strict();
-const IdParams = z.object({ id: z.string().min(1) });
 
 const base = "/admin/api/v1/nodes";
 

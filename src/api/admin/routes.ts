@@ -3,32 +3,20 @@
  * registered here too (see nodes.ts). Every route requires the admin credential.
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { z } from "zod";
 import type { TenantId } from "../../core/ids.ts";
 import type { Db } from "../../store/db.ts";
 import { createTenant, getTenant, listTenants, setTenantDisabled } from "../../store/tenants.ts";
 import { createApiKey, listApiKeys, revokeApiKey } from "../../store/api-keys.ts";
 import { createToken, listTokens, revokeToken } from "../../store/tokens.ts";
-import { authenticateBearer, bearerOf, forgetCredentials, requireScope, tenantScopes, type Principal } from "../auth.ts";
+import { authenticateBearer, bearerOf, forgetCredentials, requireScope, type Principal } from "../auth.ts";
 import { parseInput as parse } from "../errors.ts";
+import { registerAdminOpenApiRoute } from "./openapi.ts";
+import { ChildParams, KeyBody, TenantBody, TenantParams, TokenBody } from "./schemas.ts";
 
 export interface AdminDeps {
   db: Db;
   adminToken: string;
 }
-
-const TenantBody = z.object({ name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/, "letters, digits, . _ -") }).strict();
-const KeyBody = z.object({ name: z.string().max(100).optional() }).strict();
-const scopeValues = [...tenantScopes, "admin"] as const;
-const TokenBody = z
-  .object({
-    name: z.string().max(100).optional(),
-    scopes: z.array(z.enum(scopeValues)).min(1),
-    expires_in_s: z.number().int().positive().optional(),
-  })
-  .strict();
-const TenantParams = z.object({ id: z.string().min(1) });
-const ChildParams = z.object({ id: z.string().min(1), childId: z.string().min(1) });
 
 export function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): void {
   const admin = async (req: FastifyRequest): Promise<Principal> => {
@@ -37,6 +25,7 @@ export function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): void
     return p;
   };
   const base = "/admin/api/v1";
+  registerAdminOpenApiRoute(app);
 
   app.get(`${base}/tenants`, async (req) => {
     await admin(req);

@@ -16,14 +16,14 @@
  * absent fields take SPACE_WARM_POOL_IDLE_POLICY / _MIN_FREE_MEMORY_PERCENT.
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { z } from "zod";
 import type { Db } from "../../store/db.ts";
 import type { TenantId } from "../../core/ids.ts";
 import { notFound } from "../../core/errors.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import { parseInput as parse } from "../errors.ts";
-import { deleteWarmPool, getWarmPool, idlePolicies, listSlots, listWarmPools, upsertWarmPool, type IdlePolicy, type WarmPool } from "../../store/warm-pools.ts";
+import { deleteWarmPool, getWarmPool, listSlots, listWarmPools, upsertWarmPool, type IdlePolicy, type WarmPool } from "../../store/warm-pools.ts";
 import { getTenant } from "../../store/tenants.ts";
+import { PoolBody, PoolParams } from "./schemas.ts";
 
 export interface WarmPoolAdminDeps {
   db: Db;
@@ -31,19 +31,6 @@ export interface WarmPoolAdminDeps {
   /** Sandbox defaults: a pool without a shape gets what a create asking for none gets; idle policy from the config. */
   defaults: { vcpu: number; memoryMib: number; diskMib: number; idlePolicy: IdlePolicy; minFreeMemoryPercent: number };
 }
-
-const PoolParams = z.object({ template: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "a template id or alias[:tag]") });
-const PoolBody = z
-  .object({
-    size: z.number().int().min(0).max(1000),
-    vcpu: z.number().int().min(1).max(256).optional(),
-    memory_mib: z.number().int().min(64).max(1_048_576).optional(),
-    disk_mib: z.number().int().min(64).max(10_000_000).optional(),
-    tenant_id: z.string().min(1).nullable().optional(),
-    idle_policy: z.enum(idlePolicies, { message: `idle_policy must be one of ${idlePolicies.join(", ")}` }).optional(),
-    min_free_memory_percent: z.number().int().min(0).max(100).optional(),
-  })
-  .strict();
 
 export function present(p: WarmPool) {
   return {

@@ -4,6 +4,7 @@
  * is presented by src/operations/results.ts.
  */
 import type { Operation as OperationRow } from "../../store/operations.ts";
+import { INTERNAL_MESSAGE } from "../../core/errors.ts";
 import type { Command as CommandRow, OutputChunk as OutputRow } from "../../store/commands.ts";
 import type { Command, Operation, OperationKind } from "./schemas.ts";
 
@@ -21,7 +22,8 @@ export function toOperation(o: OperationRow): Operation {
     failed_at: iso(o.failedAt),
     deadline_at: iso(o.deadlineAt),
     result: o.result ?? null,
-    failure: o.failureCode ? { code: o.failureCode, message: o.failureMessage ?? "" } : null,
+    // An internal failure's text is for the server log (host paths, library errors).
+    failure: o.failureCode ? { code: o.failureCode, message: o.failureCode === "internal" ? INTERNAL_MESSAGE : (o.failureMessage ?? "") } : null,
   };
 }
 

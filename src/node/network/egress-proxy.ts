@@ -20,7 +20,7 @@ import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { inCidr } from "../../core/cidr.ts";
-import { EGRESS_PROXY_PORT } from "./nft.ts";
+import { EGRESS_PROXY_PORT, METADATA_GUARDRAILS } from "./nft.ts";
 import { verdictFor, type EgressPolicy } from "../../contract/egress-policy.ts";
 import { MAX_PEEK, requestName } from "./request-name.ts";
 
@@ -55,9 +55,9 @@ interface Held {
 
 const RECHECK_MS = 250;
 
-/** The platform guardrails as a predicate (slot range, link-local, loopback, operator list minus exceptions). */
+/** The platform guardrails as a predicate (slot range, metadata addresses, loopback, operator list minus exceptions). */
 export function guardrailCheck(o: { slotCidr: string; guardrails?: string[]; exceptions?: string[] }): (ip: string) => boolean {
-  const guarded = ["127.0.0.0/8", "169.254.0.0/16", "0.0.0.0/8", o.slotCidr, ...(o.guardrails ?? [])];
+  const guarded = ["127.0.0.0/8", ...METADATA_GUARDRAILS, "0.0.0.0/8", o.slotCidr, ...(o.guardrails ?? [])];
   return (ip) => !(o.exceptions ?? []).some((c) => inCidr(ip, c)) && guarded.some((c) => inCidr(ip, c));
 }
 

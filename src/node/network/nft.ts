@@ -3,7 +3,7 @@
  * scripts (pure, unit-tested).
  * Guardrails, always on and before any sandbox policy: sandboxes cannot reach each other
  * (also enforced at L2 by bridge port isolation), the node itself (any of its addresses,
- * loopback services included) except its DNS resolver, link-local/metadata addresses,
+ * loopback services included) except its DNS resolver, metadata addresses (METADATA_GUARDRAILS),
  * operator-listed addresses (`guardrails`, e.g. the control plane), or DNS servers other
  * than the node resolver; IPv6, VLAN-tagged and other non-IP/ARP frames from sandboxes are
  * dropped; egress is NATed. The operator may list `guardrailExceptions` (these then go
@@ -28,6 +28,14 @@ export const DEFAULT_TABLE = "space";
  * independent of the running process.
  */
 export const EGRESS_PROXY_PORT = 15080;
+
+/**
+ * Metadata services, always guarded (before the operator's list; its exceptions can open
+ * one): link-local 169.254.0.0/16 (AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle at
+ * 169.254.169.254, ECS task metadata at 169.254.170.2) and Alibaba Cloud's 100.100.100.200.
+ * IPv6 ones (AWS fd00:ec2::254) are covered by dropping every IPv6 frame of a sandbox.
+ */
+export const METADATA_GUARDRAILS = ["169.254.0.0/16", "100.100.100.200/32"] as const;
 
 export interface BaseRulesInput {
   table: string;
@@ -63,7 +71,7 @@ export function baseRuleset(i: BaseRulesInput): string {
     `${br} ip saddr != ${i.cidr} drop`,
     `${br} meta nfproto ipv6 drop`,
     ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @egress`] : []),
-    ...reject(`${br} ip daddr 169.254.0.0/16 `),
+    ...reject(`${br} ip daddr ${set([...METADATA_GUARDRAILS])} `),
     ...reject(`${br} ip daddr ${i.cidr} `),
     ...(i.guardrails?.length ? reject(`${br} ip daddr ${set(i.guardrails)} `) : []),
     // DNS goes through the node resolver only (it binds names to the allow sets).
@@ -85,7 +93,7 @@ export function baseRuleset(i: BaseRulesInput): string {
   // operator exceptions are, like any destination.
   const prerouting = [
     ...(exc ? [`${br} ip daddr ${exc} ip saddr vmap @proxied`] : []),
-    `${br} ip daddr ${set(["169.254.0.0/16", i.cidr, ...(i.guardrails ?? [])])} return`,
+    `${br} ip daddr ${set([...METADATA_GUARDRAILS, i.cidr, ...(i.guardrails ?? [])])} return`,
     `${br} fib daddr type local return`,
     `${br} ip saddr vmap @proxied`,
   ];

@@ -184,13 +184,17 @@ export class NodeClient {
   }
 }
 
-/** A node's error body keeps its code; otherwise the HTTP status decides. */
+/**
+ * A node's error body keeps its code; otherwise the HTTP status decides. A node's `internal`
+ * is a failure it did not classify (its text names host paths, commands, library errors):
+ * it stays unclassified, so the edges answer INTERNAL_MESSAGE and only the log has the text.
+ */
 export function toNodeError(status: number, text: string, what: string): SpaceError {
   try {
     const r = NodeError.safeParse(JSON.parse(text));
     if (r.success) {
       const code = (errorCodes as readonly string[]).includes(r.data.code) ? (r.data.code as ErrorCode) : fromHttpStatus(status);
-      return new SpaceError(code, r.data.message);
+      return new SpaceError(code, r.data.message, { unclassified: code === "internal" });
     }
   } catch {
     /* not JSON */

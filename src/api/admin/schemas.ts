@@ -1,0 +1,98 @@
+/**
+ * The Admin API's zod schemas: the routes validate with them and openapi.ts documents
+ * them, so the document cannot drift from what the routes accept (as in Native's).
+ */
+import { z } from "zod";
+import { idlePolicies } from "../../store/warm-pools.ts";
+import { tenantScopes } from "../auth.ts";
+
+export const TOKEN_MAX_LIFETIME_S = 10 * 365 * 86_400;
+
+export const TenantBody = z.object({ name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/, "letters, digits, . _ -") }).strict();
+export const KeyBody = z.object({ name: z.string().max(100).optional() }).strict();
+const scopeValues = [...tenantScopes, "admin"] as const;
+export const TokenBody = z
+  .object({
+    name: z.string().max(100).optional(),
+    scopes: z.array(z.enum(scopeValues)).min(1),
+    // A Date holds ±8.64e15 ms; ten years is the longest a token may live.
+    expires_in_s: z.number().int().positive().max(TOKEN_MAX_LIFETIME_S, `expires_in_s must be at most ${TOKEN_MAX_LIFETIME_S} (10 years)`).optional(),
+  })
+  .strict();
+export const TenantParams = z.object({ id: z.string().min(1) });
+export const ChildParams = z.object({ id: z.string().min(1), childId: z.string().min(1) });
+
+const LabelKey = z.string().regex(/^[A-Za-z0-9._/-]{1,253}$/, "label keys: letters, digits, . _ / -");
+const LabelValue = z.string().regex(/^[A-Za-z0-9._-]{0,63}$/, "label values: up to 63 letters, digits, . _ -");
+const Numbers = z.record(z.string(), z.number());
+
+export const RegisterNodeBody = z
+  .object({
+    id: z.uuid("id must be the node's UUID (from its node-id file)"),
+    name: z.string().min(1).max(253),
+    address: z.url("address must be node-api's URL, e.g. http://10.0.0.5:3002"),
+    node_group: z
+      .string()
+      .regex(/^[A-Za-z0-9._-]{1,63}$/, "1-63 letters, digits, . _ -")
+      .default("default"),
+    labels: z.record(LabelKey, LabelValue).default({}),
+    verify: z.boolean().default(false),
+    capacity: Numbers.optional(),
+    used: Numbers.optional(),
+    usable_environments: z.array(z.string().min(1)).optional(),
+    templates: z.array(z.unknown()).optional(),
+    version: z.string().max(100).optional(),
+  })
+  .strict();
+
+export const HeartbeatBody = z
+  .object({
+    address: z.string().min(1),
+    capacity: Numbers.optional(),
+    used: Numbers.optional(),
+    usable_environments: z.array(z.string().min(1)).optional(),
+    templates: z.array(z.unknown()).optional(),
+  })
+  .strict();
+
+export const DrainBody = z.object({ mode: z.enum(["gentle", "forced"]).default("gentle") }).strict();
+export const ReasonBody = z.object({ reason: z.string().max(500).optional() }).strict();
+export const NodeParams = z.object({ id: z.string().min(1) });
+
+export const PoolParams = z.object({ template: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "a template id or alias[:tag]") });
+export const PoolBody = z
+  .object({
+    size: z.number().int().min(0).max(1000),
+    vcpu: z.number().int().min(1).max(256).optional(),
+    memory_mib: z.number().int().min(64).max(1_048_576).optional(),
+    disk_mib: z.number().int().min(64).max(10_000_000).optional(),
+    tenant_id: z.string().min(1).nullable().optional(),
+    idle_policy: z.enum(idlePolicies, { message: `idle_policy must be one of ${idlePolicies.join(", ")}` }).optional(),
+    min_free_memory_percent: z.number().int().min(0).max(100).optional(),
+  })
+  .strict();
+
+// Answers (documented only: the store's rows, as JSON).
+const Time = z.string().meta({ description: "ISO 8601 time" });
+export const Tenant = z.object({ id: z.string(), name: z.string(), createdAt: Time, disabledAt: Time.nullable() }).meta({ id: "Tenant" });
+export const TenantList = z.object({ tenants: z.array(Tenant) });
+export const ApiKey = z
+  .object({ id: z.string(), tenantId: z.string(), name: z.string(), prefix: z.string(), createdAt: Time, lastUsedAt: Time.nullable(), revokedAt: Time.nullable() })
+  .meta({ id: "ApiKey" });
+export const ApiKeyList = z.object({ keys: z.array(ApiKey) });
+export const NewApiKey = ApiKey.extend({ key: z.string().meta({ description: "shown once" }) });
+export const Token = z
+  .object({
+    id: z.string(),
+    tenantId: z.string().nullable(),
+    name: z.string(),
+    prefix: z.string(),
+    scopes: z.array(z.string()),
+    createdAt: Time,
+    expiresAt: Time.nullable(),
+    lastUsedAt: Time.nullable(),
+    revokedAt: Time.nullable(),
+  })
+  .meta({ id: "Token" });
+export const TokenList = z.object({ tokens: z.array(Token) });
+export const NewToken = Token.extend({ token: z.string().meta({ description: "shown once" }) });
