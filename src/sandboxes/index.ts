@@ -27,6 +27,8 @@ export interface SandboxLayerDeps {
   placement?: Pick<DirectSubstrateDeps, "gate" | "selectorExtras" | "onGate" | "overcommit">;
   /** Warm-pool adoption over the service's members and the layer's nodes and templates; absent = creates boot cold. */
   warmPools?: (members: WarmMembers, layer: Pick<SandboxLayer, "nodes" | "templates">) => WarmAdopter;
+  /** The waits' fallback poll (ms); see SandboxServiceDeps.pollMs. */
+  pollMs?: number;
 }
 
 export interface SandboxLayer {
@@ -50,6 +52,7 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
     defaults: deps.defaults,
     log: deps.log,
     snapshots: new StoreSnapshotRepo(deps.db),
+    ...(deps.pollMs !== undefined ? { pollMs: deps.pollMs } : {}),
     ...(warmPools ? { warmPools: (members: WarmMembers) => warmPools(members, { nodes, templates }) } : {}),
   });
   return { sandboxes, substrate, nodes, templates };
