@@ -253,8 +253,8 @@ export class SandboxLifecycle {
    * Any failure leaves it where it was, running, and the outcome says why. Never throws.
 
   /**
-   * Waits until the sandbox leaves `states` (this process's writes wake it at once,
-   * another process's are seen by the slow poll); not found when it ended.
+   * Waits until the sandbox leaves `states` (woken by any change of the row, see
+   * changes.ts); not found when it ended.
    */
   async #awaitSettled(id: SandboxId, states: readonly SandboxState[], timeoutMs = SNAPSHOT_CALL_MS): Promise<SandboxRecord> {
     const deadline = Date.now() + timeoutMs;

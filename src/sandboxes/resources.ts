@@ -48,7 +48,7 @@ export interface SandboxResources {
   now: () => Date;
   events: EventEmitter<SandboxEventMap>;
   changes: SandboxChanges;
-  /** How often a waiter re-reads a sandbox another process may be changing (ms). */
+  /** The waits' fallback poll (ms): a safety net behind the change feed. */
   pollMs: number;
 }
 

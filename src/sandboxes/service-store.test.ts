@@ -30,7 +30,7 @@ async function setup() {
     capacity: { networkSlots: 10, memoryMib: 8192, vcpu: 4, diskMib: 100000 }, templates: [{ templateId: "base", rootfsSizeMib: 451, environment: "e" }],
   });
   const substrate = new FakeSubstrate();
-  const layer = createSandboxLayer({ db: t.db, log, internalToken: "x", defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
+  const layer = createSandboxLayer({ db: t.db, log, defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
   return { ...t, tenant, other, ...layer, substrate };
 }
 

@@ -13,7 +13,7 @@ import type { Logger } from "../core/log.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
 import type { Substrate } from "../substrate/substrate.ts";
-import { announcingRepo, SandboxChanges } from "./changes.ts";
+import { announcingRepo, SandboxChanges, type SandboxChangeFeed } from "./changes.ts";
 import type { CreateInput } from "./create-input.ts";
 import { SandboxCreation } from "./creation.ts";
 import { SandboxEvacuation, type EvacuationOutcome } from "./evacuation.ts";
@@ -46,7 +46,12 @@ export interface SandboxServiceDeps {
   warmPools?: (members: WarmMembers) => WarmAdopter;
   /** For tests. */
   now?: () => Date;
-  /** How often a waiter re-reads a sandbox another process may be suspending or restoring (ms). */
+  /** Changes of sandbox rows by any process (the store's NOTIFY feed); absent = this process's writes only. */
+  changeFeed?: SandboxChangeFeed;
+  /**
+   * How often a waiter re-reads a sandbox regardless of notifications (ms; default 5000):
+   * the safety net for a notification lost while the feed reconnects.
+   */
   pollMs?: number;
 }
 
@@ -62,7 +67,7 @@ export class SandboxService implements WarmMembers {
 
   constructor(deps: SandboxServiceDeps) {
     this.events.setMaxListeners(0);
-    const changes = new SandboxChanges();
+    const changes = new SandboxChanges(deps.changeFeed);
     this.#r = {
       repo: announcingRepo(deps.repo, changes),
       templates: deps.templates,
@@ -73,7 +78,7 @@ export class SandboxService implements WarmMembers {
       now: deps.now ?? (() => new Date()),
       events: this.events,
       changes,
-      pollMs: deps.pollMs ?? 1000,
+      pollMs: deps.pollMs ?? 5000,
     };
     this.#lifecycle = new SandboxLifecycle(this.#r);
     this.#forks = new SandboxForks(this.#r);
@@ -115,8 +120,8 @@ export class SandboxService implements WarmMembers {
     return this.#r.repo.list(tenantId, q);
   }
   /**
-   * The tenant's sandbox `id` once it is out of `states` (this process's writes wake the
-   * wait at once; another process's are seen by a slow poll), or as it is at the
+   * The tenant's sandbox `id` once it is out of `states` (any change of the row wakes the
+   * wait: this process's writes, and others' through the change feed), or as it is at the
    * deadline; null when there is none.
    */
   awaitLeaving(tenantId: TenantId, id: SandboxId, states: readonly SandboxState[], timeoutMs: number): Promise<SandboxRecord | null> {

@@ -5,7 +5,7 @@
  */
 import { SpaceError } from "../core/errors.ts";
 import { newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
-import type { Queryable } from "./db.ts";
+import type { Db, Queryable } from "./db.ts";
 import { columns, decodeCursor, encodeCursor, isUniqueViolation, json, pageLimit, setClause } from "./sql.ts";
 
 export const sandboxStates = [
@@ -55,6 +55,17 @@ export const transitions = {
 export const terminalStates: readonly SandboxState[] = ["killed"];
 /** States in which a sandbox holds a node (counts against capacity). */
 export const residentStates: readonly SandboxState[] = ["creating", "running", "pausing", "paused", "suspending", "resuming", "stopping", "killing"];
+
+/**
+ * NOTIFY channel: payload = the id of a sandbox row that was inserted, updated or deleted,
+ * sent by a trigger on the table (migration 007), so no writer can forget it.
+ */
+export const SANDBOX_CHANGES_CHANNEL = "space_sandbox_changes";
+
+/** Calls `fn` with the id of every sandbox row any process changes; resolves to an unsubscribe. */
+export function listenSandboxChanges(db: Db, fn: (id: SandboxId) => void): Promise<() => Promise<void>> {
+  return db.listen(SANDBOX_CHANGES_CHANNEL, (payload) => fn(payload as SandboxId));
+}
 
 export function canTransition(from: SandboxState, to: SandboxState): boolean {
   return (transitions[from] as readonly SandboxState[]).includes(to);

@@ -239,7 +239,7 @@ export async function startHarness(engine: Engine, o: { dispatcher?: boolean; ha
   const envd = new FakeEnvd();
   const substrate = new EnvdFakeSubstrate();
   substrate.envdUrl = await envd.listen();
-  const { sandboxes } = createSandboxLayer({ db, log, internalToken: "internal", defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
+  const { sandboxes } = createSandboxLayer({ db, log, defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
   const app = await createApiApp({
     db,
     log,

@@ -95,7 +95,7 @@ async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?:
   const templates = new StoreTemplates(t.db);
   let adoption!: WarmPoolAdoption;
   const layer = createSandboxLayer({
-    db: t.db, log, internalToken: "x", defaults: SHAPE, substrate,
+    db: t.db, log, defaults: SHAPE, substrate,
     warmPools: (sandboxes) => (adoption = new WarmPoolAdoption({ db: t.db, sandboxes, nodes, templates, personaliser, gate, metrics, log })),
   });
   const reconciler = createWarmPoolReconciler({
