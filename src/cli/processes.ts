@@ -110,7 +110,7 @@ function directSubstrateOf(config: Config, db: Db, internalToken: string, onGate
 async function kubernetesSubstrateOf(config: Config, log: Logger, internalToken: string, onGate: CensusMetrics["onGate"]) {
   const { createKubeApi } = await import("../kube/kube-api.ts");
   const { KubernetesSubstrate } = await import("../substrate/kubernetes/kubernetes-substrate.ts");
-  const { KubeNodeDirectory } = await import("../substrate/kubernetes/node-directory.ts");
+  const { KubeNodeDirectory } = await import("../substrate/kubernetes/kube-node-directory.ts");
   const kube = createKubeApi(config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" });
   const substrate = new KubernetesSubstrate({
     kube,

@@ -6,7 +6,7 @@
  */
 import type { NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
 import { SpaceError } from "../core/errors.ts";
-import type { NodeClient } from "./direct/node-client.ts";
+import type { NodeClient } from "./node-client.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
 
 export abstract class NodeApiSubstrate {

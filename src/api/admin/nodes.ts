@@ -44,7 +44,7 @@ import {
 } from "../../store/node-fleet.ts";
 import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
-import { NodeClient } from "../../substrate/direct/node-client.ts";
+import { NodeClient } from "../../substrate/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
 import { parseInput as parse, toErrorBody } from "../errors.ts";

@@ -9,7 +9,7 @@
 import { NodeApiSubstrate } from "../node-api-substrate.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, Substrate } from "../substrate.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
-import { NodeClient } from "./node-client.ts";
+import { NodeClient } from "../node-client.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import {
   placementWork,

@@ -18,7 +18,7 @@ import { SpaceError, notFound } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import { environmentLabel } from "../../contract/execution-environment.ts";
-import { NodeClient } from "../direct/node-client.ts";
+import { NodeClient } from "../node-client.ts";
 import type { GateObservation } from "../direct/direct-substrate.ts";
 import { placementWork, type GateMode, type GatePlacement } from "../placement.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";

@@ -15,10 +15,10 @@ import {
   type SandboxEgress,
   type SandboxInit,
   type SandboxSpec,
-} from "../../contract/node-api.ts";
-import { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
-import { NodeBuildStatusSchema, type NodeBuildRequest } from "../../contract/node-builds.ts";
-import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
+} from "../contract/node-api.ts";
+import { SnapshotDescriptor } from "../contract/snapshot-descriptor.ts";
+import { NodeBuildStatusSchema, type NodeBuildRequest } from "../contract/node-builds.ts";
+import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../core/errors.ts";
 
 export interface NodeClientOptions {
   /** e.g. http://127.0.0.1:3002 */
