@@ -7,7 +7,7 @@ import type { Db } from "../store/db.ts";
 import { listenSandboxChanges } from "../store/sandboxes.ts";
 import type { Logger } from "../core/log.ts";
 import type { Substrate } from "../substrate/substrate.ts";
-import type { NodeDirectory } from "../substrate/direct/direct-substrate.ts";
+import type { NodeDirectory } from "../substrate/node-directory.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
 import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
 import { StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";

@@ -24,7 +24,7 @@ import { createExecution } from "../store/executions.ts";
 import { SpaceError } from "../core/errors.ts";
 import { Recent } from "../core/recent.ts";
 import type { ExecutionId, NodeId, SandboxId, TenantId } from "../core/ids.ts";
-import type { NodeDirectory, NodeEntry } from "../substrate/direct/direct-substrate.ts";
+import type { NodeDirectory, NodeEntry } from "../substrate/node-directory.ts";
 import type { EnvironmentBinding } from "../substrate/placement.ts";
 import {
   isLive,

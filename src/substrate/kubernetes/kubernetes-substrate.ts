@@ -19,7 +19,7 @@ import type { Logger } from "../../core/log.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import { environmentLabel } from "../../contract/execution-environment.ts";
 import { NodeClient } from "../node-client.ts";
-import type { GateObservation } from "../direct/direct-substrate.ts";
+import type { GateObservation } from "../placement.ts";
 import { placementWork, type GateMode, type GatePlacement } from "../placement.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, SnapshotOptions, Substrate } from "../substrate.ts";
 import { errorCodeOfMarker, isConflict, isNotFound, KubeError, type KubeApi } from "../../kube/kube-api.ts";
