@@ -6,7 +6,7 @@ import type { SandboxId, TenantId } from "../../core/ids.ts";
 import { isLive, type SandboxRecord } from "../../sandboxes/model.ts";
 import type { CreateInput, ResourceRequest } from "../../sandboxes/service.ts";
 import { parseMetadataJson } from "../../sandboxes/create-input.ts";
-import { idempotencyKey } from "../native/http.ts";
+import { idempotencyKey } from "../idempotency-key.ts";
 import { parse, tenantOf } from "./http.ts";
 import { toSandbox } from "./present.ts";
 import { NewSandbox, RESOURCES_METADATA_KEY, SpaceResources } from "./schemas.ts";
