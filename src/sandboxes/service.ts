@@ -6,7 +6,8 @@
  * Systems (one file each, sharing `SandboxResources`): creation.ts (create, warm
  * reservations), lifecycle.ts (kill, timeouts, suspend, connect/restore), forks.ts
  * (fork, named snapshots), evacuation.ts (forced drain), network.ts (metrics, network
- * record, egress), expiry.ts (end of lifetime).
+ * record, egress), expiry.ts (end of lifetime), residency.ts (resident pause, stop,
+ * start).
  */
 import { EventEmitter } from "node:events";
 import type { Logger } from "../core/log.ts";
@@ -22,6 +23,7 @@ import { SandboxForks, type ForkOutcome } from "./forks.ts";
 import { SandboxLifecycle, type ConnectResult } from "./lifecycle.ts";
 import type { ListPage, ListQuery, NetworkPolicy, SandboxRecord, SandboxRepo, SandboxState, TemplateResolver } from "./model.ts";
 import { SandboxNetwork } from "./network.ts";
+import { SandboxResidency } from "./residency.ts";
 import { liveSandbox, type SandboxDefaults, type SandboxEventMap, type SandboxResources } from "./resources.ts";
 import { MemorySnapshotRepo, type SnapshotRepo, type Snapshot } from "./snapshot-repo.ts";
 import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
@@ -64,6 +66,7 @@ export class SandboxService implements WarmMembers {
   readonly #evacuation: SandboxEvacuation;
   readonly #network: SandboxNetwork;
   readonly #expiry: SandboxExpiry;
+  readonly #residency: SandboxResidency;
 
   constructor(deps: SandboxServiceDeps) {
     this.events.setMaxListeners(0);
@@ -85,6 +88,7 @@ export class SandboxService implements WarmMembers {
     this.#evacuation = new SandboxEvacuation(this.#r, this.#lifecycle);
     this.#network = new SandboxNetwork(this.#r);
     this.#expiry = new SandboxExpiry(this.#r, this.#lifecycle);
+    this.#residency = new SandboxResidency(this.#r);
     // Last: the adopter works on members through this front (connect, kill), so every system exists first.
     this.#creation = new SandboxCreation(this.#r, this.#forks, deps.warmPools?.(this) ?? null);
   }
@@ -142,6 +146,19 @@ export class SandboxService implements WarmMembers {
   }
   connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult> {
     return this.#lifecycle.connect(tenantId, id, timeoutSec);
+  }
+
+  /** Resident pause of a running sandbox (frozen on its node). */
+  pauseResident(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
+    return this.#residency.pause(rec, signal);
+  }
+  /** Stop a running (or, re-claimed, stopping) sandbox, keeping its rootfs. */
+  stop(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
+    return this.#residency.stop(rec, signal);
+  }
+  /** Start a stopped (or, re-claimed, resuming) sandbox again on its node. */
+  start(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
+    return this.#residency.start(rec, signal);
   }
 
   evacuate(id: SandboxId, fromNodeId: string): Promise<EvacuationOutcome> {
