@@ -111,7 +111,7 @@ export function sandboxRestore(deps: HandlerDeps): OperationHandler {
   };
 }
 
-/** `sandbox.fork`: one new sandbox from a live checkpoint of a running one; the result is the new sandbox. */
+/** `sandbox.fork`: one new sandbox from a capture of a running one; the result is the new sandbox. */
 export function sandboxFork(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {

@@ -5,7 +5,7 @@ import { isLive, type SandboxRecord, type SandboxState } from "./model.ts";
 import type { SandboxResources } from "./resources.ts";
 
 /** States a timeout leaves alone: the sandbox holds no node, or is on its way to holding none. */
-const checkpointStates: readonly SandboxState[] = ["suspending", "suspended", "resuming"];
+const suspendStates: readonly SandboxState[] = ["suspending", "suspended", "resuming"];
 
 export class SandboxExpiry {
   readonly #r: SandboxResources;
@@ -26,7 +26,7 @@ export class SandboxExpiry {
     const fresh = await this.#r.repo.getById(rec.id);
     if (!fresh || !isLive(fresh.state) || fresh.endAt.getTime() > this.#r.now().getTime()) return;
     if (fresh.state === "creating") return; // create owns it; its end time starts at running
-    if (checkpointStates.includes(fresh.state)) return;
+    if (suspendStates.includes(fresh.state)) return;
     if (fresh.onTimeout === "pause" && fresh.state === "running" && fresh.nodeId) {
       try {
         await this.#lifecycle.suspendRecord(fresh);

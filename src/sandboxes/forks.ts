@@ -1,5 +1,5 @@
 /**
- * Forks and named snapshots: a live checkpoint of a running sandbox (it keeps running)
+ * Forks and named snapshots: a capture of a running sandbox (it keeps running)
  * restored into new sandboxes (E2B fork), or kept under a name until deleted (E2B
  * snapshot create) and later started as a new sandbox (`Sandbox.create(snapshotName)`).
  */
@@ -25,9 +25,9 @@ export class SandboxForks {
   }
 
   /**
-   * E2B fork: one live checkpoint of a running sandbox (it keeps running, id and end time
+   * E2B fork: one capture of a running sandbox (it keeps running, id and end time
    * untouched), then `count` new sandboxes restored from it, each succeeding or failing
-   * on its own. The checkpoint is freed afterwards.
+   * on its own. The capture is freed afterwards.
    */
   async fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number; metadata?: Record<string, string> }): Promise<ForkOutcome[]> {
     const count = input.count ?? 1;
@@ -39,7 +39,7 @@ export class SandboxForks {
     const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: rec.nodeId, purpose: "fork" });
     let snap: Snapshot;
     try {
-      const desc = await this.#r.substrate.checkpoint({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const desc = await this.#r.substrate.capture({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
       snap = await this.#r.snapshots.finish(snapshotId, desc);
     } catch (e: unknown) {
       const err = SpaceError.from(e);
@@ -61,7 +61,7 @@ export class SandboxForks {
   }
 
   /**
-   * E2B snapshot create: a live checkpoint of a running sandbox (it keeps running) made
+   * E2B snapshot create: a capture of a running sandbox (it keeps running) made
    * durable in the blob store and kept under its name until deleted; it outlives its
    * source. 409 when the tenant already has a snapshot of that name.
    */
@@ -83,7 +83,7 @@ export class SandboxForks {
       ...(name !== undefined ? { name } : {}),
     });
     try {
-      const desc = await this.#r.substrate.checkpoint({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const desc = await this.#r.substrate.capture({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
       const snap = await this.#r.snapshots.finish(snapshotId, desc);
       this.#r.log.info({ sandboxId: rec.id, snapshotId, name, state: snap.state }, "named snapshot taken");
       return snap;

@@ -17,8 +17,8 @@ export abstract class NodeApiSubstrate {
     return (await this.client(ref.nodeId, signal)).suspend(ref.sandboxId, opts, signal);
   }
 
-  async checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
-    return (await this.client(ref.nodeId, signal)).checkpoint(ref.sandboxId, opts, signal);
+  async capture(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.client(ref.nodeId, signal)).capture(ref.sandboxId, opts, signal);
   }
 
   async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {

@@ -99,9 +99,9 @@ export class NodeClient {
   suspend(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/suspend`, body, SnapshotDescriptor, signal, 600_000);
   }
-  /** A live checkpoint (the sandbox keeps running): fork source. */
-  checkpoint(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
-    return this.#call("POST", `/v1/sandboxes/${enc(id)}/checkpoint`, body, SnapshotDescriptor, signal, 600_000);
+  /** Capture: a snapshot of a sandbox that keeps running (fork source, named snapshots). */
+  capture(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/capture`, body, SnapshotDescriptor, signal, 600_000);
   }
   restore(spec: SandboxSpec, snapshot: SnapshotDescriptor, signal: AbortSignal) {
     return this.#call("POST", "/v1/restores", { spec, snapshot }, SandboxStatus, signal, 600_000);

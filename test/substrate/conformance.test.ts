@@ -257,9 +257,9 @@ for (const lane of lanes) {
       await s().dropSnapshot(ref.nodeId, d.snapshotId, signal());
     });
 
-    it("checkpoint keeps the sandbox running; dropSnapshot is idempotent", async () => {
+    it("capture keeps the sandbox running; dropSnapshot is idempotent", async () => {
       const ref = await running();
-      const d = await s().checkpoint(ref, { snapshotId: "sn_conformance00002", upload: false }, signal());
+      const d = await s().capture(ref, { snapshotId: "sn_conformance00002", upload: false }, signal());
       assert.equal(d.snapshotId, "sn_conformance00002");
       assert.equal((await s().observe(ref, signal()))?.state, "running");
       await s().dropSnapshot(ref.nodeId, d.snapshotId, signal());

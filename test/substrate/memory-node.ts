@@ -167,7 +167,7 @@ export class MemoryNode {
       this.sandboxes.delete(id);
       return d;
     },
-    checkpointLive: async (id: string, snapshotId: string, o: { upload: boolean }) => this.#describe(id, snapshotId, o.upload),
+    capture: async (id: string, snapshotId: string, o: { upload: boolean }) => this.#describe(id, snapshotId, o.upload),
     restore: async (spec: SandboxSpec, snapshot: SnapshotDescriptor) => {
       if (!this.snapshots.has(snapshot.snapshotId)) throw new SpaceError("not_found", `snapshot ${snapshot.snapshotId} not on this node`);
       return this.#status(spec);

@@ -244,8 +244,8 @@ export class SandboxManager {
   }
 
   /**
-   * Suspend (node/snapshots): `capture` checkpoints the memory (the processes end) and
-   * snapshots the disk; then everything the sandbox holds here is released. When capture
+   * Suspend (node/snapshots): `snapshot` checkpoints the memory (the processes end) and
+   * snapshots the disk; then everything the sandbox holds here is released. When that
    * fails the sandbox is left running (CRIU resumes the processes on a failed dump).
    */
   async suspend(id: string, capture: () => Promise<void>, signal: AbortSignal): Promise<void> {
@@ -264,7 +264,7 @@ export class SandboxManager {
     });
   }
 
-  /** Runs `fn` (a live checkpoint: fork, named snapshot) while no other lifecycle call runs on `id`. */
+  /** Runs `fn` (a capture: fork, named snapshot) while no other lifecycle call runs on `id`. */
   async withRunning<T>(id: string, fn: (st: SandboxStatus) => Promise<T>): Promise<T> {
     const s = this.mustGet(id);
     return this.withLock(s, async () => {

@@ -136,7 +136,7 @@ export class NodeSnapshots {
       async () => {
         const st = this.o.manager.get(sandboxId);
         // The manager resumed a resident-paused sandbox before this: it is running.
-        meta = await this.capture(sandboxId, st.template, snapshotId, { leaveRunning: false, wasPaused: false, timings }, signal);
+        meta = await this.snapshot(sandboxId, st.template, snapshotId, { leaveRunning: false, wasPaused: false, timings }, signal);
       },
       signal,
     );
@@ -145,12 +145,12 @@ export class NodeSnapshots {
     return this.finish(meta!, opts.upload, timings, signal);
   }
 
-  /** A checkpoint of a running sandbox that keeps running (fork, named snapshots). */
-  async checkpointLive(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
+  /** Capture: a snapshot of a running sandbox that keeps running (fork, named snapshots). */
+  async capture(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
     const timings: Record<string, number> = {};
     const t0 = performance.now();
     const meta = await this.o.manager.withRunning(sandboxId, (st) =>
-      this.capture(sandboxId, st.template, snapshotId, { leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
+      this.snapshot(sandboxId, st.template, snapshotId, { leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
     );
     timings.captureMs = ms(t0);
     return this.finish(meta, opts.upload, timings, signal);
@@ -160,7 +160,7 @@ export class NodeSnapshots {
    * `wasPaused`: the manager's view of the sandbox (it serialises lifecycle calls, so it is
    * the runtime's too) — one runtime call fewer on the fork path.
    */
-  private async capture(
+  private async snapshot(
     sandboxId: string,
     template: string,
     snapshotId: string,
