@@ -64,7 +64,7 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
       if (prev?.tenantId === tenantId && prev.state === "creating") {
         log.warn({ sandboxId: id }, "re-running an interrupted create: releasing the half-made sandbox");
         if (prev.nodeId) await svc.substrate.kill({ sandboxId: id, nodeId: prev.nodeId }, signal).catch(() => {});
-        await svc.repo.transition(prev.id, ["creating"], "failed", { reason: "create interrupted (controller restart); re-created" });
+        await svc.repo.transition(prev.id, ["creating"], "failed", { failureMessage: "create interrupted (controller restart); re-created" });
       }
       if (prev) id = "";
     }

@@ -97,10 +97,7 @@ export function announcingRepo(repo: SandboxRepo, changes: SandboxChanges): Sand
     return r;
   };
   return {
-    insert: async (rec: SandboxRecord) => {
-      await repo.insert(rec);
-      changes.notify(rec.id);
-    },
+    insert: async (rec, executionId) => announce(rec.id, await repo.insert(rec, executionId)),
     get: (tenantId, id) => repo.get(tenantId, id),
     getById: (id) => repo.getById(id),
     list: (tenantId, q: ListQuery) => repo.list(tenantId, q),

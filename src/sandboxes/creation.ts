@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { SpaceError, notFound } from "../core/errors.ts";
-import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
+import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import type { SandboxRef } from "../substrate/substrate.ts";
 import { egressPolicyOf } from "./egress-rules.ts";
@@ -103,40 +103,38 @@ export class SandboxCreation {
     const now = this.#r.now();
     const id = input.id ?? newSandboxId();
     const secure = input.secure;
-    const rec: SandboxRecord = {
-      id,
-      tenantId,
-      templateId: template.templateId,
-      alias: template.alias,
-      state: "creating",
-      nodeId: null,
-      executionId: newExecutionId(),
-      address: null,
-      vcpu,
-      memoryMib,
-      diskMib,
-      metadata: input.metadata,
-      envVars: input.envVars,
-      envdAccessToken: secure ? token() : null,
-      trafficAccessToken: secure || input.network?.allowPublicTraffic === false ? token() : null,
-      allowInternetAccess: input.allowInternetAccess,
-      network: input.network,
-      onTimeout: input.onTimeout,
-      autoResume: input.autoResume,
-      createdAt: now,
-      startedAt: now,
-      endAt: new Date(now.getTime() + input.timeoutSec * 1000),
-      reason: null,
-    };
-    await this.#r.repo.insert(rec);
+    const executionId = newExecutionId();
+    const rec = await this.#r.repo.insert(
+      {
+        id,
+        tenantId,
+        templateId: template.templateId,
+        alias: template.alias,
+        state: "creating",
+        vcpu,
+        memoryMib,
+        diskMib,
+        metadata: input.metadata,
+        envVars: input.envVars,
+        envdAccessToken: secure ? token() : null,
+        trafficAccessToken: secure || input.network?.allowPublicTraffic === false ? token() : null,
+        secure,
+        allowInternetAccess: input.allowInternetAccess,
+        network: input.network ?? {},
+        lifecycle: { onTimeout: input.onTimeout, autoResume: input.autoResume },
+        startedAt: now,
+        endAt: new Date(now.getTime() + input.timeoutSec * 1000),
+      },
+      executionId,
+    );
 
     let ref: SandboxRef | null = null;
     try {
-      const environment = this.#r.templates.binding ? await this.#r.templates.binding(rec.templateId) : undefined;
+      const environment = this.#r.templates.binding ? await this.#r.templates.binding(template.templateId) : undefined;
       ref = await this.#r.substrate.place(
         {
           sandboxId: id,
-          templateId: rec.templateId,
+          templateId: template.templateId,
           vcpu,
           memoryMib,
           diskMib,
@@ -146,11 +144,11 @@ export class SandboxCreation {
         },
         signal,
       );
-      await this.#r.repo.update(id, { nodeId: ref.nodeId });
+      await this.#r.repo.update(id, { nodeId: ref.nodeId as NodeId });
       const spec: SandboxSpec = {
         sandboxId: id,
-        executionId: rec.executionId!,
-        template: rec.templateId,
+        executionId,
+        template: template.templateId,
         vcpu,
         memoryMib,
         diskMib,
@@ -164,7 +162,7 @@ export class SandboxCreation {
       // The timeout counts from when the sandbox is usable, like E2B's.
       const startedAt = this.#r.now();
       const running = await this.#r.repo.transition(id, ["creating"], "running", {
-        nodeId: ref.nodeId,
+        nodeId: ref.nodeId as NodeId,
         address: status.address,
         startedAt,
         endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
@@ -185,7 +183,7 @@ export class SandboxCreation {
           this.#r.log.error({ err: k, sandboxId: id }, "cleanup after a failed create could not kill; the node reaper will"),
         );
       }
-      await this.#r.repo.transition(id, ["creating"], "failed", { reason: `${err.code}: ${err.message}` });
+      await this.#r.repo.transition(id, ["creating"], "failed", { failureMessage: `${err.code}: ${err.message}` });
       this.#r.events.emit("ended", id);
       throw err;
     }

@@ -1,7 +1,7 @@
 /**
  * Store-backed implementations of the service's ports, over the store's `Db` and typed
- * queries (src/store): every statement lives in the store; this file maps rows to the
- * service's records and back.
+ * queries (src/store): every statement lives in the store; the rows are the service's
+ * records as they are (one record type per table).
  */
 import type { Db } from "../store/db.ts";
 import {
@@ -15,22 +15,20 @@ import {
   patchSandbox,
   sandboxStates,
   transitionSandbox,
-  type Sandbox,
-  type SandboxPatch as StorePatch,
 } from "../store/sandboxes.ts";
 import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
 import { getNode, listNodes, type NodeRecord } from "../store/nodes.ts";
 import { createExecution } from "../store/executions.ts";
 import { SpaceError } from "../core/errors.ts";
 import { Recent } from "../core/recent.ts";
-import type { ExecutionId, NodeId, SandboxId, TenantId } from "../core/ids.ts";
+import type { ExecutionId, SandboxId, TenantId } from "../core/ids.ts";
 import type { NodeDirectory, NodeEntry } from "../substrate/node-directory.ts";
 import type { EnvironmentBinding } from "../substrate/placement.ts";
 import {
   isLive,
   type ListPage,
   type ListQuery,
-  type NetworkPolicy,
+  type NewSandboxRecord,
   type ResolvedTemplate,
   type SandboxPatch,
   type SandboxRecord,
@@ -38,47 +36,6 @@ import {
   type SandboxState,
   type TemplateResolver,
 } from "./model.ts";
-
-export function toRecord(s: Sandbox): SandboxRecord {
-  const network = s.network && Object.keys(s.network).length ? (s.network as NetworkPolicy) : null;
-  return {
-    id: s.id,
-    tenantId: s.tenantId,
-    templateId: s.templateId ?? "",
-    alias: s.alias,
-    state: s.state,
-    nodeId: s.nodeId,
-    executionId: null,
-    address: s.address,
-    vcpu: s.vcpu,
-    memoryMib: s.memoryMib,
-    diskMib: s.diskMib,
-    metadata: s.metadata ?? {},
-    envVars: s.envVars ?? {},
-    envdAccessToken: s.envdAccessToken,
-    trafficAccessToken: s.trafficAccessToken,
-    allowInternetAccess: s.allowInternetAccess,
-    network,
-    onTimeout: s.lifecycle?.onTimeout ?? "kill",
-    autoResume: s.lifecycle?.autoResume ?? false,
-    createdAt: s.createdAt,
-    startedAt: s.startedAt ?? s.createdAt,
-    endAt: s.endAt ?? s.createdAt,
-    reason: s.failureMessage,
-  };
-}
-
-function toStorePatch(p: SandboxPatch): StorePatch {
-  const out: StorePatch = {};
-  if (p.nodeId !== undefined) out.nodeId = p.nodeId as NodeId | null;
-  if (p.address !== undefined) out.address = p.address;
-  if (p.endAt !== undefined) out.endAt = p.endAt;
-  if (p.startedAt !== undefined) out.startedAt = p.startedAt;
-  if (p.network !== undefined) out.network = (p.network ?? {}) as Record<string, unknown>;
-  if (p.allowInternetAccess !== undefined) out.allowInternetAccess = p.allowInternetAccess;
-  if (p.reason !== undefined) out.failureMessage = p.reason;
-  return out;
-}
 
 /** Every live state: a patch never touches an ended sandbox. */
 const LIVE = sandboxStates.filter(isLive);
@@ -88,40 +45,20 @@ const missOrConflict = (e: unknown) => e instanceof SpaceError && (e.code === "n
 export class StoreSandboxRepo implements SandboxRepo {
   constructor(private readonly db: Db) {}
 
-  async insert(rec: SandboxRecord): Promise<void> {
-    await this.db.transaction(async (tx) => {
-      await insertSandbox(tx, {
-        id: rec.id,
-        tenantId: rec.tenantId,
-        templateId: rec.templateId,
-        alias: rec.alias,
-        state: rec.state,
-        vcpu: rec.vcpu,
-        memoryMib: rec.memoryMib,
-        diskMib: rec.diskMib,
-        metadata: rec.metadata,
-        envVars: rec.envVars ?? {},
-        envdAccessToken: rec.envdAccessToken,
-        trafficAccessToken: rec.trafficAccessToken,
-        secure: rec.envdAccessToken !== null,
-        allowInternetAccess: rec.allowInternetAccess,
-        network: (rec.network ?? {}) as Record<string, unknown>,
-        lifecycle: { onTimeout: rec.onTimeout, autoResume: rec.autoResume },
-        startedAt: rec.startedAt,
-        endAt: rec.endAt,
-      });
-      await createExecution(tx, { sandboxId: rec.id, ...(rec.executionId ? { id: rec.executionId as ExecutionId } : {}) });
+  async insert(rec: NewSandboxRecord, executionId: ExecutionId): Promise<SandboxRecord> {
+    return this.db.transaction(async (tx) => {
+      const row = await insertSandbox(tx, rec);
+      await createExecution(tx, { sandboxId: rec.id, id: executionId });
+      return row;
     });
   }
 
   async get(tenantId: TenantId, id: SandboxId) {
-    const s = await findSandbox(this.db, id, tenantId);
-    return s ? toRecord(s) : null;
+    return (await findSandbox(this.db, id, tenantId)) ?? null;
   }
 
   async getById(id: SandboxId) {
-    const s = await findSandbox(this.db, id);
-    return s ? toRecord(s) : null;
+    return (await findSandbox(this.db, id)) ?? null;
   }
 
   async list(tenantId: TenantId, q: ListQuery): Promise<ListPage> {
@@ -135,17 +72,16 @@ export class StoreSandboxRepo implements SandboxRepo {
       limit: q.limit,
       ...(q.cursor ? { cursor: q.cursor } : {}),
     });
-    return { items: page.items.map(toRecord), cursor: page.nextCursor };
+    return { items: page.items, cursor: page.nextCursor };
   }
 
   async transition(id: SandboxId, from: readonly SandboxState[], to: SandboxState, patch: SandboxPatch = {}) {
     try {
-      const row = await this.db.transaction(async (tx) => {
-        const s = await transitionSandbox(tx, id, from, to, toStorePatch(patch));
-        await followSandboxExecutions(tx, id, to, s.nodeId, patch.reason ?? null);
+      return await this.db.transaction(async (tx) => {
+        const s = await transitionSandbox(tx, id, from, to, patch);
+        await followSandboxExecutions(tx, id, to, s.nodeId, patch.failureMessage ?? null);
         return s;
       });
-      return toRecord(row);
     } catch (e) {
       if (missOrConflict(e)) return null;
       throw e;
@@ -154,7 +90,7 @@ export class StoreSandboxRepo implements SandboxRepo {
 
   async update(id: SandboxId, patch: SandboxPatch) {
     try {
-      return toRecord(await patchSandbox(this.db, id, toStorePatch(patch), { inStates: LIVE }));
+      return await patchSandbox(this.db, id, patch, { inStates: LIVE });
     } catch (e) {
       if (missOrConflict(e)) return null;
       throw e;
@@ -162,7 +98,7 @@ export class StoreSandboxRepo implements SandboxRepo {
   }
 
   async listExpired(_now: Date, limit: number) {
-    return (await listExpiredSandboxes(this.db, limit)).map(toRecord);
+    return listExpiredSandboxes(this.db, limit);
   }
 
   nextEndAt(): Promise<Date | null> {
@@ -170,7 +106,7 @@ export class StoreSandboxRepo implements SandboxRepo {
   }
 
   async listRunningSecure() {
-    return (await listRunningSecureSandboxes(this.db)).map(toRecord);
+    return listRunningSecureSandboxes(this.db);
   }
 }
 

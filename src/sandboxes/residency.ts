@@ -6,7 +6,7 @@
  * the record and decided the step applies, re-claims included.
  */
 import { SpaceError } from "../core/errors.ts";
-import type { SandboxRecord } from "./model.ts";
+import { endAtOf, type SandboxRecord } from "./model.ts";
 import type { SandboxResources } from "./resources.ts";
 
 /** A started sandbox's end time is at least this far away. */
@@ -42,7 +42,7 @@ export class SandboxResidency {
       await this.#r.substrate.stop({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
     } catch (e: unknown) {
       const err = SpaceError.from(e);
-      await this.#r.repo.transition(rec.id, ["stopping"], "failed", { reason: `stop failed: ${err.code}: ${err.message}` });
+      await this.#r.repo.transition(rec.id, ["stopping"], "failed", { failureMessage: `stop failed: ${err.code}: ${err.message}` });
       throw err;
     }
     const stopped = await this.#r.repo.transition(rec.id, ["stopping"], "stopped", { address: null });
@@ -70,7 +70,7 @@ export class SandboxResidency {
     const running = await this.#r.repo.transition(rec.id, ["resuming"], "running", {
       address: status.address,
       startedAt: now,
-      endAt: rec.endAt > minEnd ? rec.endAt : minEnd,
+      endAt: endAtOf(rec) > minEnd ? endAtOf(rec) : minEnd,
     });
     if (!running) throw new SpaceError("failed_precondition", `sandbox ${rec.id} changed state during start`);
     return running;

@@ -88,7 +88,7 @@ test("timeout enforcer kills within about a second of end_at", async () => {
   try {
     const sb = await s.sandboxes.create(s.tenant.id, input({ timeoutSec: 1 }), AbortSignal.timeout(5000));
     const keep = await s.sandboxes.create(s.tenant.id, input({ timeoutSec: 60 }), AbortSignal.timeout(5000));
-    const deadline = sb.endAt.getTime() + 1000;
+    const deadline = sb.endAt!.getTime() + 1000;
     for (;;) {
       const row = await getSandbox(s.db, sb.id);
       if (row.state === "killed") break;

@@ -172,7 +172,7 @@ for (const engine of testEngines()) {
         assert.equal(sb.tenantId, s.tenant.id);
         assert.equal(sb.state, "running");
         assert.deepEqual(sb.metadata, { who: "caller" }, "pool metadata replaced by the caller's");
-        assert.ok(Math.abs(sb.endAt.getTime() - (t0 + 120_000)) < 2000, "timeout counts from adoption");
+        assert.ok(Math.abs(sb.endAt!.getTime() - (t0 + 120_000)) < 2000, "timeout counts from adoption");
         assert.ok(sb.envdAccessToken, "a secure create gets its own access token");
         const init = s.personaliser.inits.find((i) => i.sandboxId === sb.id);
         assert.deepEqual(init?.body, { envVars: { WARM: "yes" }, accessToken: sb.envdAccessToken });

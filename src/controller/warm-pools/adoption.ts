@@ -301,7 +301,7 @@ export class WarmPoolAdoption implements WarmAdopter {
         JSON.stringify(policy) !== DEFAULT_POLICY
           ? sandboxes.substrate.setEgress(
               ref,
-              { allowInternetAccess: effectiveInternetAccess({ allowInternetAccess: input.allowInternetAccess, network: input.network }), policy },
+              { allowInternetAccess: effectiveInternetAccess({ allowInternetAccess: input.allowInternetAccess, network: input.network ?? {} }), policy },
               signal,
             )
           : undefined,
