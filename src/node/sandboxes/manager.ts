@@ -18,7 +18,7 @@ import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } fro
 import { CleanupStack } from "./cleanup-stack.ts";
 import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBootOptions } from "./sandbox-boot.ts";
 import { sandboxMetrics } from "./sandbox-metrics.ts";
-import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
+import { SandboxRecords, type SandboxRecord } from "./local-sandbox-records.ts";
 import { canTransition, type NodeState } from "./states.ts";
 
 export interface SandboxManagerOptions extends SandboxBootOptions {
