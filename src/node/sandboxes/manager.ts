@@ -18,7 +18,7 @@ import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } fro
 import { CleanupStack } from "./cleanup-stack.ts";
 import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBootOptions } from "./sandbox-boot.ts";
 import { sandboxMetrics } from "./sandbox-metrics.ts";
-import { SandboxRecords, type SandboxRecord } from "./local-sandbox-records.ts";
+import { LocalSandboxRecords, type LocalSandboxRecord } from "./local-sandbox-records.ts";
 import { canTransition, type NodeState } from "./states.ts";
 
 export interface SandboxManagerOptions extends SandboxBootOptions {
@@ -26,7 +26,7 @@ export interface SandboxManagerOptions extends SandboxBootOptions {
   stopGraceMs?: number;
 }
 
-interface Live extends SandboxRecord {
+interface Live extends LocalSandboxRecord {
   /** Serializes lifecycle calls on one sandbox. */
   lock: Promise<unknown>;
   cpuSample?: { at: number; usageNs: number };
@@ -37,13 +37,13 @@ export class SandboxManager {
   private readonly sandboxes = new Map<string, Live>();
   /** Emits `dead:<id>` when a sandbox is stopped or killed: proxies cut their streams. */
   readonly events = new EventEmitter();
-  private readonly records: SandboxRecords;
+  private readonly records: LocalSandboxRecords;
   private readonly logsDir: string;
   private readonly booter: SandboxBooter;
 
   constructor(o: SandboxManagerOptions) {
     this.o = o;
-    this.records = new SandboxRecords(join(o.nodeDir, "sandboxes"));
+    this.records = new LocalSandboxRecords(join(o.nodeDir, "sandboxes"));
     this.logsDir = join(o.nodeDir, "logs");
     this.booter = new SandboxBooter(o, this.logsDir);
     this.events.setMaxListeners(0);
