@@ -13,7 +13,7 @@ import {
   type ApiKeyAuth,
   type ListPage,
   type ListQuery,
-  type ResolvedTemplate,
+  type TemplateMatch,
   type SandboxPatch,
   type SandboxRecord,
   type SandboxRepo,
@@ -121,8 +121,8 @@ export class MemorySandboxRepo implements SandboxRepo {
 }
 
 export class MemoryTemplates implements TemplateResolver {
-  constructor(readonly templates: Array<ResolvedTemplate & { tenantId?: TenantId }> = [{ templateId: "base", alias: "base", rootfsSizeMib: null }]) {}
-  async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
+  constructor(readonly templates: Array<TemplateMatch & { tenantId?: TenantId }> = [{ templateId: "base", alias: "base", rootfsSizeMib: null }]) {}
+  async resolve(tenantId: TenantId, idOrAlias: string): Promise<TemplateMatch | null> {
     const t = this.templates.find(
       (t) => (!t.tenantId || t.tenantId === tenantId) && (t.templateId === idOrAlias || t.alias === idOrAlias),
     );

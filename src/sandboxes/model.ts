@@ -5,6 +5,8 @@
  */
 import type { ExecutionId, SandboxId, TenantId } from "../core/ids.ts";
 import type { EnvironmentBinding } from "../substrate/placement.ts";
+import type { TemplateMatch } from "../store/template-resolution.ts";
+export type { TemplateMatch };
 
 /**
  * The lifecycle states are the store's (src/store/sandboxes.ts, with its transition
@@ -86,16 +88,10 @@ export interface SandboxRepo {
   listRunningSecure(): Promise<SandboxRecord[]>;
 }
 
-export interface ResolvedTemplate {
-  templateId: string;
-  alias: string | null;
-  /** Recorded rootfs size, when the build recorded it. */
-  rootfsSizeMib: number | null;
-}
 
 export interface TemplateResolver {
   /** By id or alias, visible to the tenant (own or public); null if none. */
-  resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null>;
+  resolve(tenantId: TenantId, idOrAlias: string): Promise<TemplateMatch | null>;
   /** The execution environment creates from this template are bound to (absent = unbound). */
   binding?(templateId: string): Promise<EnvironmentBinding>;
 }

@@ -29,7 +29,7 @@ import {
   type ListPage,
   type ListQuery,
   type NewSandboxRecord,
-  type ResolvedTemplate,
+  type TemplateMatch,
   type SandboxPatch,
   type SandboxRecord,
   type SandboxRepo,
@@ -124,7 +124,7 @@ export class StoreTemplates implements TemplateResolver {
    * one costs three queries, on every create (twice for a Native create). They cannot be
    * deleted through the API; placement still checks the node that runs it.
    */
-  readonly #nodeOnly = new Recent<ResolvedTemplate>(RESOLVE_CACHE_MS);
+  readonly #nodeOnly = new Recent<TemplateMatch>(RESOLVE_CACHE_MS);
 
   /** `nodes`: where node-only templates are found when nodes are not in the store (Kubernetes: Node annotations). */
   constructor(
@@ -132,7 +132,7 @@ export class StoreTemplates implements TemplateResolver {
     private readonly nodes?: NodeDirectory,
   ) {}
 
-  async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
+  async resolve(tenantId: TenantId, idOrAlias: string): Promise<TemplateMatch | null> {
     const hit = this.#nodeOnly.get(idOrAlias);
     if (hit) return hit;
     const found = (await findTemplateByAlias(this.db, idOrAlias, tenantId)) ?? (await findTemplateByIdOrName(this.db, idOrAlias, tenantId));
@@ -144,7 +144,7 @@ export class StoreTemplates implements TemplateResolver {
     return known;
   }
 
-  async #fromInventory(idOrAlias: string): Promise<ResolvedTemplate | null> {
+  async #fromInventory(idOrAlias: string): Promise<TemplateMatch | null> {
     if (this.nodes) {
       const known = (await this.nodes.list(AbortSignal.timeout(10_000))).some((n) => n.templates.includes(idOrAlias));
       return known ? { templateId: idOrAlias, alias: null, rootfsSizeMib: null } : null;
