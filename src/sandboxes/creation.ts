@@ -189,6 +189,14 @@ export class SandboxCreation {
     }
   }
 
+  /**
+   * Releases what an interrupted create left (its creator died): the node's half-made
+   * sandbox is killed (best effort) and the row fails, so the create can run again anew.
+   */
+  async abandon(rec: SandboxRecord, reason: string, signal: AbortSignal): Promise<void> {
+    if (rec.nodeId) await this.#r.substrate.kill({ sandboxId: rec.id, nodeId: rec.nodeId }, signal).catch(() => {});
+    await this.#r.repo.transition(rec.id, ["creating"], "failed", { failureMessage: reason });
+  }
 }
 
 const token = () => randomBytes(24).toString("base64url");

@@ -116,6 +116,11 @@ export class SandboxService implements WarmMembers {
     return this.#creation.create(tenantId, input, signal);
   }
 
+  /** Releases a `creating` sandbox whose create was interrupted; the row fails with `reason`. */
+  abandonCreate(rec: SandboxRecord, reason: string, signal: AbortSignal): Promise<void> {
+    return this.#creation.abandon(rec, reason, signal);
+  }
+
   /** A live sandbox of this tenant; killed, failed and others' are not found. */
   get(tenantId: TenantId, id: string): Promise<SandboxRecord> {
     return liveSandbox(this.#r, tenantId, id);
