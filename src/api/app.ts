@@ -6,7 +6,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { Counter, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
 import { ping, type Db } from "../store/db.ts";
-import { installErrorHandler } from "./errors.ts";
+import { installErrorHandler } from "./error-body.ts";
 
 export interface ApiAppDeps {
   db: Db;

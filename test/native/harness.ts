@@ -17,7 +17,7 @@ import { createApiApp } from "../../src/api/app.ts";
 import { authenticateBearer, bearerOf } from "../../src/api/auth.ts";
 import { createSandboxLayer } from "../../src/sandboxes/index.ts";
 import type { SandboxService } from "../../src/sandboxes/service.ts";
-import { registerNativeRoutes } from "../../src/api/native/routes.ts";
+import { registerNativeRoutes } from "../../src/api/native/native-routes.ts";
 import { startDispatcher, type Dispatcher } from "../../src/controller/dispatcher.ts";
 import type { HandlerMap } from "../../src/operations/handler.ts";
 import { Process } from "../../src/gen/process/process_pb.ts";

@@ -47,7 +47,7 @@ import { listSandboxesOnNode } from "../../store/sandboxes.ts";
 import { NodeClient } from "../../substrate/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
-import { parseInput as parse, toErrorBody } from "../errors.ts";
+import { parseInput as parse, toErrorBody } from "../error-body.ts";
 
 export interface NodeAdminDeps {
   db: Db;

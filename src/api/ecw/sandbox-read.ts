@@ -1,10 +1,10 @@
 /** `GET /sandboxes/{id}`, list v1/v2, metrics, logs v1/v2. */
 import type { FastifyInstance } from "fastify";
-import { parse, tenantOf } from "./http.ts";
-import { toListedSandbox, toSandboxDetail, toSandboxMetric } from "./present.ts";
-import { IdParams, ListQuery, MetricsQuery } from "./schemas.ts";
+import { parse, tenantOf } from "./ecw-edge.ts";
+import { toListedSandbox, toSandboxDetail, toSandboxMetric } from "./ecw-present.ts";
+import { IdParams, ListQuery, MetricsQuery } from "./ecw-schemas.ts";
 import { decodeMetadataFilter, decodeStateFilter } from "./list-filters.ts";
-import type { EcwDeps } from "./routes.ts";
+import type { EcwDeps } from "./ecw-routes.ts";
 
 export function registerSandboxRead(app: FastifyInstance, deps: EcwDeps) {
   const { sandboxes } = deps;

@@ -11,11 +11,11 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { Snapshot } from "../../sandboxes/snapshot-repo.ts";
-import { toErrorBody } from "../errors.ts";
-import { parse, tenantOf } from "./http.ts";
-import { toSandbox } from "./present.ts";
-import { ForkBody, IdParams, SnapshotBody } from "./schemas.ts";
-import type { EcwDeps } from "./routes.ts";
+import { toErrorBody } from "../error-body.ts";
+import { parse, tenantOf } from "./ecw-edge.ts";
+import { toSandbox } from "./ecw-present.ts";
+import { ForkBody, IdParams, SnapshotBody } from "./ecw-schemas.ts";
+import type { EcwDeps } from "./ecw-routes.ts";
 
 export function registerSandboxSnapshots(app: FastifyInstance, deps: EcwDeps) {
   app.post("/sandboxes/:sandboxID/fork", async (req, reply) => {

@@ -36,7 +36,7 @@ import {
 import { BuildCoordinator, buildError, filesBlobKey, splitNameTag, TemplateBuildStart } from "../../templates/build-coordinator.ts";
 import type { ApiKeyAuth } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
-import { installEcwEdge, parse, sendEcwError, tenantOf } from "./http.ts";
+import { installEcwEdge, parse, sendEcwError, tenantOf } from "./ecw-edge.ts";
 
 export interface EcwTemplateDeps {
   db: Db;

@@ -10,7 +10,7 @@ import { createTenant, getTenant, listTenants, setTenantDisabled } from "../../s
 import { createApiKey, listApiKeys, revokeApiKey } from "../../store/api-keys.ts";
 import { createToken, listTokens, revokeToken } from "../../store/tokens.ts";
 import { authenticateBearer, bearerOf, forgetCredentials, requireScope, tenantScopes, type Principal } from "../auth.ts";
-import { parseInput as parse } from "../errors.ts";
+import { parseInput as parse } from "../error-body.ts";
 
 export interface AdminDeps {
   db: Db;

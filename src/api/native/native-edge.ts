@@ -11,7 +11,7 @@ import { idempotencyKey } from "../idempotency-key.ts";
 import { requireScope, requireTenant, type Principal, type Scope } from "../auth.ts";
 import type { OperationKind } from "../../operations/operation-kind.ts";
 import type { NativeDeps } from "./deps.ts";
-import { toOperation } from "./present.ts";
+import { toOperation } from "./native-present.ts";
 
 export { parseInput as parse } from "../../core/validate.ts";
 
