@@ -26,7 +26,7 @@ import type { NodeSnapshots } from "../../src/node/snapshots/node-snapshots.ts";
 import type { SnapshotDescriptor } from "../../src/contract/snapshot-descriptor.ts";
 import type { TemplateBuilder } from "../../src/node/templates/builder.ts";
 import type { TemplateCache } from "../../src/node/templates/template-cache.ts";
-import { registerTemplateRoutes } from "../../src/node/templates/routes.ts";
+import { registerTemplateRoutes } from "../../src/node/templates/template-routes.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../../src/contract/node-builds.ts";
 
 export class MemoryNode {

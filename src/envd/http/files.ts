@@ -11,7 +11,7 @@ import { pipeline } from "node:stream/promises";
 import { createGunzip, createGzip } from "node:zlib";
 import type { Readable } from "node:stream";
 import { SpaceError } from "../../core/errors.ts";
-import { basicAuthUser, tokenMatches, verifySignature, type SignOp } from "../auth.ts";
+import { basicAuthUser, tokenMatches, verifySignature, type SignOp } from "../request-auth.ts";
 import { requestUser, type Envd } from "../context.ts";
 import { resolveUserPath } from "../paths.ts";
 import type { User } from "../users.ts";

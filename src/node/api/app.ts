@@ -14,7 +14,7 @@ import type { SandboxManager } from "../sandboxes/manager.ts";
 import { NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, SandboxSpec, type NodeHealth, type NodeInventory, type SandboxStatus } from "../../contract/node-api.ts";
 import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
-import { registerSnapshotRoutes } from "../snapshots/routes.ts";
+import { registerSnapshotRoutes } from "../snapshots/snapshot-routes.ts";
 import { parseInput as parse } from "../../core/validate.ts";
 
 export interface NodeApiDeps {
