@@ -5,7 +5,7 @@
  * Named snapshots (e2b-wire.md §2): `POST /sandboxes/{id}/snapshots {name?}` → 201
  * `{snapshotID, names}` (a live checkpoint made durable; the source keeps running; 404
  * unknown sandbox); `GET /snapshots?sandboxID&name&limit&nextToken` → `[SnapshotInfo]`
- * + `X-Next-Token`. The SDK deletes one with `DELETE /templates/{snapshotID}` (templates.ts)
+ * + `X-Next-Token`. The SDK deletes one with `DELETE /templates/{snapshotID}` (ecw-templates.ts)
  * and starts a sandbox from one with `templateID` = its id or name (the service's create).
  */
 import type { FastifyInstance } from "fastify";
