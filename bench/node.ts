@@ -17,7 +17,7 @@ import { createLogger } from "../src/core/log.ts";
 import { createNodeAgent, REPO_DIR } from "../src/node/agent.ts";
 import { BUNDLE, ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "../src/node/sandboxes/envd-launch.ts";
 import { OciRuntime } from "../src/runtime/oci/oci-runtime.ts";
-import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-client.ts";
+import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-http-client.ts";
 import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork } from "../test/support/node-network-cleanup.ts";
 import { removeDataDir } from "../test/support/stack.ts";
 

@@ -61,7 +61,7 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
     await time("restore cross node", () => b.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d2, sig()));
     const fid = newSandboxId();
     const fork = await time("fork", async () => {
-      const f = await b.agent.snapshots!.checkpointLive(s.sandboxId, newSnapshotId(), { upload: false }, sig());
+      const f = await b.agent.snapshots!.capture(s.sandboxId, newSnapshotId(), { upload: false }, sig());
       const st = await b.agent.snapshots!.restore({ ...s, sandboxId: fid, executionId: newExecutionId() }, f, sig());
       for (const [k, v] of Object.entries(f.timings)) (forkBreakdown[`capture.${k}`] ??= []).push(v);
       for (const [k, v] of Object.entries(st.timings ?? {})) (forkBreakdown[`restore.${k}`] ??= []).push(v);

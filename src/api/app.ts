@@ -7,7 +7,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import { Counter, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
 import { ping, type Db } from "../store/db.ts";
-import { installErrorHandler } from "./errors.ts";
+import { installErrorHandler } from "./error-body.ts";
 import { installStorableInputGuard } from "./storable-input.ts";
 
 export interface ApiAppDeps {

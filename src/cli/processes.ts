@@ -16,16 +16,19 @@ import { migrate } from "../store/migrate.ts";
 import { openBlobStore } from "../blob/open.ts";
 import type { BlobStore } from "../blob/blob-store.ts";
 import { createApiApp, METRICS_REFUSED, metricsAllowed } from "../api/app.ts";
-import { registerAdminRoutes } from "../api/admin/routes.ts";
+import { registerAdminRoutes } from "../api/admin/admin-routes.ts";
 import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { evacuateNode } from "../api/admin/evacuate.ts";
 import { registerWarmPoolAdminRoutes } from "../api/admin/warm-pools.ts";
 import { StoreApiKeys, authenticateBearer, bearerOf } from "../api/auth.ts";
 import { createSandboxLayer, type SandboxLayer } from "../sandboxes/index.ts";
-import { registerEcwRoutes } from "../api/ecw/routes.ts";
-import { registerNativeRoutes } from "../api/native/routes.ts";
+import { StoreNodeDirectory } from "../sandboxes/queries.ts";
+import { DirectSubstrate } from "../substrate/direct/direct-substrate.ts";
+import type { Substrate } from "../substrate/substrate.ts";
+import { registerEcwRoutes } from "../api/ecw/ecw-routes.ts";
+import { registerNativeRoutes } from "../api/native/native-routes.ts";
 import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
-import { registerEcwTemplateRoutes } from "../api/ecw/templates.ts";
+import { registerEcwTemplateRoutes } from "../api/ecw/ecw-templates.ts";
 import { BuildCoordinator } from "../templates/build-coordinator.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
 import { createWarmPoolAdoption, warmPoolDefaults, type WarmPoolAdoption } from "../controller/warm-pools/index.ts";
@@ -77,15 +80,10 @@ export async function openControlPlane(
     const layer = createSandboxLayer({
       db,
       log,
-      internalToken: secrets.internalToken,
       defaults: { vcpu: config.SPACE_DEFAULT_VCPU, memoryMib: config.SPACE_DEFAULT_MEMORY_MIB, diskMib: config.SPACE_DEFAULT_DISK_MIB },
-      placement: {
-        gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
-        selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
-        onGate: census.onGate,
-        overcommit: { vcpu: config.SPACE_PLACEMENT_VCPU_OVERCOMMIT, memory: config.SPACE_PLACEMENT_MEMORY_OVERCOMMIT },
-      },
-      ...(config.SPACE_SUBSTRATE === "kubernetes" ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate) : {}),
+      ...(config.SPACE_SUBSTRATE === "kubernetes"
+        ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate)
+        : { substrate: directSubstrateOf(config, db, secrets.internalToken, census.onGate) }),
       warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log }, members, parts)),
     });
     if (!warmPools) throw new SpaceError("internal", "the sandbox layer was built without its warm-pool adoption");
@@ -96,11 +94,23 @@ export async function openControlPlane(
   }
 }
 
+/** SPACE_SUBSTRATE=direct: node agents register in the store; placement here, over those nodes. */
+function directSubstrateOf(config: Config, db: Db, internalToken: string, onGate: CensusMetrics["onGate"]): Substrate {
+  return new DirectSubstrate({
+    nodes: new StoreNodeDirectory(db),
+    internalToken,
+    gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
+    selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
+    onGate,
+    overcommit: { vcpu: config.SPACE_PLACEMENT_VCPU_OVERCOMMIT, memory: config.SPACE_PLACEMENT_MEMORY_OVERCOMMIT },
+  });
+}
+
 /** SPACE_SUBSTRATE=kubernetes: sandboxes are pods placed by kube-scheduler on the Nodes node agents register (src/substrate/kubernetes). */
 async function kubernetesSubstrateOf(config: Config, log: Logger, internalToken: string, onGate: CensusMetrics["onGate"]) {
   const { createKubeApi } = await import("../kube/kube-api.ts");
   const { KubernetesSubstrate } = await import("../substrate/kubernetes/kubernetes-substrate.ts");
-  const { KubeNodeDirectory } = await import("../substrate/kubernetes/node-directory.ts");
+  const { KubeNodeDirectory } = await import("../substrate/kubernetes/kube-node-directory.ts");
   const kube = createKubeApi(config.SPACE_KUBE_CONFIG ? { kind: "kubeconfig", path: config.SPACE_KUBE_CONFIG } : { kind: "in-cluster" });
   const substrate = new KubernetesSubstrate({
     kube,

@@ -6,7 +6,7 @@
  * sandbox fresh from it, like a start after a stop).
  *
  *   POST   /v1/sandboxes/:id/suspend     SnapshotRequest → SnapshotDescriptor (sandbox gone from the node)
- *   POST   /v1/sandboxes/:id/checkpoint  SnapshotRequest → SnapshotDescriptor (sandbox keeps running)
+ *   POST   /v1/sandboxes/:id/capture     SnapshotRequest → SnapshotDescriptor (sandbox keeps running)
  *   POST   /v1/restores                  RestoreRequest  → SandboxStatus (201; a new id for forks)
  *   GET    /v1/snapshots                 → { snapshots: { snapshotId, createdAt }[] } (local copies)
  *   DELETE /v1/snapshots/:snapshotId     → 204 (local copy freed; absent = ok)

@@ -15,7 +15,8 @@ import type { Db } from "../store/db.ts";
 import { listNodes } from "../store/nodes.ts";
 import { listPlacements } from "../store/sandboxes.ts";
 import type { EnvironmentBinding, GateMode, GatePlacement } from "../substrate/placement.ts";
-import type { GateObservation, NodeDirectory } from "../substrate/direct/direct-substrate.ts";
+import type { GateObservation } from "../substrate/placement.ts";
+import type { NodeDirectory } from "../substrate/node-directory.ts";
 
 export interface CensusCounts {
   running: Record<GatePlacement, number>;

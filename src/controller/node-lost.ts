@@ -25,7 +25,7 @@ export async function reportLostSandboxes(
   const since = new Date(node.lastHeartbeatAt).toISOString();
   for (const s of await listSandboxesOnNode(db, node.id, lostWithNode)) {
     const reason = `lost: node ${node.name} (${node.id}) stopped heartbeating (last heard ${since}); the sandbox's processes and memory are gone with it`;
-    const r = await repo.transition(s.id as SandboxId, lostWithNode, "failed", { reason });
+    const r = await repo.transition(s.id as SandboxId, lostWithNode, "failed", { failureMessage: reason });
     if (r) lost.push(s.id);
   }
   if (lost.length) log.warn({ node: node.id, name: node.name, lost }, "sandboxes reported lost with their node");

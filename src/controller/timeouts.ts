@@ -41,7 +41,7 @@ export function startTimeoutEnforcer(deps: TimeoutEnforcerDeps): TimeoutEnforcer
         busy.add(rec.id);
         const p = sandboxes
           .expire(rec)
-          .then(() => log.info({ sandboxId: rec!.id, onTimeout: rec!.onTimeout }, "sandbox timed out"))
+          .then(() => log.info({ sandboxId: rec!.id, onTimeout: rec!.lifecycle.onTimeout }, "sandbox timed out"))
           .catch((e: unknown) => log.warn({ err: e, sandboxId: rec!.id }, "timeout enforcement failed; retrying next sweep"))
           .finally(() => busy.delete(rec!.id));
         pending.add(p);

@@ -1,7 +1,7 @@
 /**
  * Everything a handler needs, built once in main() (or by a test) and passed down.
  */
-import { basicAuthUser } from "./auth.ts";
+import { basicAuthUser } from "./request-auth.ts";
 import type { EnvdState } from "./state.ts";
 import type { User, Users } from "./users.ts";
 import type { ProcessManager } from "./process/manager.ts";

@@ -8,12 +8,12 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import { Process } from "../gen/process/process_pb.ts";
 import { Filesystem } from "../gen/filesystem/filesystem_pb.ts";
-import { UNAUTHORIZED_MESSAGE, tokenMatches } from "./auth.ts";
+import { UNAUTHORIZED_MESSAGE, tokenMatches } from "./request-auth.ts";
 import type { Envd } from "./context.ts";
-import { toConnectError } from "./errors.ts";
+import { toConnectError } from "./connect-errors.ts";
 import { connectAdapter } from "./connect-adapter.ts";
-import { processService } from "./process/service.ts";
-import { filesystemService } from "./filesystem/service.ts";
+import { processService } from "./process/process-service.ts";
+import { filesystemService } from "./filesystem/filesystem-service.ts";
 import { getFile, postFile } from "./http/files.ts";
 import { getEnvs, getMetrics, postInit } from "./http/system.ts";
 import { ENDED_PROCESSES_PATH } from "../contract/ended-process.ts";

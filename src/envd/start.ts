@@ -4,7 +4,7 @@
  * by `reaper.ts` (see there for the trade-off). Entries: main.ts (ESM) and snapshot.ts
  * (V8 startup snapshot).
  */
-import { ENVD_VERSION, parseConfig } from "./config.ts";
+import { ENVD_VERSION, parseConfig } from "./envd-config.ts";
 import { EnvdState } from "./state.ts";
 import { Users } from "./users.ts";
 import { ProcessManager } from "./process/manager.ts";

@@ -2,7 +2,7 @@
  * The mutable part of envd's configuration: `POST /init` replaces env vars, the access
  * token, the default user and workdir (at start and after a restore).
  */
-import type { EnvdConfig } from "./config.ts";
+import type { EnvdConfig } from "./envd-config.ts";
 
 export class EnvdState {
   envVars: Record<string, string>;

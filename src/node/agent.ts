@@ -38,7 +38,7 @@ import { resolveDebianMirror } from "./templates/debian-mirror.ts";
 import { cpuFeatures } from "./templates/cpu-features.ts";
 import { environmentDigest } from "../contract/execution-environment.ts";
 import { TemplateBuilder } from "./templates/builder.ts";
-import { registerTemplateRoutes } from "./templates/routes.ts";
+import { registerTemplateRoutes } from "./templates/template-routes.ts";
 import { TemplateCache } from "./templates/template-cache.ts";
 import { openBlobStore } from "../blob/open.ts";
 

@@ -11,7 +11,7 @@ import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./operation-handlers.ts";
 import { cancelQueuedCommand, finishedCommandStates, getCommand } from "../store/commands.ts";
 import { COMMAND_OUTPUT_CHANNEL } from "./command-run.ts";
-import { fromConnectError, processClient } from "./envd-client.ts";
+import { fromConnectError, processClient } from "./envd-process-client.ts";
 import { readRequest } from "./operation-kind.ts";
 import { toCommandOutcome } from "./results.ts";
 

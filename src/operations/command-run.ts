@@ -34,7 +34,7 @@ import {
   type Command as CommandRow,
 } from "../store/commands.ts";
 import type { EndedProcess } from "../contract/ended-process.ts";
-import { endedProcess, fromConnectError, processClient, type ProcessClient } from "./envd-client.ts";
+import { endedProcess, fromConnectError, processClient, type ProcessClient } from "./envd-process-client.ts";
 import { readRequest } from "./operation-kind.ts";
 import { parseTarget } from "./requests.ts";
 import { toCommandOutcome } from "./results.ts";

@@ -5,7 +5,7 @@
  * picked); ids chosen at admission travel in the target (`sandboxes/<id>`,
  * `sandboxes/<id>/commands/<cid>`, `builds/<id>`). The Native bodies that are requests
  * are defined here, once: the routes validate with them and `/v1/openapi.json` shows
- * them (through api/native/schemas.ts); a handler validates its row again, so an
+ * them (through api/native/native-schemas.ts); a handler validates its row again, so an
  * unreadable row fails clearly.
  */
 import { z } from "zod";

@@ -4,7 +4,7 @@
  * the build for `template.build`. The routes that read the same nouns use these too.
  */
 import { z } from "zod";
-import type { SandboxRecord } from "../sandboxes/model.ts";
+import { endAtOf, startedAtOf, type SandboxRecord } from "../sandboxes/model.ts";
 import type { Build } from "../store/templates.ts";
 import type { Command as CommandRow } from "../store/commands.ts";
 
@@ -33,7 +33,7 @@ export function toSandbox(r: SandboxRecord): Sandbox {
   return {
     id: r.id,
     state: r.state,
-    template: r.templateId,
+    template: r.templateId ?? "",
     alias: r.alias,
     vcpu: r.vcpu,
     memory_mib: r.memoryMib,
@@ -41,9 +41,9 @@ export function toSandbox(r: SandboxRecord): Sandbox {
     metadata: r.metadata,
     node_id: r.nodeId,
     created_at: r.createdAt.toISOString(),
-    started_at: r.startedAt.toISOString(),
-    end_at: r.endAt.toISOString(),
-    reason: r.reason,
+    started_at: startedAtOf(r).toISOString(),
+    end_at: endAtOf(r).toISOString(),
+    reason: r.failureMessage,
   };
 }
 

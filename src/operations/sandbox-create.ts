@@ -63,8 +63,7 @@ export function sandboxCreate(deps: HandlerDeps): OperationHandler {
       if (prev && prev.tenantId === tenantId && (prev.state === "running" || prev.state === "paused")) return toSandbox(prev);
       if (prev?.tenantId === tenantId && prev.state === "creating") {
         log.warn({ sandboxId: id }, "re-running an interrupted create: releasing the half-made sandbox");
-        if (prev.nodeId) await svc.substrate.kill({ sandboxId: id, nodeId: prev.nodeId }, signal).catch(() => {});
-        await svc.repo.transition(prev.id, ["creating"], "failed", { reason: "create interrupted (controller restart); re-created" });
+        await svc.abandonCreate(prev, "create interrupted (controller restart); re-created", signal);
       }
       if (prev) id = "";
     }

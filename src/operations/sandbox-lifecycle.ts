@@ -1,11 +1,11 @@
 /**
- * `sandbox.pause` / `sandbox.resume`: resident pause (the sandbox stays in memory on its
- * node, frozen) and its resume. The shared service has no resident pause (ECW pause is
- * suspend), so this small module does it with the service's repo and substrate: the node
- * first, then the guarded transition; a lost transition (killed meanwhile) is a conflict.
+ * The sandbox lifecycle operations (`sandbox.pause`, `resume`, `stop`, `start`, `suspend`,
+ * `restore`, `fork`): each reads the sandbox, decides whether the step applies (a
+ * re-claimed operation that already did it answers the sandbox), and calls the service's
+ * verb (src/sandboxes/service.ts).
  */
 import { SpaceError, notFound } from "../core/errors.ts";
-import type { SandboxId, TenantId } from "../core/ids.ts";
+import type { TenantId } from "../core/ids.ts";
 import { toSandbox } from "./results.ts";
 import type { OperationHandler } from "./handler.ts";
 import type { HandlerDeps } from "./operation-handlers.ts";
@@ -21,15 +21,7 @@ export function sandboxPause(deps: HandlerDeps): OperationHandler {
       throw new SpaceError("failed_precondition", `sandbox ${id} is already paused`);
     }
     if (rec.state !== "running" || !rec.nodeId) throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be paused`);
-    // Stop routing first: no new envd stream should start on a freezing sandbox.
-    svc.events.emit("ended", rec.id);
-    await svc.substrate.pause({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
-    const paused = await svc.repo.transition(rec.id, ["running"], "paused");
-    if (!paused) {
-      const now = await svc.repo.getById(rec.id as SandboxId);
-      throw new SpaceError("failed_precondition", `sandbox ${id} changed state during pause (now ${now?.state ?? "gone"})`);
-    }
-    return toSandbox(paused);
+    return toSandbox(await svc.pauseResident({ ...rec, nodeId: rec.nodeId }, signal));
   };
 }
 
@@ -63,20 +55,7 @@ export function sandboxStop(deps: HandlerDeps): OperationHandler {
       throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a running sandbox can be stopped`);
     }
     if (!rec.nodeId) throw new SpaceError("internal", `running sandbox ${id} has no node`);
-    if (rec.state === "running" && !(await svc.repo.transition(rec.id, ["running"], "stopping"))) {
-      throw new SpaceError("failed_precondition", `sandbox ${id} changed state before stop`);
-    }
-    svc.events.emit("ended", rec.id);
-    try {
-      await svc.substrate.stop({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
-    } catch (e: unknown) {
-      const err = SpaceError.from(e);
-      await svc.repo.transition(rec.id, ["stopping"], "failed", { reason: `stop failed: ${err.code}: ${err.message}` });
-      throw err;
-    }
-    const stopped = await svc.repo.transition(rec.id, ["stopping"], "stopped", { address: null });
-    if (!stopped) throw new SpaceError("failed_precondition", `sandbox ${id} changed state during stop`);
-    return toSandbox(stopped);
+    return toSandbox(await svc.stop({ ...rec, nodeId: rec.nodeId }, signal));
   };
 }
 
@@ -95,25 +74,7 @@ export function sandboxStart(deps: HandlerDeps): OperationHandler {
       throw new SpaceError("failed_precondition", `sandbox ${id} is ${rec.state}; only a stopped sandbox can be started`);
     }
     if (!rec.nodeId) throw new SpaceError("internal", `stopped sandbox ${id} has no node`);
-    if (rec.state === "stopped" && !(await svc.repo.transition(rec.id, ["stopped"], "resuming"))) {
-      throw new SpaceError("failed_precondition", `sandbox ${id} changed state before start`);
-    }
-    let status;
-    try {
-      status = await svc.substrate.restart({ sandboxId: rec.id, nodeId: rec.nodeId }, signal);
-    } catch (e: unknown) {
-      await svc.repo.transition(rec.id, ["resuming"], "stopped");
-      throw SpaceError.from(e);
-    }
-    const now = new Date();
-    const minEnd = new Date(now.getTime() + 300_000);
-    const running = await svc.repo.transition(rec.id, ["resuming"], "running", {
-      address: status.address,
-      startedAt: now,
-      endAt: rec.endAt > minEnd ? rec.endAt : minEnd,
-    });
-    if (!running) throw new SpaceError("failed_precondition", `sandbox ${id} changed state during start`);
-    return toSandbox(running);
+    return toSandbox(await svc.start({ ...rec, nodeId: rec.nodeId }, signal));
   };
 }
 
@@ -150,7 +111,7 @@ export function sandboxRestore(deps: HandlerDeps): OperationHandler {
   };
 }
 
-/** `sandbox.fork`: one new sandbox from a live checkpoint of a running one; the result is the new sandbox. */
+/** `sandbox.fork`: one new sandbox from a capture of a running one; the result is the new sandbox. */
 export function sandboxFork(deps: HandlerDeps): OperationHandler {
   const svc = deps.sandboxes;
   return async ({ op }) => {

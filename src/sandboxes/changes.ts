@@ -1,18 +1,41 @@
 /**
- * In-process notice that a sandbox row changed: every write this process makes through
- * the service's repo wakes whoever waits on that sandbox, so a wait (a connect during a
- * suspend, a retried create during the first attempt) ends at once instead of at the
- * next poll. A change another process makes is still seen by a slow poll.
+ * Notice that a sandbox row changed, so a wait (a connect during a suspend, a retried
+ * create during the first attempt) ends at once instead of at the next poll. Two sources:
+ * every write this process makes through the service's repo (in-process, no round trip;
+ * the only source for the in-memory repo), and the store's change feed (a NOTIFY per
+ * changed row, from any process: another replica's dispatcher, the controller, another
+ * connection). The feed is subscribed on the first wait.
  */
 import { EventEmitter } from "node:events";
 import type { SandboxId } from "../core/ids.ts";
 import type { ListQuery, SandboxPatch, SandboxRecord, SandboxRepo, SandboxState } from "./model.ts";
 
+/** Calls `fn` with the id of each changed sandbox row; resolves to an unsubscribe. */
+export type SandboxChangeFeed = (fn: (id: SandboxId) => void) => Promise<() => Promise<void>>;
+
 export class SandboxChanges {
   readonly #emitter = new EventEmitter();
+  readonly #feed: SandboxChangeFeed | undefined;
+  #subscribed: Promise<void> | undefined;
 
-  constructor() {
+  constructor(feed?: SandboxChangeFeed) {
     this.#emitter.setMaxListeners(0);
+    this.#feed = feed;
+  }
+
+  /**
+   * Subscribes to the feed once, for the life of the process. A failed subscription is
+   * retried by the next wait; meanwhile waits fall back to their poll.
+   */
+  #subscribe(): Promise<void> {
+    if (!this.#feed) return Promise.resolve();
+    this.#subscribed ??= this.#feed((id) => this.notify(id)).then(
+      () => undefined,
+      () => {
+        this.#subscribed = undefined;
+      },
+    );
+    return this.#subscribed;
   }
 
   notify(id: SandboxId): void {
@@ -40,7 +63,9 @@ export class SandboxChanges {
 
   /**
    * Reads the sandbox until it is gone or out of `states`, waking on each change and at
-   * least every `pollMs`; at `deadline` (epoch ms) the row is returned as it is.
+   * least every `pollMs`; at `deadline` (epoch ms) the row is returned as it is. The poll
+   * is only a safety net: a notification sent while the store's listening connection is
+   * down (it reconnects) is lost, and a poll bounds how long that can delay a wait.
    */
   async awaitLeaving(
     id: SandboxId,
@@ -49,6 +74,7 @@ export class SandboxChanges {
     deadline: number,
     pollMs: number,
   ): Promise<SandboxRecord | null> {
+    await this.#subscribe();
     for (;;) {
       const wake = this.next(id, Math.max(0, Math.min(pollMs, deadline - Date.now())));
       const rec = await read().catch((e: unknown) => {
@@ -80,10 +106,7 @@ export function announcingRepo(repo: SandboxRepo, changes: SandboxChanges, onRun
     return r;
   };
   return {
-    insert: async (rec: SandboxRecord) => {
-      await repo.insert(rec);
-      changes.notify(rec.id);
-    },
+    insert: async (rec, executionId) => announce(rec.id, await repo.insert(rec, executionId)),
     get: (tenantId, id) => repo.get(tenantId, id),
     getById: (id) => repo.getById(id),
     list: (tenantId, q: ListQuery) => repo.list(tenantId, q),

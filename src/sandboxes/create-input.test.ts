@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { SpaceError } from "../core/errors.ts";
 import { parsePlacement } from "./create-input.ts";
-import { parseResources } from "../api/ecw/sandbox-create.ts";
+import { parseResources } from "../api/ecw/ecw-sandbox-create.ts";
 
 const invalidNaming = (text: RegExp) => (e: unknown) => e instanceof SpaceError && e.code === "invalid_argument" && text.test(e.message);
 

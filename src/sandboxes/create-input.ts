@@ -5,7 +5,7 @@
 import { invalid } from "../core/errors.ts";
 import { LIMITS } from "../core/limits.ts";
 import type { SandboxId } from "../core/ids.ts";
-import type { NetworkPolicy, OnTimeout, ResolvedTemplate, SandboxRecord } from "./model.ts";
+import type { NetworkPolicy, OnTimeout, TemplateMatch, SandboxRecord } from "./model.ts";
 import type { SnapshotKind } from "../substrate/substrate.ts";
 
 export interface ResourceRequest {
@@ -43,7 +43,7 @@ export interface CreateInput {
    */
   adopt?: boolean;
   /** Trusted internal callers (warm-pool refills) that already resolved the template. */
-  resolvedTemplate?: ResolvedTemplate;
+  resolvedTemplate?: TemplateMatch;
   /** Nobody waits for it (warm-pool refills): the node boots it at low CPU priority until it is personalised. */
   background?: boolean;
 }

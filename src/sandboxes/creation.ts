@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { SpaceError, notFound, publicMessage } from "../core/errors.ts";
-import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
+import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import type { SandboxRef } from "../substrate/substrate.ts";
 import { egressPolicyOf } from "./egress-rules.ts";
@@ -101,41 +101,38 @@ export class SandboxCreation {
     const now = this.#r.now();
     const id = input.id ?? newSandboxId();
     const secure = input.secure;
-    const rec: SandboxRecord = {
-      id,
-      tenantId,
-      templateId: template.templateId,
-      alias: template.alias,
-      state: "creating",
-      nodeId: null,
-      executionId: newExecutionId(),
-      address: null,
-      vcpu,
-      memoryMib,
-      diskMib,
-      metadata: input.metadata,
-      envVars: input.envVars,
-      envdAccessToken: secure ? token() : null,
-      trafficAccessToken: secure || input.network?.allowPublicTraffic === false ? token() : null,
-      allowInternetAccess: input.allowInternetAccess,
-      network: input.network,
-      onTimeout: input.onTimeout,
-      ...(input.pauseKind ? { pauseKind: input.pauseKind } : {}),
-      autoResume: input.autoResume,
-      createdAt: now,
-      startedAt: now,
-      endAt: new Date(now.getTime() + input.timeoutSec * 1000),
-      reason: null,
-    };
-    await this.#r.repo.insert(rec);
+    const executionId = newExecutionId();
+    const rec = await this.#r.repo.insert(
+      {
+        id,
+        tenantId,
+        templateId: template.templateId,
+        alias: template.alias,
+        state: "creating",
+        vcpu,
+        memoryMib,
+        diskMib,
+        metadata: input.metadata,
+        envVars: input.envVars,
+        envdAccessToken: secure ? token() : null,
+        trafficAccessToken: secure || input.network?.allowPublicTraffic === false ? token() : null,
+        secure,
+        allowInternetAccess: input.allowInternetAccess,
+        network: input.network ?? {},
+        lifecycle: { onTimeout: input.onTimeout, autoResume: input.autoResume, ...(input.pauseKind ? { pauseKind: input.pauseKind } : {}) },
+        startedAt: now,
+        endAt: new Date(now.getTime() + input.timeoutSec * 1000),
+      },
+      executionId,
+    );
 
     let ref: SandboxRef | null = null;
     try {
-      const environment = this.#r.templates.binding ? await this.#r.templates.binding(rec.templateId) : undefined;
+      const environment = this.#r.templates.binding ? await this.#r.templates.binding(template.templateId) : undefined;
       ref = await this.#r.substrate.place(
         {
           sandboxId: id,
-          templateId: rec.templateId,
+          templateId: template.templateId,
           vcpu,
           memoryMib,
           diskMib,
@@ -145,11 +142,11 @@ export class SandboxCreation {
         },
         signal,
       );
-      await this.#r.repo.update(id, { nodeId: ref.nodeId });
+      await this.#r.repo.update(id, { nodeId: ref.nodeId as NodeId });
       const spec: SandboxSpec = {
         sandboxId: id,
-        executionId: rec.executionId!,
-        template: rec.templateId,
+        executionId,
+        template: template.templateId,
         vcpu,
         memoryMib,
         diskMib,
@@ -163,7 +160,7 @@ export class SandboxCreation {
       // The timeout counts from when the sandbox is usable, like E2B's.
       const startedAt = this.#r.now();
       const running = await this.#r.repo.transition(id, ["creating"], "running", {
-        nodeId: ref.nodeId,
+        nodeId: ref.nodeId as NodeId,
         address: status.address,
         startedAt,
         endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
@@ -184,12 +181,20 @@ export class SandboxCreation {
           this.#r.log.error({ err: k, sandboxId: id }, "cleanup after a failed create could not kill; the node reaper will"),
         );
       }
-      await this.#r.repo.transition(id, ["creating"], "failed", { reason: `${err.code}: ${publicMessage(err)}` });
+      await this.#r.repo.transition(id, ["creating"], "failed", { failureMessage: `${err.code}: ${publicMessage(err)}` });
       this.#r.events.emit("ended", id);
       throw err;
     }
   }
 
+  /**
+   * Releases what an interrupted create left (its creator died): the node's half-made
+   * sandbox is killed (best effort) and the row fails, so the create can run again anew.
+   */
+  async abandon(rec: SandboxRecord, reason: string, signal: AbortSignal): Promise<void> {
+    if (rec.nodeId) await this.#r.substrate.kill({ sandboxId: rec.id, nodeId: rec.nodeId }, signal).catch(() => {});
+    await this.#r.repo.transition(rec.id, ["creating"], "failed", { failureMessage: reason });
+  }
 }
 
 const token = () => randomBytes(24).toString("base64url");

@@ -4,7 +4,7 @@
  * was, running, with the reason.
  */
 import { SpaceError } from "../core/errors.ts";
-import { newExecutionId, type SandboxId } from "../core/ids.ts";
+import { newExecutionId, type NodeId, type SandboxId } from "../core/ids.ts";
 import type { SnapshotDescriptor } from "../substrate/substrate.ts";
 import type { SandboxLifecycle } from "./lifecycle.ts";
 import { isLive, type SandboxRecord } from "./model.ts";
@@ -95,7 +95,7 @@ export class SandboxEvacuation {
     try {
       const st = await restoreHeld(this.#r, { sandboxId: rec.id, nodeId }, desc, specOf(claimed, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
       await this.#r.snapshots.newExecution(rec.id, executionId);
-      const running = await this.#r.repo.transition(rec.id, ["resuming"], "running", { nodeId, address: st.address });
+      const running = await this.#r.repo.transition(rec.id, ["resuming"], "running", { nodeId: nodeId as NodeId, address: st.address });
       return running ? null : "it was killed meanwhile";
     } catch (e: unknown) {
       const err = SpaceError.from(e);

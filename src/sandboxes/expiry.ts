@@ -1,11 +1,11 @@
 /** What happens to a sandbox past its end time (called by the timeout enforcer, src/controller/timeouts.ts). */
 import { SpaceError } from "../core/errors.ts";
 import type { SandboxLifecycle } from "./lifecycle.ts";
-import { isLive, type SandboxRecord, type SandboxState } from "./model.ts";
+import { endAtOf, isLive, type SandboxRecord, type SandboxState } from "./model.ts";
 import type { SandboxResources } from "./resources.ts";
 
 /** States a timeout leaves alone: the sandbox holds no node, or is on its way to holding none. */
-const checkpointStates: readonly SandboxState[] = ["suspending", "suspended", "resuming"];
+const suspendStates: readonly SandboxState[] = ["suspending", "suspended", "resuming"];
 
 export class SandboxExpiry {
   readonly #r: SandboxResources;
@@ -25,12 +25,12 @@ export class SandboxExpiry {
    */
   async expire(rec: SandboxRecord): Promise<void> {
     const fresh = await this.#r.repo.getById(rec.id);
-    if (!fresh || !isLive(fresh.state) || fresh.endAt.getTime() > this.#r.now().getTime()) return;
+    if (!fresh || !isLive(fresh.state) || endAtOf(fresh).getTime() > this.#r.now().getTime()) return;
     if (fresh.state === "creating") return; // create owns it; its end time starts at running
-    if (checkpointStates.includes(fresh.state)) return;
-    if (fresh.onTimeout === "pause" && fresh.state === "running" && fresh.nodeId) {
+    if (suspendStates.includes(fresh.state)) return;
+    if (fresh.lifecycle.onTimeout === "pause" && fresh.state === "running" && fresh.nodeId) {
       try {
-        await this.#lifecycle.suspendRecord(fresh, { kind: fresh.pauseKind ?? "full" });
+        await this.#lifecycle.suspendRecord(fresh, { kind: fresh.lifecycle.pauseKind ?? "full" });
         return;
       } catch (e: unknown) {
         const err = SpaceError.from(e);

@@ -1,10 +1,10 @@
 /**
- * Forks and named snapshots: a live checkpoint of a running sandbox (it keeps running)
+ * Forks and named snapshots: a capture of a running sandbox (it keeps running)
  * restored into new sandboxes (E2B fork), or kept under a name until deleted (E2B
  * snapshot create) and later started as a new sandbox (`Sandbox.create(snapshotName)`).
  */
 import { SpaceError, invalid, notFound, publicMessage } from "../core/errors.ts";
-import { newExecutionId, newSandboxId, type SandboxId, type TenantId } from "../core/ids.ts";
+import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxRef } from "../substrate/substrate.ts";
 import { validateTimeout, type CreateInput } from "./create-input.ts";
 import type { SandboxRecord } from "./model.ts";
@@ -25,9 +25,9 @@ export class SandboxForks {
   }
 
   /**
-   * E2B fork: one live checkpoint of a running sandbox (it keeps running, id and end time
+   * E2B fork: one capture of a running sandbox (it keeps running, id and end time
    * untouched), then `count` new sandboxes restored from it, each succeeding or failing
-   * on its own. The checkpoint is freed afterwards.
+   * on its own. The capture is freed afterwards.
    */
   async fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number; metadata?: Record<string, string> }): Promise<ForkOutcome[]> {
     const count = input.count ?? 1;
@@ -36,10 +36,10 @@ export class SandboxForks {
     validateTimeout(timeoutSec);
     const rec = await liveSandbox(this.#r, tenantId, id);
     if (rec.state !== "running" || !rec.nodeId) throw new SpaceError("failed_precondition", `sandbox ${id} is ${toPublicState(rec.state)}; only a running sandbox can be forked`);
-    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: rec.nodeId, purpose: "fork" });
+    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: null, nodeId: rec.nodeId, purpose: "fork" });
     let snap: Snapshot;
     try {
-      const desc = await this.#r.substrate.checkpoint({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const desc = await this.#r.substrate.capture({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
       snap = await this.#r.snapshots.finish(snapshotId, desc);
     } catch (e: unknown) {
       const err = SpaceError.from(e);
@@ -61,7 +61,7 @@ export class SandboxForks {
   }
 
   /**
-   * E2B snapshot create: a live checkpoint of a running sandbox (it keeps running) made
+   * E2B snapshot create: a capture of a running sandbox (it keeps running) made
    * durable in the blob store and kept under its name until deleted; it outlives its
    * source. 409 when the tenant already has a snapshot of that name.
    */
@@ -76,14 +76,14 @@ export class SandboxForks {
     }
     const snapshotId = await this.#r.snapshots.begin({
       sandboxId: rec.id,
-      executionId: rec.executionId,
+      executionId: null,
       nodeId: rec.nodeId,
       purpose: "named",
       tenantId,
       ...(name !== undefined ? { name } : {}),
     });
     try {
-      const desc = await this.#r.substrate.checkpoint({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const desc = await this.#r.substrate.capture({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
       const snap = await this.#r.snapshots.finish(snapshotId, desc);
       this.#r.log.info({ sandboxId: rec.id, snapshotId, name, state: snap.state }, "named snapshot taken");
       return snap;
@@ -138,30 +138,41 @@ export class SandboxForks {
 
   async #forkOne(src: SandboxRecord, snap: Snapshot, timeoutSec: number): Promise<SandboxRecord> {
     const now = this.#r.now();
-    const rec: SandboxRecord = {
-      ...structuredClone(src),
-      id: newSandboxId(),
-      state: "creating",
-      nodeId: null,
-      executionId: newExecutionId(),
-      address: null,
-      // The fork's envd is the source's, restored with its memory: it keeps the source's
-      // access token (its /init accepts only that one), so the tokens are inherited.
-      createdAt: now,
-      startedAt: now,
-      endAt: new Date(now.getTime() + timeoutSec * 1000),
-      reason: null,
-    };
-    await this.#r.repo.insert(rec);
+    const executionId = newExecutionId();
+    const rec = await this.#r.repo.insert(
+      {
+        id: newSandboxId(),
+        tenantId: src.tenantId,
+        templateId: src.templateId,
+        alias: src.alias,
+        state: "creating",
+        vcpu: src.vcpu,
+        memoryMib: src.memoryMib,
+        diskMib: src.diskMib,
+        metadata: structuredClone(src.metadata),
+        envVars: structuredClone(src.envVars),
+        // The fork's envd is the source's, restored with its memory: it keeps the source's
+        // access token (its /init accepts only that one), so the tokens are inherited.
+        envdAccessToken: src.envdAccessToken,
+        trafficAccessToken: src.trafficAccessToken,
+        secure: src.envdAccessToken !== null,
+        allowInternetAccess: src.allowInternetAccess,
+        network: structuredClone(src.network),
+        lifecycle: structuredClone(src.lifecycle),
+        startedAt: now,
+        endAt: new Date(now.getTime() + timeoutSec * 1000),
+      },
+      executionId,
+    );
     let ref: SandboxRef | null = null;
     try {
       const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
       ref = await placeFor(this.#r, rec, snap, signal);
-      await this.#r.repo.update(rec.id, { nodeId: ref.nodeId });
-      const status = await restoreHeld(this.#r, ref, snap.descriptor!, specOf(rec, rec.executionId!), signal);
+      await this.#r.repo.update(rec.id, { nodeId: ref.nodeId as NodeId });
+      const status = await restoreHeld(this.#r, ref, snap.descriptor!, specOf(rec, executionId), signal);
       const startedAt = this.#r.now();
       const running = await this.#r.repo.transition(rec.id, ["creating"], "running", {
-        nodeId: ref.nodeId,
+        nodeId: ref.nodeId as NodeId,
         address: status.address,
         startedAt,
         endAt: new Date(startedAt.getTime() + timeoutSec * 1000),
@@ -175,7 +186,7 @@ export class SandboxForks {
       const err = SpaceError.from(e);
       this.#r.log.warn({ sandboxId: rec.id, source: src.id, code: err.code, err: e }, "fork failed");
       if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
-      await this.#r.repo.transition(rec.id, ["creating"], "failed", { reason: `fork of ${src.id} failed: ${err.code}: ${publicMessage(err)}` });
+      await this.#r.repo.transition(rec.id, ["creating"], "failed", { failureMessage: `fork of ${src.id} failed: ${err.code}: ${publicMessage(err)}` });
       throw err;
     }
   }

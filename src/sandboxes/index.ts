@@ -4,9 +4,10 @@
  * so a kill cuts gateway streams at once).
  */
 import type { Db } from "../store/db.ts";
+import { listenSandboxChanges } from "../store/sandboxes.ts";
 import type { Logger } from "../core/log.ts";
 import type { Substrate } from "../substrate/substrate.ts";
-import { DirectSubstrate, type DirectSubstrateDeps, type NodeDirectory } from "../substrate/direct/direct-substrate.ts";
+import type { NodeDirectory } from "../substrate/node-directory.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
 import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
 import { StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
@@ -15,18 +16,16 @@ import { StoreSnapshotRepo } from "./snapshot-repo.ts";
 export interface SandboxLayerDeps {
   db: Db;
   log: Logger;
-  /** SPACE_INTERNAL_TOKEN (resolved). */
-  internalToken: string;
   /** SPACE_DEFAULT_VCPU / _MEMORY_MIB / _DISK_MIB. */
   defaults: SandboxDefaults;
-  /** Defaults to the direct substrate over the store's registered nodes. */
-  substrate?: Substrate;
-  /** The substrate's nodes; defaults to the store's registered (direct) nodes. */
+  /** The substrate, chosen by the caller (cli: SPACE_SUBSTRATE; tests: the fake). */
+  substrate: Substrate;
+  /** The substrate's nodes when they are not the store's registered (direct) nodes (Kubernetes: the Node objects). */
   nodes?: NodeDirectory;
-  /** Direct placement: gate mode, operator selector extras, gate observations. */
-  placement?: Pick<DirectSubstrateDeps, "gate" | "selectorExtras" | "onGate" | "overcommit">;
   /** Warm-pool adoption over the service's members and the layer's nodes and templates; absent = creates boot cold. */
   warmPools?: (members: WarmMembers, layer: Pick<SandboxLayer, "nodes" | "templates">) => WarmAdopter;
+  /** The waits' fallback poll (ms); see SandboxServiceDeps.pollMs. */
+  pollMs?: number;
 }
 
 export interface SandboxLayer {
@@ -39,7 +38,7 @@ export interface SandboxLayer {
 
 export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
   const nodes = deps.nodes ?? new StoreNodeDirectory(deps.db);
-  const substrate = deps.substrate ?? new DirectSubstrate({ nodes, internalToken: deps.internalToken, ...deps.placement });
+  const substrate = deps.substrate;
   // Node-only templates: from the store's nodes on Direct, from the substrate's directory otherwise.
   const templates = new StoreTemplates(deps.db, deps.nodes);
   const warmPools = deps.warmPools;
@@ -50,6 +49,8 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
     defaults: deps.defaults,
     log: deps.log,
     snapshots: new StoreSnapshotRepo(deps.db),
+    changeFeed: (fn) => listenSandboxChanges(deps.db, fn),
+    ...(deps.pollMs !== undefined ? { pollMs: deps.pollMs } : {}),
     ...(warmPools ? { warmPools: (members: WarmMembers) => warmPools(members, { nodes, templates }) } : {}),
   });
   return { sandboxes, substrate, nodes, templates };

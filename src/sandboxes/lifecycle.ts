@@ -5,10 +5,10 @@
  * transition picks one restorer and the others wait for its outcome.
  */
 import { SpaceError, notFound } from "../core/errors.ts";
-import { newExecutionId, type SandboxId, type TenantId } from "../core/ids.ts";
+import { newExecutionId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxRef, SandboxStatus, SnapshotDescriptor, SnapshotKind } from "../substrate/substrate.ts";
 import { validateTimeout } from "./create-input.ts";
-import { isLive, killableStates, pausedStates, type SandboxRecord, type SandboxState } from "./model.ts";
+import { endAtOf, isLive, killableStates, pausedStates, type SandboxRecord, type SandboxState } from "./model.ts";
 import { dropSnapshots, liveSandbox, placeFor, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
 
 export type ConnectResult = { sandbox: SandboxRecord; resumed: boolean };
@@ -44,14 +44,14 @@ export class SandboxLifecycle {
       } catch (e: unknown) {
         const err = SpaceError.from(e);
         if (err.code !== "unavailable" && err.code !== "deadline_exceeded") {
-          await this.#r.repo.transition(rec.id, ["killing"], "failed", { reason: `kill failed: ${err.code}: ${err.message}` });
+          await this.#r.repo.transition(rec.id, ["killing"], "failed", { failureMessage: `kill failed: ${err.code}: ${err.message}` });
           throw err;
         }
         this.#r.log.warn({ sandboxId: rec.id, nodeId, err: e }, "node unreachable during kill; marked killed");
         reason = `${reason} (node unreachable at kill time)`;
       }
     }
-    await this.#r.repo.transition(rec.id, ["killing"], "killed", { reason });
+    await this.#r.repo.transition(rec.id, ["killing"], "killed", { failureMessage: reason });
     // Its suspend snapshots die with it (named ones outlive it); best effort.
     await dropSnapshots(this.#r, rec.id, { purpose: "suspend" });
   }
@@ -75,7 +75,7 @@ export class SandboxLifecycle {
 
   async extend(rec: SandboxRecord, sec: number): Promise<SandboxRecord> {
     const target = new Date(this.#r.now().getTime() + sec * 1000);
-    if (target <= rec.endAt) return rec;
+    if (target <= endAtOf(rec)) return rec;
     return (await this.#r.repo.update(rec.id, { endAt: target })) ?? rec;
   }
 
@@ -108,7 +108,7 @@ export class SandboxLifecycle {
     }
     // Routing stops: no new envd stream may start on a sandbox being checkpointed.
     this.#r.events.emit("ended", rec.id);
-    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: rec.executionId, nodeId: ref.nodeId, purpose: "suspend", kind });
+    const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: null, nodeId: ref.nodeId, purpose: "suspend", kind });
     let desc: SnapshotDescriptor;
     try {
       desc = await this.#r.substrate.suspend(ref, { snapshotId, upload, kind }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
@@ -141,7 +141,7 @@ export class SandboxLifecycle {
       }
       if (!seen) {
         const local: SnapshotDescriptor = {
-          snapshotId, sourceSandboxId: rec.id, template: rec.templateId, kind, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
+          snapshotId, sourceSandboxId: rec.id, template: rec.templateId ?? "", kind, parentUuid: "", parts: [], sizeBytes: 0, timings: {},
         };
         const executionId = newExecutionId();
         const st = await restoreHeld(this.#r, ref, local, specOf(rec, executionId), AbortSignal.timeout(SNAPSHOT_CALL_MS));
@@ -153,7 +153,7 @@ export class SandboxLifecycle {
     } catch (e: unknown) {
       const err = SpaceError.from(e);
       this.#r.log.error({ sandboxId: rec.id, err: e }, "suspend failed and the sandbox could not be brought back");
-      await this.#r.repo.transition(rec.id, ["suspending"], "failed", { reason: `suspend failed and recovery failed: ${err.code}: ${err.message}` });
+      await this.#r.repo.transition(rec.id, ["suspending"], "failed", { failureMessage: `suspend failed and recovery failed: ${err.code}: ${err.message}` });
     }
   }
 
@@ -218,7 +218,7 @@ export class SandboxLifecycle {
     const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
     const snap = await this.#r.snapshots.latest(rec.id, "suspend");
     if (!snap?.descriptor) {
-      await this.#r.repo.transition(rec.id, ["resuming"], "failed", { reason: "no restorable snapshot" });
+      await this.#r.repo.transition(rec.id, ["resuming"], "failed", { failureMessage: "no restorable snapshot" });
       throw new SpaceError("internal", `sandbox ${rec.id} is paused but has no restorable snapshot`);
     }
     const executionId = newExecutionId();
@@ -241,7 +241,7 @@ export class SandboxLifecycle {
       await this.#r.repo.transition(rec.id, ["resuming"], "suspended");
       throw err;
     }
-    const running = await this.#r.repo.transition(rec.id, ["resuming"], "running", { nodeId: ref.nodeId, address: status.address });
+    const running = await this.#r.repo.transition(rec.id, ["resuming"], "running", { nodeId: ref.nodeId as NodeId, address: status.address });
     if (!running) {
       await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
       throw notFound(`sandbox ${rec.id} was killed while it was being resumed`);
@@ -258,8 +258,8 @@ export class SandboxLifecycle {
    * Any failure leaves it where it was, running, and the outcome says why. Never throws.
 
   /**
-   * Waits until the sandbox leaves `states` (this process's writes wake it at once,
-   * another process's are seen by the slow poll); not found when it ended.
+   * Waits until the sandbox leaves `states` (woken by any change of the row, see
+   * changes.ts); not found when it ended.
    */
   async #awaitSettled(id: SandboxId, states: readonly SandboxState[], timeoutMs = SNAPSHOT_CALL_MS): Promise<SandboxRecord> {
     const deadline = Date.now() + timeoutMs;

@@ -3,15 +3,17 @@
  * semantics as the store-backed implementation (queries.ts).
  */
 import { createHash } from "node:crypto";
-import type { SandboxId, TenantId } from "../core/ids.ts";
+import type { ExecutionId, SandboxId, TenantId } from "../core/ids.ts";
 import { transitions } from "../store/sandboxes.ts";
 import { decodeCursor, encodeCursor, isAfter } from "./cursor.ts";
 import {
+  endAtOf,
   isLive,
+  type NewSandboxRecord,
   type ApiKeyAuth,
   type ListPage,
   type ListQuery,
-  type ResolvedTemplate,
+  type TemplateMatch,
   type SandboxPatch,
   type SandboxRecord,
   type SandboxRepo,
@@ -24,9 +26,42 @@ export class MemorySandboxRepo implements SandboxRepo {
   /** Insertion order, like the store's `seq` (the cursor key). */
   readonly #seq = new Map<string, number>();
 
-  async insert(rec: SandboxRecord) {
+  /** The row as the store would insert it (its column defaults). */
+  async insert(rec: NewSandboxRecord, _executionId: ExecutionId) {
     this.#seq.set(rec.id, this.#seq.size + 1);
-    this.rows.set(rec.id, structuredClone(rec));
+    const now = new Date();
+    const row: SandboxRecord = {
+      id: rec.id,
+      seq: this.#seq.size,
+      tenantId: rec.tenantId,
+      templateId: rec.templateId ?? null,
+      buildId: rec.buildId ?? null,
+      alias: rec.alias ?? null,
+      state: rec.state ?? "creating",
+      generation: 1,
+      nodeId: rec.nodeId ?? null,
+      address: rec.address ?? null,
+      vcpu: rec.vcpu,
+      memoryMib: rec.memoryMib,
+      diskMib: rec.diskMib,
+      metadata: rec.metadata ?? {},
+      envVars: rec.envVars ?? {},
+      envdAccessToken: rec.envdAccessToken ?? null,
+      trafficAccessToken: rec.trafficAccessToken ?? null,
+      secure: rec.secure ?? false,
+      allowInternetAccess: rec.allowInternetAccess ?? true,
+      network: rec.network ?? {},
+      lifecycle: rec.lifecycle ?? { onTimeout: "kill", autoResume: false },
+      failureCode: null,
+      failureMessage: null,
+      startedAt: rec.startedAt ?? null,
+      endAt: rec.endAt ?? null,
+      createdAt: now,
+      updatedAt: now,
+      killedAt: null,
+    };
+    this.rows.set(rec.id, structuredClone(row));
+    return row;
   }
   async get(tenantId: TenantId, id: SandboxId) {
     const r = this.rows.get(id);
@@ -43,7 +78,7 @@ export class MemorySandboxRepo implements SandboxRepo {
       .filter((r) => r.tenantId === tenantId && q.states.includes(r.state))
       .filter((r) => Object.entries(q.metadata).every(([k, v]) => r.metadata[k] === v))
       .filter((r) => !q.templateId || r.templateId === q.templateId || r.alias === q.templateId)
-      .filter((r) => !q.startedAfter || r.startedAt >= q.startedAfter)
+      .filter((r) => !q.startedAfter || (r.startedAt !== null && r.startedAt >= q.startedAfter))
       .filter((r) => !cursor || isAfter({ createdAtMs: this.#seq.get(r.id)!, id: r.id }, cursor, q.order))
       .sort((a, b) => dir * (this.#seq.get(a.id)! - this.#seq.get(b.id)!));
     const items = all.slice(0, q.limit);
@@ -68,15 +103,15 @@ export class MemorySandboxRepo implements SandboxRepo {
   }
   async listExpired(now: Date, limit: number) {
     return [...this.rows.values()]
-      .filter((r) => (r.state === "running" || r.state === "paused") && r.endAt <= now)
-      .sort((a, b) => a.endAt.getTime() - b.endAt.getTime())
+      .filter((r) => (r.state === "running" || r.state === "paused") && endAtOf(r) <= now)
+      .sort((a, b) => endAtOf(a).getTime() - endAtOf(b).getTime())
       .slice(0, limit)
       .map((r) => structuredClone(r));
   }
   async nextEndAt() {
     let min: Date | null = null;
     for (const r of this.rows.values()) {
-      if ((r.state === "running" || r.state === "paused") && (!min || r.endAt < min)) min = r.endAt;
+      if ((r.state === "running" || r.state === "paused") && r.endAt && (!min || r.endAt < min)) min = r.endAt;
     }
     return min;
   }
@@ -86,8 +121,8 @@ export class MemorySandboxRepo implements SandboxRepo {
 }
 
 export class MemoryTemplates implements TemplateResolver {
-  constructor(readonly templates: Array<ResolvedTemplate & { tenantId?: TenantId }> = [{ templateId: "base", alias: "base", rootfsSizeMib: null }]) {}
-  async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
+  constructor(readonly templates: Array<TemplateMatch & { tenantId?: TenantId }> = [{ templateId: "base", alias: "base", rootfsSizeMib: null }]) {}
+  async resolve(tenantId: TenantId, idOrAlias: string): Promise<TemplateMatch | null> {
     const t = this.templates.find(
       (t) => (!t.tenantId || t.tenantId === tenantId) && (t.templateId === idOrAlias || t.alias === idOrAlias),
     );

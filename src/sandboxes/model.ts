@@ -1,19 +1,29 @@
 /**
- * The sandbox as the service layer sees it (shared by ECW and the Native API), and the
- * ports it needs from storage. `queries.ts` implements the ports over the store's Db;
- * tests use the in-memory double in `memory-repo.ts`.
+ * The ports the sandbox service needs from storage, over the store's one record type of
+ * the sandbox row (`SandboxRecord`, src/store/sandboxes.ts). `queries.ts` implements the
+ * ports over the store's Db; tests use the in-memory double in `memory-repo.ts`.
  */
-import type { SandboxId, TenantId } from "../core/ids.ts";
-import type { EgressPolicy } from "../contract/egress-policy.ts";
+import type { ExecutionId, SandboxId, TenantId } from "../core/ids.ts";
 import type { EnvironmentBinding } from "../substrate/placement.ts";
-import type { SnapshotKind } from "../substrate/substrate.ts";
+import type { TemplateMatch } from "../store/template-resolution.ts";
+export type { TemplateMatch };
 
 /**
  * The lifecycle states are the store's (src/store/sandboxes.ts, with its transition
  * table). The service uses: creating → running | failed; live → killing → killed.
  */
-import { canTransition, sandboxStates, transitions, type SandboxState } from "../store/sandboxes.ts";
-export type { SandboxState };
+import {
+  canTransition,
+  sandboxStates,
+  transitions,
+  type NewSandbox,
+  type NetworkPolicy,
+  type OnTimeout,
+  type SandboxPatch,
+  type SandboxRecord,
+  type SandboxState,
+} from "../store/sandboxes.ts";
+export type { NetworkPolicy, OnTimeout, SandboxPatch, SandboxRecord, SandboxState };
 
 /** States that no longer serve anything: the sandbox is gone for callers (404). */
 export const endedStates: readonly SandboxState[] = ["killing", "killed", "failed"];
@@ -31,52 +41,12 @@ export const pausedStates: readonly SandboxState[] = [
   ...pauseSteps.flatMap((p) => transitions[p].filter((s) => s !== "running" && isLive(s))),
 ];
 
-/** E2B network config (stored as given; the node applies what it supports). */
-export interface NetworkPolicy {
-  allowOut?: string[];
-  denyOut?: string[];
-  allowPublicTraffic?: boolean;
-  maskRequestHost?: string;
-  httpsPorts?: number[];
-  rules?: unknown;
-  egressProxy?: unknown;
-  /** Native policy v1, compiled (src/sandboxes/egress-rules.ts); replaces allowOut/denyOut when present. */
-  spacePolicy?: EgressPolicy;
-}
-
-export type OnTimeout = "kill" | "pause";
-
-export interface SandboxRecord {
-  id: SandboxId;
-  tenantId: TenantId;
-  /** Resolved template id (never an alias). */
-  templateId: string;
-  /** The alias the caller used, if any. */
-  alias: string | null;
-  state: SandboxState;
-  nodeId: string | null;
-  executionId: string | null;
-  address: string | null;
-  vcpu: number;
-  memoryMib: number;
-  diskMib: number;
-  metadata: Record<string, string>;
-  /** Secrets: never log. Kept so a restore re-initialises envd with them. */
-  envVars?: Record<string, string>;
-  envdAccessToken: string | null;
-  trafficAccessToken: string | null;
-  allowInternetAccess: boolean;
-  network: NetworkPolicy | null;
-  onTimeout: OnTimeout;
-  /** What a timeout pause keeps (`onTimeout: "pause"`); absent = `full` (memory and disk). */
-  pauseKind?: SnapshotKind;
-  autoResume: boolean;
-  createdAt: Date;
-  startedAt: Date;
-  endAt: Date;
-  /** Why it failed/ended, for operators. */
-  reason: string | null;
-}
+/** When it started serving (its creation, before it first ran). */
+export const startedAtOf = (r: Pick<SandboxRecord, "startedAt" | "createdAt">): Date => r.startedAt ?? r.createdAt;
+/** Its end time (its creation, when none is set). */
+export const endAtOf = (r: Pick<SandboxRecord, "endAt" | "createdAt">): Date => r.endAt ?? r.createdAt;
+/** The network config given at create or update; null when none was (the row stores `{}`). */
+export const networkOf = (r: Pick<SandboxRecord, "network">): NetworkPolicy | null => (Object.keys(r.network).length ? r.network : null);
 
 export interface ListQuery {
   states: readonly SandboxState[];
@@ -96,12 +66,12 @@ export interface ListPage {
   cursor: string | null;
 }
 
-export type SandboxPatch = Partial<
-  Pick<SandboxRecord, "nodeId" | "executionId" | "address" | "endAt" | "startedAt" | "network" | "allowInternetAccess" | "reason">
->;
+/** What the service inserts: the store's new-row input, with the id chosen by the service. */
+export type NewSandboxRecord = NewSandbox & { id: SandboxId };
 
 export interface SandboxRepo {
-  insert(rec: SandboxRecord): Promise<void>;
+  /** Inserts the row and its first execution (`executionId`); returns the row as stored. */
+  insert(rec: NewSandboxRecord, executionId: ExecutionId): Promise<SandboxRecord>;
   /** Scoped to a tenant: another tenant's sandbox is null. */
   get(tenantId: TenantId, id: SandboxId): Promise<SandboxRecord | null>;
   /** Unscoped (gateway, controller). */
@@ -119,16 +89,10 @@ export interface SandboxRepo {
   listRunningSecure(): Promise<SandboxRecord[]>;
 }
 
-export interface ResolvedTemplate {
-  templateId: string;
-  alias: string | null;
-  /** Recorded rootfs size, when the build recorded it. */
-  rootfsSizeMib: number | null;
-}
 
 export interface TemplateResolver {
   /** By id or alias, visible to the tenant (own or public); null if none. */
-  resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null>;
+  resolve(tenantId: TenantId, idOrAlias: string): Promise<TemplateMatch | null>;
   /** The execution environment creates from this template are bound to (absent = unbound). */
   binding?(templateId: string): Promise<EnvironmentBinding>;
 }

@@ -1,7 +1,7 @@
 /**
  * Store-backed implementations of the service's ports, over the store's `Db` and typed
- * queries (src/store): every statement lives in the store; this file maps rows to the
- * service's records and back.
+ * queries (src/store): every statement lives in the store; the rows are the service's
+ * records as they are (one record type per table).
  */
 import type { Db } from "../store/db.ts";
 import {
@@ -15,71 +15,27 @@ import {
   patchSandbox,
   sandboxStates,
   transitionSandbox,
-  type Sandbox,
-  type SandboxPatch as StorePatch,
 } from "../store/sandboxes.ts";
 import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
 import { getNode, listNodes, type NodeRecord } from "../store/nodes.ts";
 import { createExecution } from "../store/executions.ts";
 import { SpaceError } from "../core/errors.ts";
 import { Recent } from "../core/recent.ts";
-import type { ExecutionId, NodeId, SandboxId, TenantId } from "../core/ids.ts";
-import type { NodeDirectory, NodeEntry } from "../substrate/direct/direct-substrate.ts";
+import type { ExecutionId, SandboxId, TenantId } from "../core/ids.ts";
+import type { NodeDirectory, NodeEntry } from "../substrate/node-directory.ts";
 import type { EnvironmentBinding } from "../substrate/placement.ts";
 import {
   isLive,
   type ListPage,
   type ListQuery,
-  type NetworkPolicy,
-  type ResolvedTemplate,
+  type NewSandboxRecord,
+  type TemplateMatch,
   type SandboxPatch,
   type SandboxRecord,
   type SandboxRepo,
   type SandboxState,
   type TemplateResolver,
 } from "./model.ts";
-
-export function toRecord(s: Sandbox): SandboxRecord {
-  const network = s.network && Object.keys(s.network).length ? (s.network as NetworkPolicy) : null;
-  return {
-    id: s.id,
-    tenantId: s.tenantId,
-    templateId: s.templateId ?? "",
-    alias: s.alias,
-    state: s.state,
-    nodeId: s.nodeId,
-    executionId: null,
-    address: s.address,
-    vcpu: s.vcpu,
-    memoryMib: s.memoryMib,
-    diskMib: s.diskMib,
-    metadata: s.metadata ?? {},
-    envVars: s.envVars ?? {},
-    envdAccessToken: s.envdAccessToken,
-    trafficAccessToken: s.trafficAccessToken,
-    allowInternetAccess: s.allowInternetAccess,
-    network,
-    onTimeout: s.lifecycle?.onTimeout ?? "kill",
-    ...(s.lifecycle?.pauseKind ? { pauseKind: s.lifecycle.pauseKind } : {}),
-    autoResume: s.lifecycle?.autoResume ?? false,
-    createdAt: s.createdAt,
-    startedAt: s.startedAt ?? s.createdAt,
-    endAt: s.endAt ?? s.createdAt,
-    reason: s.failureMessage,
-  };
-}
-
-function toStorePatch(p: SandboxPatch): StorePatch {
-  const out: StorePatch = {};
-  if (p.nodeId !== undefined) out.nodeId = p.nodeId as NodeId | null;
-  if (p.address !== undefined) out.address = p.address;
-  if (p.endAt !== undefined) out.endAt = p.endAt;
-  if (p.startedAt !== undefined) out.startedAt = p.startedAt;
-  if (p.network !== undefined) out.network = (p.network ?? {}) as Record<string, unknown>;
-  if (p.allowInternetAccess !== undefined) out.allowInternetAccess = p.allowInternetAccess;
-  if (p.reason !== undefined) out.failureMessage = p.reason;
-  return out;
-}
 
 /** Every live state: a patch never touches an ended sandbox. */
 const LIVE = sandboxStates.filter(isLive);
@@ -89,40 +45,20 @@ const missOrConflict = (e: unknown) => e instanceof SpaceError && (e.code === "n
 export class StoreSandboxRepo implements SandboxRepo {
   constructor(private readonly db: Db) {}
 
-  async insert(rec: SandboxRecord): Promise<void> {
-    await this.db.transaction(async (tx) => {
-      await insertSandbox(tx, {
-        id: rec.id,
-        tenantId: rec.tenantId,
-        templateId: rec.templateId,
-        alias: rec.alias,
-        state: rec.state,
-        vcpu: rec.vcpu,
-        memoryMib: rec.memoryMib,
-        diskMib: rec.diskMib,
-        metadata: rec.metadata,
-        envVars: rec.envVars ?? {},
-        envdAccessToken: rec.envdAccessToken,
-        trafficAccessToken: rec.trafficAccessToken,
-        secure: rec.envdAccessToken !== null,
-        allowInternetAccess: rec.allowInternetAccess,
-        network: (rec.network ?? {}) as Record<string, unknown>,
-        lifecycle: { onTimeout: rec.onTimeout, autoResume: rec.autoResume, ...(rec.pauseKind ? { pauseKind: rec.pauseKind } : {}) },
-        startedAt: rec.startedAt,
-        endAt: rec.endAt,
-      });
-      await createExecution(tx, { sandboxId: rec.id, ...(rec.executionId ? { id: rec.executionId as ExecutionId } : {}) });
+  async insert(rec: NewSandboxRecord, executionId: ExecutionId): Promise<SandboxRecord> {
+    return this.db.transaction(async (tx) => {
+      const row = await insertSandbox(tx, rec);
+      await createExecution(tx, { sandboxId: rec.id, id: executionId });
+      return row;
     });
   }
 
   async get(tenantId: TenantId, id: SandboxId) {
-    const s = await findSandbox(this.db, id, tenantId);
-    return s ? toRecord(s) : null;
+    return (await findSandbox(this.db, id, tenantId)) ?? null;
   }
 
   async getById(id: SandboxId) {
-    const s = await findSandbox(this.db, id);
-    return s ? toRecord(s) : null;
+    return (await findSandbox(this.db, id)) ?? null;
   }
 
   async list(tenantId: TenantId, q: ListQuery): Promise<ListPage> {
@@ -136,17 +72,16 @@ export class StoreSandboxRepo implements SandboxRepo {
       limit: q.limit,
       ...(q.cursor ? { cursor: q.cursor } : {}),
     });
-    return { items: page.items.map(toRecord), cursor: page.nextCursor };
+    return { items: page.items, cursor: page.nextCursor };
   }
 
   async transition(id: SandboxId, from: readonly SandboxState[], to: SandboxState, patch: SandboxPatch = {}) {
     try {
-      const row = await this.db.transaction(async (tx) => {
-        const s = await transitionSandbox(tx, id, from, to, toStorePatch(patch));
-        await followSandboxExecutions(tx, id, to, s.nodeId, patch.reason ?? null);
+      return await this.db.transaction(async (tx) => {
+        const s = await transitionSandbox(tx, id, from, to, patch);
+        await followSandboxExecutions(tx, id, to, s.nodeId, patch.failureMessage ?? null);
         return s;
       });
-      return toRecord(row);
     } catch (e) {
       if (missOrConflict(e)) return null;
       throw e;
@@ -155,7 +90,7 @@ export class StoreSandboxRepo implements SandboxRepo {
 
   async update(id: SandboxId, patch: SandboxPatch) {
     try {
-      return toRecord(await patchSandbox(this.db, id, toStorePatch(patch), { inStates: LIVE }));
+      return await patchSandbox(this.db, id, patch, { inStates: LIVE });
     } catch (e) {
       if (missOrConflict(e)) return null;
       throw e;
@@ -163,7 +98,7 @@ export class StoreSandboxRepo implements SandboxRepo {
   }
 
   async listExpired(_now: Date, limit: number) {
-    return (await listExpiredSandboxes(this.db, limit)).map(toRecord);
+    return listExpiredSandboxes(this.db, limit);
   }
 
   nextEndAt(): Promise<Date | null> {
@@ -171,7 +106,7 @@ export class StoreSandboxRepo implements SandboxRepo {
   }
 
   async listRunningSecure() {
-    return (await listRunningSecureSandboxes(this.db)).map(toRecord);
+    return listRunningSecureSandboxes(this.db);
   }
 }
 
@@ -189,7 +124,7 @@ export class StoreTemplates implements TemplateResolver {
    * one costs three queries, on every create (twice for a Native create). They cannot be
    * deleted through the API; placement still checks the node that runs it.
    */
-  readonly #nodeOnly = new Recent<ResolvedTemplate>(RESOLVE_CACHE_MS);
+  readonly #nodeOnly = new Recent<TemplateMatch>(RESOLVE_CACHE_MS);
 
   /** `nodes`: where node-only templates are found when nodes are not in the store (Kubernetes: Node annotations). */
   constructor(
@@ -197,7 +132,7 @@ export class StoreTemplates implements TemplateResolver {
     private readonly nodes?: NodeDirectory,
   ) {}
 
-  async resolve(tenantId: TenantId, idOrAlias: string): Promise<ResolvedTemplate | null> {
+  async resolve(tenantId: TenantId, idOrAlias: string): Promise<TemplateMatch | null> {
     const hit = this.#nodeOnly.get(idOrAlias);
     if (hit) return hit;
     const found = (await findTemplateByAlias(this.db, idOrAlias, tenantId)) ?? (await findTemplateByIdOrName(this.db, idOrAlias, tenantId));
@@ -209,7 +144,7 @@ export class StoreTemplates implements TemplateResolver {
     return known;
   }
 
-  async #fromInventory(idOrAlias: string): Promise<ResolvedTemplate | null> {
+  async #fromInventory(idOrAlias: string): Promise<TemplateMatch | null> {
     if (this.nodes) {
       const known = (await this.nodes.list(AbortSignal.timeout(10_000))).some((n) => n.templates.includes(idOrAlias));
       return known ? { templateId: idOrAlias, alias: null, rootfsSizeMib: null } : null;

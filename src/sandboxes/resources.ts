@@ -48,7 +48,7 @@ export interface SandboxResources {
   now: () => Date;
   events: EventEmitter<SandboxEventMap>;
   changes: SandboxChanges;
-  /** How often a waiter re-reads a sandbox another process may be changing (ms). */
+  /** The waits' fallback poll (ms): a safety net behind the change feed. */
   pollMs: number;
 }
 
@@ -69,7 +69,7 @@ export function specOf(rec: SandboxRecord, executionId: string): SandboxSpec {
   return {
     sandboxId: rec.id,
     executionId,
-    template: rec.templateId,
+    template: rec.templateId ?? "",
     vcpu: rec.vcpu,
     memoryMib: rec.memoryMib,
     diskMib: rec.diskMib,
@@ -99,11 +99,11 @@ export async function restoreHeld(r: SandboxResources, ref: SandboxRef, desc: Sn
 /** Where a restore of `snap` may run: anywhere that can run its environment when durable, else pinned to its node. */
 export async function placeFor(r: SandboxResources, rec: SandboxRecord, snap: Snapshot, signal: AbortSignal): Promise<SandboxRef> {
   const placement = parsePlacement(rec.metadata[PLACEMENT_METADATA_KEY]);
-  const environment = r.templates.binding ? await r.templates.binding(rec.templateId) : undefined;
+  const environment = r.templates.binding ? await r.templates.binding(rec.templateId ?? "") : undefined;
   return r.substrate.place(
     {
       sandboxId: rec.id,
-      templateId: rec.templateId,
+      templateId: rec.templateId ?? "",
       vcpu: rec.vcpu,
       memoryMib: rec.memoryMib,
       diskMib: rec.diskMib,

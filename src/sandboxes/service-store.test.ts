@@ -30,7 +30,7 @@ async function setup() {
     capacity: { networkSlots: 10, memoryMib: 8192, vcpu: 4, diskMib: 100000 }, templates: [{ templateId: "base", rootfsSizeMib: 451, environment: "e" }],
   });
   const substrate = new FakeSubstrate();
-  const layer = createSandboxLayer({ db: t.db, log, internalToken: "x", defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
+  const layer = createSandboxLayer({ db: t.db, log, defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
   return { ...t, tenant, other, ...layer, substrate };
 }
 
@@ -88,7 +88,7 @@ test("timeout enforcer kills within about a second of end_at", async () => {
   try {
     const sb = await s.sandboxes.create(s.tenant.id, input({ timeoutSec: 1 }), AbortSignal.timeout(5000));
     const keep = await s.sandboxes.create(s.tenant.id, input({ timeoutSec: 60 }), AbortSignal.timeout(5000));
-    const deadline = sb.endAt.getTime() + 1000;
+    const deadline = sb.endAt!.getTime() + 1000;
     for (;;) {
       const row = await getSandbox(s.db, sb.id);
       if (row.state === "killed") break;

@@ -6,7 +6,8 @@
  * Systems (one file each, sharing `SandboxResources`): creation.ts (create, warm
  * reservations), lifecycle.ts (kill, timeouts, suspend, connect/restore), forks.ts
  * (fork, named snapshots), evacuation.ts (forced drain), network.ts (metrics, network
- * record, egress), expiry.ts (end of lifetime).
+ * record, egress), expiry.ts (end of lifetime), residency.ts (resident pause, stop,
+ * start).
  */
 import { EventEmitter } from "node:events";
 import type { Logger } from "../core/log.ts";
@@ -14,7 +15,7 @@ import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
 import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import type { SnapshotKind, Substrate } from "../substrate/substrate.ts";
-import { announcingRepo, SandboxChanges } from "./changes.ts";
+import { announcingRepo, SandboxChanges, type SandboxChangeFeed } from "./changes.ts";
 import type { CreateInput } from "./create-input.ts";
 import { SandboxCreation } from "./creation.ts";
 import { SandboxEvacuation, type EvacuationOutcome } from "./evacuation.ts";
@@ -23,6 +24,7 @@ import { SandboxForks, type ForkOutcome } from "./forks.ts";
 import { SandboxLifecycle, type ConnectResult } from "./lifecycle.ts";
 import type { ListPage, ListQuery, NetworkPolicy, SandboxRecord, SandboxRepo, SandboxState, TemplateResolver } from "./model.ts";
 import { SandboxNetwork } from "./network.ts";
+import { SandboxResidency } from "./residency.ts";
 import { liveSandbox, type SandboxDefaults, type SandboxEventMap, type SandboxResources } from "./resources.ts";
 import { MemorySnapshotRepo, type SnapshotRepo, type Snapshot } from "./snapshot-repo.ts";
 import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
@@ -47,7 +49,12 @@ export interface SandboxServiceDeps {
   warmPools?: (members: WarmMembers) => WarmAdopter;
   /** For tests. */
   now?: () => Date;
-  /** How often a waiter re-reads a sandbox another process may be suspending or restoring (ms). */
+  /** Changes of sandbox rows by any process (the store's NOTIFY feed); absent = this process's writes only. */
+  changeFeed?: SandboxChangeFeed;
+  /**
+   * How often a waiter re-reads a sandbox regardless of notifications (ms; default 5000):
+   * the safety net for a notification lost while the feed reconnects.
+   */
   pollMs?: number;
 }
 
@@ -60,10 +67,11 @@ export class SandboxService implements WarmMembers {
   readonly #evacuation: SandboxEvacuation;
   readonly #network: SandboxNetwork;
   readonly #expiry: SandboxExpiry;
+  readonly #residency: SandboxResidency;
 
   constructor(deps: SandboxServiceDeps) {
     this.events.setMaxListeners(0);
-    const changes = new SandboxChanges();
+    const changes = new SandboxChanges(deps.changeFeed);
     this.#r = {
       repo: announcingRepo(deps.repo, changes, (rec) => this.events.emit("started", rec)),
       templates: deps.templates,
@@ -74,13 +82,14 @@ export class SandboxService implements WarmMembers {
       now: deps.now ?? (() => new Date()),
       events: this.events,
       changes,
-      pollMs: deps.pollMs ?? 1000,
+      pollMs: deps.pollMs ?? 5000,
     };
     this.#lifecycle = new SandboxLifecycle(this.#r);
     this.#forks = new SandboxForks(this.#r);
     this.#evacuation = new SandboxEvacuation(this.#r, this.#lifecycle);
     this.#network = new SandboxNetwork(this.#r);
     this.#expiry = new SandboxExpiry(this.#r, this.#lifecycle);
+    this.#residency = new SandboxResidency(this.#r);
     // Last: the adopter works on members through this front (connect, kill), so every system exists first.
     this.#creation = new SandboxCreation(this.#r, this.#forks, deps.warmPools?.(this) ?? null);
   }
@@ -108,6 +117,11 @@ export class SandboxService implements WarmMembers {
     return this.#creation.create(tenantId, input, signal);
   }
 
+  /** Releases a `creating` sandbox whose create was interrupted; the row fails with `reason`. */
+  abandonCreate(rec: SandboxRecord, reason: string, signal: AbortSignal): Promise<void> {
+    return this.#creation.abandon(rec, reason, signal);
+  }
+
   /** A live sandbox of this tenant; killed, failed and others' are not found. */
   get(tenantId: TenantId, id: string): Promise<SandboxRecord> {
     return liveSandbox(this.#r, tenantId, id);
@@ -116,8 +130,8 @@ export class SandboxService implements WarmMembers {
     return this.#r.repo.list(tenantId, q);
   }
   /**
-   * The tenant's sandbox `id` once it is out of `states` (this process's writes wake the
-   * wait at once; another process's are seen by a slow poll), or as it is at the
+   * The tenant's sandbox `id` once it is out of `states` (any change of the row wakes the
+   * wait: this process's writes, and others' through the change feed), or as it is at the
    * deadline; null when there is none.
    */
   awaitLeaving(tenantId: TenantId, id: SandboxId, states: readonly SandboxState[], timeoutMs: number): Promise<SandboxRecord | null> {
@@ -138,6 +152,19 @@ export class SandboxService implements WarmMembers {
   }
   connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
     return this.#lifecycle.connect(tenantId, id, timeoutSec, opts);
+  }
+
+  /** Resident pause of a running sandbox (frozen on its node). */
+  pauseResident(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
+    return this.#residency.pause(rec, signal);
+  }
+  /** Stop a running (or, re-claimed, stopping) sandbox, keeping its rootfs. */
+  stop(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
+    return this.#residency.stop(rec, signal);
+  }
+  /** Start a stopped (or, re-claimed, resuming) sandbox again on its node. */
+  start(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
+    return this.#residency.start(rec, signal);
   }
 
   evacuate(id: SandboxId, fromNodeId: string): Promise<EvacuationOutcome> {

@@ -9,11 +9,11 @@ import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { Substrate } from "../substrate/substrate.ts";
 import type { CreateInput, PlacementInput } from "./create-input.ts";
 import type { ConnectResult } from "./lifecycle.ts";
-import type { ResolvedTemplate, SandboxRecord, SandboxRepo } from "./model.ts";
+import type { TemplateMatch, SandboxRecord, SandboxRepo } from "./model.ts";
 
 /** What a create asks a warm pool for (resolved and validated by the service). */
 export interface AdoptRequest {
-  template: ResolvedTemplate;
+  template: TemplateMatch;
   vcpu: number;
   memoryMib: number;
   diskMib: number;

@@ -5,7 +5,8 @@
  */
 import { SpaceError } from "../core/errors.ts";
 import { newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
-import type { Queryable } from "./db.ts";
+import type { EgressPolicy } from "../contract/egress-policy.ts";
+import type { Db, Queryable } from "./db.ts";
 import { columns, decodeCursor, encodeCursor, isUniqueViolation, json, pageLimit, setClause } from "./sql.ts";
 
 export const sandboxStates = [
@@ -56,18 +57,49 @@ export const terminalStates: readonly SandboxState[] = ["killed"];
 /** States in which a sandbox holds a node (counts against capacity). */
 export const residentStates: readonly SandboxState[] = ["creating", "running", "pausing", "paused", "suspending", "resuming", "stopping", "killing"];
 
+/**
+ * NOTIFY channel: payload = the id of a sandbox row that was inserted, updated or deleted,
+ * sent by a trigger on the table (migration 007), so no writer can forget it.
+ */
+export const SANDBOX_CHANGES_CHANNEL = "space_sandbox_changes";
+
+/** Calls `fn` with the id of every sandbox row any process changes; resolves to an unsubscribe. */
+export function listenSandboxChanges(db: Db, fn: (id: SandboxId) => void): Promise<() => Promise<void>> {
+  return db.listen(SANDBOX_CHANGES_CHANNEL, (payload) => fn(payload as SandboxId));
+}
+
 export function canTransition(from: SandboxState, to: SandboxState): boolean {
   return (transitions[from] as readonly SandboxState[]).includes(to);
 }
 
+export type OnTimeout = "kill" | "pause";
+
+/** What happens at the end time (`onTimeout`, ECW `autoPause`) and whether a connect restores it (ECW `autoResume`). */
 export interface SandboxLifecycle {
-  onTimeout: "kill" | "pause";
+  onTimeout: OnTimeout;
   autoResume: boolean;
   /** What a timeout pause keeps: `disk` = the disk only (E2B `autoPauseMemory: false`); absent = memory and disk. */
   pauseKind?: "full" | "disk";
 }
 
-export interface Sandbox {
+/** E2B network config (stored as given; the node applies what it supports). Empty when none was given. */
+export interface NetworkPolicy {
+  allowOut?: string[];
+  denyOut?: string[];
+  allowPublicTraffic?: boolean;
+  maskRequestHost?: string;
+  httpsPorts?: number[];
+  rules?: unknown;
+  egressProxy?: unknown;
+  /** Native policy v1, compiled (src/sandboxes/egress-rules.ts); replaces allowOut/denyOut when present. */
+  spacePolicy?: EgressPolicy;
+}
+
+/**
+ * A sandbox row: the one record type of the table, used as is by the sandbox service
+ * (src/sandboxes), the API edges and the controller.
+ */
+export interface SandboxRecord {
   id: SandboxId;
   /** Insertion order, for stable pagination. */
   seq: number;
@@ -89,7 +121,7 @@ export interface Sandbox {
   trafficAccessToken: string | null;
   secure: boolean;
   allowInternetAccess: boolean;
-  network: Record<string, unknown>;
+  network: NetworkPolicy;
   lifecycle: SandboxLifecycle;
   failureCode: string | null;
   failureMessage: string | null;
@@ -126,17 +158,17 @@ export interface NewSandbox {
   trafficAccessToken?: string | null;
   secure?: boolean;
   allowInternetAccess?: boolean;
-  network?: Record<string, unknown>;
+  network?: NetworkPolicy;
   lifecycle?: SandboxLifecycle;
   startedAt?: Date | null;
   endAt?: Date | null;
 }
 
 /** Inserts a sandbox (state `creating` unless given); `already_exists` on a duplicate id. */
-export async function insertSandbox(q: Queryable, s: NewSandbox): Promise<Sandbox> {
+export async function insertSandbox(q: Queryable, s: NewSandbox): Promise<SandboxRecord> {
   const id = s.id ?? newSandboxId();
   try {
-    return await q.one<Sandbox>(
+    return await q.one<SandboxRecord>(
       `INSERT INTO sandboxes (id, tenant_id, template_id, build_id, alias, state, node_id, address, vcpu, memory_mib, disk_mib,
          metadata, env_vars, envd_access_token, traffic_access_token, secure, allow_internet_access, network, lifecycle,
          started_at, end_at)
@@ -156,16 +188,16 @@ export async function insertSandbox(q: Queryable, s: NewSandbox): Promise<Sandbo
 }
 
 /** The sandbox, or not_found. With `tenantId`, another tenant's sandbox is not_found too (never 403). */
-export async function getSandbox(q: Queryable, id: string, tenantId?: TenantId): Promise<Sandbox> {
+export async function getSandbox(q: Queryable, id: string, tenantId?: TenantId): Promise<SandboxRecord> {
   const s = await findSandbox(q, id, tenantId);
   if (!s) throw new SpaceError("not_found", `sandbox ${id} not found`);
   return s;
 }
 
-export async function findSandbox(q: Queryable, id: string, tenantId?: TenantId): Promise<Sandbox | undefined> {
+export async function findSandbox(q: Queryable, id: string, tenantId?: TenantId): Promise<SandboxRecord | undefined> {
   return tenantId === undefined
-    ? q.maybeOne<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE id = $1`, [id])
-    : q.maybeOne<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE id = $1 AND tenant_id = $2`, [id, tenantId]);
+    ? q.maybeOne<SandboxRecord>(`SELECT ${COLS} FROM sandboxes WHERE id = $1`, [id])
+    : q.maybeOne<SandboxRecord>(`SELECT ${COLS} FROM sandboxes WHERE id = $1 AND tenant_id = $2`, [id, tenantId]);
 }
 
 export interface SandboxListFilter {
@@ -194,7 +226,7 @@ export interface Page<T> {
  * Keyset pagination over (created_at, seq): a row present for the whole scan is returned
  * exactly once, however many rows are inserted or deleted between pages.
  */
-export async function listSandboxes(q: Queryable, f: SandboxListFilter): Promise<Page<Sandbox>> {
+export async function listSandboxes(q: Queryable, f: SandboxListFilter): Promise<Page<SandboxRecord>> {
   const params: unknown[] = [f.tenantId];
   const where = ["tenant_id = $1"];
   if (f.states) {
@@ -222,7 +254,7 @@ export async function listSandboxes(q: Queryable, f: SandboxListFilter): Promise
   const limit = pageLimit(f.limit);
   params.push(limit + 1);
   const dir = desc ? "DESC" : "ASC";
-  const rows = await q.query<Sandbox & { cursorAt: string }>(
+  const rows = await q.query<SandboxRecord & { cursorAt: string }>(
     `SELECT ${COLS}, created_at::text AS "cursorAt" FROM sandboxes WHERE ${where.join(" AND ")}
       ORDER BY created_at ${dir}, seq ${dir} LIMIT $${params.length}`,
     params,
@@ -230,7 +262,7 @@ export async function listSandboxes(q: Queryable, f: SandboxListFilter): Promise
   const more = rows.length > limit;
   const page = more ? rows.slice(0, limit) : rows;
   const last = page[page.length - 1];
-  const items = page.map(({ cursorAt: _, ...s }) => s as Sandbox);
+  const items = page.map(({ cursorAt: _, ...s }) => s as SandboxRecord);
   return { items, nextCursor: more && last ? encodeCursor({ at: last.cursorAt, seq: last.seq }) : null };
 }
 
@@ -243,7 +275,7 @@ export interface SandboxPatch {
   memoryMib?: number;
   diskMib?: number;
   metadata?: Record<string, string>;
-  network?: Record<string, unknown>;
+  network?: NetworkPolicy;
   allowInternetAccess?: boolean;
   lifecycle?: SandboxLifecycle;
   envdAccessToken?: string | null;
@@ -295,7 +327,7 @@ export async function transitionSandbox(
   to: SandboxState,
   patch: SandboxPatch = {},
   opts: TransitionOptions = {},
-): Promise<Sandbox> {
+): Promise<SandboxRecord> {
   const froms = typeof from === "string" ? [from] : [...from];
   if (froms.length === 0) throw new SpaceError("internal", `transition of sandbox ${id} to ${to} with no source state`);
   for (const f of froms) {
@@ -324,8 +356,8 @@ async function guardedUpdate(
   params: unknown[],
   where: string[],
   opts: TransitionOptions,
-  refusal: (cur: Sandbox) => string,
-): Promise<Sandbox> {
+  refusal: (cur: SandboxRecord) => string,
+): Promise<SandboxRecord> {
   if (opts.generation !== undefined) {
     params.push(opts.generation);
     where.push(`generation = $${params.length}`);
@@ -334,7 +366,7 @@ async function guardedUpdate(
     params.push(opts.tenantId);
     where.push(`tenant_id = $${params.length}`);
   }
-  const row = await q.maybeOne<Sandbox>(`UPDATE sandboxes SET ${sets.join(", ")} WHERE ${where.join(" AND ")} RETURNING ${COLS}`, params);
+  const row = await q.maybeOne<SandboxRecord>(`UPDATE sandboxes SET ${sets.join(", ")} WHERE ${where.join(" AND ")} RETURNING ${COLS}`, params);
   if (row) return row;
   const cur = await findSandbox(q, id, opts.tenantId);
   if (!cur) throw new SpaceError("not_found", `sandbox ${id} not found`);
@@ -350,7 +382,7 @@ export async function patchSandbox(
   id: string,
   patch: SandboxPatch,
   opts: TransitionOptions & { inStates?: readonly SandboxState[] } = {},
-): Promise<Sandbox> {
+): Promise<SandboxRecord> {
   const params: unknown[] = [id];
   const sets = ["generation = generation + 1", "updated_at = now()", ...setClause({ ...patch }, PATCHABLE, params)];
   const where = ["id = $1"];
@@ -362,8 +394,8 @@ export async function patchSandbox(
 }
 
 /** Sandboxes whose end time passed while running or paused (the controller's timeout sweep). */
-export async function listExpiredSandboxes(q: Queryable, limit = 100): Promise<Sandbox[]> {
-  return q.query<Sandbox>(
+export async function listExpiredSandboxes(q: Queryable, limit = 100): Promise<SandboxRecord[]> {
+  return q.query<SandboxRecord>(
     `SELECT ${COLS} FROM sandboxes WHERE state IN ('running', 'paused') AND end_at IS NOT NULL AND end_at <= now()
       ORDER BY end_at LIMIT $1`,
     [limit],
@@ -384,8 +416,8 @@ export async function nextSandboxEndAt(q: Queryable): Promise<Date | null> {
 }
 
 /** Running sandboxes that carry an envd access token (signed-URL routing), newest first. */
-export async function listRunningSecureSandboxes(q: Queryable, limit = 5000): Promise<Sandbox[]> {
-  return q.query<Sandbox>(
+export async function listRunningSecureSandboxes(q: Queryable, limit = 5000): Promise<SandboxRecord[]> {
+  return q.query<SandboxRecord>(
     `SELECT ${COLS} FROM sandboxes WHERE state = 'running' AND envd_access_token IS NOT NULL ORDER BY seq DESC LIMIT $1`,
     [limit],
   );
@@ -410,13 +442,13 @@ export async function followSandboxExecutions(q: Queryable, sandboxId: string, t
 }
 
 /** Sandboxes on a node (default: those holding it). */
-export async function listSandboxesOnNode(q: Queryable, nodeId: NodeId, states: readonly SandboxState[] = residentStates): Promise<Sandbox[]> {
-  return q.query<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE node_id = $1 AND state = ANY($2::text[]) ORDER BY seq`, [nodeId, [...states]]);
+export async function listSandboxesOnNode(q: Queryable, nodeId: NodeId, states: readonly SandboxState[] = residentStates): Promise<SandboxRecord[]> {
+  return q.query<SandboxRecord>(`SELECT ${COLS} FROM sandboxes WHERE node_id = $1 AND state = ANY($2::text[]) ORDER BY seq`, [nodeId, [...states]]);
 }
 
 /** Sandboxes in given states across tenants (controller reconcile). */
-export async function listSandboxesInStates(q: Queryable, states: readonly SandboxState[], limit = 1000): Promise<Sandbox[]> {
-  return q.query<Sandbox>(`SELECT ${COLS} FROM sandboxes WHERE state = ANY($1::text[]) ORDER BY seq LIMIT $2`, [[...states], limit]);
+export async function listSandboxesInStates(q: Queryable, states: readonly SandboxState[], limit = 1000): Promise<SandboxRecord[]> {
+  return q.query<SandboxRecord>(`SELECT ${COLS} FROM sandboxes WHERE state = ANY($1::text[]) ORDER BY seq LIMIT $2`, [[...states], limit]);
 }
 
 /** Removes killed sandboxes older than `olderThanMs` (retention). Returns ids removed. */

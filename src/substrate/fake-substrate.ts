@@ -157,8 +157,8 @@ export class FakeSubstrate implements Substrate {
     this.running.delete(ref.sandboxId);
     return d;
   }
-  async checkpoint(ref: SandboxRef, opts: SnapshotOptions): Promise<SnapshotDescriptor> {
-    this.calls.push(`checkpoint ${ref.sandboxId}`);
+  async capture(ref: SandboxRef, opts: SnapshotOptions): Promise<SnapshotDescriptor> {
+    this.calls.push(`capture ${ref.sandboxId}`);
     return this.#describe(ref, opts);
   }
   async restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec): Promise<SandboxStatus> {

@@ -7,7 +7,7 @@
 import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
 import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import { SpaceError } from "../core/errors.ts";
-import type { NodeClient } from "./direct/node-client.ts";
+import type { NodeClient } from "./node-client.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
 
 export abstract class NodeApiSubstrate {
@@ -18,8 +18,8 @@ export abstract class NodeApiSubstrate {
     return (await this.client(ref.nodeId, signal)).suspend(ref.sandboxId, opts, signal);
   }
 
-  async checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
-    return (await this.client(ref.nodeId, signal)).checkpoint(ref.sandboxId, opts, signal);
+  async capture(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.client(ref.nodeId, signal)).capture(ref.sandboxId, opts, signal);
   }
 
   async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {

@@ -106,6 +106,16 @@ export type RejectReason = (typeof rejectReasons)[number];
  */
 export type GatePlacement = "admitted" | "no_evidence" | "environment_not_usable";
 
+/** What a placement under `shadow`/`on` recorded (metrics, logs). */
+export interface GateObservation {
+  sandboxId: string;
+  gate: GateMode;
+  nodeId: string;
+  placement: GatePlacement;
+  /** shadow: `on` would have refused the work with this reason. */
+  wouldFail?: string;
+}
+
 export interface PlacementOptions {
   gate: GateMode;
   /** In-flight placements per node (handed out, not yet reported by the node). */

@@ -106,8 +106,8 @@ export interface Substrate {
    * node thaws it).
    */
   suspend(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor>;
-  /** A checkpoint of a running sandbox that keeps running (fork source, named snapshots). */
-  checkpoint(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor>;
+  /** Capture: a snapshot of a running sandbox that keeps running (fork source, named snapshots). */
+  capture(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor>;
   /**
    * Restores `snapshot` as `spec.sandboxId` (a new id for forks) where `place` put it;
    * resolves once envd answers (re-initialised with the spec's token and env). A `disk`

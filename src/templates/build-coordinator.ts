@@ -35,7 +35,7 @@ import { nodeTemplateName, type BuildRecipeInput, type BuildStep } from "../cont
 import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
 import type { BuildLogEntry } from "../contract/node-builds.ts";
 import type { NodeBuildStatusWire, Substrate } from "../substrate/substrate.ts";
-import type { NodeDirectory } from "../substrate/direct/direct-substrate.ts";
+import type { NodeDirectory } from "../substrate/node-directory.ts";
 import { decidePlacement, type PlacementWork } from "../substrate/placement.ts";
 
 /** The E2B build body (TemplateBuildStartV2). */

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { signature } from "../../src/envd/auth.ts";
+import { signature } from "../../src/envd/request-auth.ts";
 import { ensureTestUser, startEnvd, TEST_USER, type RunningEnvd } from "./harness.ts";
 
 const UNAUTH = { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" };

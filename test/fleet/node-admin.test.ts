@@ -8,7 +8,7 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import Fastify from "fastify";
-import { installErrorHandler } from "../../src/api/errors.ts";
+import { installErrorHandler } from "../../src/api/error-body.ts";
 import { registerNodeAdminRoutes, type NodeAdminDeps } from "../../src/api/admin/nodes.ts";
 import { createLogger } from "../../src/core/log.ts";
 import { freshDb, testEngines } from "../support/db.ts";

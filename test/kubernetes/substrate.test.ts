@@ -19,7 +19,7 @@ import { environmentLabel } from "../../src/contract/execution-environment.ts";
 import { createKubeApi, kubeConfigOf, type KubeApi } from "../../src/kube/kube-api.ts";
 import { KubernetesSubstrate } from "../../src/substrate/kubernetes/kubernetes-substrate.ts";
 import { kubeLeaseBackend } from "../../src/substrate/kubernetes/lease.ts";
-import { KubeNodeDirectory } from "../../src/substrate/kubernetes/node-directory.ts";
+import { KubeNodeDirectory } from "../../src/substrate/kubernetes/kube-node-directory.ts";
 import { computeCensus } from "../../src/controller/census.ts";
 import { startLeaderElection } from "../../src/store/leader.ts";
 import { podNameOf } from "../../src/kube/names.ts";

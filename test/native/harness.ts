@@ -17,7 +17,7 @@ import { createApiApp } from "../../src/api/app.ts";
 import { authenticateBearer, bearerOf } from "../../src/api/auth.ts";
 import { createSandboxLayer } from "../../src/sandboxes/index.ts";
 import type { SandboxService } from "../../src/sandboxes/service.ts";
-import { registerNativeRoutes } from "../../src/api/native/routes.ts";
+import { registerNativeRoutes } from "../../src/api/native/native-routes.ts";
 import { startDispatcher, type Dispatcher } from "../../src/controller/dispatcher.ts";
 import type { HandlerMap } from "../../src/operations/handler.ts";
 import { Process } from "../../src/gen/process/process_pb.ts";
@@ -239,7 +239,7 @@ export async function startHarness(engine: Engine, o: { dispatcher?: boolean; ha
   const envd = new FakeEnvd();
   const substrate = new EnvdFakeSubstrate();
   substrate.envdUrl = await envd.listen();
-  const { sandboxes } = createSandboxLayer({ db, log, internalToken: "internal", defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
+  const { sandboxes } = createSandboxLayer({ db, log, defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
   const app = await createApiApp({
     db,
     log,

@@ -7,7 +7,7 @@ import type { FastifyInstance } from "fastify";
 import { Registry } from "prom-client";
 import { createApiApp } from "../../src/api/app.ts";
 import { authenticateBearer, bearerOf } from "../../src/api/auth.ts";
-import { registerNativeRoutes } from "../../src/api/native/routes.ts";
+import { registerNativeRoutes } from "../../src/api/native/native-routes.ts";
 import { BuildCoordinator } from "../../src/templates/build-coordinator.ts";
 import { DirectSubstrate } from "../../src/substrate/direct/direct-substrate.ts";
 import { StoreNodeDirectory } from "../../src/sandboxes/queries.ts";

@@ -115,7 +115,7 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
   });
 
   it("fork: two new sandboxes from a live checkpoint, the source keeps running, each independent", async () => {
-    forkDesc = await b.agent.snapshots!.checkpointLive(id, newSnapshotId(), { upload: true }, AbortSignal.timeout(300_000));
+    forkDesc = await b.agent.snapshots!.capture(id, newSnapshotId(), { upload: true }, AbortSignal.timeout(300_000));
     assert.equal(b.agent.manager!.get(id).state, "running");
     const ids = [newSandboxId(), newSandboxId()];
     const t0 = performance.now();
@@ -145,7 +145,7 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
       const fresh = (await a.agent.disks!.usage(small.sandboxId, AbortSignal.timeout(30_000)))!.referencedBytes;
       const w = await sh(a, small.sandboxId, "dd if=/dev/urandom of=/home/user/first bs=1M count=40 conv=fsync 2>&1; echo rc=$?");
       assert.match(w.stdout, /rc=0/, w.stdout);
-      const snap = await a.agent.snapshots!.checkpointLive(small.sandboxId, newSnapshotId(), { upload: true }, AbortSignal.timeout(300_000));
+      const snap = await a.agent.snapshots!.capture(small.sandboxId, newSnapshotId(), { upload: true }, AbortSignal.timeout(300_000));
       for (const [node, fid] of [[a, newSandboxId()], [b, newSandboxId()]] as const) {
         await node.agent.snapshots!.restore({ ...small, sandboxId: fid, executionId: newExecutionId() }, snap, AbortSignal.timeout(300_000));
         try {

@@ -62,8 +62,8 @@ describe("node snapshot reaper", { skip, timeout: 10 * 60_000 }, () => {
   });
 
   it("snapshot_reaper_reclaims_backed_fork_snapshot: frees the durable fork copy, keeps the node-only one; the freed one still restores", async () => {
-    const backed = await snaps.checkpointLive(src.sandboxId, newSnapshotId(), { upload: true }, sig());
-    const localOnly = await snaps.checkpointLive(src.sandboxId, newSnapshotId(), { upload: false }, sig());
+    const backed = await snaps.capture(src.sandboxId, newSnapshotId(), { upload: true }, sig());
+    const localOnly = await snaps.capture(src.sandboxId, newSnapshotId(), { upload: false }, sig());
     assert.equal(backed.parts.length, 2, "published");
     assert.equal(localOnly.parts.length, 0, "not published");
 
@@ -80,7 +80,7 @@ describe("node snapshot reaper", { skip, timeout: 10 * 60_000 }, () => {
   });
 
   it("never frees a copy a restore is using; frees it once the restore is done (idle rule)", async () => {
-    const desc = await snaps.checkpointLive(src.sandboxId, newSnapshotId(), { upload: true }, sig());
+    const desc = await snaps.capture(src.sandboxId, newSnapshotId(), { upload: true }, sig());
     const sid = newSandboxId();
     const restoring = snaps.restore({ ...src, sandboxId: sid, executionId: newExecutionId() }, desc, sig());
     // A restore that failed early no longer uses the copy; say so rather than blame the reaper.

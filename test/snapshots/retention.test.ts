@@ -62,7 +62,7 @@ for (const engine of testEngines()) {
         capacity: { networkSlots: 10, memoryMib: 8192, vcpu: 4, diskMib: 100000 }, templates: [{ templateId: "base", rootfsSizeMib: 451, environment: "e" }],
       });
       substrate = new FakeSubstrate();
-      layer = createSandboxLayer({ db: t.db, log, internalToken: "x", defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
+      layer = createSandboxLayer({ db: t.db, log, defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, substrate });
     });
     after(async () => {
       await t?.drop();

@@ -14,7 +14,8 @@ import type { SandboxEgress, SandboxInit, SandboxMetrics } from "../../src/contr
 import type { SandboxLogEntry } from "../../src/contract/sandbox-logs.ts";
 import type { NodeBuildRequest } from "../../src/contract/node-builds.ts";
 import { VirtualKubelet, type VirtualKubeletDeps } from "../../src/node/kubelet/virtual-kubelet.ts";
-import { DirectSubstrate, type NodeDirectory, type NodeEntry } from "../../src/substrate/direct/direct-substrate.ts";
+import { DirectSubstrate } from "../../src/substrate/direct/direct-substrate.ts";
+import type { NodeDirectory, NodeEntry } from "../../src/substrate/node-directory.ts";
 import { FakeSubstrate } from "../../src/substrate/fake-substrate.ts";
 import { KubernetesSubstrate } from "../../src/substrate/kubernetes/kubernetes-substrate.ts";
 import type { SandboxRef, SandboxSpec, Substrate } from "../../src/substrate/substrate.ts";
@@ -296,9 +297,9 @@ for (const lane of lanes) {
       await s().dropSnapshot(ref.nodeId, d.snapshotId, signal());
     });
 
-    it("checkpoint keeps the sandbox running; dropSnapshot is idempotent", async () => {
+    it("capture keeps the sandbox running; dropSnapshot is idempotent", async () => {
       const ref = await running();
-      const d = await s().checkpoint(ref, { snapshotId: "sn_conformance00002", upload: false }, signal());
+      const d = await s().capture(ref, { snapshotId: "sn_conformance00002", upload: false }, signal());
       assert.equal(d.snapshotId, "sn_conformance00002");
       assert.equal((await s().observe(ref, signal()))?.state, "running");
       await s().dropSnapshot(ref.nodeId, d.snapshotId, signal());

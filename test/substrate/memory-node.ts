@@ -26,7 +26,7 @@ import type { NodeSnapshots } from "../../src/node/snapshots/node-snapshots.ts";
 import type { SnapshotDescriptor, SnapshotKind } from "../../src/contract/snapshot-descriptor.ts";
 import type { TemplateBuilder } from "../../src/node/templates/builder.ts";
 import type { TemplateCache } from "../../src/node/templates/template-cache.ts";
-import { registerTemplateRoutes } from "../../src/node/templates/routes.ts";
+import { registerTemplateRoutes } from "../../src/node/templates/template-routes.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../../src/contract/node-builds.ts";
 import { selectLogs, type LogQuery, type SandboxLogEntry } from "../../src/contract/sandbox-logs.ts";
 
@@ -178,7 +178,7 @@ export class MemoryNode {
       this.sandboxes.delete(id);
       return d;
     },
-    checkpointLive: async (id: string, snapshotId: string, o: { upload: boolean }) => this.#describe(id, snapshotId, o.upload),
+    capture: async (id: string, snapshotId: string, o: { upload: boolean }) => this.#describe(id, snapshotId, o.upload),
     restore: async (spec: SandboxSpec, snapshot: SnapshotDescriptor) => {
       if (!this.snapshots.has(snapshot.snapshotId)) throw new SpaceError("not_found", `snapshot ${snapshot.snapshotId} not on this node`);
       return this.#status(spec);

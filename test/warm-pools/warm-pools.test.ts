@@ -95,7 +95,7 @@ async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?:
   const templates = new StoreTemplates(t.db);
   let adoption!: WarmPoolAdoption;
   const layer = createSandboxLayer({
-    db: t.db, log, internalToken: "x", defaults: SHAPE, substrate,
+    db: t.db, log, defaults: SHAPE, substrate,
     warmPools: (sandboxes) => (adoption = new WarmPoolAdoption({ db: t.db, sandboxes, nodes, templates, personaliser, gate, metrics, log })),
   });
   const reconciler = createWarmPoolReconciler({
@@ -172,7 +172,7 @@ for (const engine of testEngines()) {
         assert.equal(sb.tenantId, s.tenant.id);
         assert.equal(sb.state, "running");
         assert.deepEqual(sb.metadata, { who: "caller" }, "pool metadata replaced by the caller's");
-        assert.ok(Math.abs(sb.endAt.getTime() - (t0 + 120_000)) < 2000, "timeout counts from adoption");
+        assert.ok(Math.abs(sb.endAt!.getTime() - (t0 + 120_000)) < 2000, "timeout counts from adoption");
         assert.ok(sb.envdAccessToken, "a secure create gets its own access token");
         const init = s.personaliser.inits.find((i) => i.sandboxId === sb.id);
         assert.deepEqual(init?.body, { envVars: { WARM: "yes" }, accessToken: sb.envdAccessToken });

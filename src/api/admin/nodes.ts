@@ -43,11 +43,11 @@ import {
 } from "../../store/node-fleet.ts";
 import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
-import { NodeClient } from "../../substrate/direct/node-client.ts";
+import { NodeClient } from "../../substrate/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
-import { parseInput as parse, toErrorBody } from "../errors.ts";
-import { DrainBody, HeartbeatBody, NodeParams as IdParams, ReasonBody, RegisterNodeBody as RegisterBody } from "./schemas.ts";
+import { parseInput as parse, toErrorBody } from "../error-body.ts";
+import { DrainBody, HeartbeatBody, NodeParams as IdParams, ReasonBody, RegisterNodeBody as RegisterBody } from "./admin-schemas.ts";
 
 export interface NodeAdminDeps {
   db: Db;

@@ -20,10 +20,10 @@ import type { Db } from "../../store/db.ts";
 import type { TenantId } from "../../core/ids.ts";
 import { notFound } from "../../core/errors.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
-import { parseInput as parse } from "../errors.ts";
+import { parseInput as parse } from "../error-body.ts";
 import { deleteWarmPool, getWarmPool, listSlots, listWarmPools, upsertWarmPool, type IdlePolicy, type WarmPool } from "../../store/warm-pools.ts";
 import { getTenant } from "../../store/tenants.ts";
-import { PoolBody, PoolParams } from "./schemas.ts";
+import { PoolBody, PoolParams } from "./admin-schemas.ts";
 
 export interface WarmPoolAdminDeps {
   db: Db;

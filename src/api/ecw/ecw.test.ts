@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import Fastify from "fastify";
 import { pino } from "pino";
-import { registerEcwRoutes } from "./routes.ts";
+import { registerEcwRoutes } from "./ecw-routes.ts";
 import { SandboxService } from "../../sandboxes/service.ts";
 import { MemoryApiKeys, MemorySandboxRepo, MemoryTemplates } from "../../sandboxes/memory-repo.ts";
 import { FakeSubstrate } from "../../substrate/fake-substrate.ts";

@@ -1,8 +1,8 @@
 /** `PUT /sandboxes/{id}/network`: replaces the whole egress policy. */
 import type { FastifyInstance } from "fastify";
-import { parse, tenantOf } from "./http.ts";
-import { IdParams, NetworkUpdateBody } from "./schemas.ts";
-import type { EcwDeps } from "./routes.ts";
+import { parse, tenantOf } from "./ecw-edge.ts";
+import { IdParams, NetworkUpdateBody } from "./ecw-schemas.ts";
+import type { EcwDeps } from "./ecw-routes.ts";
 
 export function registerSandboxNetwork(app: FastifyInstance, deps: EcwDeps) {
   app.put("/sandboxes/:sandboxID/network", async (req, reply) => {

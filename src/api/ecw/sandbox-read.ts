@@ -1,11 +1,11 @@
 /** `GET /sandboxes/{id}`, list v1/v2, metrics (one sandbox's range, the batch's latest), logs v1/v2. */
 import type { FastifyInstance } from "fastify";
-import { parse, tenantOf } from "./http.ts";
-import { toListedSandbox, toSandboxDetail, toSandboxLogLine, toSandboxMetric } from "./present.ts";
-import { IdParams, ListQuery, LogsQuery, LogsV2Query, MetricsBatchQuery, MetricsQuery } from "./schemas.ts";
+import { parse, tenantOf } from "./ecw-edge.ts";
+import { toListedSandbox, toSandboxDetail, toSandboxLogLine, toSandboxMetric } from "./ecw-present.ts";
+import { IdParams, ListQuery, LogsQuery, LogsV2Query, MetricsBatchQuery, MetricsQuery } from "./ecw-schemas.ts";
 import { SpaceError } from "../../core/errors.ts";
 import { decodeMetadataFilter, decodeStateFilter } from "./list-filters.ts";
-import type { EcwDeps } from "./routes.ts";
+import type { EcwDeps } from "./ecw-routes.ts";
 
 export function registerSandboxRead(app: FastifyInstance, deps: EcwDeps) {
   const { sandboxes } = deps;

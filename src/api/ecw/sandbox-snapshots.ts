@@ -5,17 +5,17 @@
  * Named snapshots (e2b-wire.md §2): `POST /sandboxes/{id}/snapshots {name?}` → 201
  * `{snapshotID, names}` (a live checkpoint made durable; the source keeps running; 404
  * unknown sandbox); `GET /snapshots?sandboxID&name&limit&nextToken` → `[SnapshotInfo]`
- * + `X-Next-Token`. The SDK deletes one with `DELETE /templates/{snapshotID}` (templates.ts)
+ * + `X-Next-Token`. The SDK deletes one with `DELETE /templates/{snapshotID}` (ecw-templates.ts)
  * and starts a sandbox from one with `templateID` = its id or name (the service's create).
  */
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { Snapshot } from "../../sandboxes/snapshot-repo.ts";
-import { toErrorBody } from "../errors.ts";
-import { parse, tenantOf } from "./http.ts";
-import { toSandbox } from "./present.ts";
-import { ForkBody, IdParams, SnapshotBody } from "./schemas.ts";
-import type { EcwDeps } from "./routes.ts";
+import { toErrorBody } from "../error-body.ts";
+import { parse, tenantOf } from "./ecw-edge.ts";
+import { toSandbox } from "./ecw-present.ts";
+import { ForkBody, IdParams, SnapshotBody } from "./ecw-schemas.ts";
+import type { EcwDeps } from "./ecw-routes.ts";
 
 export function registerSandboxSnapshots(app: FastifyInstance, deps: EcwDeps) {
   app.post("/sandboxes/:sandboxID/fork", async (req, reply) => {

@@ -5,7 +5,8 @@ import { RouteCache } from "./route-cache.ts";
 import { SecureSandboxes } from "./secure-sandboxes.ts";
 
 const ID = "abcdefghij0123456789";
-const rec = (o: Partial<SandboxRecord>): SandboxRecord => ({ id: ID, state: "running", nodeId: "n1", envdAccessToken: null, ...o }) as SandboxRecord;
+type RecInit = Omit<Partial<SandboxRecord>, "nodeId"> & { nodeId?: string | null };
+const rec = (o: RecInit): SandboxRecord => ({ id: ID, state: "running", nodeId: "n1", envdAccessToken: null, ...o }) as SandboxRecord;
 
 test("a miss is never cached: the next lookup sees the sandbox running", async () => {
   let row: SandboxRecord | null = rec({ state: "suspended", nodeId: null });

@@ -10,9 +10,9 @@ import { COMMAND_OUTPUT_CHANNEL } from "../../operations/command-run.ts";
 import { finishedCommandStates, getCommand, readCommandOutput } from "../../store/commands.ts";
 import type { NativeDeps } from "./deps.ts";
 import { commandOf } from "./commands.ts";
-import { parse, tenantWith } from "./http.ts";
-import { toChunk } from "./present.ts";
-import { CommandParams, OutputQuery } from "./schemas.ts";
+import { parse, tenantWith } from "./native-edge.ts";
+import { toChunk } from "./native-present.ts";
+import { CommandParams, OutputQuery } from "./native-schemas.ts";
 
 const POLL_MS = 250;
 

@@ -9,10 +9,10 @@ import { commandTarget } from "../../operations/requests.ts";
 import { DEFAULT_COMMAND_TIMEOUT_S } from "../../operations/command-run.ts";
 import { createCommand, getCommand, newCommandId, type Command as CommandRow } from "../../store/commands.ts";
 import type { NativeDeps } from "./deps.ts";
-import { parse, submit, tenantWith } from "./http.ts";
-import { toCommand } from "./present.ts";
+import { parse, submit, tenantWith } from "./native-edge.ts";
+import { toCommand } from "./native-present.ts";
 import { DEFAULT_CREATE_DEADLINE_MS, exists } from "./sandboxes.ts";
-import { CancelCommandBody, CommandParams, RunCommandBody, SandboxIdParams } from "./schemas.ts";
+import { CancelCommandBody, CommandParams, RunCommandBody, SandboxIdParams } from "./native-schemas.ts";
 
 export function registerCommandRoutes(app: FastifyInstance, deps: NativeDeps): void {
   app.post("/v1/sandboxes/:id/commands", async (req, reply) => {

@@ -5,9 +5,9 @@
 import type { FastifyInstance } from "fastify";
 import { getOperation, isOperationDone, listOperations, waitForOperation } from "../../store/operations.ts";
 import type { NativeDeps } from "./deps.ts";
-import { parse, tenantWithAny } from "./http.ts";
-import { toOperation } from "./present.ts";
-import { GetOperationQuery, ListOperationsQuery, OperationParams } from "./schemas.ts";
+import { parse, tenantWithAny } from "./native-edge.ts";
+import { toOperation } from "./native-present.ts";
+import { GetOperationQuery, ListOperationsQuery, OperationParams } from "./native-schemas.ts";
 import type { Scope } from "../auth.ts";
 
 /** Whoever may cause or read operations may read them. */

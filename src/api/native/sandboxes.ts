@@ -10,10 +10,10 @@ import { sandboxTarget } from "../../operations/requests.ts";
 import { toCreateInput } from "../../operations/sandbox-create.ts";
 import { toSandbox } from "../../operations/results.ts";
 import type { NativeDeps } from "./deps.ts";
-import { parse, submit, tenantWith } from "./http.ts";
+import { parse, submit, tenantWith } from "./native-edge.ts";
 import { compileNative, egressPolicyOf } from "../../sandboxes/egress-rules.ts";
 import { proposeAllowList } from "../../contract/egress-policy.ts";
-import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./schemas.ts";
+import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./native-schemas.ts";
 
 export const DEFAULT_CREATE_DEADLINE_MS = 30 * 60 * 1000;
 const LIVE: readonly SandboxState[] = sandboxStates.filter((s) => !endedStates.includes(s));

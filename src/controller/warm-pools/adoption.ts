@@ -25,7 +25,7 @@ import type { Db } from "../../store/db.ts";
 import type { Logger } from "../../core/log.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
-import type { NodeDirectory, NodeEntry } from "../../substrate/direct/direct-substrate.ts";
+import type { NodeDirectory, NodeEntry } from "../../substrate/node-directory.ts";
 import { matchesSelector, type EnvironmentBinding, type GateMode } from "../../substrate/placement.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
 import { egressPolicyOf } from "../../sandboxes/egress-rules.ts";
@@ -301,7 +301,7 @@ export class WarmPoolAdoption implements WarmAdopter {
         JSON.stringify(policy) !== DEFAULT_POLICY
           ? sandboxes.substrate.setEgress(
               ref,
-              { allowInternetAccess: effectiveInternetAccess({ allowInternetAccess: input.allowInternetAccess, network: input.network }), policy },
+              { allowInternetAccess: effectiveInternetAccess({ allowInternetAccess: input.allowInternetAccess, network: input.network ?? {} }), policy },
               signal,
             )
           : undefined,

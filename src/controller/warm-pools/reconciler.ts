@@ -17,7 +17,7 @@ import type { Logger } from "../../core/log.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { SandboxId, TenantId } from "../../core/ids.ts";
 import type { EnvironmentBinding, GateMode } from "../../substrate/placement.ts";
-import type { NodeDirectory } from "../../substrate/direct/direct-substrate.ts";
+import type { NodeDirectory } from "../../substrate/node-directory.ts";
 import type { TemplateResolver } from "../../sandboxes/model.ts";
 import { MAX_TIMEOUT_SEC, type SandboxService } from "../../sandboxes/service.ts";
 import {

@@ -11,7 +11,7 @@
 import type { Logger } from "../../core/log.ts";
 import { ENVD_PORT } from "../../contract/node-api.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
-import { fromConnectError, processClient } from "../../operations/envd-client.ts";
+import { fromConnectError, processClient } from "../../operations/envd-process-client.ts";
 
 /** Readies a started member for its first adopter; resolves when done (never rejects). */
 export interface MemberWarmer {

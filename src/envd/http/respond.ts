@@ -1,6 +1,6 @@
 import type { ServerResponse } from "node:http";
 import { SpaceError, httpStatus } from "../../core/errors.ts";
-import { fsError } from "../errors.ts";
+import { fsError } from "../connect-errors.ts";
 
 export function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);

@@ -15,7 +15,7 @@ import { MetricsRangeQuery, NODE_TOKEN_HEADER, SandboxEgress, SandboxInit, Sandb
 import { LogQuerySchema } from "../../contract/sandbox-logs.ts";
 import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
-import { registerSnapshotRoutes } from "../snapshots/routes.ts";
+import { registerSnapshotRoutes } from "../snapshots/snapshot-routes.ts";
 import { parseInput as parse } from "../../core/validate.ts";
 
 export interface NodeApiDeps {

@@ -22,7 +22,7 @@ import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBoo
 import { sandboxMetrics } from "./sandbox-metrics.ts";
 import { DEFAULT_TELEMETRY, SandboxTelemetry, type Observed, type TelemetryOptions } from "./sandbox-telemetry.ts";
 import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
-import { SandboxRecords, type SandboxRecord } from "./sandbox-records.ts";
+import { LocalSandboxRecords, type LocalSandboxRecord } from "./local-sandbox-records.ts";
 import { canTransition, type NodeState } from "./states.ts";
 
 export interface SandboxManagerOptions extends SandboxBootOptions {
@@ -32,7 +32,7 @@ export interface SandboxManagerOptions extends SandboxBootOptions {
   telemetry?: Partial<TelemetryOptions>;
 }
 
-interface Live extends SandboxRecord {
+interface Live extends LocalSandboxRecord {
   /** Serializes lifecycle calls on one sandbox. */
   lock: Promise<unknown>;
   cpuSample?: { at: number; usageNs: number };
@@ -47,7 +47,7 @@ export class SandboxManager {
   private readonly sandboxes = new Map<string, Live>();
   /** Emits `dead:<id>` when a sandbox is stopped or killed: proxies cut their streams. */
   readonly events = new EventEmitter();
-  private readonly records: SandboxRecords;
+  private readonly records: LocalSandboxRecords;
   private readonly logsDir: string;
   private readonly booter: SandboxBooter;
   /** Metrics history and logs; the agent starts and stops its tick. */
@@ -55,7 +55,7 @@ export class SandboxManager {
 
   constructor(o: SandboxManagerOptions) {
     this.o = o;
-    this.records = new SandboxRecords(join(o.nodeDir, "sandboxes"));
+    this.records = new LocalSandboxRecords(join(o.nodeDir, "sandboxes"));
     this.logsDir = join(o.nodeDir, "logs");
     const telemetry = { ...DEFAULT_TELEMETRY, ...o.telemetry };
     this.booter = new SandboxBooter(o, this.logsDir, telemetry.logEntries);
@@ -266,8 +266,8 @@ export class SandboxManager {
   }
 
   /**
-   * Suspend (node/snapshots): `capture` checkpoints the memory (the processes end) and
-   * snapshots the disk; then everything the sandbox holds here is released. When capture
+   * Suspend (node/snapshots): `snapshot` checkpoints the memory (the processes end) and
+   * snapshots the disk; then everything the sandbox holds here is released. When that
    * fails the sandbox is left running (CRIU resumes the processes on a failed dump).
    */
   async suspend(id: string, capture: () => Promise<void>, signal: AbortSignal): Promise<void> {
@@ -293,7 +293,7 @@ export class SandboxManager {
     });
   }
 
-  /** Runs `fn` (a live checkpoint: fork, named snapshot) while no other lifecycle call runs on `id`. */
+  /** Runs `fn` (a capture: fork, named snapshot) while no other lifecycle call runs on `id`. */
   async withRunning<T>(id: string, fn: (st: SandboxStatus) => Promise<T>): Promise<T> {
     const s = this.mustGet(id);
     return this.withLock(s, async () => {

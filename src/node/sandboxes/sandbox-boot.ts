@@ -11,7 +11,7 @@ import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
-import { httpStatusOf, waitEnvdHealthy } from "./envd-client.ts";
+import { httpStatusOf, waitEnvdHealthy } from "./envd-http-client.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
 import type { NetworkAttachments } from "./network-attachments.ts";
 import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoot } from "./template-boot.ts";

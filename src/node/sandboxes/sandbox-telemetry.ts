@@ -16,7 +16,7 @@
 import type { Logger } from "../../core/log.ts";
 import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
-import { fetchEnvdLogs } from "./envd-client.ts";
+import { fetchEnvdLogs } from "./envd-http-client.ts";
 import { SandboxLogStore, type EnvdTarget, type FetchPage } from "./sandbox-log-store.ts";
 
 export interface TelemetryOptions {

@@ -143,7 +143,7 @@ export class NodeSnapshots {
       async () => {
         const st = this.o.manager.get(sandboxId);
         // The manager resumed a resident-paused sandbox before this: it is running.
-        meta = await this.capture(sandboxId, st.template, snapshotId, { kind: opts.kind ?? "full", leaveRunning: false, wasPaused: false, timings }, signal);
+        meta = await this.snapshot(sandboxId, st.template, snapshotId, { kind: opts.kind ?? "full", leaveRunning: false, wasPaused: false, timings }, signal);
       },
       signal,
     );
@@ -152,12 +152,12 @@ export class NodeSnapshots {
     return this.finish(meta!, opts.upload, timings, signal);
   }
 
-  /** A checkpoint of a running sandbox that keeps running (fork, named snapshots). */
-  async checkpointLive(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
+  /** Capture: a snapshot of a running sandbox that keeps running (fork, named snapshots). */
+  async capture(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
     const timings: Record<string, number> = {};
     const t0 = performance.now();
     const meta = await this.o.manager.withRunning(sandboxId, (st) =>
-      this.capture(sandboxId, st.template, snapshotId, { kind: "full", leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
+      this.snapshot(sandboxId, st.template, snapshotId, { kind: "full", leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
     );
     timings.captureMs = ms(t0);
     return this.finish(meta, opts.upload, timings, signal);
@@ -168,7 +168,7 @@ export class NodeSnapshots {
    * the runtime's too) — one runtime call fewer on the fork path. A `disk` capture takes
    * only the read-only disk snapshot (atomic by itself: no freeze, nothing to thaw).
    */
-  private async capture(
+  private async snapshot(
     sandboxId: string,
     template: string,
     snapshotId: string,

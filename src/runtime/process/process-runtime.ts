@@ -6,7 +6,7 @@
 import { open } from "node:fs/promises";
 import type { ChildProcess } from "node:child_process";
 import { exec, spawnDaemon } from "../../core/exec.ts";
-import { failedPrecondition } from "../errors.ts";
+import { failedPrecondition } from "../runtime-errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec, RuntimeState } from "../runtime.ts";
 

@@ -9,42 +9,17 @@
 import { NodeApiSubstrate } from "../node-api-substrate.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, Substrate } from "../substrate.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
-import { NodeClient } from "./node-client.ts";
+import { NodeClient } from "../node-client.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
+import type { NodeDirectory, NodeEntry } from "../node-directory.ts";
 import {
   placementWork,
   requirePlacement,
-  type Capacity,
   type GateMode,
-  type GatePlacement,
+  type GateObservation,
   type PlacementDecision,
-  type PlacementNode,
   type PlacementOptions,
 } from "../placement.ts";
-
-export type NodeCapacity = Capacity;
-
-/** A registered node as the directory (the store) knows it. */
-export interface NodeEntry extends PlacementNode {
-  /** node-api base URL */
-  url: string;
-}
-
-export interface NodeDirectory {
-  /** Every node of this substrate, whatever its status (placement explains exclusions). */
-  list(signal: AbortSignal): Promise<NodeEntry[]>;
-  get(id: string, signal: AbortSignal): Promise<NodeEntry | null>;
-}
-
-/** What a placement under `shadow`/`on` recorded (metrics, logs). */
-export interface GateObservation {
-  sandboxId: string;
-  gate: GateMode;
-  nodeId: string;
-  placement: GatePlacement;
-  /** shadow: `on` would have refused the work with this reason. */
-  wouldFail?: string;
-}
 
 export interface DirectSubstrateDeps {
   nodes: NodeDirectory;

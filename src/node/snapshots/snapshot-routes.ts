@@ -21,11 +21,11 @@ export function registerSnapshotRoutes(app: FastifyInstance, snapshots: () => No
     const body = parse(SnapshotRequest, req.body ?? {}, "suspend");
     return snaps().suspend(id, body.snapshotId, { upload: body.upload, kind: body.kind }, signalOf(req));
   });
-  app.post("/v1/sandboxes/:id/checkpoint", async (req) => {
+  app.post("/v1/sandboxes/:id/capture", async (req) => {
     const { id } = parse(Params, req.params, "path");
-    const body = parse(SnapshotRequest, req.body ?? {}, "checkpoint");
-    if (body.kind !== "full") throw new SpaceError("invalid_argument", "a live checkpoint keeps the memory: kind must be full", { details: { field: "kind" } });
-    return snaps().checkpointLive(id, body.snapshotId, { upload: body.upload }, signalOf(req));
+    const body = parse(SnapshotRequest, req.body ?? {}, "capture");
+    if (body.kind !== "full") throw new SpaceError("invalid_argument", "a live capture keeps the memory: kind must be full", { details: { field: "kind" } });
+    return snaps().capture(id, body.snapshotId, { upload: body.upload }, signalOf(req));
   });
   app.post("/v1/restores", async (req, reply) => {
     const body = parse(RestoreRequest, req.body ?? {}, "restore");

@@ -5,12 +5,12 @@
 import type { FastifyInstance } from "fastify";
 import type { NativeDeps } from "./deps.ts";
 import { registerSandboxRoutes } from "./sandboxes.ts";
-import { registerLifecycleRoutes } from "./sandbox-lifecycle.ts";
+import { registerLifecycleRoutes } from "./native-sandbox-lifecycle.ts";
 import { registerCommandRoutes } from "./commands.ts";
 import { registerCommandOutputRoutes } from "./command-output.ts";
 import { registerOperationRoutes } from "./operations.ts";
-import { registerOpenApiRoute } from "./openapi.ts";
-import { registerTemplateRoutes } from "./templates.ts";
+import { registerOpenApiRoute } from "./native-openapi.ts";
+import { registerTemplateRoutes } from "./native-templates.ts";
 
 export type { NativeDeps };
 

@@ -36,7 +36,7 @@ import {
 import { BUILT_IN_TEMPLATES, BuildCoordinator, buildError, filesBlobKey, parseNameTag, TemplateBuildStart, validateTag } from "../../templates/build-coordinator.ts";
 import type { ApiKeyAuth } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
-import { installEcwEdge, parse, sendEcwError, tenantOf } from "./http.ts";
+import { installEcwEdge, parse, sendEcwError, tenantOf } from "./ecw-edge.ts";
 
 export interface EcwTemplateDeps {
   db: Db;

@@ -7,9 +7,9 @@
 import type { FastifyInstance } from "fastify";
 import { sandboxTarget } from "../../operations/requests.ts";
 import type { NativeDeps } from "./deps.ts";
-import { parse, submit, tenantWith } from "./http.ts";
+import { parse, submit, tenantWith } from "./native-edge.ts";
 import { DEFAULT_CREATE_DEADLINE_MS, exists } from "./sandboxes.ts";
-import { EmptyBody, ForkSandboxBody, SandboxIdParams, SuspendSandboxBody } from "./schemas.ts";
+import { EmptyBody, ForkSandboxBody, SandboxIdParams, SuspendSandboxBody } from "./native-schemas.ts";
 
 const queued = ["pause", "resume", "stop", "start", "suspend", "restore"] as const;
 

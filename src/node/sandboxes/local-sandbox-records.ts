@@ -8,7 +8,8 @@ import { join } from "node:path";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { NodeState } from "./states.ts";
 
-export interface SandboxRecord {
+/** One sandbox as this node knows it (the control plane's record of the row is src/store/sandboxes.ts `SandboxRecord`). */
+export interface LocalSandboxRecord {
   spec: SandboxSpec;
   state: NodeState;
   address: string;
@@ -17,7 +18,7 @@ export interface SandboxRecord {
   timings?: Record<string, number>;
 }
 
-export class SandboxRecords {
+export class LocalSandboxRecords {
   private readonly dir: string;
 
   constructor(dir: string) {
@@ -28,9 +29,9 @@ export class SandboxRecords {
     return join(this.dir, `${id}.json`);
   }
 
-  async save(s: SandboxRecord): Promise<void> {
+  async save(s: LocalSandboxRecord): Promise<void> {
     await mkdir(this.dir, { recursive: true });
-    const r: SandboxRecord = { spec: s.spec, state: s.state, address: s.address, envdPort: s.envdPort, startedAt: s.startedAt, ...(s.timings ? { timings: s.timings } : {}) };
+    const r: LocalSandboxRecord = { spec: s.spec, state: s.state, address: s.address, envdPort: s.envdPort, startedAt: s.startedAt, ...(s.timings ? { timings: s.timings } : {}) };
     await writeFile(this.path(s.spec.sandboxId), JSON.stringify(r), { mode: 0o600 });
   }
 
@@ -39,11 +40,11 @@ export class SandboxRecords {
     await rm(this.path(id), { force: true });
   }
 
-  async list(): Promise<SandboxRecord[]> {
-    const out: SandboxRecord[] = [];
+  async list(): Promise<LocalSandboxRecord[]> {
+    const out: LocalSandboxRecord[] = [];
     for (const f of await readdir(this.dir).catch(() => [] as string[])) {
       if (!f.endsWith(".json")) continue;
-      const r = await readFile(join(this.dir, f), "utf8").then((t) => JSON.parse(t) as SandboxRecord).catch(() => undefined);
+      const r = await readFile(join(this.dir, f), "utf8").then((t) => JSON.parse(t) as LocalSandboxRecord).catch(() => undefined);
       if (r) out.push(r);
     }
     return out;

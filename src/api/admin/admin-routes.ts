@@ -9,9 +9,9 @@ import { createTenant, getTenant, listTenants, setTenantDisabled } from "../../s
 import { createApiKey, listApiKeys, revokeApiKey } from "../../store/api-keys.ts";
 import { createToken, listTokens, revokeToken } from "../../store/tokens.ts";
 import { authenticateBearer, bearerOf, forgetCredentials, requireScope, type Principal } from "../auth.ts";
-import { parseInput as parse } from "../errors.ts";
-import { registerAdminOpenApiRoute } from "./openapi.ts";
-import { ChildParams, KeyBody, TenantBody, TenantParams, TokenBody } from "./schemas.ts";
+import { parseInput as parse } from "../error-body.ts";
+import { registerAdminOpenApiRoute } from "./admin-openapi.ts";
+import { ChildParams, KeyBody, TenantBody, TenantParams, TokenBody } from "./admin-schemas.ts";
 
 export interface AdminDeps {
   db: Db;

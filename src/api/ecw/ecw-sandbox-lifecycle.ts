@@ -1,11 +1,11 @@
 /** kill, timeout, refreshes, pause (= suspend), connect/resume (v1, v2, legacy /resume). */
 import type { FastifyInstance } from "fastify";
-import { parse, tenantOf } from "./http.ts";
+import { parse, tenantOf } from "./ecw-edge.ts";
 import { notFound } from "../../core/errors.ts";
 import type { TenantId } from "../../core/ids.ts";
-import { toEcwState, toSandbox } from "./present.ts";
-import { ConnectBody, IdParams, PauseBody, RefreshBody, TimeoutBody } from "./schemas.ts";
-import type { EcwDeps } from "./routes.ts";
+import { toEcwState, toSandbox } from "./ecw-present.ts";
+import { ConnectBody, IdParams, PauseBody, RefreshBody, TimeoutBody } from "./ecw-schemas.ts";
+import type { EcwDeps } from "./ecw-routes.ts";
 
 export function registerSandboxLifecycle(app: FastifyInstance, deps: EcwDeps) {
   const { sandboxes } = deps;

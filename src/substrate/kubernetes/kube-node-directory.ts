@@ -4,7 +4,7 @@
  * `ready` while its Ready condition is True and its last heartbeat is recent, `draining`
  * when cordoned, else `unavailable`.
  */
-import type { NodeDirectory, NodeEntry } from "../direct/direct-substrate.ts";
+import type { NodeDirectory, NodeEntry } from "../node-directory.ts";
 import { isNotFound, type KubeApi } from "../../kube/kube-api.ts";
 import { NODE_API_ANNOTATION, NODE_GROUP_LABEL, NODE_LABEL, TEMPLATES_ANNOTATION, USABLE_ENVIRONMENTS_ANNOTATION } from "../../kube/names.ts";
 

@@ -6,11 +6,11 @@ import type { SandboxId, TenantId } from "../../core/ids.ts";
 import { isLive, type SandboxRecord } from "../../sandboxes/model.ts";
 import type { CreateInput, ResourceRequest } from "../../sandboxes/service.ts";
 import { parseMetadataJson } from "../../sandboxes/create-input.ts";
-import { idempotencyKey } from "../native/http.ts";
-import { parse, tenantOf } from "./http.ts";
-import { toSandbox } from "./present.ts";
-import { NewSandbox, RESOURCES_METADATA_KEY, SpaceResources } from "./schemas.ts";
-import type { EcwDeps } from "./routes.ts";
+import { idempotencyKey } from "../idempotency-key.ts";
+import { parse, tenantOf } from "./ecw-edge.ts";
+import { toSandbox } from "./ecw-present.ts";
+import { NewSandbox, RESOURCES_METADATA_KEY, SpaceResources } from "./ecw-schemas.ts";
+import type { EcwDeps } from "./ecw-routes.ts";
 
 export function registerSandboxCreate(app: FastifyInstance, deps: EcwDeps) {
   for (const [path, v] of [["/sandboxes", 1], ["/v2/sandboxes", 2]] as const) {

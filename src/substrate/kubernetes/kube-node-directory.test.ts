@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { KubeApi } from "../../kube/kube-api.ts";
-import { KubeNodeDirectory, nodeEntryOf, type KubeNodeObject } from "./node-directory.ts";
+import { KubeNodeDirectory, nodeEntryOf, type KubeNodeObject } from "./kube-node-directory.ts";
 
 const now = Date.parse("2026-01-01T00:01:00Z");
 const node = (over: { ready?: string; beat?: string; unschedulable?: boolean; annotations?: Record<string, string> } = {}): KubeNodeObject => ({

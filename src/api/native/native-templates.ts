@@ -20,7 +20,7 @@ import { BuildCoordinator, type TemplateBuildStart } from "../../templates/build
 import { BuildTemplateBody, buildTarget } from "../../operations/requests.ts";
 import { toNativeBuild } from "../../operations/results.ts";
 import type { NativeDeps } from "./deps.ts";
-import { parse, submit, tenantWith } from "./http.ts";
+import { parse, submit, tenantWith } from "./native-edge.ts";
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 

@@ -1,7 +1,7 @@
 /** SandboxRecord → the ECW JSON shapes the SDK reads (e2b-wire.md §2). */
 import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { SandboxLogEntry } from "../../contract/sandbox-logs.ts";
-import type { SandboxRecord, SandboxState } from "../../sandboxes/model.ts";
+import { endAtOf, networkOf, startedAtOf, type SandboxRecord, type SandboxState } from "../../sandboxes/model.ts";
 import { assertNever } from "../../core/errors.ts";
 
 /** Any value >= 0.6.4 unlocks every SDK feature; < 0.1.0 makes the SDK kill the sandbox. */
@@ -39,7 +39,7 @@ export function toEcwState(s: SandboxState): "running" | "paused" {
 export function toSandbox(r: SandboxRecord, o: PresentOptions) {
   return {
     sandboxID: r.id,
-    templateID: r.templateId,
+    templateID: r.templateId ?? "",
     clientID: CLIENT_ID,
     envdVersion: ENVD_VERSION,
     ...(r.envdAccessToken ? { envdAccessToken: r.envdAccessToken } : {}),
@@ -52,14 +52,14 @@ export function toSandbox(r: SandboxRecord, o: PresentOptions) {
 export function toListedSandbox(r: SandboxRecord) {
   return {
     sandboxID: r.id,
-    templateID: r.templateId,
+    templateID: r.templateId ?? "",
     ...(r.alias ? { alias: r.alias } : {}),
     clientID: CLIENT_ID,
     cpuCount: r.vcpu,
     memoryMB: r.memoryMib,
     diskSizeMB: r.diskMib,
-    startedAt: r.startedAt.toISOString(),
-    endAt: r.endAt.toISOString(),
+    startedAt: startedAtOf(r).toISOString(),
+    endAt: endAtOf(r).toISOString(),
     state: toEcwState(r.state),
     envdVersion: ENVD_VERSION,
     metadata: r.metadata,
@@ -74,8 +74,8 @@ export function toSandboxDetail(r: SandboxRecord, o: PresentOptions) {
     ...(r.envdAccessToken ? { envdAccessToken: r.envdAccessToken } : {}),
     allowInternetAccess: r.allowInternetAccess,
     domain: o.domain,
-    ...(r.network ? { network: r.network } : {}),
-    lifecycle: { onTimeout: r.onTimeout, autoResume: r.autoResume },
+    ...(networkOf(r) ? { network: r.network } : {}),
+    lifecycle: { onTimeout: r.lifecycle.onTimeout, autoResume: r.lifecycle.autoResume },
   };
 }
 

@@ -1,7 +1,7 @@
 /**
  * ECW wire schemas (e2b-wire.md §2): one zod schema per body/query, giving validation
  * and static types. Request objects are loose (unknown fields pass, as newer SDKs add
- * fields); response builders live in present.ts.
+ * fields); response builders live in ecw-present.ts.
  */
 import { z } from "zod";
 import { LogLevel, LOGS_PAGE_MAX } from "../../contract/sandbox-logs.ts";

@@ -6,7 +6,7 @@
 import type { Operation as OperationRow } from "../../store/operations.ts";
 import { INTERNAL_MESSAGE } from "../../core/errors.ts";
 import type { Command as CommandRow, OutputChunk as OutputRow } from "../../store/commands.ts";
-import type { Command, Operation, OperationKind } from "./schemas.ts";
+import type { Command, Operation, OperationKind } from "./native-schemas.ts";
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 

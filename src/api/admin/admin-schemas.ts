@@ -1,5 +1,5 @@
 /**
- * The Admin API's zod schemas: the routes validate with them and openapi.ts documents
+ * The Admin API's zod schemas: the routes validate with them and admin-openapi.ts documents
  * them, so the document cannot drift from what the routes accept (as in Native's).
  */
 import { z } from "zod";

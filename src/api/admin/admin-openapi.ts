@@ -6,7 +6,7 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { VERSION } from "../../core/version.ts";
-import * as S from "./schemas.ts";
+import * as S from "./admin-schemas.ts";
 
 type Json = Record<string, unknown>;
 

@@ -17,11 +17,11 @@ import {
   type SandboxEgress,
   type SandboxInit,
   type SandboxSpec,
-} from "../../contract/node-api.ts";
-import { SnapshotDescriptor, type SnapshotKind } from "../../contract/snapshot-descriptor.ts";
-import { logQueryString, SandboxLogs, type LogQuery } from "../../contract/sandbox-logs.ts";
-import { NodeBuildStatusSchema, type NodeBuildRequest } from "../../contract/node-builds.ts";
-import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../../core/errors.ts";
+} from "../contract/node-api.ts";
+import { SnapshotDescriptor, type SnapshotKind } from "../contract/snapshot-descriptor.ts";
+import { logQueryString, SandboxLogs, type LogQuery } from "../contract/sandbox-logs.ts";
+import { NodeBuildStatusSchema, type NodeBuildRequest } from "../contract/node-builds.ts";
+import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../core/errors.ts";
 
 export interface NodeClientOptions {
   /** e.g. http://127.0.0.1:3002 */
@@ -111,9 +111,9 @@ export class NodeClient {
   suspend(id: string, body: { snapshotId: string; upload: boolean; kind?: SnapshotKind }, signal: AbortSignal) {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/suspend`, body, SnapshotDescriptor, signal, 600_000);
   }
-  /** A live checkpoint (the sandbox keeps running): fork source. */
-  checkpoint(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
-    return this.#call("POST", `/v1/sandboxes/${enc(id)}/checkpoint`, body, SnapshotDescriptor, signal, 600_000);
+  /** Capture: a snapshot of a sandbox that keeps running (fork source, named snapshots). */
+  capture(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
+    return this.#call("POST", `/v1/sandboxes/${enc(id)}/capture`, body, SnapshotDescriptor, signal, 600_000);
   }
   restore(spec: SandboxSpec, snapshot: SnapshotDescriptor, signal: AbortSignal) {
     return this.#call("POST", "/v1/restores", { spec, snapshot }, SandboxStatus, signal, 600_000);

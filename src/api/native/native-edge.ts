@@ -7,12 +7,11 @@ import { SpaceError, hasDetail } from "../../core/errors.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { Queryable } from "../../store/db.ts";
 import { enqueueOperation, findReplay, type Operation as OperationRow } from "../../store/operations.ts";
+import { idempotencyKey } from "../idempotency-key.ts";
 import { requireScope, requireTenant, type Principal, type Scope } from "../auth.ts";
 import type { OperationKind } from "../../operations/operation-kind.ts";
 import type { NativeDeps } from "./deps.ts";
-import { toOperation } from "./present.ts";
-
-export const IDEMPOTENCY_HEADER = "idempotency-key";
+import { toOperation } from "./native-present.ts";
 
 export { parseInput as parse } from "../../core/validate.ts";
 
@@ -36,16 +35,6 @@ export async function tenantWithAny(deps: NativeDeps, req: FastifyRequest, scope
     }
   }
   throw new SpaceError("permission_denied", `missing scope: one of ${scopes.join(", ")} is required; this token has [${principal.scopes.join(", ")}]`);
-}
-
-export function idempotencyKey(req: FastifyRequest): string | null {
-  const raw = req.headers[IDEMPOTENCY_HEADER];
-  if (raw === undefined) return null;
-  const key = Array.isArray(raw) ? raw[0] : raw;
-  if (!key || key.length > 255) {
-    throw new SpaceError("invalid_argument", `Idempotency-Key must be 1 to 255 characters, got ${key?.length ?? 0}`, { details: { field: "Idempotency-Key" } });
-  }
-  return key;
 }
 
 export function sendIdempotencyConflict(reply: FastifyReply, key: string, existing?: { id: string; kind: string }): FastifyReply {

@@ -1,0 +1,19 @@
+/**
+ * The nodes a substrate can place on, as both substrates see them: Direct reads the
+ * store's registered nodes (src/sandboxes/queries.ts `StoreNodeDirectory`), Kubernetes
+ * the virtual Node objects (kubernetes/kube-node-directory.ts). Placement, template
+ * builds, warm pools and the census read nodes through this one interface.
+ */
+import type { PlacementNode } from "./placement.ts";
+
+/** A node as its directory knows it. */
+export interface NodeEntry extends PlacementNode {
+  /** node-api base URL */
+  url: string;
+}
+
+export interface NodeDirectory {
+  /** Every node of this substrate, whatever its status (placement explains exclusions). */
+  list(signal: AbortSignal): Promise<NodeEntry[]>;
+  get(id: string, signal: AbortSignal): Promise<NodeEntry | null>;
+}
