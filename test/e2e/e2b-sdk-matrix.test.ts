@@ -132,7 +132,7 @@ describe(
     };
 
     before(async () => {
-      stack = await startStack();
+      stack = await startStack({ env: { SPACE_SANDBOX_DOMAIN: DOMAIN } }); // the front below plays a deployment's wildcard DNS
       const rewrite = (url: string): string => {
         const u = new URL(url);
         if (u.hostname === `api.${DOMAIN}`) return `${stack.apiUrl}${u.pathname}${u.search}`;
