@@ -8,6 +8,9 @@ import type { NodeInventory } from "../contract/node-api.ts";
 import type { Db } from "../store/db.ts";
 import { heartbeatNode, registerNode } from "../store/nodes.ts";
 import { listSandboxesOnNode } from "../store/sandboxes.ts";
+import type { SandboxRepo } from "../sandboxes/model.ts";
+import { failMissingOnNode } from "../sandboxes/node-restart.ts";
+import type { Logger } from "../core/log.ts";
 import { VERSION } from "../core/version.ts";
 
 export function storePublisher(db: Db, address: () => string, nodeGroup: string, labels: Record<string, string>) {
@@ -49,5 +52,13 @@ export function wantedOnNode(db: Db, nodeId: () => string | undefined) {
     if (!id) return undefined;
     const rows = await listSandboxesOnNode(db, id as NodeId);
     return new Set(rows.map((r) => r.id));
+  };
+}
+
+/** After the agent's start reconcile: the records on the node it did not keep are failed. */
+export function reconciledOnNode(db: Db, repo: SandboxRepo, nodeId: () => string | undefined, log: Logger) {
+  return async (kept: ReadonlySet<string>): Promise<void> => {
+    const id = nodeId();
+    if (id) await failMissingOnNode(db, repo, id, kept, log);
   };
 }

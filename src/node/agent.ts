@@ -49,6 +49,11 @@ export interface NodeAgentDeps {
   publish?: (inventory: NodeInventory) => Promise<void>;
   /** Sandbox ids the control plane wants on this node, asked once at start; others are killed. */
   wanted?: () => Promise<Set<string> | undefined>;
+  /**
+   * Told once at start, after the reconcile, which sandboxes this node kept (adopted or
+   * stopped with their disk): the control plane fails the records of the others.
+   */
+  reconciled?: (kept: ReadonlySet<string>) => Promise<void>;
   /** Host dir holding envd.mjs (default <repo>/dist/envd). */
   envdDir?: string;
   /** Node.js binary mounted into sandboxes (default this process's). */
@@ -267,7 +272,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           logger: log,
         });
         const wanted = deps.wanted ? await deps.wanted().catch(() => undefined) : undefined;
-        await m.reconcile(signal, wanted);
+        const { adopted, stopped } = await m.reconcile(signal, wanted);
+        // Not fatal: the records then wait for their own timeouts, as before.
+        await deps.reconciled?.(new Set([...adopted, ...stopped])).catch((e: unknown) => log.warn({ err: e }, "could not report the reconciled sandboxes"));
         m.telemetry.start();
         if (slots) {
           await slots.init((owner) => m.keepsSlot(owner), signal);

@@ -4,6 +4,8 @@
  *   POST   /nodes                 register (node credential); `verify: true` calls the node back
  *   POST   /nodes/:id/heartbeat   publish capacity, environments, templates (node credential)
  *   GET    /nodes/:id/sandboxes   ids the control plane wants on the node (node credential)
+ *   POST   /nodes/:id/reconciled  {sandbox_ids}: what the node kept at its start; the records
+ *                                 placed there that it did not keep become `failed` (node credential)
  *   GET    /nodes, /nodes/:id     list / show (admin)
  *   POST   /nodes/:id/drain       {mode: gentle|forced} (admin); forced answers when the
  *                                 evacuation is over: 200 with `evacuation: {moved, stayed,
@@ -44,6 +46,8 @@ import {
 } from "../../store/node-fleet.ts";
 import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
+import type { SandboxRepo } from "../../sandboxes/model.ts";
+import { failMissingOnNode } from "../../sandboxes/node-restart.ts";
 import { NodeClient } from "../../substrate/direct/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
@@ -62,6 +66,8 @@ export interface NodeAdminDeps {
    * service): forced drain answers 501 naming what is missing.
    */
   evacuate?: (nodeId: string, signal: AbortSignal) => Promise<Evacuation>;
+  /** The sandbox rows `reconciled` moves (the service's, so in-process waits see it); absent: 501. */
+  sandboxRepo?: SandboxRepo;
   /**
    * Label fence (SPACE_NODE_LABEL_PREFIXES): the label-key prefixes a node may publish
    * about itself. A registration by the node credential carrying any other label is
@@ -107,6 +113,7 @@ const HeartbeatBody = z
 const DrainBody = z.object({ mode: z.enum(["gentle", "forced"]).default("gentle") }).strict();
 const ReasonBody = z.object({ reason: z.string().max(500).optional() }).strict();
 const IdParams = z.object({ id: z.string().min(1) });
+const ReconciledBody = z.object({ sandbox_ids: z.array(z.string().min(1).max(64)).max(100_000) }).strict();
 
 const base = "/admin/api/v1/nodes";
 
@@ -206,6 +213,15 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
       ...(b.templates ? { templates: b.templates } : {}),
     });
     return { status: n.status, drain_mode: n.drainMode };
+  });
+
+  app.post(`${base}/:id/reconciled`, async (req) => {
+    await nodeWriter(req);
+    const { id } = parse(IdParams, req.params, "path");
+    const b = parse(ReconciledBody, req.body, "body");
+    if (!deps.sandboxRepo) throw new SpaceError("unimplemented", "reconciled needs the sandbox service, which this API process was started without");
+    const n = await getFleetNode(deps.db, id);
+    return { failed: await failMissingOnNode(deps.db, deps.sandboxRepo, n.id, new Set(b.sandbox_ids), deps.log) };
   });
 
   app.get(`${base}/:id/sandboxes`, async (req) => {

@@ -36,6 +36,8 @@ export interface ControlPlaneLink {
   publish(inv: NodeInventory): Promise<void>;
   /** Ids the control plane wants on this node; undefined when it does not know the node yet. */
   wanted(nodeId: string | undefined): Promise<Set<string> | undefined>;
+  /** Tells the control plane which sandboxes the node kept at its start (it fails the others' records). */
+  reconciled(nodeId: string | undefined, kept: ReadonlySet<string>): Promise<void>;
   /** Status the control plane last answered (ready, draining, fenced…). */
   readonly status: string | undefined;
 }
@@ -175,6 +177,17 @@ export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlane
           await registerOnce(inv);
           return;
         }
+        throw e;
+      }
+    },
+
+    async reconciled(nodeId, kept) {
+      if (!nodeId) return;
+      try {
+        await call("POST", `${base}/${nodeId}/reconciled`, { sandbox_ids: [...kept] });
+      } catch (e) {
+        // Unknown node (first start): it has no records to converge.
+        if (e instanceof ControlPlaneError && e.status === 404) return;
         throw e;
       }
     },
