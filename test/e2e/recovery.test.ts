@@ -129,11 +129,48 @@ describe("crash and stop recovery", { skip, timeout: 20 * 60_000 }, () => {
       else stack.proc.child.once("exit", (c) => r(c));
     });
     assert.equal(code, 0, stack.proc.out().slice(-3000));
-    assert.doesNotMatch(stack.proc.out(), /cleanup runtime|spawn server exited/);
+    const failures = stack.proc.out().match(/cleanup \w+: [^"\\]*|spawn server exited[^"\\]*/g) ?? [];
+    assert.deepEqual(failures, [], "the shutdown's commands all ran");
     assert.deepEqual(runcIds(stateDir), [], "no container left");
     const mounts = readFileSync("/proc/self/mounts", "utf8")
       .split("\n")
       .filter((l) => l.includes(sbx.sandboxId));
+    assert.deepEqual(mounts, [], "no mount of the sandbox left");
+    const veths = spawnSync("ip", ["-o", "link", "show"], { encoding: "utf8" })
+      .stdout.split("\n")
+      .filter((l) => new RegExp(`^\\d+: ${network.vethPrefix}\\d+[@:]`).test(l));
+    assert.deepEqual(veths, [], "no veth of the node left");
+  });
+
+  test("Ctrl-C while sandboxes are being killed: their kills and the release finish, nothing left, exit 0", async () => {
+    const { dataDir, env } = await scopeEnv("ctrl-c-kill");
+    const stateDir = env.SPACE_NODE_RUNTIME_STATE_DIR!;
+    const network = nodeNetworkOf(env);
+    const stack = await up(env, { processGroup: true });
+    cleanups.push(async () => {
+      await stack.proc.stop();
+      removeNodeContainers("runc", stateDir);
+      removeNodeNetwork(network);
+      removeDataDir(dataDir);
+    });
+    const conn = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 } as ConnectionOpts & { sandboxUrl: string };
+    const sbxs = await Promise.all([1, 2, 3].map(() => Sandbox.create("base", conn)));
+    // The kills are running on the node (runc, umount, ip in flight) when the terminal's Ctrl-C comes.
+    const kills = sbxs.map((s) => fetch(`${stack.apiUrl}/sandboxes/${s.sandboxId}`, { method: "DELETE", headers: { "x-api-key": stack.apiKey } }).catch(() => undefined));
+    await waitFor(() => spawnSync("pgrep", ["-f", `runc --root ${stateDir} (kill|delete)`]).status === 0, "a kill in flight", 30_000, 5);
+    process.kill(-stack.proc.child.pid!, "SIGINT");
+    await Promise.all(kills);
+    const code = await new Promise<number | null>((r) => {
+      if (stack.proc.exited()) r(stack.proc.child.exitCode);
+      else stack.proc.child.once("exit", (c) => r(c));
+    });
+    assert.equal(code, 0, stack.proc.out().slice(-3000));
+    const failures = stack.proc.out().match(/cleanup \w+: [^"\\]*|spawn server exited[^"\\]*/g) ?? [];
+    assert.deepEqual(failures, [], "the shutdown's commands all ran");
+    assert.deepEqual(runcIds(stateDir), [], "no container left");
+    const mounts = readFileSync("/proc/self/mounts", "utf8")
+      .split("\n")
+      .filter((l) => sbxs.some((s) => l.includes(s.sandboxId)));
     assert.deepEqual(mounts, [], "no mount of the sandbox left");
     const veths = spawnSync("ip", ["-o", "link", "show"], { encoding: "utf8" })
       .stdout.split("\n")
