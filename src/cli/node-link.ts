@@ -8,8 +8,7 @@ import type { NodeInventory } from "../contract/node-api.ts";
 import type { Db } from "../store/db.ts";
 import { heartbeatNode, registerNode } from "../store/nodes.ts";
 import { listSandboxesOnNode } from "../store/sandboxes.ts";
-import type { SandboxRepo } from "../sandboxes/model.ts";
-import { failMissingOnNode } from "../sandboxes/node-restart.ts";
+import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../sandboxes/node-reports.ts";
 import type { Logger } from "../core/log.ts";
 import { VERSION } from "../core/version.ts";
 
@@ -56,9 +55,17 @@ export function wantedOnNode(db: Db, nodeId: () => string | undefined) {
 }
 
 /** After the agent's start reconcile: the records on the node it did not keep are failed. */
-export function reconciledOnNode(db: Db, repo: SandboxRepo, nodeId: () => string | undefined, log: Logger) {
+export function reconciledOnNode(db: Db, svc: ReportTarget, nodeId: () => string | undefined, log: Logger) {
   return async (kept: ReadonlySet<string>): Promise<void> => {
     const id = nodeId();
-    if (id) await failMissingOnNode(db, repo, id, kept, log);
+    if (id) await failMissingOnNode(db, svc, id, kept, log);
+  };
+}
+
+/** The node's watchdog found a sandbox unhealthy: its record is failed (true: the node may kill it). */
+export function unhealthyOnNode(svc: ReportTarget, nodeId: () => string | undefined, log: Logger) {
+  return async (sandboxId: string, reason: string): Promise<boolean> => {
+    const id = nodeId();
+    return id ? failUnhealthy(svc, id, sandboxId, reason, log) : false;
   };
 }

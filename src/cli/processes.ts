@@ -144,7 +144,7 @@ export async function startApiServer(cp: ControlPlane): Promise<{ app: FastifyIn
         internalToken: cp.internalToken,
         log,
         evacuate: (nodeId, signal) => evacuateNode({ db, sandboxes: layer.sandboxes, log }, nodeId, signal),
-        sandboxRepo: layer.sandboxes.repo,
+        sandboxes: layer.sandboxes,
         labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
       }),
     (a) => registerWarmPoolAdminRoutes(a, { db, adminToken: cp.adminToken, defaults: warmPoolDefaults(config) }),

@@ -6,6 +6,9 @@
  *   GET    /nodes/:id/sandboxes   ids the control plane wants on the node (node credential)
  *   POST   /nodes/:id/reconciled  {sandbox_ids}: what the node kept at its start; the records
  *                                 placed there that it did not keep become `failed` (node credential)
+ *   POST   /nodes/:id/sandboxes/:sandboxId/unhealthy  {reason}: the node's watchdog found it
+ *                                 unhealthy; a running record becomes `failed`; 200: the node may
+ *                                 kill it, 404: unknown sandbox, the node keeps it (node credential)
  *   GET    /nodes, /nodes/:id     list / show (admin)
  *   POST   /nodes/:id/drain       {mode: gentle|forced} (admin); forced answers when the
  *                                 evacuation is over: 200 with `evacuation: {moved, stayed,
@@ -29,7 +32,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { SpaceError } from "../../core/errors.ts";
+import { SpaceError, notFound } from "../../core/errors.ts";
 import type { NodeId } from "../../core/ids.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
@@ -46,8 +49,7 @@ import {
 } from "../../store/node-fleet.ts";
 import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
-import type { SandboxRepo } from "../../sandboxes/model.ts";
-import { failMissingOnNode } from "../../sandboxes/node-restart.ts";
+import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../../sandboxes/node-reports.ts";
 import { NodeClient } from "../../substrate/direct/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
@@ -66,8 +68,8 @@ export interface NodeAdminDeps {
    * service): forced drain answers 501 naming what is missing.
    */
   evacuate?: (nodeId: string, signal: AbortSignal) => Promise<Evacuation>;
-  /** The sandbox rows `reconciled` moves (the service's, so in-process waits see it); absent: 501. */
-  sandboxRepo?: SandboxRepo;
+  /** The service whose rows `reconciled` and `unhealthy` move (so in-process waits see it); absent: 501. */
+  sandboxes?: ReportTarget;
   /**
    * Label fence (SPACE_NODE_LABEL_PREFIXES): the label-key prefixes a node may publish
    * about itself. A registration by the node credential carrying any other label is
@@ -114,6 +116,8 @@ const DrainBody = z.object({ mode: z.enum(["gentle", "forced"]).default("gentle"
 const ReasonBody = z.object({ reason: z.string().max(500).optional() }).strict();
 const IdParams = z.object({ id: z.string().min(1) });
 const ReconciledBody = z.object({ sandbox_ids: z.array(z.string().min(1).max(64)).max(100_000) }).strict();
+const UnhealthyParams = z.object({ id: z.string().min(1), sandboxId: z.string().min(1).max(64) });
+const UnhealthyBody = z.object({ reason: z.string().min(1).max(1000) }).strict();
 
 const base = "/admin/api/v1/nodes";
 
@@ -219,9 +223,19 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
     await nodeWriter(req);
     const { id } = parse(IdParams, req.params, "path");
     const b = parse(ReconciledBody, req.body, "body");
-    if (!deps.sandboxRepo) throw new SpaceError("unimplemented", "reconciled needs the sandbox service, which this API process was started without");
+    if (!deps.sandboxes) throw new SpaceError("unimplemented", "reconciled needs the sandbox service, which this API process was started without");
     const n = await getFleetNode(deps.db, id);
-    return { failed: await failMissingOnNode(deps.db, deps.sandboxRepo, n.id, new Set(b.sandbox_ids), deps.log) };
+    return { failed: await failMissingOnNode(deps.db, deps.sandboxes, n.id, new Set(b.sandbox_ids), deps.log) };
+  });
+
+  app.post(`${base}/:id/sandboxes/:sandboxId/unhealthy`, async (req) => {
+    await nodeWriter(req);
+    const { id, sandboxId } = parse(UnhealthyParams, req.params, "path");
+    const b = parse(UnhealthyBody, req.body, "body");
+    if (!deps.sandboxes) throw new SpaceError("unimplemented", "unhealthy needs the sandbox service, which this API process was started without");
+    const n = await getFleetNode(deps.db, id);
+    if (!(await failUnhealthy(deps.sandboxes, n.id, sandboxId, b.reason, deps.log))) throw notFound(`sandbox ${sandboxId} not found`);
+    return { kill: true };
   });
 
   app.get(`${base}/:id/sandboxes`, async (req) => {

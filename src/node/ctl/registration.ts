@@ -38,6 +38,8 @@ export interface ControlPlaneLink {
   wanted(nodeId: string | undefined): Promise<Set<string> | undefined>;
   /** Tells the control plane which sandboxes the node kept at its start (it fails the others' records). */
   reconciled(nodeId: string | undefined, kept: ReadonlySet<string>): Promise<void>;
+  /** Reports a sandbox the watchdog found unhealthy; true when the control plane failed its record (the node may kill it). */
+  unhealthy(nodeId: string | undefined, sandboxId: string, reason: string): Promise<boolean>;
   /** Status the control plane last answered (ready, draining, fenced…). */
   readonly status: string | undefined;
 }
@@ -188,6 +190,17 @@ export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlane
       } catch (e) {
         // Unknown node (first start): it has no records to converge.
         if (e instanceof ControlPlaneError && e.status === 404) return;
+        throw e;
+      }
+    },
+
+    async unhealthy(nodeId, sandboxId, reason) {
+      if (!nodeId) return false;
+      try {
+        await call("POST", `${base}/${nodeId}/sandboxes/${encodeURIComponent(sandboxId)}/unhealthy`, { reason });
+        return true;
+      } catch (e) {
+        if (e instanceof ControlPlaneError && e.status === 404) return false;
         throw e;
       }
     },
