@@ -8,6 +8,8 @@ import type { NodeInventory } from "../contract/node-api.ts";
 import type { Db } from "../store/db.ts";
 import { heartbeatNode, registerNode } from "../store/nodes.ts";
 import { listSandboxesOnNode } from "../store/sandboxes.ts";
+import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../sandboxes/node-reports.ts";
+import type { Logger } from "../core/log.ts";
 import { VERSION } from "../core/version.ts";
 
 export function storePublisher(db: Db, address: () => string, nodeGroup: string, labels: Record<string, string>) {
@@ -49,5 +51,21 @@ export function wantedOnNode(db: Db, nodeId: () => string | undefined) {
     if (!id) return undefined;
     const rows = await listSandboxesOnNode(db, id as NodeId);
     return new Set(rows.map((r) => r.id));
+  };
+}
+
+/** After the agent's start reconcile: the records on the node it did not keep are failed. */
+export function reconciledOnNode(db: Db, svc: ReportTarget, nodeId: () => string | undefined, log: Logger) {
+  return async (kept: ReadonlySet<string>): Promise<void> => {
+    const id = nodeId();
+    if (id) await failMissingOnNode(db, svc, id, kept, log);
+  };
+}
+
+/** The node's watchdog found a sandbox unhealthy: its record is failed (true: the node may kill it). */
+export function unhealthyOnNode(svc: ReportTarget, nodeId: () => string | undefined, log: Logger) {
+  return async (sandboxId: string, reason: string): Promise<boolean> => {
+    const id = nodeId();
+    return id ? failUnhealthy(svc, id, sandboxId, reason, log) : false;
   };
 }

@@ -166,6 +166,7 @@ export async function startApiServer(
         internalToken: cp.internalToken,
         log,
         evacuate: (nodeId, signal) => evacuateNode({ db, sandboxes: layer.sandboxes, log }, nodeId, signal),
+        sandboxes: layer.sandboxes,
         labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
       }),
     (a) => registerWarmPoolAdminRoutes(a, { db, adminToken: cp.adminToken, defaults: warmPoolDefaults(config) }),

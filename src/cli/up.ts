@@ -12,7 +12,7 @@ import { openControlPlane, startApiServer } from "./processes.ts";
 import { controllerLoops, startController } from "./controller.ts";
 import { createNodeAgent } from "../node/agent.ts";
 import { hostScopeOf } from "../node/ctl/standalone.ts";
-import { storePublisher, wantedOnNode } from "./node-link.ts";
+import { reconciledOnNode, storePublisher, unhealthyOnNode, wantedOnNode } from "./node-link.ts";
 import { parseSelector } from "../core/selector.ts";
 import type { ControlPlane } from "./processes.ts";
 
@@ -72,6 +72,8 @@ async function startLocalNode(cp: ControlPlane) {
     internalToken: cp.internalToken,
     publish,
     wanted: wantedOnNode(cp.db, () => agent.nodeId),
+    reconciled: reconciledOnNode(cp.db, cp.layer.sandboxes, () => agent.nodeId, cp.log),
+    unhealthy: unhealthyOnNode(cp.layer.sandboxes, () => agent.nodeId, cp.log),
     hostScope: hostScopeOf(config),
     ...(config.SPACE_NODE_RUNTIME_STATE_DIR ? { runtimeStateDir: config.SPACE_NODE_RUNTIME_STATE_DIR } : {}),
   });

@@ -123,6 +123,8 @@ const vars = {
   SPACE_NODE_RELEASE_ON_STOP: [bool(), "false", "on stop, kill this node's sandboxes and remove its host objects (bridge, nft tables, cache mount): retiring a host, or test stacks; default keeps sandboxes running for the next start to adopt"],
   SPACE_NODE_HEARTBEAT_MS: [int(100, 600_000), "5000", "node-ctl heartbeat interval"],
   SPACE_METRICS_INTERVAL_MS: [int(1000, 600_000), "5000", "how often a node samples each running sandbox's metrics and pulls its envd log lines (E2B samples every 5 s)"],
+  SPACE_NODE_HEALTH_INTERVAL_MS: [int(500, 600_000), "5000", "how often a node checks that each running sandbox's envd answers (a log pull, 2 s timeout; a lost link or a stopped envd fails it)"],
+  SPACE_NODE_HEALTH_THRESHOLD: [int(0, 1000), "3", "consecutive failed envd checks after which a node reports a running sandbox unhealthy: it becomes `failed` (reason named) and is killed; 0 turns the watchdog off"],
   SPACE_METRICS_SAMPLES: [int(1, 100_000), "720", "metrics samples a node keeps per sandbox (720 at 5 s = the last hour), in memory"],
   SPACE_SANDBOX_LOG_ENTRIES: [int(1, 100_000), "1000", "log entries kept per sandbox, in envd's ring and in the node's copy (<node dir>/sandbox-logs); the oldest go first"],
   SPACE_SANDBOX_LOG_RETENTION_S: [int(0, 31_536_000), "3600", "how long a node keeps a sandbox's logs and metrics history after it left the node (killed, paused)"],

@@ -3,7 +3,8 @@
  * started on first use, that runs every exec() so a big process never forks itself.
  * A request's reply resolves its promise; if the server dies, its pending requests fail
  * and the next request starts a new one. The server is unref'd while idle, so it never
- * keeps a process alive.
+ * keeps a process alive. It runs in its own process group, so a signal to the caller's
+ * group (Ctrl-C) leaves it to serve the caller's shutdown.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -74,8 +75,10 @@ class SpawnClient {
   #server(): ChildProcess {
     if (this.#child) return this.#child;
     // Room for a 16 MiB output serialised to JSON (control bytes escape to six); it stays small
-    // otherwise, which is the point: forking it is cheap.
-    const child = spawn(process.execPath, ["--max-old-space-size=512", SERVER], { stdio: ["pipe", "pipe", "inherit"] });
+    // otherwise, which is the point: forking it is cheap. Its own process group: a terminal's
+    // Ctrl-C (SIGINT to the foreground group) must not take it, or the commands a shutdown
+    // runs (runc delete, umount, ip link del), with the caller; it ends when our pipe closes.
+    const child = spawn(process.execPath, ["--max-old-space-size=512", SERVER], { stdio: ["pipe", "pipe", "inherit"], detached: true });
     this.#child = child;
     this.#buf = "";
     child.stdout!.setEncoding("utf8");

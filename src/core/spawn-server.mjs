@@ -11,6 +11,8 @@
  * timeoutMs, maxStdoutBytes, nice?, stdioPaths?}` or `{kill: id}`. Out: `{id, exitCode,
  * signal, timedOut, durationMs, stdout, stderr}` or `{id, error}` (the command did not start).
  * Stdin closing (the caller exited) ends this process; running commands are left to finish.
+ * The caller starts it in its own process group, so a Ctrl-C to the caller's group does not
+ * reach it (nor the commands it runs) while the caller shuts down: only the pipe ends it.
  */
 import { spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";

@@ -27,6 +27,7 @@ import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./di
 import { NodeResolver, upstreamFromConfig, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
 import { EgressProxy, guardrailCheck } from "./network/egress-proxy.ts";
 import { LinuxNetworkSlots } from "./network/slots.ts";
+import { SandboxHealth } from "./sandboxes/sandbox-health.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
 import { HostAttachments, SlotAttachments } from "./sandboxes/network-attachments.ts";
 import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
@@ -49,6 +50,16 @@ export interface NodeAgentDeps {
   publish?: (inventory: NodeInventory) => Promise<void>;
   /** Sandbox ids the control plane wants on this node, asked once at start; others are killed. */
   wanted?: () => Promise<Set<string> | undefined>;
+  /**
+   * Told once at start, after the reconcile, which sandboxes this node kept (adopted or
+   * stopped with their disk): the control plane fails the records of the others.
+   */
+  reconciled?: (kept: ReadonlySet<string>) => Promise<void>;
+  /**
+   * The watchdog found a running sandbox unhealthy (envd no longer answers): the control
+   * plane fails its record; true = the node kills it now. Absent: only logged.
+   */
+  unhealthy?: (sandboxId: string, reason: string) => Promise<boolean>;
   /** Host dir holding envd.mjs (default <repo>/dist/envd). */
   envdDir?: string;
   /** Node.js binary mounted into sandboxes (default this process's). */
@@ -109,6 +120,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let nodeId: string | undefined;
   let environment = "";
   let heartbeat: { stop(): Promise<void> } | undefined;
+  let watchdog: SandboxHealth | undefined;
   let resolver: NodeResolver | undefined;
   let egressProxy: EgressProxy | undefined;
   let startError: string | undefined;
@@ -267,8 +279,26 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           logger: log,
         });
         const wanted = deps.wanted ? await deps.wanted().catch(() => undefined) : undefined;
-        await m.reconcile(signal, wanted);
+        const { adopted, stopped } = await m.reconcile(signal, wanted);
+        // Not fatal: the records then wait for their own timeouts, as before.
+        await deps.reconciled?.(new Set([...adopted, ...stopped])).catch((e: unknown) => log.warn({ err: e }, "could not report the reconciled sandboxes"));
         m.telemetry.start();
+        if (config.SPACE_NODE_HEALTH_THRESHOLD > 0) {
+          const report = deps.unhealthy;
+          watchdog = new SandboxHealth({
+            intervalMs: config.SPACE_NODE_HEALTH_INTERVAL_MS,
+            threshold: config.SPACE_NODE_HEALTH_THRESHOLD,
+            running: () => m.running(),
+            probe: (o) => m.telemetry.probe(o),
+            // Killed only once its record is failed: one killed behind the control plane's back would be a phantom.
+            unhealthy: async (id, reason) => {
+              if (report && (await report(id, reason))) await m.kill(id, AbortSignal.timeout(120_000));
+              return true;
+            },
+            logger: log,
+          });
+          watchdog.start();
+        }
         if (slots) {
           await slots.init((owner) => m.keepsSlot(owner), signal);
           const upstream =
@@ -342,6 +372,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     },
 
     async stop(opts = {}) {
+      await watchdog?.stop();
+      watchdog = undefined;
       await manager?.telemetry.stop();
       await heartbeat?.stop();
       await reaper?.stop();

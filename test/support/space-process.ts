@@ -22,6 +22,8 @@ export interface SpaceProcess {
 export interface SpaceProcessOptions {
   /** Run it inside this network namespace (/run/netns/<name>), via nsenter. */
   netns?: string;
+  /** Its own process group (pid = pgid), as a terminal starts a foreground job: `kill(-pid)` reaches the whole group. */
+  processGroup?: boolean;
 }
 
 /** This process's environment without SPACE_* and E2B_* variables (each child gets only its own). */
@@ -35,7 +37,7 @@ export function baseEnv(): Record<string, string> {
 /** Starts `space <args>` with `baseEnv()` plus `env`. */
 export function runSpace(args: string[], env: Record<string, string>, opts: SpaceProcessOptions = {}): SpaceProcess {
   const argv = [process.execPath, resolve("bin/space.mjs"), ...args];
-  const spawnOpts = { env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] as ["ignore", "pipe", "pipe"] };
+  const spawnOpts = { env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] as ["ignore", "pipe", "pipe"], detached: opts.processGroup ?? false };
   // nsenter execs the agent itself, so the pid is the agent's (kill -9 hits it, not a wrapper).
   const child = opts.netns
     ? spawn("nsenter", [`--net=/run/netns/${opts.netns}`, "--", ...argv], spawnOpts)

@@ -61,6 +61,8 @@ export function buildAdminOpenApi(): Json {
     Heartbeat: schema(S.HeartbeatBody, "input"),
     Drain: schema(S.DrainBody, "input"),
     Fence: schema(S.ReasonBody, "input"),
+    Reconciled: schema(S.ReconciledBody, "input"),
+    Unhealthy: schema(S.UnhealthyBody, "input"),
     WarmPoolSpec: schema(S.PoolBody, "input"),
   };
   const tenant = pathId("id");
@@ -108,6 +110,12 @@ export function buildAdminOpenApi(): Json {
       },
       "/admin/api/v1/nodes/{id}/sandboxes": {
         get: { summary: "ids the control plane wants on the node", parameters: pathId("id"), responses: { ...json(200), ...errors(400, ...auth, 404) } },
+      },
+      "/admin/api/v1/nodes/{id}/reconciled": {
+        post: { summary: "what the node kept at its start: the node's other records become failed (internal token or admin)", parameters: pathId("id"), requestBody: body("Reconciled"), responses: { ...json(200), ...errors(400, ...auth, 404, 501) } },
+      },
+      "/admin/api/v1/nodes/{id}/sandboxes/{sandboxId}/unhealthy": {
+        post: { summary: "the node's watchdog found a sandbox unhealthy: a running record becomes failed (internal token or admin)", parameters: pathId("id", "sandboxId"), requestBody: body("Unhealthy"), responses: { ...json(200), ...errors(400, ...auth, 404, 501) } },
       },
       "/admin/api/v1/nodes/{id}/drain": {
         post: { summary: "drain: gentle (place nothing new) or forced (evacuate, answers when done)", parameters: pathId("id"), requestBody: body("Drain"), responses: { ...json(200), ...errors(400, ...auth, 404, 501) } },

@@ -58,6 +58,10 @@ export const HeartbeatBody = z
 export const DrainBody = z.object({ mode: z.enum(["gentle", "forced"]).default("gentle") }).strict();
 export const ReasonBody = z.object({ reason: z.string().max(500).optional() }).strict();
 export const NodeParams = z.object({ id: z.string().min(1) });
+/** What a node kept at its start (the sandboxes it adopted or can restart). */
+export const ReconciledBody = z.object({ sandbox_ids: z.array(z.string().min(1).max(64)).max(100_000) }).strict();
+export const UnhealthyParams = z.object({ id: z.string().min(1), sandboxId: z.string().min(1).max(64) });
+export const UnhealthyBody = z.object({ reason: z.string().min(1).max(1000) }).strict();
 
 export const PoolParams = z.object({ template: z.string().min(1).max(200).regex(/^[A-Za-z0-9._:-]+$/, "a template id or alias[:tag]") });
 export const PoolBody = z

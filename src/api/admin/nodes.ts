@@ -4,6 +4,11 @@
  *   POST   /nodes                 register (node credential); `verify: true` calls the node back
  *   POST   /nodes/:id/heartbeat   publish capacity, environments, templates (node credential)
  *   GET    /nodes/:id/sandboxes   ids the control plane wants on the node (node credential)
+ *   POST   /nodes/:id/reconciled  {sandbox_ids}: what the node kept at its start; the records
+ *                                 placed there that it did not keep become `failed` (node credential)
+ *   POST   /nodes/:id/sandboxes/:sandboxId/unhealthy  {reason}: the node's watchdog found it
+ *                                 unhealthy; a running record becomes `failed`; 200: the node may
+ *                                 kill it, 404: unknown sandbox, the node keeps it (node credential)
  *   GET    /nodes, /nodes/:id     list / show (admin)
  *   POST   /nodes/:id/drain       {mode: gentle|forced} (admin); forced answers when the
  *                                 evacuation is over: 200 with `evacuation: {moved, stayed,
@@ -26,7 +31,7 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { SpaceError } from "../../core/errors.ts";
+import { SpaceError, notFound } from "../../core/errors.ts";
 import type { NodeId } from "../../core/ids.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
@@ -43,11 +48,12 @@ import {
 } from "../../store/node-fleet.ts";
 import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
+import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../../sandboxes/node-reports.ts";
 import { NodeClient } from "../../substrate/node-client.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
 import { parseInput as parse, toErrorBody } from "../error-body.ts";
-import { DrainBody, HeartbeatBody, NodeParams as IdParams, ReasonBody, RegisterNodeBody as RegisterBody } from "./admin-schemas.ts";
+import { DrainBody, HeartbeatBody, NodeParams as IdParams, ReasonBody, ReconciledBody, RegisterNodeBody as RegisterBody, UnhealthyBody, UnhealthyParams } from "./admin-schemas.ts";
 
 export interface NodeAdminDeps {
   db: Db;
@@ -62,6 +68,8 @@ export interface NodeAdminDeps {
    * service): forced drain answers 501 naming what is missing.
    */
   evacuate?: (nodeId: string, signal: AbortSignal) => Promise<Evacuation>;
+  /** The service whose rows `reconciled` and `unhealthy` move (so in-process waits see it); absent: 501. */
+  sandboxes?: ReportTarget;
   /**
    * Label fence (SPACE_NODE_LABEL_PREFIXES): the label-key prefixes a node may publish
    * about itself. A registration by the node credential carrying any other label is
@@ -169,6 +177,25 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
       ...(b.templates ? { templates: b.templates } : {}),
     });
     return { status: n.status, drain_mode: n.drainMode };
+  });
+
+  app.post(`${base}/:id/reconciled`, async (req) => {
+    await nodeWriter(req);
+    const { id } = parse(IdParams, req.params, "path");
+    const b = parse(ReconciledBody, req.body, "body");
+    if (!deps.sandboxes) throw new SpaceError("unimplemented", "reconciled needs the sandbox service, which this API process was started without");
+    const n = await getFleetNode(deps.db, id);
+    return { failed: await failMissingOnNode(deps.db, deps.sandboxes, n.id, new Set(b.sandbox_ids), deps.log) };
+  });
+
+  app.post(`${base}/:id/sandboxes/:sandboxId/unhealthy`, async (req) => {
+    await nodeWriter(req);
+    const { id, sandboxId } = parse(UnhealthyParams, req.params, "path");
+    const b = parse(UnhealthyBody, req.body, "body");
+    if (!deps.sandboxes) throw new SpaceError("unimplemented", "unhealthy needs the sandbox service, which this API process was started without");
+    const n = await getFleetNode(deps.db, id);
+    if (!(await failUnhealthy(deps.sandboxes, n.id, sandboxId, b.reason, deps.log))) throw notFound(`sandbox ${sandboxId} not found`);
+    return { kill: true };
   });
 
   app.get(`${base}/:id/sandboxes`, async (req) => {

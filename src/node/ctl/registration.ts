@@ -36,6 +36,10 @@ export interface ControlPlaneLink {
   publish(inv: NodeInventory): Promise<void>;
   /** Ids the control plane wants on this node; undefined when it does not know the node yet. */
   wanted(nodeId: string | undefined): Promise<Set<string> | undefined>;
+  /** Tells the control plane which sandboxes the node kept at its start (it fails the others' records). */
+  reconciled(nodeId: string | undefined, kept: ReadonlySet<string>): Promise<void>;
+  /** Reports a sandbox the watchdog found unhealthy; true when the control plane failed its record (the node may kill it). */
+  unhealthy(nodeId: string | undefined, sandboxId: string, reason: string): Promise<boolean>;
   /** Status the control plane last answered (ready, draining, fenced…). */
   readonly status: string | undefined;
 }
@@ -175,6 +179,28 @@ export function createControlPlaneLink(o: ControlPlaneLinkOptions): ControlPlane
           await registerOnce(inv);
           return;
         }
+        throw e;
+      }
+    },
+
+    async reconciled(nodeId, kept) {
+      if (!nodeId) return;
+      try {
+        await call("POST", `${base}/${nodeId}/reconciled`, { sandbox_ids: [...kept] });
+      } catch (e) {
+        // Unknown node (first start): it has no records to converge.
+        if (e instanceof ControlPlaneError && e.status === 404) return;
+        throw e;
+      }
+    },
+
+    async unhealthy(nodeId, sandboxId, reason) {
+      if (!nodeId) return false;
+      try {
+        await call("POST", `${base}/${nodeId}/sandboxes/${encodeURIComponent(sandboxId)}/unhealthy`, { reason });
+        return true;
+      } catch (e) {
+        if (e instanceof ControlPlaneError && e.status === 404) return false;
         throw e;
       }
     },

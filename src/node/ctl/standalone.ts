@@ -46,6 +46,8 @@ export async function startStandaloneNode(config: Config, token: string, logger:
     internalToken: token,
     publish: (inv) => link.publish(inv),
     wanted: () => link.wanted(agent.nodeId),
+    reconciled: (kept) => link.reconciled(agent.nodeId, kept),
+    unhealthy: (sandboxId, reason) => link.unhealthy(agent.nodeId, sandboxId, reason),
     hostScope: hostScopeOf(config),
     ...(config.SPACE_NODE_RUNTIME_STATE_DIR ? { runtimeStateDir: config.SPACE_NODE_RUNTIME_STATE_DIR } : {}),
     progress: false,

@@ -69,6 +69,11 @@ export class SandboxManager {
     });
   }
 
+  /** The running sandboxes as the telemetry and the health watchdog see them. */
+  running(): Observed[] {
+    return [...this.sandboxes.values()].filter((s) => s.state === "running").map(observedOf);
+  }
+
   list(): SandboxStatus[] {
     return [...this.sandboxes.values()].filter((s) => s.state !== "creating" && s.state !== "killing").map((s) => this.toStatus(s));
   }

@@ -148,6 +148,23 @@ export class SandboxTelemetry {
     await this.logs.pullFresh(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
   }
 
+  /**
+   * Whether envd answers: a log pull, so it waits like the tick's for a checkpoint's
+   * quiesce. undefined while quiet (being checkpointed or ended) or not running; false
+   * only when no answer came (timeout, refused, unreachable), not for a refusal.
+   */
+  async probe(o: Observed): Promise<boolean | undefined> {
+    if (!o.running || this.#quiet.has(o.id)) return undefined;
+    try {
+      await this.logs.pull(o.id, o.envd);
+      return true;
+    } catch (e) {
+      if (this.#quiet.has(o.id)) return undefined;
+      const err = e as { message?: string; code?: unknown };
+      return !(err.message === "timeout" || typeof err.code === "string");
+    }
+  }
+
   resumed(id: string): void {
     this.#quiet.delete(id);
   }
