@@ -9,6 +9,7 @@
  */
 import type { Logger } from "../../core/log.ts";
 import type { Observed } from "./sandbox-telemetry.ts";
+import { forEachLimit, Periodic } from "../../core/periodic.ts";
 
 export interface SandboxHealthDeps {
   intervalMs: number;
@@ -30,25 +31,19 @@ export class SandboxHealth {
   readonly #d: SandboxHealthDeps;
   readonly #misses = new Map<string, number>();
   readonly #handled = new Set<string>();
-  #timer: NodeJS.Timeout | undefined;
-  #tick: Promise<void> | undefined;
+  readonly #rounds: Periodic;
 
   constructor(d: SandboxHealthDeps) {
     this.#d = d;
+    this.#rounds = new Periodic(d.intervalMs, () => this.tick());
   }
 
   start(): void {
-    if (this.#timer) return;
-    this.#timer = setInterval(() => {
-      this.#tick ??= this.tick().finally(() => (this.#tick = undefined));
-    }, this.#d.intervalMs);
-    this.#timer.unref();
+    this.#rounds.start();
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.#timer);
-    this.#timer = undefined;
-    await this.#tick;
+  stop(): Promise<void> {
+    return this.#rounds.stop();
   }
 
   /** One round over the running sandboxes. */
@@ -57,10 +52,7 @@ export class SandboxHealth {
     const here = new Set(todo.map((o) => o.id));
     for (const id of this.#misses.keys()) if (!here.has(id)) this.#misses.delete(id);
     for (const id of this.#handled) if (!here.has(id)) this.#handled.delete(id);
-    const next = async (): Promise<void> => {
-      for (let o = todo.shift(); o; o = todo.shift()) await this.#check(o);
-    };
-    await Promise.all(Array.from({ length: CONCURRENCY }, next));
+    await forEachLimit(todo, CONCURRENCY, (o) => this.#check(o));
   }
 
   async #check(o: Observed): Promise<void> {

@@ -18,6 +18,7 @@ import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
 import { fetchEnvdLogs } from "./envd-http-client.ts";
 import { SandboxLogStore, type EnvdTarget, type FetchPage } from "./sandbox-log-store.ts";
+import { forEachLimit, Periodic } from "../../core/periodic.ts";
 
 export interface TelemetryOptions {
   /** Sampling (and log pull) interval. */
@@ -65,14 +66,14 @@ export class SandboxTelemetry {
   readonly logs: SandboxLogStore;
   readonly #history = new Map<string, History>();
   readonly #quiet = new Set<string>();
-  #timer: NodeJS.Timeout | undefined;
-  #tick: Promise<void> | undefined;
+  readonly #rounds: Periodic;
   readonly #now: () => number;
 
   constructor(d: SandboxTelemetryDeps) {
     this.#d = d;
     this.#o = d.options;
     this.#now = d.now ?? Date.now;
+    this.#rounds = new Periodic(d.options.intervalMs, () => this.tick());
     this.logs = new SandboxLogStore({
       dir: d.dir,
       maxEntries: d.options.logEntries,
@@ -84,27 +85,18 @@ export class SandboxTelemetry {
   }
 
   start(): void {
-    if (this.#timer) return;
-    this.#timer = setInterval(() => {
-      this.#tick ??= this.tick().finally(() => (this.#tick = undefined));
-    }, this.#o.intervalMs);
-    this.#timer.unref();
+    this.#rounds.start();
   }
 
-  async stop(): Promise<void> {
-    clearInterval(this.#timer);
-    this.#timer = undefined;
-    await this.#tick;
+  stop(): Promise<void> {
+    return this.#rounds.stop();
   }
 
   /** One round: sample and pull every running sandbox (a few at a time), drop what outlived the retention. */
   async tick(): Promise<void> {
     const all = this.#d.observed();
     const todo = all.filter((o) => o.running && !this.#quiet.has(o.id));
-    const next = async (): Promise<void> => {
-      for (let o = todo.shift(); o; o = todo.shift()) await this.#observe(o);
-    };
-    await Promise.all(Array.from({ length: TICK_CONCURRENCY }, next));
+    await forEachLimit(todo, TICK_CONCURRENCY, (o) => this.#observe(o));
     const here = new Set(all.map((o) => o.id));
     const now = this.#now();
     for (const [id, h] of this.#history) if (h.endedAt !== undefined && now - h.endedAt > this.#o.retentionMs) this.#history.delete(id);
