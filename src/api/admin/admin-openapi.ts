@@ -1,26 +1,17 @@
 /**
  * GET /admin/api/v1/openapi.json: the Admin API as OpenAPI 3.1, generated from the zod
- * schemas its routes validate with (./schemas.ts), as Native's /v1/openapi.json is. Answers
+ * schemas its routes validate with (./admin-schemas.ts), as Native's /v1/openapi.json is. Answers
  * whose shape is not a schema here (nodes, warm pools) are documented as JSON objects.
  */
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { VERSION } from "../../core/version.ts";
+import { OpenApiSchemas, type Json } from "../openapi-schemas.ts";
 import * as S from "./admin-schemas.ts";
 
-type Json = Record<string, unknown>;
-
-const hoisted: Record<string, Json> = {};
-
-/** A zod schema as JSON Schema; `meta({id})` schemas become `#/components/schemas/<id>` refs. */
-const schema = (s: z.ZodType, io: "input" | "output" = "output"): Json => {
-  const raw = JSON.stringify(z.toJSONSchema(s, { target: "draft-2020-12", io, unrepresentable: "any" })).replaceAll('"#/$defs/', '"#/components/schemas/');
-  const out = JSON.parse(raw) as Json;
-  delete out.$schema;
-  Object.assign(hoisted, (out.$defs ?? {}) as Record<string, Json>);
-  delete out.$defs;
-  return out;
-};
+const schemas = new OpenApiSchemas();
+const hoisted = schemas.hoisted;
+const schema = (s: z.ZodType, io: "input" | "output" = "output"): Json => schemas.schema(s, io);
 
 const ErrorBody = z.object({ code: z.number().int(), message: z.string(), reason: z.string() }).passthrough();
 

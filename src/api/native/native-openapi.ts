@@ -5,25 +5,12 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { VERSION } from "../../core/version.ts";
+import { OpenApiSchemas, type Json } from "../openapi-schemas.ts";
 import * as S from "./native-schemas.ts";
 
-type Json = Record<string, unknown>;
-
-/** Named schemas ($defs of every conversion, hoisted into components). */
-const hoisted: Record<string, Json> = {};
-
-/** A zod schema as JSON Schema; schemas with a `meta({id})` become `#/components/schemas/<id>` refs. */
-const schema = (s: z.ZodType, io: "input" | "output" = "output"): Json => {
-  const raw = JSON.stringify(z.toJSONSchema(s, { target: "draft-2020-12", io, unrepresentable: "any" })).replaceAll('"#/$defs/', '"#/components/schemas/');
-  const out = JSON.parse(raw) as Json;
-  delete out.$schema;
-  const defs = (out.$defs ?? {}) as Record<string, Json>;
-  delete out.$defs;
-  Object.assign(hoisted, defs);
-  // The root itself is one of the named schemas: inline it.
-  const ref = typeof out.$ref === "string" ? out.$ref.replace("#/components/schemas/", "") : undefined;
-  return ref && defs[ref] && Object.keys(out).length === 1 ? defs[ref]! : out;
-};
+const schemas = new OpenApiSchemas();
+const hoisted = schemas.hoisted;
+const schema = (s: z.ZodType, io: "input" | "output" = "output"): Json => schemas.schema(s, io);
 
 function errors(...codes: number[]): Json {
   const out: Json = {};
