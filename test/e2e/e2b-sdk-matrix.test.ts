@@ -23,7 +23,8 @@ import * as e2b1 from "e2b-1";
 import * as e2b20 from "e2b-20";
 import * as e2b250 from "e2b-250";
 import { counterScript } from "../support/counter.ts";
-import { startStack, waitFor, type Stack } from "../support/stack.ts";
+import { waitFor, type Stack } from "../support/stack.ts";
+import { startStackBehindFront } from "../support/wildcard-front.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
 const DOMAIN = "space.test";
@@ -85,7 +86,7 @@ describe(
   { skip, timeout: 30 * 60_000 },
   () => {
     let stack: Stack;
-    const realFetch = globalThis.fetch;
+    let restoreFetch = (): void => {};
     const created: { kill(): Promise<unknown> }[] = [];
     /** Options for 1.x and 2.0 (no apiUrl/sandboxUrl: the domain, reached through the rewritten fetch). */
     const oldOpts = () => ({ apiKey: stack.apiKey, domain: DOMAIN, requestTimeoutMs: 120_000 });
@@ -132,21 +133,11 @@ describe(
     };
 
     before(async () => {
-      stack = await startStack({ env: { SPACE_SANDBOX_DOMAIN: DOMAIN } }); // the front below plays a deployment's wildcard DNS
-      const rewrite = (url: string): string => {
-        const u = new URL(url);
-        if (u.hostname === `api.${DOMAIN}`) return `${stack.apiUrl}${u.pathname}${u.search}`;
-        const m = /^(\d+)-([a-z0-9]+)\.space\.test$/.exec(u.hostname);
-        return m ? `${stack.sandboxUrl}/sandboxes/${m[2]}/ports/${m[1]}${u.pathname}${u.search}` : url;
-      };
-      globalThis.fetch = ((input: string | URL | Request, init?: RequestInit) => {
-        if (input instanceof Request) return realFetch(new Request(rewrite(input.url), input), init);
-        return realFetch(rewrite(String(input)), init);
-      }) as typeof fetch;
+      ({ stack, restoreFetch } = await startStackBehindFront(DOMAIN));
     });
     after(async () => {
       await Promise.allSettled(created.map((s) => s.kill()));
-      globalThis.fetch = realFetch;
+      restoreFetch();
       await stack?.stop();
     });
 

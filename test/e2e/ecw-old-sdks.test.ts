@@ -12,34 +12,25 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox, CommandExitError } from "e2b-1";
 import { Sandbox as Sandbox20 } from "e2b-20";
-import { startStack, type Stack } from "../support/stack.ts";
+import type { Stack } from "../support/stack.ts";
+import { startStackBehindFront } from "../support/wildcard-front.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
 const DOMAIN = "space.test";
 
 describe("ECW with e2b SDKs before sandboxUrl (1.13, 2.0)", { skip, timeout: 15 * 60_000 }, () => {
   let stack: Stack;
-  const realFetch = globalThis.fetch;
+  let restoreFetch = (): void => {};
   const created: { kill(): Promise<unknown> }[] = [];
   const opts = () => ({ apiKey: stack.apiKey, domain: DOMAIN, requestTimeoutMs: 120_000 });
 
   before(async () => {
     // The front this test plays serves DOMAIN; the deployment says so (create answers name it).
-    stack = await startStack({ env: { SPACE_SANDBOX_DOMAIN: DOMAIN } });
-    const rewrite = (url: string): string => {
-      const u = new URL(url);
-      if (u.hostname === `api.${DOMAIN}`) return `${stack.apiUrl}${u.pathname}${u.search}`;
-      const m = /^(\d+)-([a-z0-9]+)\.space\.test$/.exec(u.hostname);
-      return m ? `${stack.sandboxUrl}/sandboxes/${m[2]}/ports/${m[1]}${u.pathname}${u.search}` : url;
-    };
-    globalThis.fetch = ((input: string | URL | Request, init?: RequestInit) => {
-      if (input instanceof Request) return realFetch(new Request(rewrite(input.url), input), init);
-      return realFetch(rewrite(String(input)), init);
-    }) as typeof fetch;
+    ({ stack, restoreFetch } = await startStackBehindFront(DOMAIN));
   });
   after(async () => {
     await Promise.allSettled(created.map((s) => s.kill()));
-    globalThis.fetch = realFetch;
+    restoreFetch();
     await stack?.stop();
   });
 
