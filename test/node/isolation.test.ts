@@ -85,7 +85,8 @@ describe("sandbox isolation", { skip, timeout: 300_000 }, () => {
     const md = await sh(node, a.sandboxId, "curl -s -m 2 -o /dev/null -w '%{http_code}' http://169.254.169.254/");
     assert.notEqual(md.exitCode, 0);
     const ruleset = (await exec("nft", ["list", "table", "inet", node.agent.slots!.table])).stdout;
-    assert.match(ruleset, /169\.254\.0\.0\/16 (drop|reject)/);
+    // One rule refuses every metadata range, alone or as a set (`ip daddr { …, 169.254.0.0/16 } reject`).
+    assert.match(ruleset, /ip daddr (\{[^}\n]*\b)?169\.254\.0\.0\/16( [^}\n]*\})?( meta l4proto tcp)? (drop|reject)/);
   });
 
   it("stops a fork bomb at the pids limit and survives it", async () => {
