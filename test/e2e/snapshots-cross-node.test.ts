@@ -15,18 +15,15 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, readdirSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox, type ConnectionOpts } from "e2b";
-import { freePort, hostScopeFor, removeDataDir, startStack, type Stack } from "../support/stack.ts";
-import { runSpace, type SpaceProcess } from "../support/space-process.ts";
+import type { Stack } from "../support/stack.ts";
+import { startTwoNodes, type TwoNodes } from "../support/two-nodes.ts";
 import { ALL, NativeClient, nativeSkipReason, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
 const RUN = randomBytes(3).toString("hex");
-const KEY = randomBytes(32).toString("hex");
-const INTERNAL = `int_${randomBytes(12).toString("hex")}`;
 const MARKER = `xnode-marker-${randomBytes(6).toString("hex")}`;
 const LOOP = `nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /home/user/n.tmp; mv -f /home/user/n.tmp /home/user/n; sleep 0.1; done' >/dev/null 2>&1 &`;
 
@@ -34,34 +31,12 @@ describe(
   "cross-node suspend/restore through the control plane (space up + a standalone node)",
   { skip, timeout: 10 * 60_000 },
   () => {
+    let two: TwoNodes;
     let stack: Stack;
     let opts: ConnectionOpts & { sandboxUrl: string };
-    let nodeB: SpaceProcess | undefined;
-    const bDir = mkdtempSync(join(tmpdir(), "space-xnode-b-"));
-    const bScope = hostScopeFor(bDir);
-    const ids = { a: "", b: "" };
     const created: string[] = [];
-
-    const admin = async (method: string, path: string, body?: unknown) => {
-      const r = await fetch(`${stack.apiUrl}/admin/api/v1${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${stack.adminToken}`,
-          ...(body !== undefined ? { "content-type": "application/json" } : {}),
-        },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      });
-      const text = await r.text();
-      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON bodies read field by field in assertions
-      return { status: r.status, body: (text ? JSON.parse(text) : {}) as Record<string, any> };
-    };
-    /** Only `on` takes new work: the other node is gently drained (residents stay). */
-    const only = async (on: "a" | "b") => {
-      const off = on === "a" ? "b" : "a";
-      assert.equal((await admin("POST", `/nodes/${ids[on]}/ready`, {})).body.status, "ready");
-      assert.equal((await admin("POST", `/nodes/${ids[off]}/drain`, { mode: "gentle" })).body.status, "draining");
-    };
-    const runcList = (stateDir: string) => spawnSync("runc", ["--root", stateDir, "list", "-q"], { encoding: "utf8" }).stdout;
+    const only = (on: "a" | "b") => two.only(on);
+    const runcList = (stateDir: string) => two.runcList(stateDir);
     const stateDirA = () => join(stack.dataDir, "runc");
     const localSnapshots = (nodeDir: string) => {
       const dir = join(nodeDir, "snapshots");
@@ -69,43 +44,14 @@ describe(
     };
 
     before(async () => {
-      stack = await startStack({
-        env: {
-          SPACE_INTERNAL_TOKEN: INTERNAL,
-          SPACE_ENCRYPTION_KEY: KEY,
-          SPACE_NODE_NAME: `xnode-a-${RUN}`,
-          SPACE_NODE_HEARTBEAT_MS: "1000",
-        },
-      });
+      two = await startTwoNodes("xnode");
+      stack = two.stack;
       opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 300_000 };
-      nodeB = runSpace(["node"], {
-        ...bScope,
-        SPACE_DATA_DIR: bDir,
-        SPACE_INTERNAL_TOKEN: INTERNAL,
-        SPACE_ENCRYPTION_KEY: KEY,
-        SPACE_BLOB_URL: join(stack.dataDir, "blobs"),
-        SPACE_LOG_LEVEL: "info",
-        SPACE_NODE_CONTROL_URL: stack.apiUrl,
-        SPACE_NODE_PORT: String(await freePort()),
-        SPACE_NODE_NAME: `xnode-b-${RUN}`,
-        SPACE_NODE_HEARTBEAT_MS: "1000",
-        SPACE_NODE_MAX_SLOTS: "20",
-        SPACE_NODE_BTRFS_IMAGE_GIB: "8",
-      });
-      await nodeB.waitFor("is up at", 150_000);
-      const nodes = (await admin("GET", "/nodes")).body.nodes as { id: string; name: string; status: string }[];
-      ids.a = nodes.find((n) => n.name === `xnode-a-${RUN}`)?.id ?? "";
-      ids.b = nodes.find((n) => n.name === `xnode-b-${RUN}`)?.id ?? "";
-      assert.ok(ids.a && ids.b, `both nodes registered: ${JSON.stringify(nodes)}`);
     });
 
     after(async () => {
       await Promise.allSettled(created.map((id) => Sandbox.kill(id, opts)));
-      await nodeB?.stop();
-      await stack?.stop();
-      spawnSync("ip", ["link", "del", bScope.SPACE_NODE_BRIDGE!]);
-      for (const family of ["inet", "bridge"]) spawnSync("nft", ["delete", "table", family, bScope.SPACE_NODE_NFT_TABLE!]);
-      removeDataDir(bDir);
+      await two?.stop();
     });
 
     test("ECW: paused on node A, connect restores on node B from the blob store (parent template pulled); file, env and memory survive", async () => {
@@ -121,17 +67,17 @@ describe(
 
       assert.equal(await sb.pause(), true);
       assert.equal((await Sandbox.getInfo(sb.sandboxId, opts)).state, "paused");
-      assert.deepEqual(localSnapshots(join(bDir, "node")), [], "node B holds no snapshot before the restore");
+      assert.deepEqual(localSnapshots(join(two.bDir, "node")), [], "node B holds no snapshot before the restore");
       await only("b");
 
       const t0 = Date.now();
       const back = await Sandbox.connect(sb.sandboxId, { ...opts, timeoutMs: 600_000 });
       const restoreMs = Date.now() - t0;
-      assert.ok(runcList(bScope.SPACE_NODE_RUNTIME_STATE_DIR!).includes(sb.sandboxId), "restored on node B");
+      assert.ok(runcList(two.bRuntimeStateDir).includes(sb.sandboxId), "restored on node B");
       assert.ok(!runcList(stateDirA()).includes(sb.sandboxId), "not on node A");
-      assert.match(nodeB!.out(), /snapshot fetched from the blob store/, "B fetched the parts from the blob store");
+      assert.match(two.nodeBOutput(), /snapshot fetched from the blob store/, "B fetched the parts from the blob store");
       assert.match(
-        nodeB!.out(),
+        two.nodeBOutput(),
         /snapshot parent received from the blob store/,
         "B pulled the parent template from the blob store",
       );
@@ -152,7 +98,7 @@ describe(
       await only("b");
       const sid = await n.create({ metadata: { suite: "xnode" } });
       created.push(sid);
-      assert.ok(runcList(bScope.SPACE_NODE_RUNTIME_STATE_DIR!).includes(sid), "created on node B");
+      assert.ok(runcList(two.bRuntimeStateDir).includes(sid), "created on node B");
       const w = await n.run(sid, { cmd: "/bin/sh", args: ["-c", `echo ${MARKER} > /home/user/native.txt; ${LOOP}`] });
       assert.equal(w.op.state, "succeeded", JSON.stringify(w.op.failure));
       await new Promise((r) => setTimeout(r, 600));
@@ -168,7 +114,7 @@ describe(
       const res = await op("restore");
       assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
       assert.ok(runcList(stateDirA()).includes(sid), "restored on node A");
-      assert.ok(!runcList(bScope.SPACE_NODE_RUNTIME_STATE_DIR!).includes(sid), "not on node B");
+      assert.ok(!runcList(two.bRuntimeStateDir).includes(sid), "not on node B");
       const fetched = localSnapshots(join(stack.dataDir, "node")).filter((s) => !aSnapshotsBefore.includes(s));
       assert.equal(fetched.length, 1, "node A fetched the one snapshot it never had");
       assert.equal((await n.run(sid, { cmd: "/bin/cat", args: ["/home/user/native.txt"] })).stdout, `${MARKER}\n`);

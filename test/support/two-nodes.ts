@@ -21,6 +21,8 @@ export interface TwoNodes {
   only(on: "a" | "b"): Promise<void>;
   /** The container ids runc knows under `stateDir` (node A's: `join(stack.dataDir, "runc")`). */
   runcList(stateDir: string): string;
+  /** Node B's data directory. */
+  bDir: string;
   /** Node B's runc state directory (for `runcList`). */
   bRuntimeStateDir: string;
   /** Node B's output so far. */
@@ -81,6 +83,7 @@ export async function startTwoNodes(name: string): Promise<TwoNodes> {
     stack,
     ids,
     admin,
+    bDir,
     bRuntimeStateDir: bScope.SPACE_NODE_RUNTIME_STATE_DIR!,
     nodeBOutput: () => nodeB?.out() ?? "",
     stop,
