@@ -4,7 +4,11 @@
  * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
  * waited full before each phase), and the cold/warm ratio.
  *
- *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--size 50] [--postgres] [--json]
+ *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--postgres] [--json]
+ *
+ * `--rounds R`: each concurrent phase is R bursts of `concurrent` creates (the warm pool refilled
+ * before each warm burst), summarised together: one burst's median swings with what else the node
+ * does at that moment.
  *
  * `--postgres`: the stack's store is a fresh database on SPACE_TEST_DATABASE_URL's server
  * (the scale-out configuration) instead of PGlite embedded in the API process.
@@ -52,6 +56,7 @@ async function main() {
     options: {
       sequential: { type: "string", default: "50" },
       concurrent: { type: "string", default: "20" },
+      rounds: { type: "string", default: "1" },
       size: { type: "string", default: "50" },
       postgres: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
@@ -124,16 +129,24 @@ async function main() {
     }
     return { out, failed, wallMs: performance.now() - w0 };
   };
-  const concurrent = async (n: number) => {
-    const w0 = performance.now();
-    const settled = await Promise.allSettled(Array.from({ length: n }, () => one()));
-    for (const r of settled) if (r.status === "rejected") process.stderr.write(`concurrent sample failed: ${String(r.reason).slice(0, 300)}\n`);
-    const out = settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
-    return { out, failed: n - out.length, wallMs: performance.now() - w0 };
+  /** `rounds` bursts of `n` at once; `before` runs ahead of each burst, untimed. Wall time is summed over the bursts. */
+  const concurrent = async (n: number, rounds: number, before: () => Promise<unknown> = async () => {}) => {
+    const out: Sample[] = [];
+    let wallMs = 0;
+    for (let round = 0; round < rounds; round++) {
+      await before();
+      const w0 = performance.now();
+      const settled = await Promise.allSettled(Array.from({ length: n }, () => one()));
+      wallMs += performance.now() - w0;
+      for (const r of settled) if (r.status === "rejected") process.stderr.write(`concurrent sample failed: ${String(r.reason).slice(0, 300)}\n`);
+      out.push(...settled.flatMap((r) => (r.status === "fulfilled" ? [r.value] : [])));
+    }
+    return { out, failed: n * rounds - out.length, wallMs };
   };
 
   const nSeq = Number(values.sequential);
   const nConc = Number(values.concurrent);
+  const rounds = Number(values.rounds);
   const size = Number(values.size);
   const results: Array<ReturnType<typeof summarize>> = [];
   try {
@@ -141,8 +154,8 @@ async function main() {
     await one(); // warm-up (template cache, JIT), not counted
     const cs = await sequential(nSeq);
     results.push(summarize(`cold sequential x${nSeq}`, cs.out, cs.wallMs, cs.failed));
-    const cc = await concurrent(nConc);
-    results.push(summarize(`cold concurrent x${nConc}`, cc.out, cc.wallMs, cc.failed));
+    const cc = await concurrent(nConc, rounds);
+    results.push(summarize(`cold concurrent x${nConc}${rounds > 1 ? ` x${rounds} rounds` : ""}`, cc.out, cc.wallMs, cc.failed));
 
     await admin("PUT", "/warm-pools/base", { size });
     await waitFor(async () => (await ready()) >= Math.min(size, nSeq), `warm pool of ${size} full`, 15 * 60_000, 500);
@@ -153,10 +166,11 @@ async function main() {
     results.push(summarize(`warm sequential x${nSeq}`, ws.out, ws.wallMs, ws.failed, { adopted: (await adoptions()) - a0 }));
     const adoptedOnly = ws.out.filter((x) => x.adopted);
     results.push(summarize(`  of which adopted`, adoptedOnly, ws.wallMs, 0));
-    await waitFor(async () => (await ready()) >= Math.min(size, nConc), `warm pool refilled`, 15 * 60_000, 500);
     a0 = await adoptions();
-    const wc = await concurrent(nConc);
-    results.push(summarize(`warm concurrent x${nConc}`, wc.out, wc.wallMs, wc.failed, { adopted: (await adoptions()) - a0 }));
+    const wc = await concurrent(nConc, rounds, () =>
+      waitFor(async () => (await ready()) >= Math.min(size, nConc), `warm pool refilled`, 15 * 60_000, 500),
+    );
+    results.push(summarize(`warm concurrent x${nConc}${rounds > 1 ? ` x${rounds} rounds` : ""}`, wc.out, wc.wallMs, wc.failed, { adopted: (await adoptions()) - a0 }));
     await admin("DELETE", "/warm-pools/base");
   } finally {
     await stack?.stop();
