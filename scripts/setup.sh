@@ -84,6 +84,9 @@ if [ "${SPACE_SETUP_SKIP_TEMPLATE:-0}" != 1 ]; then
   (cd "$REPO" && node --import tsx scripts/setup/build-base-template.ts)
 fi
 
+# 6b. The local OCI registry the registry template tests start (docker-registry, htpasswd).
+bash "$REPO/scripts/setup/registry.sh"
+
 # 7. The e2b Python SDK venv for test/e2e/python-sdk.test.ts (.tools/py; pinned, reused).
 bash "$REPO/scripts/setup/python-sdk.sh" || echo "setup: no Python SDK venv; test/e2e/python-sdk will skip" >&2
 

@@ -11,6 +11,7 @@
 //   Kubernetes         bash scripts/setup/k8s.sh (builds kube-apiserver etc. the first time)
 //   Python SDK venv    bash scripts/setup/python-sdk.sh
 //   schemathesis venv  bash scripts/setup/schemathesis.sh (test/e2e/schemathesis.test.ts)
+//   local registry     bash scripts/setup/registry.sh (docker-registry for the registry template suites)
 // SPACE_TEST_SKIP=kubernetes,postgres,python skips those lanes on purpose.
 // SPACE_TEST_REQUIRE_LANES=1 (CI) fails the run when any selected lane is skipped.
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
@@ -62,6 +63,10 @@ if (!isRoot) {
   const template = existsSync(".tools/templates") && readdirSync(".tools/templates").some((f) => f.endsWith(".tar"));
   if (!criu || !template || !existsSync(".tools/bin/btrfs-squota")) sh("machine setup", ["bash", "scripts/setup.sh"]);
   if (!existsSync("dist/envd/envd.mjs")) sh("envd bundle", ["npm", "run", "--silent", "build:envd"]);
+  // The registry template suites start local docker-registry instances (a machine set up before they existed lacks it).
+  if (files.some((f) => /templates-registry|python-sdk\.test/.test(f)) && capture(["sh", "-c", "command -v docker-registry && command -v htpasswd"]).status !== 0) {
+    sh("local registry", ["bash", "scripts/setup/registry.sh"]);
+  }
 }
 // The schemathesis e2e test skips with the reason when this failed; CI must not pass on that skip.
 if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts"))) {

@@ -7,7 +7,9 @@
  * live logs and a progress line.
  *
  * FROM: `base` or another template name → fromTemplate; `oci-archive:<path>`,
- * `oci:<dir>[:tag]`, `docker-archive:<path>` (paths relative to <dir>) → fromImage.
+ * `oci:<dir>[:tag]`, `docker-archive:<path>` (paths relative to <dir>) → fromImage; a
+ * registry image (`docker://…`, or a reference with a '/' or a digest such as
+ * `127.0.0.1:5000/team/app:v1`, `docker.io/library/python:3.12`) → fromImage as written.
  */
 import { createHash } from "node:crypto";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
@@ -68,7 +70,8 @@ export function parseDockerfile(text: string, contextDir: string): ParsedDockerf
         if (transport) {
           const path = ref.slice(transport.length);
           out.from = { fromImage: `${transport}${isAbsolute(path) ? path : resolve(contextDir, path)}` };
-        } else out.from = { fromTemplate: ref || "base" };
+        } else if (ref.startsWith("docker://") || ref.includes("/") || ref.includes("@")) out.from = { fromImage: ref };
+        else out.from = { fromTemplate: ref || "base" };
         break;
       }
       case "RUN":

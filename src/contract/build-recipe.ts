@@ -10,9 +10,77 @@ import { z } from "zod";
 /** `oci-archive:<path>[:ref]`, `oci:<dir>[:ref]`, `docker-archive:<path>`: skopeo transports of local images. */
 export const IMAGE_TRANSPORTS = ["oci-archive:", "oci:", "docker-archive:"] as const;
 
+/** An image in a registry, as a Docker reference names it. */
+export interface RegistryRef {
+  /** `docker.io`, `ghcr.io`, `127.0.0.1:5000`. */
+  registry: string;
+  /** `library/python`, `team/app`. */
+  repository: string;
+  tag?: string;
+  /** `sha256:<hex>`. */
+  digest?: string;
+}
+
+const REF_COMPONENT = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/;
+const REF_HOST = /^(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*:\d{1,5}|\[[0-9a-fA-F:]+\](?::\d{1,5})?)$/;
+const REF_TAG = /^[\w][\w.-]{0,127}$/;
+const REF_DIGEST = /^sha256:[a-f0-9]{64}$/;
+
+/**
+ * Parses a registry image reference as the e2b SDKs send it (`python:3.12`,
+ * `127.0.0.1:5000/team/app:v1`, `ghcr.io/x/y@sha256:…`, with or without `docker://`), with
+ * Docker's defaults (`docker.io`, `library/`, `latest`); undefined when it is not one (pure).
+ */
+export function parseRegistryRef(input: string): RegistryRef | undefined {
+  let rest = input.startsWith("docker://") ? input.slice("docker://".length) : input;
+  let digest: string | undefined;
+  const at = rest.indexOf("@");
+  if (at >= 0) {
+    digest = rest.slice(at + 1);
+    rest = rest.slice(0, at);
+    if (!REF_DIGEST.test(digest)) return undefined;
+  }
+  let tag: string | undefined;
+  const colon = rest.lastIndexOf(":");
+  if (colon > rest.lastIndexOf("/")) {
+    tag = rest.slice(colon + 1);
+    rest = rest.slice(0, colon);
+    if (!REF_TAG.test(tag)) return undefined;
+  }
+  const parts = rest.split("/");
+  let registry = "docker.io";
+  const first = parts[0] ?? "";
+  if (parts.length > 1 && (first.includes(".") || first.includes(":") || first === "localhost" || first.startsWith("["))) {
+    if (!REF_HOST.test(first)) return undefined;
+    registry = first;
+    parts.shift();
+  }
+  if (registry === "index.docker.io") registry = "docker.io";
+  if (!parts.length || !parts.every((p) => REF_COMPONENT.test(p))) return undefined;
+  if (registry === "docker.io" && parts.length === 1) parts.unshift("library");
+  const repository = parts.join("/");
+  if (repository.length > 255) return undefined;
+  return { registry, repository, ...(tag !== undefined ? { tag } : {}), ...(digest !== undefined ? { digest } : {}), ...(tag === undefined && digest === undefined ? { tag: "latest" } : {}) };
+}
+
+/** `docker://registry/repository[:tag][@digest]`: skopeo's reference of `r`. */
+export function formatRegistryRef(r: RegistryRef): string {
+  return `docker://${r.registry}/${r.repository}${r.tag !== undefined ? `:${r.tag}` : ""}${r.digest !== undefined ? `@${r.digest}` : ""}`;
+}
+
+/** Credentials of one pull (E2B's `fromImage(image, { username, password })`): held in memory, never logged or stored. */
+export const RegistryAuth = z.object({ username: z.string().min(1), password: z.string().min(1) });
+export type RegistryAuth = z.infer<typeof RegistryAuth>;
+
 export const BuildSource = z.discriminatedUnion("kind", [
   /** A local OCI image (archive or layout) on the node, unpacked with umoci (whiteouts honoured). */
   z.object({ kind: z.literal("image"), ref: z.string().min(1) }),
+  /**
+   * An image in a registry (`docker://host/repo:tag`), pulled by skopeo into the node's
+   * shared layout. The node pins it to `digest` before the build starts (the digest the
+   * reference resolved to), so every layer comes from that one manifest.
+   */
+  z.object({ kind: z.literal("registry"), image: z.string().startsWith("docker://"), digest: z.string().regex(/^sha256:[a-f0-9]{64}$/).optional(), auth: RegistryAuth.optional() }),
   /** A template already in the node cache (`base`, or a build's node name). */
   z.object({ kind: z.literal("template"), name: z.string().min(1) }),
   /** A rootfs tarball on the node. */

@@ -42,6 +42,8 @@ export const NodeBuildStatusSchema = z.object({
       builtSteps: z.number(),
       durationMs: z.number(),
       config: z.object({ env: z.record(z.string(), z.string()), workdir: z.string(), user: z.string() }),
+      /** The registry manifest a registry-image build was pinned to. */
+      imageDigest: z.string().optional(),
     })
     .optional(),
   error: z.object({ message: z.string(), step: z.string().optional() }).optional(),

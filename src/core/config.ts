@@ -7,6 +7,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
 import { isIpv4, isIpv4Cidr } from "./cidr.ts";
+import { parseInsecure, parseMirrors } from "./registry-lists.ts";
 
 export class ConfigError extends Error {
   constructor(message: string) {
@@ -52,6 +53,26 @@ const dnsServer = () =>
     return extra === undefined && !!host && isIpv4(host) && (port === undefined || (/^\d{1,5}$/.test(port) && Number(port) >= 1 && Number(port) <= 65535));
   }, "an IPv4 address with an optional port such as 10.0.0.2 or 10.0.0.2:5353, or empty");
 const path = () => z.string().min(1, "a non-empty path");
+/** `host[:port],…` (empty = none), parsed to an array. */
+const hostList = () =>
+  z.string().transform((v, ctx) => {
+    try {
+      return parseInsecure(v);
+    } catch (e) {
+      ctx.addIssue({ code: "custom", message: `a comma-separated list of host[:port] such as 127.0.0.1:5000,registry.lan (${(e as Error).message})` });
+      return z.NEVER;
+    }
+  });
+/** `registry=mirror[|mirror…],…` (empty = none), parsed to registry → mirrors. */
+const mirrorList = () =>
+  z.string().transform((v, ctx) => {
+    try {
+      return parseMirrors(v);
+    } catch (e) {
+      ctx.addIssue({ code: "custom", message: `registry=mirror[|mirror…],… such as docker.io=mirror.lan:5000 (${(e as Error).message})` });
+      return z.NEVER;
+    }
+  });
 
 /** Every SPACE_* variable: [schema, default (as the string a user would type), what it is]. */
 const vars = {
@@ -139,6 +160,12 @@ const vars = {
   ],
   SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT: [int(0, 100), "20", "suspend_when_memory_short: a node with less free memory than this share of its budget (memory × overcommit) is short"],
   SPACE_DEBIAN_MIRROR: [url(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
+  SPACE_REGISTRY_AUTH_FILE: [z.string(), "", "credentials a node uses for registry pulls (containers-auth.json, as `skopeo login` or `docker login` write it); a build's own fromImage credentials win for their registry; empty = none"],
+  SPACE_REGISTRY_INSECURE: [hostList(), "", "registries pulled over plain HTTP or unverified TLS, e.g. 127.0.0.1:5000,registry.lan; empty = none"],
+  SPACE_REGISTRY_MIRRORS: [mirrorList(), "", "registry mirrors tried before the registry, e.g. docker.io=mirror.lan:5000|mirror2.lan; empty = none"],
+  SPACE_REGISTRY_INSPECT_TIMEOUT_S: [int(1, 600), "20", "how long a node waits for a registry to name an image's manifest before the build request fails (an unreachable registry)"],
+  SPACE_EXTRA_CA_CERTS: [z.string(), "", "PEM bundle of CA certificates nodes trust besides the system's (registry pulls; also in build containers and sandboxes with SPACE_EXTRA_CA_CERTS_IN_SANDBOXES); empty = none"],
+  SPACE_EXTRA_CA_CERTS_IN_SANDBOXES: [bool(), "false", "append SPACE_EXTRA_CA_CERTS to the trust store of build containers and sandboxes (/etc/ssl/certs/ca-certificates.crt, SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, PIP_CERT)"],
   SPACE_BASE_TEMPLATE_DIR: [z.string(), "", "where the base template tarball is built and cached (once per machine, named by its recipe digest); empty = <repo>/.tools/templates"],
   SPACE_ENCRYPTION_KEY: [z.string().regex(/^$|^[0-9a-f]{64}$/, "64 hex characters (a 256-bit key) or empty"), "", "cluster key wrapping snapshot data keys; empty = no encryption"],
   SPACE_SNAPSHOT_REAPER_TARGET: [fraction(), "0.40", "node cache usage (fraction of its disk) above which the node frees local snapshot copies already durable in the blob store, least recently used first"],

@@ -38,6 +38,7 @@ import { BASE_TEMPLATE, ensureBaseTemplateTarball } from "./templates/base-templ
 import { resolveDebianMirror } from "./templates/debian-mirror.ts";
 import { cpuFeatures } from "./templates/cpu-features.ts";
 import { environmentDigest } from "../contract/execution-environment.ts";
+import { RegistrySource } from "./templates/registry-source.ts";
 import { TemplateBuilder } from "./templates/builder.ts";
 import { registerTemplateRoutes } from "./templates/template-routes.ts";
 import { TemplateCache } from "./templates/template-cache.ts";
@@ -360,6 +361,15 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             environment: () => environment,
             capture: (name, sig) => tc.capture(name, sig),
             publish: (name, sig) => tc.publish(name, sig),
+            registry: new RegistrySource({
+              dir: join(nodeDir, "registry"),
+              insecure: config.SPACE_REGISTRY_INSECURE,
+              mirrors: config.SPACE_REGISTRY_MIRRORS,
+              ...(config.SPACE_REGISTRY_AUTH_FILE ? { authFile: config.SPACE_REGISTRY_AUTH_FILE } : {}),
+              ...(config.SPACE_EXTRA_CA_CERTS ? { caBundle: config.SPACE_EXTRA_CA_CERTS } : {}),
+              inspectTimeoutMs: config.SPACE_REGISTRY_INSPECT_TIMEOUT_S * 1000,
+              env: process.env,
+            }),
             logger: log,
           });
         }

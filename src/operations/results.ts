@@ -69,6 +69,8 @@ export function toNativeBuild(b: Build) {
     rootfs_size_mib: b.rootfsSizeMib,
     environment: b.environment,
     digest: b.digest,
+    /** The registry manifest a registry-image build was pinned to. */
+    image_digest: (b.spec as { result?: { imageDigest?: string } } | null)?.result?.imageDigest ?? null,
     error: b.error,
     created_at: iso(b.createdAt),
     started_at: iso(b.startedAt),

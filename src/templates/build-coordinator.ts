@@ -31,8 +31,7 @@ import {
   type Build,
   type Template,
 } from "../store/templates.ts";
-import { nodeTemplateName, type BuildRecipeInput, type BuildStep } from "../contract/build-recipe.ts";
-import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
+import { formatRegistryRef, IMAGE_TRANSPORTS, nodeTemplateName, parseRegistryRef, type BuildRecipeInput, type BuildStep, type RegistryAuth } from "../contract/build-recipe.ts";
 import type { BuildLogEntry } from "../contract/node-builds.ts";
 import type { NodeBuildStatusWire, Substrate } from "../substrate/substrate.ts";
 import type { NodeDirectory } from "../substrate/node-directory.ts";
@@ -178,7 +177,7 @@ export class BuildCoordinator {
     const nodeId = await this.place(recipe);
     await updateBuild(this.d.db, buildId, {
       status: "building",
-      spec: { ...(build.spec as BuildSpecRecord), request: body, nodeId, logsTotal: 0 },
+      spec: { ...(build.spec as BuildSpecRecord), request: redactRequest(body), nodeId, logsTotal: 0 },
     });
     try {
       await this.d.substrate.startBuild(nodeId, { buildId, name: nodeTemplateName(buildId), recipe }, nodeCall());
@@ -206,9 +205,15 @@ export class BuildCoordinator {
     } else if (body.fromImage.startsWith("rootfs-tar:")) {
       from = { kind: "rootfs-tar", path: body.fromImage.slice("rootfs-tar:".length) };
     } else {
-      throw invalid(
-        `image ${JSON.stringify(body.fromImage)} is a registry image; SPACE nodes pull from no registry. Use fromTemplate('base'), fromBaseImage(), or a local image: oci-archive:<path>, oci:<dir>[:tag], docker-archive:<path>`,
-      );
+      const ref = parseRegistryRef(body.fromImage);
+      if (!ref) {
+        throw invalid(
+          `fromImage ${JSON.stringify(body.fromImage)} is not an image reference: use [registry/]repository[:tag][@sha256:digest] (e.g. python:3.12, 127.0.0.1:5000/team/app:v1), or a local image: oci-archive:<path>, oci:<dir>[:tag], docker-archive:<path>`,
+          { field: "fromImage" },
+        );
+      }
+      const auth = registryAuth(body.fromImageRegistry);
+      from = { kind: "registry", image: formatRegistryRef(ref), ...(auth ? { auth } : {}) };
     }
     const steps: BuildStep[] = body.steps.map((s, i): BuildStep => {
       const a = s.args;
@@ -332,7 +337,10 @@ export class BuildCoordinator {
         rootfsSizeMib: result.rootfsSizeMib,
         environment: result.environment,
         digest: result.digest,
-        spec: { ...spec, result: { cachedSteps: result.cachedSteps, builtSteps: result.builtSteps, durationMs: result.durationMs, config: result.config } },
+        spec: {
+          ...spec,
+          result: { cachedSteps: result.cachedSteps, builtSteps: result.builtSteps, durationMs: result.durationMs, config: result.config, ...(result.imageDigest ? { imageDigest: result.imageDigest } : {}) },
+        },
       });
       const tenantId = spec.tenantId as TenantId;
       for (const tag of new Set(["default", ...spec.tags])) await setRelease(tx, { tenantId, templateId: b.templateId, alias: spec.alias, tag, buildId: b.id });
@@ -373,6 +381,41 @@ export class BuildCoordinator {
 
 /** One node call's deadline (the node-api client applies its own per verb as well). */
 const nodeCall = () => AbortSignal.timeout(120_000);
+
+/** E2B's `fromImageRegistry` (TemplateBuildStartV2): what `fromImage(image, creds)`, `fromGCPRegistry` and `fromAWSRegistry` send. */
+const FromImageRegistry = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("registry"), username: z.string().min(1), password: z.string().min(1) }),
+  z.object({ type: z.literal("gcp"), serviceAccountJson: z.string().min(1) }),
+  z.object({ type: z.literal("aws"), awsAccessKeyId: z.string(), awsSecretAccessKey: z.string(), awsRegion: z.string() }),
+]);
+
+/** The credentials of one pull, or undefined; 400 naming `fromImageRegistry` when malformed or unsupported. */
+export function registryAuth(raw: unknown): RegistryAuth | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  const r = FromImageRegistry.safeParse(raw);
+  if (!r.success) {
+    throw invalid(`fromImageRegistry is not valid: ${r.error.issues[0]?.path.join(".") || "type"} ${r.error.issues[0]?.message ?? ""} (type registry with username and password, or gcp with serviceAccountJson)`.trim(), { field: "fromImageRegistry" });
+  }
+  switch (r.data.type) {
+    case "registry":
+      return { username: r.data.username, password: r.data.password };
+    case "gcp":
+      // Artifact Registry and GCR accept a service account key as basic auth under `_json_key`.
+      return { username: "_json_key", password: r.data.serviceAccountJson };
+    case "aws":
+      throw invalid(
+        "fromImageRegistry type aws is not supported: SPACE nodes do not exchange AWS keys for an ECR token; use fromImage(image, { username: 'AWS', password: <aws ecr get-login-password> }) or the operator's SPACE_REGISTRY_AUTH_FILE",
+        { field: "fromImageRegistry" },
+      );
+  }
+}
+
+/** The request as stored on the build: registry credentials never in clear. */
+function redactRequest(body: TemplateBuildStart): TemplateBuildStart {
+  if (body.fromImageRegistry === undefined) return body;
+  const type = (body.fromImageRegistry as { type?: unknown } | null)?.type;
+  return { ...body, fromImageRegistry: { type: typeof type === "string" ? type : "unknown", redacted: true } };
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -26,6 +26,7 @@ import { treeSizeMib, type Disks, type TemplateInfo } from "../disk/disks.ts";
 import type { NodeCache } from "../disk/node-cache.ts";
 import type { NetworkSlots } from "../network/slots.ts";
 import { normalizeImage, unpackImage } from "./oci-source.ts";
+import type { RegistrySource } from "./registry-source.ts";
 import {
   applyConfig,
   configFromImage,
@@ -69,6 +70,8 @@ export interface BuildResult {
   builtSteps: number;
   durationMs: number;
   config: LayerConfig;
+  /** The registry manifest the build's image was pinned to. */
+  imageDigest?: string;
 }
 
 export type NodeBuildState = "building" | "ready" | "failed";
@@ -98,6 +101,8 @@ export interface TemplateBuilderOptions {
   environment: () => string;
   /** Checkpoints a finished template after its start command is ready (capture.ts); absent = never. */
   capture?: (name: string, signal: AbortSignal) => Promise<unknown>;
+  /** Pulls registry images (registry-source.ts); absent = registry sources are refused. */
+  registry?: RegistrySource;
   /** Publishes a finished template to the blob store catalog (template-cache.ts); absent = kept local. */
   publish?: (name: string, signal: AbortSignal) => Promise<unknown>;
   logger: Logger;
@@ -128,6 +133,22 @@ export class TemplateBuilder {
   constructor(o: TemplateBuilderOptions) {
     this.o = o;
     this.layersDir = join(o.cache.mountPath, "layers");
+  }
+
+  /**
+   * Pins a registry source to the digest its reference names now, before the build is
+   * started: a refused, unknown or unreachable image fails the build request itself.
+   */
+  async pin(buildId: string, recipe: BuildRecipe, signal: AbortSignal): Promise<BuildRecipe> {
+    const src = recipe.from;
+    if (src.kind !== "registry" || src.digest || this.builds.has(buildId)) return recipe;
+    const digest = await this.registry().resolve(src.image, src.auth, signal);
+    return { ...recipe, from: { ...src, digest } };
+  }
+
+  private registry(): RegistrySource {
+    if (!this.o.registry) throw new SpaceError("failed_precondition", "this node pulls no registry images (no registry configuration)");
+    return this.o.registry;
   }
 
   /** Starts a build (idempotent by build id) and returns at once. */
@@ -205,7 +226,7 @@ export class TemplateBuilder {
         r.netnsPath = slot.netnsPath;
       }
       const src = r.recipe.from;
-      this.log(r, "info", `FROM ${src.kind === "image" ? src.ref : src.kind === "template" ? src.name : src.path}`, step);
+      this.log(r, "info", `FROM ${describeSource(src)}`, step);
       const source = await this.sourceLayer(r, scratch, signal);
       const cached = source.cached;
       let { key, config } = source;
@@ -244,6 +265,7 @@ export class TemplateBuilder {
         builtSteps,
         durationMs: Date.now() - started,
         config,
+        ...(src.kind === "registry" && src.digest ? { imageDigest: src.digest } : {}),
       };
       r.status = "ready";
       this.log(r, "info", `build ${r.buildId} ready: ${info.rootfsSizeMib} MiB, ${cachedSteps} cached / ${builtSteps} built layers, ${((Date.now() - started) / 1000).toFixed(1)} s`, step);
@@ -310,6 +332,22 @@ export class TemplateBuilder {
         this.log(r, "info", `unpacking image ${img.manifestDigest} (umoci)`, "base");
         await this.buildLayer(null, key, config, (work) => unpackImage(img, work, signal), signal);
         return { key, config, cached: false };
+      }
+      case "registry": {
+        if (!src.digest) throw new SpaceError("failed_precondition", `image ${src.image} was not pinned to a digest`);
+        const digest = src.digest;
+        const key = sourceKey(`registry:${digest}`);
+        if (!force && (await this.hasLayer(key))) {
+          this.log(r, "info", `CACHED image ${src.image}@${digest}: its layers are on this node (pulled 0 bytes)`, "base");
+          return { key, config: await this.layerConfig(key), cached: true };
+        }
+        return this.registry().pull(src.image, digest, src.auth, signal, async (p) => {
+          this.log(r, "info", `pulled ${src.image}@${digest}: ${p.fetchedBlobs} blobs fetched, ${p.reusedBlobs} already on this node (pulled ${p.pulledBytes} bytes)`, "base");
+          const config = configFromImage(p.image.config);
+          this.log(r, "info", `unpacking image ${p.image.manifestDigest} (umoci)`, "base");
+          await this.buildLayer(null, key, config, (work) => unpackImage(p.image, work, signal), signal);
+          return { key, config, cached: false };
+        });
       }
       case "template": {
         const info = (await this.o.disks.templateInfo(src.name)) as BuiltTemplateInfo | undefined;
@@ -643,4 +681,17 @@ async function fileSha256(path: string): Promise<string> {
   const h = createHash("sha256");
   await pipeline(createReadStream(path), h);
   return h.digest("hex");
+}
+
+function describeSource(src: BuildRecipe["from"]): string {
+  switch (src.kind) {
+    case "image":
+      return src.ref;
+    case "registry":
+      return src.digest ? `${src.image} (pinned to ${src.digest})` : src.image;
+    case "template":
+      return src.name;
+    case "rootfs-tar":
+      return src.path;
+  }
 }

@@ -2,7 +2,8 @@
  * OCI image sources for template builds, through the OCI tools Debian ships: `skopeo`
  * normalises any local transport (oci-archive, oci layout, docker-archive from `docker
  * save`) into an OCI layout, and `umoci raw unpack` applies its layers in order into the
- * rootfs (whiteouts and opaque directories honoured). No registry is ever contacted.
+ * rootfs (whiteouts and opaque directories honoured). This file reads local images only;
+ * registry images come through registry-source.ts into a shared layout read the same way.
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -44,14 +45,19 @@ export async function normalizeImage(ref: string, layoutDir: string, signal: Abo
     if (e instanceof ExecError) throw new SpaceError("invalid_argument", `cannot read image ${ref}: ${e.result.stderr.trim().slice(-500) || e.message}`);
     throw e;
   }
+  return readLayoutImage(layoutDir, "img", ref);
+}
+
+/** The manifest and config of tag `tag` in the OCI layout `layoutDir`; `ref` names the image in errors. */
+export async function readLayoutImage(layoutDir: string, tag: string, ref: string): Promise<NormalizedImage> {
   const index = JSON.parse(await readFile(join(layoutDir, "index.json"), "utf8")) as { manifests: Array<{ digest: string; annotations?: Record<string, string> }> };
-  const desc = index.manifests.find((m) => m.annotations?.["org.opencontainers.image.ref.name"] === "img") ?? index.manifests[0];
+  const desc = index.manifests.find((m) => m.annotations?.["org.opencontainers.image.ref.name"] === tag);
   if (!desc) throw invalid(`image ${ref} has no manifest`);
   const manifest = JSON.parse(await readFile(blobPath(layoutDir, desc.digest), "utf8")) as { config: { digest: string } };
   const cfg = JSON.parse(await readFile(blobPath(layoutDir, manifest.config.digest), "utf8")) as { config?: OciImageConfig; architecture?: string; os?: string };
   if (cfg.os && cfg.os !== "linux") throw invalid(`image ${ref} is for ${cfg.os}, not linux`);
   if (cfg.architecture && cfg.architecture !== "amd64" && process.arch === "x64") throw invalid(`image ${ref} is for ${cfg.architecture}; this node runs amd64`);
-  return { manifestDigest: desc.digest, config: cfg.config ?? {}, umociRef: `${layoutDir}:img` };
+  return { manifestDigest: desc.digest, config: cfg.config ?? {}, umociRef: `${layoutDir}:${tag}` };
 }
 
 /** Unpacks the image's layers into `rootfs` (an existing empty directory). */

@@ -45,7 +45,8 @@ export function registerTemplateRoutes(app: FastifyInstance, builder: () => Temp
   });
   app.post("/v1/builds", async (req, reply) => {
     const body = parse(NodeBuildRequest, req.body, "build request");
-    return reply.status(202).send(b().start(body.buildId, body.name, body.recipe));
+    const recipe = await b().pin(body.buildId, body.recipe, AbortSignal.timeout(60_000));
+    return reply.status(202).send(b().start(body.buildId, body.name, recipe));
   });
   app.get("/v1/builds/:buildId", async (req) => {
     const { buildId } = parse(z.object({ buildId: z.string() }), req.params, "path");

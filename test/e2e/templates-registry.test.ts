@@ -1,0 +1,189 @@
+/**
+ * Templates from registry images end to end: the real stack (`space up`) and two local
+ * registries (Debian's docker-registry, test/support/local-registry.ts: one open, one
+ * behind basic auth), with the test's OCI image pushed there by skopeo. The unmodified
+ * e2b SDK builds `fromImage("127.0.0.1:<port>/…:tag")` and boots it; the private image
+ * needs and accepts credentials and refuses wrong ones with a 4xx naming the registry; a
+ * second template on the same image pulls nothing, one on an image sharing its base pulls
+ * only the new layer (the build log's `pulled N bytes`); the digest is recorded; an
+ * unreachable registry fails the build request; `space template build` takes a
+ * Dockerfile `FROM <registry image>`. Needs root (runc, netns, btrfs).
+ */
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { spawnSync } from "node:child_process";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { Sandbox, Template, type ConnectionOpts } from "e2b";
+import { exec } from "../../src/core/exec.ts";
+import { freePort, startStack, type Stack } from "../support/stack.ts";
+import { localRegistrySkipReason, startLocalRegistry, type LocalRegistry } from "../support/local-registry.ts";
+import { makeOciArchive, type OciFixture } from "../templates/fixtures.ts";
+
+const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : localRegistrySkipReason();
+
+/** Host objects of this suite's node (never another stack's or the node tests'). */
+const HOST_SCOPE = {
+  SPACE_NODE_BRIDGE: "spcreg0",
+  SPACE_NODE_NFT_TABLE: "space_e2e_reg",
+  SPACE_NODE_VETH_PREFIX: "vr",
+  SPACE_NODE_CGROUP_PARENT: "space-e2e-reg",
+  SPACE_NODE_SLOT_CIDR: "10.206.0.0/20",
+  SPACE_NODE_BTRFS_IMAGE_GIB: "16",
+  SPACE_NODE_DISK_RESERVE_MIB: "1024",
+};
+
+/** `pulled N bytes` of a build's logs (the source layer's line). */
+function pulledBytes(logs: string[]): number {
+  const m = logs.map((l) => /\(pulled (\d+) bytes\)/.exec(l)).find(Boolean);
+  assert.ok(m, `no "pulled N bytes" line in:\n${logs.join("\n")}`);
+  return Number(m[1]);
+}
+
+describe("templates from registry images with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
+  let stack: Stack;
+  let opts: ConnectionOpts & { sandboxUrl: string };
+  let open: LocalRegistry;
+  let priv: LocalRegistry;
+  let oci: OciFixture;
+  let work: string;
+  const sandboxes: Sandbox[] = [];
+  const creds = { username: "alice", password: `pw-${randomBytes(6).toString("hex")}` };
+
+  before(async () => {
+    open = await startLocalRegistry();
+    priv = await startLocalRegistry({ auth: creds });
+    oci = await makeOciArchive();
+    work = await mkdtemp(join(tmpdir(), "space-reg-"));
+    // Image `extra`: the fixture's layers plus one more (shares its base with `v1`).
+    const layout = join(oci.dir, "layout");
+    await mkdir(join(work, "extra"));
+    await writeFile(join(work, "extra", "extra.txt"), "extra layer\n");
+    await exec("umoci", ["insert", "--image", `${layout}:latest`, "--tag", "extra", join(work, "extra"), "/opt"], { timeoutMs: 60_000 });
+    await open.push(`oci:${layout}:latest`, "fixture/app:v1");
+    await open.push(`oci:${layout}:extra`, "fixture/app:extra");
+    await priv.push(`oci:${layout}:latest`, "private/app:v1");
+    stack = await startStack({
+      env: {
+        ...HOST_SCOPE,
+        SPACE_NODE_RUNTIME_STATE_DIR: `/run/space-e2e-reg-${randomBytes(3).toString("hex")}`,
+        SPACE_REGISTRY_INSECURE: `${open.host},${priv.host}`,
+        SPACE_REGISTRY_INSPECT_TIMEOUT_S: "10",
+      },
+    });
+    opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 };
+  });
+  after(async () => {
+    await Promise.allSettled(sandboxes.map((s) => s.kill()));
+    await stack?.stop();
+    await open?.stop();
+    await priv?.stop();
+    await oci?.cleanup();
+    if (work) await rm(work, { recursive: true, force: true });
+  });
+
+  /** The digest the registry serves for `ref` (sha256 of the manifest bytes). */
+  async function registryDigest(ref: string): Promise<string> {
+    const r = await exec("skopeo", ["inspect", "--raw", "--tls-verify=false", `docker://${ref}`], { timeoutMs: 30_000 });
+    return `sha256:${createHash("sha256").update(r.stdout).digest("hex")}`;
+  }
+
+  test("fromImage('127.0.0.1:<port>/fixture/app:v1') builds, boots and records the pinned digest", async () => {
+    const logs: string[] = [];
+    const image = `${open.host}/fixture/app:v1`;
+    const info = await Template.build(Template().fromImage(image).runCmd("cat /etc/layer2 > /etc/from-registry", { user: "root" }), "reg-open", {
+      ...opts,
+      onBuildLogs: (e) => logs.push(e.message),
+    });
+    const digest = await registryDigest(image);
+    assert.ok(logs.some((l) => l.includes(`pinned to ${digest}`)), logs.join("\n"));
+    assert.ok(pulledBytes(logs) > 1024 * 1024, "the first pull fetches the image's layers");
+
+    const sb = await Sandbox.create("reg-open", opts);
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("cat /etc/from-registry; echo $FIXTURE")).stdout, "from layer 2\noci\n");
+    await sb.kill();
+
+    // The Native build object carries the digest the pull was pinned to.
+    const native = await fetch(`${stack.apiUrl}/v1/templates/${info.templateId}/builds/${info.buildId}`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+    assert.equal(native.status, 200, await native.clone().text());
+    assert.equal(((await native.json()) as { image_digest?: string }).image_digest, digest);
+  });
+
+  test("a second template on the same image pulls nothing; one on an image sharing its base pulls only the new layer", async () => {
+    const same: string[] = [];
+    await Template.build(Template().fromImage(`${open.host}/fixture/app:v1`).runCmd("echo second > /etc/second", { user: "root" }), "reg-same", {
+      ...opts,
+      onBuildLogs: (e) => same.push(e.message),
+    });
+    assert.equal(pulledBytes(same), 0, same.join("\n"));
+
+    const shared: string[] = [];
+    await Template.build(Template().fromImage(`${open.host}/fixture/app:extra`), "reg-extra", { ...opts, onBuildLogs: (e) => shared.push(e.message) });
+    const bytes = pulledBytes(shared);
+    assert.ok(bytes > 0 && bytes < 64 * 1024, `only the extra layer, config and manifest are fetched (pulled ${bytes} bytes):\n${shared.join("\n")}`);
+    const sb = await Sandbox.create("reg-extra", opts);
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("cat /opt/extra.txt /etc/layer2")).stdout, "extra layer\nfrom layer 2\n");
+    await sb.kill();
+  });
+
+  test("a private image: refused without credentials and with wrong ones (4xx naming the registry), built with the right ones", async () => {
+    const image = `${priv.host}/private/app:v1`;
+    const hostRe = new RegExp(`^4\\d\\d: .*registry ${priv.host.replace(/\./g, "\\.")}`);
+    await assert.rejects(Template.build(Template().fromImage(image), "reg-private", opts), (e: Error) => {
+      assert.match(e.message, hostRe);
+      assert.match(e.message, /without credentials/);
+      return true;
+    });
+    const wrong = { username: creds.username, password: "not-the-password" };
+    await assert.rejects(Template.build(Template().fromImage(image, wrong), "reg-private", opts), (e: Error) => {
+      assert.match(e.message, hostRe);
+      assert.match(e.message, /refused the credentials/);
+      assert.doesNotMatch(e.message, /not-the-password/);
+      return true;
+    });
+    const info = await Template.build(Template().fromImage(image, creds).runCmd("echo private > /etc/private", { user: "root" }), "reg-private", opts);
+    const sb = await Sandbox.create("reg-private", opts);
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("cat /etc/private")).stdout, "private\n");
+    await sb.kill();
+    // Nothing the build stored or logged holds the password.
+    const logs = await Template.getBuildStatus({ templateId: info.templateId, buildId: info.buildId }, opts);
+    assert.doesNotMatch(JSON.stringify(logs), new RegExp(creds.password));
+  });
+
+  test("an unknown image and an unreachable registry fail the build request, naming the image or the host", async () => {
+    await assert.rejects(Template.build(Template().fromImage(`${open.host}/fixture/nope:v1`), "reg-missing", opts), (e: Error) => {
+      assert.match(e.message, /^4\d\d: image .*fixture\/nope:v1 not found in registry/);
+      return true;
+    });
+    const closed = `127.0.0.1:${await freePort()}`;
+    const t0 = Date.now();
+    await assert.rejects(Template.build(Template().fromImage(`${closed}/x/y:z`), "reg-unreachable", opts), (e: Error) => {
+      assert.match(e.message, new RegExp(`^4\\d\\d: registry ${closed.replace(/\./g, "\\.")} is unreachable`));
+      return true;
+    });
+    process.stderr.write(`unreachable registry refused in ${Date.now() - t0} ms\n`);
+    await assert.rejects(Template.build(Template().fromImage("Not A Ref!"), "reg-bad", opts), /^400: fromImage "Not A Ref!" is not an image reference/);
+  });
+
+  test("space template build: a Dockerfile FROM a registry image", async () => {
+    const ctx = join(work, "ctx");
+    await mkdir(ctx);
+    await writeFile(join(ctx, "Dockerfile"), `FROM ${open.host}/fixture/app:v1\nRUN echo from-dockerfile > /etc/cli\n`);
+    const r = spawnSync(process.execPath, ["bin/space.mjs", "template", "build", ctx, "--name", "reg-cli"], {
+      env: { ...process.env, E2B_API_URL: stack.apiUrl, E2B_API_KEY: stack.apiKey },
+      encoding: "utf8",
+      timeout: 300_000,
+    });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, /pinned to sha256:/);
+    const sb = await Sandbox.create("reg-cli", opts);
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("cat /etc/cli")).stdout, "from-dockerfile\n");
+    await sb.kill();
+  });
+});

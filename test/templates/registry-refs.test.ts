@@ -1,0 +1,98 @@
+/** Pure logic of registry pulls: references, operator settings, auth files, error classification, E2B's registry config. */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { formatRegistryRef, parseRegistryRef } from "../../src/contract/build-recipe.ts";
+import { parseInsecure, parseMirrors } from "../../src/core/registry-lists.ts";
+import { loadConfig } from "../../src/core/config.ts";
+import { authFileFor, registriesConf } from "../../src/node/templates/registry-config.ts";
+import { classifyRegistryError, registryAnswer } from "../../src/node/templates/registry-source.ts";
+import { registryAuth } from "../../src/templates/build-coordinator.ts";
+import { parseDockerfile } from "../../src/cli/template.ts";
+import { SpaceError } from "../../src/core/errors.ts";
+
+const D = `sha256:${"a".repeat(64)}`;
+
+describe("registry references", () => {
+  it("parses what the SDKs send, with Docker's defaults", () => {
+    assert.deepEqual(parseRegistryRef("python:3.12"), { registry: "docker.io", repository: "library/python", tag: "3.12" });
+    assert.deepEqual(parseRegistryRef("ubuntu"), { registry: "docker.io", repository: "library/ubuntu", tag: "latest" });
+    assert.deepEqual(parseRegistryRef("oven/bun:1"), { registry: "docker.io", repository: "oven/bun", tag: "1" });
+    assert.deepEqual(parseRegistryRef("localhost:5000/x:y"), { registry: "localhost:5000", repository: "x", tag: "y" });
+    assert.deepEqual(parseRegistryRef("docker://127.0.0.1:5000/team/app"), { registry: "127.0.0.1:5000", repository: "team/app", tag: "latest" });
+    assert.deepEqual(parseRegistryRef(`ghcr.io/a/b@${D}`), { registry: "ghcr.io", repository: "a/b", digest: D });
+    assert.deepEqual(parseRegistryRef(`ghcr.io/a/b:v1@${D}`), { registry: "ghcr.io", repository: "a/b", tag: "v1", digest: D });
+    assert.equal(formatRegistryRef(parseRegistryRef("python:3.12")!), "docker://docker.io/library/python:3.12");
+  });
+  it("refuses what is not a reference", () => {
+    for (const bad of ["Not A Ref!", "UPPER/case", "a/b:", "x@sha256:short", "a//b", "", "host:99999999/x"]) assert.equal(parseRegistryRef(bad), undefined, bad);
+  });
+});
+
+describe("operator registry settings", () => {
+  it("parses insecure registries and mirrors, naming a bad entry", () => {
+    assert.deepEqual(parseInsecure(" 127.0.0.1:5000, registry.lan "), ["127.0.0.1:5000", "registry.lan"]);
+    assert.deepEqual(parseMirrors("docker.io=mirror.lan:5000|m2.lan/hub,quay.io=q.lan"), { "docker.io": ["mirror.lan:5000", "m2.lan/hub"], "quay.io": ["q.lan"] });
+    assert.throws(() => parseInsecure("a b"), /"a b"/);
+    assert.throws(() => parseMirrors("docker.io"), /"docker.io"/);
+    assert.throws(() => loadConfig({ SPACE_REGISTRY_MIRRORS: "=x" }), /SPACE_REGISTRY_MIRRORS/);
+    assert.deepEqual(loadConfig({ SPACE_REGISTRY_INSECURE: "127.0.0.1:5000" }).SPACE_REGISTRY_INSECURE, ["127.0.0.1:5000"]);
+  });
+  it("writes a registries.conf with insecure registries and mirrors", () => {
+    const conf = registriesConf({ insecure: ["127.0.0.1:5000", "mirror.lan:5000"], mirrors: { "docker.io": ["mirror.lan:5000"] } });
+    assert.match(conf, /unqualified-search-registries = \[\]/);
+    assert.match(conf, /\[\[registry\]\]\nprefix = "127.0.0.1:5000"\nlocation = "127.0.0.1:5000"\ninsecure = true/);
+    assert.match(conf, /prefix = "docker.io"\nlocation = "docker.io"\ninsecure = false\n\n\[\[registry.mirror\]\]\nlocation = "mirror.lan:5000"\ninsecure = true/);
+  });
+  it("an auth file keeps the operator's entries and puts the build's credentials first for its registry", () => {
+    const operator = JSON.stringify({ auths: { "a.io": { auth: "b3A6b3A=" }, "r.io": { auth: "b2xkOm9sZA==" } } });
+    const out = JSON.parse(authFileFor(operator, "r.io", { username: "u", password: "p" })) as { auths: Record<string, { auth: string }> };
+    assert.equal(out.auths["a.io"]!.auth, "b3A6b3A=");
+    assert.equal(Buffer.from(out.auths["r.io"]!.auth, "base64").toString(), "u:p");
+    assert.deepEqual(JSON.parse(authFileFor(undefined, "r.io", undefined)), { auths: {} });
+    assert.throws(() => authFileFor("[1]", "r.io", undefined));
+  });
+});
+
+describe("registry errors", () => {
+  const ref = parseRegistryRef("127.0.0.1:5000/x:y")!;
+  const img = "docker://127.0.0.1:5000/x:y";
+  const fatal = (msg: string) => `time="2026-01-01T00:00:00Z" level=fatal msg="Error parsing image name \\"${img}\\": ${msg}"`;
+  it("unauthorized → permission_denied naming the registry, with and without credentials", () => {
+    const e = classifyRegistryError(fatal("reading manifest y in 127.0.0.1:5000/x: unauthorized: authentication required"), ref, img, false);
+    assert.equal(e.code, "permission_denied");
+    assert.match(e.message, /^registry 127\.0\.0\.1:5000 refused .* without credentials: unauthorized: authentication required/);
+    assert.match(classifyRegistryError(fatal("reading manifest y in 127.0.0.1:5000/x: unauthorized: authentication required"), ref, img, true).message, /refused the credentials/);
+  });
+  it("not found, unreachable, plain HTTP and untrusted certificates → invalid_argument naming the image or host", () => {
+    const nf = classifyRegistryError(fatal("reading manifest y in 127.0.0.1:5000/x: manifest unknown: manifest unknown"), ref, img, false);
+    assert.equal(nf.code, "invalid_argument");
+    assert.match(nf.message, /^image docker:\/\/127\.0\.0\.1:5000\/x:y not found in registry 127\.0\.0\.1:5000: manifest unknown/);
+    const down = classifyRegistryError(fatal('pinging container registry 127.0.0.1:5000: Get \\"https://127.0.0.1:5000/v2/\\": dial tcp 127.0.0.1:5000: connect: connection refused'), ref, img, false);
+    assert.match(down.message, /^registry 127\.0\.0\.1:5000 is unreachable .*connection refused/);
+    assert.match(classifyRegistryError(fatal("pinging container registry 127.0.0.1:5000: http: server gave HTTP response to HTTPS client"), ref, img, false).message, /SPACE_REGISTRY_INSECURE=127\.0\.0\.1:5000/);
+    assert.match(classifyRegistryError(fatal("x509: certificate signed by unknown authority"), ref, img, false).message, /SPACE_EXTRA_CA_CERTS/);
+    assert.match(classifyRegistryError("i/o timeout", ref, img, false).message, /unreachable/);
+  });
+  it("never repeats a secret or URL credentials", () => {
+    assert.equal(registryAnswer('level=fatal msg="bad https://bob:hunter22@r.io/v2/ hunter22"', ["hunter22"]), "bad https://r.io/v2/ ***");
+  });
+});
+
+describe("E2B's fromImageRegistry", () => {
+  it("registry and gcp become credentials; aws and malformed bodies are 400s naming the field", () => {
+    assert.equal(registryAuth(undefined), undefined);
+    assert.deepEqual(registryAuth({ type: "registry", username: "u", password: "p" }), { username: "u", password: "p" });
+    assert.deepEqual(registryAuth({ type: "gcp", serviceAccountJson: '{"k":1}' }), { username: "_json_key", password: '{"k":1}' });
+    for (const bad of [{ type: "aws", awsAccessKeyId: "a", awsSecretAccessKey: "b", awsRegion: "c" }, { type: "registry", username: "u" }, { type: "other" }]) {
+      assert.throws(
+        () => registryAuth(bad),
+        (e: unknown) => e instanceof SpaceError && e.code === "invalid_argument" && /fromImageRegistry/.test(e.message),
+      );
+    }
+  });
+  it("a Dockerfile FROM a registry image becomes fromImage; a template name stays fromTemplate", () => {
+    assert.deepEqual(parseDockerfile("FROM 127.0.0.1:5000/team/app:v1\n", "/ctx").from, { fromImage: "127.0.0.1:5000/team/app:v1" });
+    assert.deepEqual(parseDockerfile("FROM docker://python:3.12\n", "/ctx").from, { fromImage: "docker://python:3.12" });
+    assert.deepEqual(parseDockerfile("FROM my-template:v2\n", "/ctx").from, { fromTemplate: "my-template:v2" });
+  });
+});
