@@ -39,6 +39,7 @@ import { resolveDebianMirror } from "./templates/debian-mirror.ts";
 import { cpuFeatures } from "./templates/cpu-features.ts";
 import { environmentDigest } from "../contract/execution-environment.ts";
 import { RegistrySource } from "./templates/registry-source.ts";
+import { loadRootfsTrust } from "./templates/ca-trust.ts";
 import { TemplateBuilder } from "./templates/builder.ts";
 import { registerTemplateRoutes } from "./templates/template-routes.ts";
 import { TemplateCache } from "./templates/template-cache.ts";
@@ -255,6 +256,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             logger: log,
           });
         }
+        const trust = config.SPACE_EXTRA_CA_CERTS && config.SPACE_EXTRA_CA_CERTS_IN_SANDBOXES ? await loadRootfsTrust(config.SPACE_EXTRA_CA_CERTS) : undefined;
         // The process runtime isolates nothing: plain directories and the host's network.
         const sandboxDisks = disks ?? new DirectoryDisks(join(nodeDir, "process-disks"));
         environment = environmentDigest({
@@ -271,6 +273,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           discardInitOutput: runtime.kind === "runc",
           envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
           nodeBinary: deps.nodeBinary ?? process.execPath,
+          ...(trust ? { trust } : {}),
           telemetry: {
             intervalMs: config.SPACE_METRICS_INTERVAL_MS,
             metricsSamples: config.SPACE_METRICS_SAMPLES,
@@ -361,6 +364,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             environment: () => environment,
             capture: (name, sig) => tc.capture(name, sig),
             publish: (name, sig) => tc.publish(name, sig),
+            ...(trust ? { trust } : {}),
             registry: new RegistrySource({
               dir: join(nodeDir, "registry"),
               insecure: config.SPACE_REGISTRY_INSECURE,

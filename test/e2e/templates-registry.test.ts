@@ -7,12 +7,16 @@
  * second template on the same image pulls nothing, one on an image sharing its base pulls
  * only the new layer (the build log's `pulled N bytes`); the digest is recorded; an
  * unreachable registry fails the build request; `space template build` takes a
- * Dockerfile `FROM <registry image>`. Needs root (runc, netns, btrfs).
+ * Dockerfile `FROM <registry image>`. The operator's CA (SPACE_EXTRA_CA_CERTS, a test CA
+ * made here with openssl) is trusted by pulls from a TLS registry whose certificate it
+ * signed, and (SPACE_EXTRA_CA_CERTS_IN_SANDBOXES) by `curl`/Python inside build
+ * containers and sandboxes against an HTTPS server on localhost there. Needs root (runc,
+ * netns, btrfs).
  */
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { spawnSync } from "node:child_process";
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -35,6 +39,25 @@ const HOST_SCOPE = {
   SPACE_NODE_DISK_RESERVE_MIB: "1024",
 };
 
+/** A test CA and a certificate it signed for localhost and 127.0.0.1 (server.pem, server.key) in `dir`. */
+function makeTestCa(dir: string): void {
+  const openssl = (args: string[]) => {
+    const r = spawnSync("openssl", args, { cwd: dir, encoding: "utf8" });
+    assert.equal(r.status, 0, `openssl ${args.join(" ")}: ${r.stderr}`);
+  };
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+  openssl(["req", "-x509", ...ec, "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=space registry test CA", "-days", "1"]);
+  openssl(["req", ...ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"]);
+  spawnSync("sh", ["-c", "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > ext.cnf"], { cwd: dir });
+  openssl(["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "ext.cnf"]);
+}
+
+/** An HTTPS server on localhost:8443 with the test CA's certificate (in /srv/tls), then `probe` against it. */
+const httpsProbe = (probe: string) =>
+  "python3 -c \"import http.server, ssl; s = http.server.HTTPServer(('127.0.0.1', 8443), http.server.SimpleHTTPRequestHandler); " +
+  "c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain('/srv/tls/server.pem', '/srv/tls/server.key'); s.socket = c.wrap_socket(s.socket, server_side=True); s.serve_forever()\" >/dev/null 2>&1 & " +
+  `for i in $(seq 50); do (echo > /dev/tcp/127.0.0.1/8443) 2>/dev/null && break; sleep 0.1; done; ${probe}`;
+
 /** `pulled N bytes` of a build's logs (the source layer's line). */
 function pulledBytes(logs: string[]): number {
   const m = logs.map((l) => /\(pulled (\d+) bytes\)/.exec(l)).find(Boolean);
@@ -47,16 +70,22 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
   let opts: ConnectionOpts & { sandboxUrl: string };
   let open: LocalRegistry;
   let priv: LocalRegistry;
+  let tls: LocalRegistry;
+  let tlsDir: string;
   let oci: OciFixture;
   let work: string;
   const sandboxes: Sandbox[] = [];
   const creds = { username: "alice", password: `pw-${randomBytes(6).toString("hex")}` };
 
   before(async () => {
+    work = await mkdtemp(join(tmpdir(), "space-reg-"));
+    tlsDir = join(work, "tls");
+    await mkdir(tlsDir);
+    makeTestCa(tlsDir);
     open = await startLocalRegistry();
     priv = await startLocalRegistry({ auth: creds });
+    tls = await startLocalRegistry({ tls: { cert: join(tlsDir, "server.pem"), key: join(tlsDir, "server.key") } });
     oci = await makeOciArchive();
-    work = await mkdtemp(join(tmpdir(), "space-reg-"));
     // Image `extra`: the fixture's layers plus one more (shares its base with `v1`).
     const layout = join(oci.dir, "layout");
     await mkdir(join(work, "extra"));
@@ -65,12 +94,16 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     await open.push(`oci:${layout}:latest`, "fixture/app:v1");
     await open.push(`oci:${layout}:extra`, "fixture/app:extra");
     await priv.push(`oci:${layout}:latest`, "private/app:v1");
+    await tls.push(`oci:${layout}:latest`, "tls/app:v1");
     stack = await startStack({
       env: {
         ...HOST_SCOPE,
         SPACE_NODE_RUNTIME_STATE_DIR: `/run/space-e2e-reg-${randomBytes(3).toString("hex")}`,
         SPACE_REGISTRY_INSECURE: `${open.host},${priv.host}`,
         SPACE_REGISTRY_INSPECT_TIMEOUT_S: "10",
+        // The TLS registry is not insecure: only the operator's CA makes its certificate trusted.
+        SPACE_EXTRA_CA_CERTS: join(tlsDir, "ca.pem"),
+        SPACE_EXTRA_CA_CERTS_IN_SANDBOXES: "true",
       },
     });
     opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 };
@@ -80,6 +113,7 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     await stack?.stop();
     await open?.stop();
     await priv?.stop();
+    await tls?.stop();
     await oci?.cleanup();
     if (work) await rm(work, { recursive: true, force: true });
   });
@@ -187,6 +221,39 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     const sb = await Sandbox.create("reg-cli", opts);
     sandboxes.push(sb);
     assert.equal((await sb.commands.run("cat /etc/cli")).stdout, "from-dockerfile\n");
+    await sb.kill();
+  });
+
+  test("the operator's CA: trusted by pulls from a TLS registry it signed (not listed as insecure)", async () => {
+    const logs: string[] = [];
+    await Template.build(Template().fromImage(`${tls.host}/tls/app:v1`), "reg-tls", { ...opts, onBuildLogs: (e) => logs.push(e.message) });
+    assert.ok(logs.some((l) => /pinned to sha256:/.test(l)), logs.join("\n"));
+  });
+
+  test("the operator's CA inside build containers and sandboxes: curl and Python trust an HTTPS server its certificate", async () => {
+    const ctx = join(work, "ca-ctx");
+    await mkdir(join(ctx, "tls"), { recursive: true });
+    for (const f of ["server.pem", "server.key"]) await writeFile(join(ctx, "tls", f), await readFile(join(tlsDir, f)));
+    const logs: string[] = [];
+    const t = Template({ fileContextPath: ctx })
+      .fromTemplate("base")
+      .copy("tls", "/srv/tls")
+      .runCmd(httpsProbe("curl -sS -o /dev/null -w 'build-curl %{http_code}\\n' https://localhost:8443/"), { user: "root" });
+    await Template.build(t, "ca-tpl", { ...opts, onBuildLogs: (e) => logs.push(e.message) });
+    assert.ok(logs.some((l) => /build-curl 200/.test(l)), `curl in the build container trusts the CA:\n${logs.join("\n")}`);
+
+    const sb = await Sandbox.create("ca-tpl", opts);
+    sandboxes.push(sb);
+    const r = await sb.commands.run(
+      httpsProbe("curl -sS -o /dev/null -w '%{http_code}\\n' https://localhost:8443/ && python3 -c \"import urllib.request; print(urllib.request.urlopen('https://localhost:8443/').status)\""),
+      { user: "root", timeoutMs: 60_000 },
+    );
+    assert.equal(r.stdout, "200\n200\n", r.stderr);
+    const env = await sb.commands.run("echo $SSL_CERT_FILE $REQUESTS_CA_BUNDLE $PIP_CERT $NODE_EXTRA_CA_CERTS");
+    assert.equal(env.stdout, `${Array(4).fill("/etc/ssl/certs/ca-certificates.crt").join(" ")}\n`);
+    // Appended, not replaced: the image's own CAs are still there.
+    const count = await sb.commands.run("grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt");
+    assert.ok(Number(count.stdout) > 10, count.stdout);
     await sb.kill();
   });
 });

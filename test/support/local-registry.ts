@@ -1,7 +1,8 @@
 /**
  * Local OCI registries for the registry template tests: Debian's `docker-registry`
  * (distribution 2.8, installed by scripts/setup/registry.sh) on 127.0.0.1, one instance
- * open and one behind htpasswd basic auth (`htpasswd -B`), each with its own storage in a
+ * open and one behind htpasswd basic auth (`htpasswd -B`), optionally over TLS with a
+ * certificate the test made, each with its own storage in a
  * temporary directory, stopped (SIGTERM, then SIGKILL) by `stop`. Images are pushed with
  * skopeo.
  */
@@ -31,11 +32,12 @@ export function localRegistrySkipReason(): string | false {
   return false;
 }
 
-export async function startLocalRegistry(opts: { auth?: { username: string; password: string } } = {}): Promise<LocalRegistry> {
+export async function startLocalRegistry(opts: { auth?: { username: string; password: string }; tls?: { cert: string; key: string } } = {}): Promise<LocalRegistry> {
   const dir = await mkdtemp(join(tmpdir(), "space-registry-"));
   const port = await freePort();
   const host = `127.0.0.1:${port}`;
-  const lines = ["version: 0.1", "log: { level: warn }", `storage: { filesystem: { rootdirectory: ${JSON.stringify(join(dir, "data"))} }, delete: { enabled: true } }`, `http: { addr: ${JSON.stringify(host)} }`];
+  const tls = opts.tls ? `, tls: { certificate: ${JSON.stringify(opts.tls.cert)}, key: ${JSON.stringify(opts.tls.key)} }` : "";
+  const lines = ["version: 0.1", "log: { level: warn }", `storage: { filesystem: { rootdirectory: ${JSON.stringify(join(dir, "data"))} }, delete: { enabled: true } }`, `http: { addr: ${JSON.stringify(host)}${tls} }`];
   if (opts.auth) {
     const hash = spawnSync("htpasswd", ["-Bbn", opts.auth.username, opts.auth.password], { encoding: "utf8" });
     if (hash.status !== 0) throw new Error(`htpasswd failed: ${hash.stderr}`);
@@ -50,8 +52,9 @@ export async function startLocalRegistry(opts: { auth?: { username: string; pass
   await waitFor(
     async () => {
       if (child.exitCode !== null) throw new Error(`docker-registry exited: ${stderr}`);
-      const r = await fetch(`http://${host}/v2/`).catch(() => undefined);
-      return r !== undefined && (r.status === 200 || r.status === 401);
+      // `-k`: the test's own CA signed a TLS instance's certificate; this only waits for it to answer.
+      const r = await exec("curl", ["-sk", "-o", "/dev/null", "-w", "%{http_code}", `${opts.tls ? "https" : "http"}://${host}/v2/`], { timeoutMs: 5_000, allowFailure: true });
+      return r.stdout === "200" || r.stdout === "401";
     },
     `docker-registry on ${host}`,
     30_000,

@@ -13,6 +13,7 @@ import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-http-client.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
+import type { RootfsTrust } from "../templates/ca-trust.ts";
 import type { NetworkAttachments } from "./network-attachments.ts";
 import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoot } from "./template-boot.ts";
 
@@ -44,6 +45,8 @@ export interface SandboxBootOptions {
   /** Host Node.js binary, mounted read-only at /opt/space/bin/node. */
   nodeBinary: string;
   pidsLimit?: number;
+  /** The operator's CAs, appended to each rootfs's trust store (SPACE_EXTRA_CA_CERTS_IN_SANDBOXES); absent = none. */
+  trust?: RootfsTrust;
   envdReadyTimeoutMs?: number;
   /** Bound on a template's ready command after its start command (default 30 s; past it the sandbox runs anyway). */
   templateReadyTimeoutMs?: number;
@@ -87,6 +90,7 @@ export class SandboxBooter {
     const id = s.spec.sandboxId;
     const t = performance.now();
     await this.o.network.writeIdentity(id, s.address, rootfs);
+    if (this.o.trust && !via?.start) await this.o.trust.apply(rootfs);
     await mkdir(this.logsDir, { recursive: true });
     // A restore from memory brings envd's state and the processes back: nothing to apply.
     const tb: TemplateBoot = via?.start ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
@@ -94,6 +98,7 @@ export class SandboxBooter {
     const env: Record<string, string> = {
       PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       HOME: "/root",
+      ...this.o.trust?.env,
       // The template's ENV: defaults under the sandbox's own env vars.
       ...templateEnv,
       E2B_SANDBOX: "true",

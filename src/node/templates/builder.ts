@@ -27,6 +27,7 @@ import type { NodeCache } from "../disk/node-cache.ts";
 import type { NetworkSlots } from "../network/slots.ts";
 import { normalizeImage, unpackImage } from "./oci-source.ts";
 import type { RegistrySource } from "./registry-source.ts";
+import type { RootfsTrust } from "./ca-trust.ts";
 import {
   applyConfig,
   configFromImage,
@@ -101,6 +102,8 @@ export interface TemplateBuilderOptions {
   environment: () => string;
   /** Checkpoints a finished template after its start command is ready (capture.ts); absent = never. */
   capture?: (name: string, signal: AbortSignal) => Promise<unknown>;
+  /** The operator's CAs, appended to the trust store before each RUN step (ca-trust.ts); absent = none. */
+  trust?: RootfsTrust;
   /** Pulls registry images (registry-source.ts); absent = registry sources are refused. */
   registry?: RegistrySource;
   /** Publishes a finished template to the blob store catalog (template-cache.ts); absent = kept local. */
@@ -460,6 +463,7 @@ export class TemplateBuilder {
     const cwd = o.config.workdir || "/";
     await mkdir(await resolveInRoot(rootfs, cwd), { recursive: true }).catch(() => undefined);
     if (r.recipe.allowInternetAccess) await this.writeResolvConf(rootfs);
+    await this.o.trust?.apply(rootfs);
     // The exit status: the init is a tiny shell wrapper when the image has a shell.
     const hasShell = Boolean(await lstat(await resolveInRoot(rootfs, "/bin/sh")).catch(() => undefined));
     const args = hasShell ? ["/bin/sh", "-c", '"$@"; echo $? > /.space-build/exit', "space-build", ...argv] : argv;
@@ -470,7 +474,7 @@ export class TemplateBuilder {
         rootfs,
         hostname: "build",
         args,
-        env: { PATH: DEFAULT_PATH, ...o.config.env, HOME: pw.home, SPACE_BUILD: "1" },
+        env: { PATH: DEFAULT_PATH, ...this.o.trust?.env, ...o.config.env, HOME: pw.home, SPACE_BUILD: "1" },
         cwd,
         mounts: [{ source: status, destination: "/.space-build", readonly: false }, ...(o.mounts ?? [])],
         ...(r.netnsPath ? { netnsPath: r.netnsPath } : {}),
