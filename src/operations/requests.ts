@@ -73,7 +73,7 @@ export type RunCommandBody = z.infer<typeof RunCommandBody>;
 export const BuildTemplateBody = z
   .object({
     from_template: z.string().min(1).optional(),
-    from_image: z.string().min(1).optional().meta({ description: "oci-archive:<path>, oci:<dir>[:tag] or docker-archive:<path> on the building node" }),
+    from_image: z.string().min(1).optional().meta({ description: "a registry image ([registry/]repository[:tag][@sha256:digest], pulled by the building node and pinned to its digest), or oci-archive:<path>, oci:<dir>[:tag] or docker-archive:<path> on the building node" }),
     steps: z.array(z.object({ type: z.enum(["RUN", "ENV", "WORKDIR", "USER"]), args: z.array(z.string()).min(1) }).strict()).max(500).default([]),
     start_cmd: z.string().min(1).optional(),
     ready_cmd: z.string().min(1).optional(),

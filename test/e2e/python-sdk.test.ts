@@ -12,6 +12,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { baseEnv } from "../support/space-process.ts";
 import { startStack, type Stack } from "../support/stack.ts";
+import { localRegistrySkipReason, startLocalRegistry } from "../support/local-registry.ts";
+import { makeOciArchive } from "../templates/fixtures.ts";
 
 const PYTHON = resolve(".tools/py/bin/python");
 const SCRIPTS = resolve("test/e2e/python");
@@ -335,5 +337,26 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.deepEqual(ok(o, "mode_filesystem"), { before: "1", paused: true, state: "paused", file: o.marker, processes: "0" });
     assert.deepEqual(ok(o, "reboot"), { full: "1", file: o.marker, processes: "0" });
     assert.deepEqual(ok(o, "started_after"), { at: true, later: [] });
+  });
+
+  test("from_image with registry credentials (issue 21): a private image refused without and with wrong credentials (4xx naming the registry), built with the right ones", { skip: localRegistrySkipReason() }, async (t) => {
+    const creds = { username: "pyuser", password: `pw-${Date.now().toString(36)}` };
+    const registry = await startLocalRegistry({ auth: creds });
+    t.after(() => registry.stop());
+    const oci = await makeOciArchive();
+    t.after(() => oci.cleanup());
+    await registry.push(`oci-archive:${oci.archive}`, "private/app:v1");
+    const regStack = await startStack({ env: { SPACE_REGISTRY_INSECURE: registry.host } });
+    t.after(() => regStack.stop());
+    const o = await run("registry_image.py", regStack, { REGISTRY_IMAGE: `${registry.host}/private/app:v1`, REGISTRY_USER: creds.username, REGISTRY_PASSWORD: creds.password });
+    const host = registry.host.replace(/\./g, "\\.");
+    const none = ok(o, "no_credentials") as { class: string; message: string } | null;
+    assert.ok(none, "the build without credentials was refused");
+    assert.match(none.message, new RegExp(`^4\\d\\d: registry ${host} refused .* without credentials`));
+    const wrong = ok(o, "wrong_credentials") as { class: string; message: string } | null;
+    assert.ok(wrong, "the build with wrong credentials was refused");
+    assert.match(wrong.message, new RegExp(`^4\\d\\d: registry ${host} refused the credentials`));
+    assert.doesNotMatch(wrong.message, /not-the-password/);
+    assert.deepEqual(ok(o, "right_credentials"), { file: "from layer 2\n", pinned: true });
   });
 });
