@@ -1,12 +1,13 @@
 /**
- * Templates from registry images end to end: the real stack (`space up`) and two local
+ * Templates from registry images end to end: the real stack (`space up`) and three local
  * registries (Debian's docker-registry, test/support/local-registry.ts: one open, one
- * behind basic auth), with the test's OCI image pushed there by skopeo. The unmodified
+ * behind basic auth, one over TLS), with the test's OCI image pushed there by skopeo. The unmodified
  * e2b SDK builds `fromImage("127.0.0.1:<port>/…:tag")` and boots it; the private image
  * needs and accepts credentials and refuses wrong ones with a 4xx naming the registry; a
  * second template on the same image pulls nothing, one on an image sharing its base pulls
  * only the new layer (the build log's `pulled N bytes`); the digest is recorded; an
- * unreachable registry fails the build request; `space template build` takes a
+ * unreachable registry fails the build request; a mirror serves a registry that does not
+ * exist (SPACE_REGISTRY_MIRRORS); `space template build` takes a
  * Dockerfile `FROM <registry image>`. The operator's CA (SPACE_EXTRA_CA_CERTS, a test CA
  * made here with openssl) is trusted by pulls from a TLS registry whose certificate it
  * signed, and (SPACE_EXTRA_CA_CERTS_IN_SANDBOXES) by `curl`/Python inside build
@@ -101,6 +102,8 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
         SPACE_NODE_RUNTIME_STATE_DIR: `/run/space-e2e-reg-${randomBytes(3).toString("hex")}`,
         SPACE_REGISTRY_INSECURE: `${open.host},${priv.host}`,
         SPACE_REGISTRY_INSPECT_TIMEOUT_S: "10",
+        // A registry that does not exist, served by its mirror (the open instance).
+        SPACE_REGISTRY_MIRRORS: `registry.space.invalid=${open.host}`,
         // The TLS registry is not insecure: only the operator's CA makes its certificate trusted.
         SPACE_EXTRA_CA_CERTS: join(tlsDir, "ca.pem"),
         SPACE_EXTRA_CA_CERTS_IN_SANDBOXES: "true",
@@ -162,6 +165,13 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     sandboxes.push(sb);
     assert.equal((await sb.commands.run("cat /opt/extra.txt /etc/layer2")).stdout, "extra layer\nfrom layer 2\n");
     await sb.kill();
+  });
+
+  test("a mirror (SPACE_REGISTRY_MIRRORS) serves a registry's images", async () => {
+    const logs: string[] = [];
+    await Template.build(Template().fromImage("registry.space.invalid/fixture/app:v1"), "reg-mirror", { ...opts, onBuildLogs: (e) => logs.push(e.message) });
+    const digest = await registryDigest(`${open.host}/fixture/app:v1`);
+    assert.ok(logs.some((l) => l.includes(`pinned to ${digest}`)), logs.join("\n"));
   });
 
   test("a private image: refused without credentials and with wrong ones (4xx naming the registry), built with the right ones", async () => {
