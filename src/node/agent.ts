@@ -256,7 +256,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             logger: log,
           });
         }
-        const trust = config.SPACE_EXTRA_CA_CERTS && config.SPACE_EXTRA_CA_CERTS_IN_SANDBOXES ? await loadRootfsTrust(config.SPACE_EXTRA_CA_CERTS) : undefined;
+        // Read at start (a missing or empty bundle stops the agent naming the variable); in rootfs trust stores only when asked.
+        const extraCa = config.SPACE_EXTRA_CA_CERTS ? await loadRootfsTrust(config.SPACE_EXTRA_CA_CERTS) : undefined;
+        const trust = config.SPACE_EXTRA_CA_CERTS_IN_SANDBOXES ? extraCa : undefined;
         // The process runtime isolates nothing: plain directories and the host's network.
         const sandboxDisks = disks ?? new DirectoryDisks(join(nodeDir, "process-disks"));
         environment = environmentDigest({

@@ -1,4 +1,4 @@
-/** Pure logic of registry pulls: references, operator settings, auth files, error classification, E2B's registry config. */
+/** Registry pulls' logic (references, operator settings, auth files, error classification, E2B's registry config) and the operator's CA in a rootfs. */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { formatRegistryRef, parseRegistryRef } from "../../src/contract/build-recipe.ts";
@@ -9,6 +9,10 @@ import { classifyRegistryError, registryAnswer } from "../../src/node/templates/
 import { registryAuth } from "../../src/templates/build-coordinator.ts";
 import { parseDockerfile } from "../../src/cli/template.ts";
 import { SpaceError } from "../../src/core/errors.ts";
+import { loadRootfsTrust } from "../../src/node/templates/ca-trust.ts";
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 const D = `sha256:${"a".repeat(64)}`;
 
@@ -94,5 +98,33 @@ describe("E2B's fromImageRegistry", () => {
     assert.deepEqual(parseDockerfile("FROM 127.0.0.1:5000/team/app:v1\n", "/ctx").from, { fromImage: "127.0.0.1:5000/team/app:v1" });
     assert.deepEqual(parseDockerfile("FROM docker://python:3.12\n", "/ctx").from, { fromImage: "docker://python:3.12" });
     assert.deepEqual(parseDockerfile("FROM my-template:v2\n", "/ctx").from, { fromTemplate: "my-template:v2" });
+  });
+});
+
+describe("the operator's CA in a rootfs", () => {
+  const cert = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----";
+  it("appends once to the image's bundle (through its symlinks), creates one where there is none, refuses a file without certificates", async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), "space-ca-"));
+    t.after(() => rm(dir, { recursive: true, force: true }));
+    await writeFile(join(dir, "ca.pem"), `junk\n${cert}\n`);
+    const trust = await loadRootfsTrust(join(dir, "ca.pem"));
+    assert.equal(trust.env.SSL_CERT_FILE, "/etc/ssl/certs/ca-certificates.crt");
+    const root = join(dir, "root");
+    await mkdir(join(root, "etc/ssl/certs"), { recursive: true });
+    await mkdir(join(root, "usr/share"), { recursive: true });
+    await writeFile(join(root, "usr/share/bundle.crt"), "IMAGE CAS\n");
+    await symlink("/usr/share/bundle.crt", join(root, "etc/ssl/certs/ca-certificates.crt"));
+    await trust.apply(root);
+    await trust.apply(root);
+    const text = await readFile(join(root, "usr/share/bundle.crt"), "utf8");
+    assert.ok(text.startsWith("IMAGE CAS\n"));
+    assert.equal(text.split(cert).length, 2, "appended exactly once");
+    const bare = join(dir, "bare");
+    await mkdir(bare);
+    await trust.apply(bare);
+    assert.match(await readFile(join(bare, "etc/ssl/certs/ca-certificates.crt"), "utf8"), /BEGIN CERTIFICATE/);
+    await writeFile(join(dir, "empty.pem"), "nothing\n");
+    await assert.rejects(loadRootfsTrust(join(dir, "empty.pem")), /SPACE_EXTRA_CA_CERTS .* holds no PEM certificate/);
+    await assert.rejects(loadRootfsTrust(join(dir, "missing.pem")), /SPACE_EXTRA_CA_CERTS .* cannot be read \(ENOENT\)/);
   });
 });

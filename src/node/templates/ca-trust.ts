@@ -25,7 +25,10 @@ const PEM = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
 /** The trust of `pemPath`'s certificates; throws when it holds none. */
 export async function loadRootfsTrust(pemPath: string): Promise<RootfsTrust> {
-  const certs = (await readFile(pemPath, "utf8")).match(PEM) ?? [];
+  const text = await readFile(pemPath, "utf8").catch((e: unknown) => {
+    throw new Error(`SPACE_EXTRA_CA_CERTS ${pemPath} cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
+  });
+  const certs = text.match(PEM) ?? [];
   if (!certs.length) throw new Error(`SPACE_EXTRA_CA_CERTS ${pemPath} holds no PEM certificate`);
   const block = `\n# SPACE_EXTRA_CA_CERTS (added by SPACE)\n${certs.join("\n")}\n`;
   return {

@@ -148,6 +148,8 @@ export class RegistrySource {
   /** registries.conf and the certificate directory, written once per process from the operator's settings. */
   private prepare(): Promise<void> {
     this.prepared ??= (async () => {
+      // Auth files a killed agent left behind hold credentials: none survives a restart.
+      await rm(join(this.o.dir, "auth"), { recursive: true, force: true });
       await mkdir(join(this.o.dir, "auth"), { recursive: true, mode: 0o700 });
       await writeFile(join(this.o.dir, "registries.conf"), registriesConf(this.o));
       if (this.o.caBundle) {
