@@ -1,5 +1,5 @@
 /**
- * Templates from registry images end to end: the real stack (`space up`) and three local
+ * Templates from registry images end to end: the real stack (`space up`) and four local
  * registries (Debian's docker-registry, test/support/local-registry.ts: one open, one
  * behind basic auth, one over TLS), with the test's OCI image pushed there by skopeo. The unmodified
  * e2b SDK builds `fromImage("127.0.0.1:<port>/…:tag")` and boots it; the private image
@@ -7,7 +7,8 @@
  * second template on the same image pulls nothing, one on an image sharing its base pulls
  * only the new layer (the build log's `pulled N bytes`); the digest is recorded; an
  * unreachable registry fails the build request; a mirror serves a registry that does not
- * exist (SPACE_REGISTRY_MIRRORS); `space template build` takes a
+ * exist (SPACE_REGISTRY_MIRRORS); the operator's auth file admits a fourth, private one
+ * (SPACE_REGISTRY_AUTH_FILE); `space template build` takes a
  * Dockerfile `FROM <registry image>`. The operator's CA (SPACE_EXTRA_CA_CERTS, a test CA
  * made here with openssl) is trusted by pulls from a TLS registry whose certificate it
  * signed, and (SPACE_EXTRA_CA_CERTS_IN_SANDBOXES) by `curl`/Python inside build
@@ -72,6 +73,8 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
   let open: LocalRegistry;
   let priv: LocalRegistry;
   let tls: LocalRegistry;
+  /** Behind basic auth too, its credentials only in the operator's auth file. */
+  let operatorOnly: LocalRegistry;
   let tlsDir: string;
   let oci: OciFixture;
   let work: string;
@@ -86,6 +89,10 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     open = await startLocalRegistry();
     priv = await startLocalRegistry({ auth: creds });
     tls = await startLocalRegistry({ tls: { cert: join(tlsDir, "server.pem"), key: join(tlsDir, "server.key") } });
+    const operatorCreds = { username: "operator", password: `op-${randomBytes(6).toString("hex")}` };
+    operatorOnly = await startLocalRegistry({ auth: operatorCreds });
+    // containers-auth.json as `skopeo login` writes it.
+    await writeFile(join(work, "auth.json"), JSON.stringify({ auths: { [operatorOnly.host]: { auth: Buffer.from(`${operatorCreds.username}:${operatorCreds.password}`).toString("base64") } } }), { mode: 0o600 });
     oci = await makeOciArchive();
     // Image `extra`: the fixture's layers plus one more (shares its base with `v1`).
     const layout = join(oci.dir, "layout");
@@ -96,11 +103,13 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     await open.push(`oci:${layout}:extra`, "fixture/app:extra");
     await priv.push(`oci:${layout}:latest`, "private/app:v1");
     await tls.push(`oci:${layout}:latest`, "tls/app:v1");
+    await operatorOnly.push(`oci:${layout}:latest`, "team/app:v1");
     stack = await startStack({
       env: {
         ...HOST_SCOPE,
         SPACE_NODE_RUNTIME_STATE_DIR: `/run/space-e2e-reg-${randomBytes(3).toString("hex")}`,
-        SPACE_REGISTRY_INSECURE: `${open.host},${priv.host}`,
+        SPACE_REGISTRY_INSECURE: `${open.host},${priv.host},${operatorOnly.host}`,
+        SPACE_REGISTRY_AUTH_FILE: join(work, "auth.json"),
         SPACE_REGISTRY_INSPECT_TIMEOUT_S: "10",
         // A registry that does not exist, served by its mirror (the open instance).
         SPACE_REGISTRY_MIRRORS: `registry.space.invalid=${open.host}`,
@@ -117,6 +126,7 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     await open?.stop();
     await priv?.stop();
     await tls?.stop();
+    await operatorOnly?.stop();
     await oci?.cleanup();
     if (work) await rm(work, { recursive: true, force: true });
   });
@@ -197,6 +207,11 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     // Nothing the build stored or logged holds the password.
     const logs = await Template.getBuildStatus({ templateId: info.templateId, buildId: info.buildId }, opts);
     assert.doesNotMatch(JSON.stringify(logs), new RegExp(creds.password));
+  });
+
+  test("the operator's auth file (SPACE_REGISTRY_AUTH_FILE) admits builds that bring no credentials", async () => {
+    const info = await Template.build(Template().fromImage(`${operatorOnly.host}/team/app:v1`), "reg-operator", opts);
+    assert.ok(info.buildId);
   });
 
   test("an unknown image and an unreachable registry fail the build request, naming the image or the host", async () => {
