@@ -177,6 +177,18 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     await sb.kill();
   });
 
+  test("a digest reference builds; an unknown digest is refused on the build request", async () => {
+    const digest = await registryDigest(`${open.host}/fixture/app:v1`);
+    const logs: string[] = [];
+    await Template.build(Template().fromImage(`${open.host}/fixture/app@${digest}`), "reg-digest", { ...opts, onBuildLogs: (e) => logs.push(e.message) });
+    assert.ok(logs.some((l) => l.includes(`pinned to ${digest}`)), logs.join("\n"));
+    const unknown = `sha256:${"0".repeat(64)}`;
+    await assert.rejects(Template.build(Template().fromImage(`${open.host}/fixture/app@${unknown}`), "reg-digest", opts), (e: Error) => {
+      assert.match(e.message, /^4\d\d: image .*fixture\/app@sha256:0+ not found in registry/);
+      return true;
+    });
+  });
+
   test("a mirror (SPACE_REGISTRY_MIRRORS) serves a registry's images", async () => {
     const logs: string[] = [];
     await Template.build(Template().fromImage("registry.space.invalid/fixture/app:v1"), "reg-mirror", { ...opts, onBuildLogs: (e) => logs.push(e.message) });

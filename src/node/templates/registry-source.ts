@@ -95,12 +95,12 @@ export class RegistrySource {
     this.layout = join(o.dir, "layout");
   }
 
-  /** The digest `image` names now in its registry (refusals classified, secrets scrubbed). */
+  /** The digest `image` names now in its registry, or the one it names itself once the registry has it (refusals classified, secrets scrubbed). */
   async resolve(image: string, auth: RegistryAuth | undefined, signal: AbortSignal): Promise<string> {
     const ref = this.ref(image);
-    if (ref.digest) return ref.digest;
+    // A digest reference is asked for too: an unknown digest or a refusal answers the request, not the build later.
     const r = await this.skopeo(ref, image, auth, (authFile) => ["inspect", "--raw", "--retry-times", "0", "--authfile", authFile, ...this.certArgs("--cert-dir"), image], this.o.inspectTimeoutMs, signal);
-    return `sha256:${createHash("sha256").update(r.stdout).digest("hex")}`;
+    return ref.digest ?? `sha256:${createHash("sha256").update(r.stdout).digest("hex")}`;
   }
 
   /** Copies `image@digest` into the shared layout, then hands its normalized form to `use` (no other copy meanwhile). */
