@@ -5,7 +5,7 @@
 // src/ as it is.
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const compiled = join(root, "dist", "space", "space.mjs");
@@ -22,7 +22,7 @@ function compiledIsCurrent() {
 }
 
 if (compiledIsCurrent()) {
-  await import(compiled);
+  await import(pathToFileURL(compiled).href);
 } else {
   const { register } = await import("tsx/esm/api");
   register();

@@ -12,10 +12,11 @@
 // beside itself are copied next to it (the migrations, the spawn helper, the egress proxy's
 // addon when build:envd built it).
 //
-// dist/space/inputs.json lists the sources the bundle was built from: bin/space.mjs runs
-// the compiled CLI only while none of them changed since (a stale build never hides an edit).
+// dist/space/inputs.json lists the sources the bundle was built from and the assets it
+// copied: bin/space.mjs runs the compiled CLI only while none of them changed since (a
+// stale build never hides an edit).
 import { build } from "esbuild";
-import { cpSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -47,7 +48,9 @@ cpSync(join(root, "src/core/spawn-server.mjs"), join(out, "spawn-server.mjs"));
 const addon = join(root, "dist/node/original-dst.node");
 if (existsSync(addon)) cpSync(addon, join(out, "original-dst.node"));
 
-const inputs = Object.keys(result.metafile.inputs).filter((f) => f.startsWith("src/")).sort();
+// The copied assets count as inputs too; the migrations folder itself (its mtime) catches a new migration.
+const assets = ["src/store/migrations", ...readdirSync(join(root, "src/store/migrations")).map((f) => `src/store/migrations/${f}`), "src/core/spawn-server.mjs"];
+const inputs = [...new Set([...Object.keys(result.metafile.inputs).filter((f) => f.startsWith("src/")), ...assets])].sort();
 writeFileSync(join(out, "inputs.json"), JSON.stringify(inputs) + "\n");
 const externals = new Set(Object.values(result.metafile.outputs).flatMap((o) => o.imports.filter((i) => i.external).map((i) => i.path)));
 if (externals.has("tsx") || [...externals].some((p) => p.startsWith("tsx/"))) throw new Error("the compiled CLI imports tsx");

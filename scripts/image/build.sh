@@ -114,6 +114,10 @@ if [ "${SPACE_NO_CACHE:-0}" = 1 ] || [ ! -f "$layout/done" ]; then
   mv "$work/oci" "$layout" && touch "$layout/done"
 fi
 
+# Older inputs' layouts and podman tags go (each SPACE layer is ~180 MB); one in use stays.
+find "$cache" -maxdepth 1 -name 'oci-*' ! -name "oci-$key" -exec rm -rf {} +
+podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/space:' | grep -vx "$ref" | xargs -r podman rmi >/dev/null 2>&1 || true
+
 # Into podman's store, and the check every deployment relies on.
 if ! podman image exists "$ref"; then skopeo copy --quiet "oci:$layout:space" "containers-storage:$ref"; fi
 # Explicit rlimits: podman's defaults (nofile 1048576, nproc) can exceed what a host lets
