@@ -9,7 +9,9 @@
 #            the image's own Node.js), production node_modules, CRIU 4.1.1 as
 #            scripts/setup/criu.sh built it, the btrfs-squota helper
 # Every layer is a tar made reproducibly (SOURCE_DATE_EPOCH, sorted names, numeric owners)
-# and added verbatim with umoci; the same inputs give the same image digest. The OCI
+# and added verbatim with umoci: rebuilt from the same inputs, layers 1 and 2 come out bit
+# for bit the same, layer 3 too but for dist/envd/envd.blob (V8 writes a different startup
+# snapshot every time, seeds or not), so the image digest differs. The OCI
 # layout is cached under /var/cache/space/image/<key> (key: digest of every input);
 # SPACE_NO_CACHE=1 rebuilds. Then it is copied into podman's store as localhost/space:<key>
 # and `podman run <image> space version` must print this checkout's version.
