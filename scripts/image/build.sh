@@ -116,8 +116,9 @@ if [ "${SPACE_NO_CACHE:-0}" = 1 ] || [ ! -f "$layout/done" ]; then
   mv "$work/oci" "$layout" && touch "$layout/done"
 fi
 
-# Older inputs' layouts and podman tags go (each SPACE layer is ~180 MB); one in use stays.
+# Older inputs' layouts, Debian layers and podman tags go (each SPACE layer is ~150 MB); one in use stays.
 find "$cache" -maxdepth 1 -name 'oci-*' ! -name "oci-$key" -exec rm -rf {} +
+find "$cache" -maxdepth 1 -name 'debian-*.tar' ! -name "debian-$debian_key.tar" -delete
 podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/space:' | grep -vx "$ref" | xargs -r podman rmi >/dev/null 2>&1 || true
 
 # Into podman's store, and the check every deployment relies on.
