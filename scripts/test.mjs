@@ -8,7 +8,8 @@
 //   machine setup      bash scripts/setup.sh (Debian packages, CRIU, base template)
 //   envd bundle        npm run build:envd
 //   Postgres           bash scripts/ci-postgres.sh, then SPACE_TEST_DATABASE_URL is set
-//   Kubernetes         bash scripts/setup/k8s.sh (builds kube-apiserver etc. the first time)
+//   Kubernetes         bash scripts/setup/k8s.sh (builds kube-apiserver etc. the first time),
+//                      bash scripts/setup/helm.sh (helm, likewise)
 //   Python SDK venv    bash scripts/setup/python-sdk.sh
 //   schemathesis venv  bash scripts/setup/schemathesis.sh (test/e2e/schemathesis.test.ts)
 //   local registry     bash scripts/setup/registry.sh (docker-registry for the registry template suites)
@@ -96,6 +97,8 @@ if (selected.has("kubernetes") && !skipped.has("kubernetes")) {
     console.log("test: Kubernetes binaries (built from the Go modules the first time: ~4-20 min; SPACE_TEST_SKIP=kubernetes skips)");
     const r = capture(["bash", "scripts/setup/k8s.sh"]);
     if (r.status !== 0) skip("kubernetes", "scripts/setup/k8s.sh failed (its reason is printed above)", "bash scripts/setup/k8s.sh");
+    // helm for the chart's suite (test/kubernetes/helm-chart.test.ts), built from its Go module too.
+    else if (capture(["bash", "scripts/setup/helm.sh"]).status !== 0) skip("kubernetes", "scripts/setup/helm.sh failed (its reason is printed above)", "bash scripts/setup/helm.sh");
   }
 }
 if (selected.has("python") && !skipped.has("python")) {

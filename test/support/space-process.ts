@@ -3,8 +3,13 @@
  * `space api`, `space controller`, standalone `space node`), optionally inside a network
  * namespace: its output kept for assertions and failure messages, stopped with SIGTERM
  * (SIGKILL after 30 s).
+ *
+ * `SPACE_E2E_COMPILED=1` (or `compiled: true`) runs the compiled CLI instead
+ * (`node dist/space/space.mjs`, `npm run build`) with a hook that refuses to load tsx or
+ * any `.ts` file, so a suite proves the build runs without the TypeScript loader.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { waitFor } from "./wait.ts";
 
@@ -24,6 +29,16 @@ export interface SpaceProcessOptions {
   netns?: string;
   /** Its own process group (pid = pgid), as a terminal starts a foreground job: `kill(-pid)` reaches the whole group. */
   processGroup?: boolean;
+  /** The compiled CLI without a TypeScript loader (default: SPACE_E2E_COMPILED=1). */
+  compiled?: boolean;
+}
+
+/** `node <argv…>` that runs `space`: bin/space.mjs, or the compiled CLI with the no-TypeScript hook. */
+export function spaceArgv(compiled = process.env.SPACE_E2E_COMPILED === "1"): string[] {
+  if (!compiled) return [process.execPath, resolve("bin/space.mjs")];
+  const entry = resolve("dist/space/space.mjs");
+  if (!existsSync(entry)) throw new Error(`${entry} is missing: run \`npm run build\``);
+  return [process.execPath, "--import", resolve("test/support/no-typescript.mjs"), entry];
 }
 
 /** This process's environment without SPACE_* and E2B_* variables (each child gets only its own). */
@@ -36,7 +51,7 @@ export function baseEnv(): Record<string, string> {
 
 /** Starts `space <args>` with `baseEnv()` plus `env`. */
 export function runSpace(args: string[], env: Record<string, string>, opts: SpaceProcessOptions = {}): SpaceProcess {
-  const argv = [process.execPath, resolve("bin/space.mjs"), ...args];
+  const argv = [...spaceArgv(opts.compiled), ...args];
   const spawnOpts = { env: { ...baseEnv(), ...env }, stdio: ["ignore", "pipe", "pipe"] as ["ignore", "pipe", "pipe"], detached: opts.processGroup ?? false };
   // nsenter execs the agent itself, so the pid is the agent's (kill -9 hits it, not a wrapper).
   const child = opts.netns

@@ -35,6 +35,8 @@ export interface StackOptions {
   startTimeoutMs?: number;
   /** Reuse this data directory (restart tests); it is then left in place on stop. */
   dataDir?: string;
+  /** Run the compiled CLI (test/support/space-process.ts; default: SPACE_E2E_COMPILED=1). */
+  compiled?: boolean;
 }
 
 export async function freePort(): Promise<number> {
@@ -69,7 +71,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     ...hostScopeFor(dataDir),
     ...opts.env,
   };
-  const proc = runSpace(["up"], env);
+  const proc = runSpace(["up"], env, { compiled: opts.compiled });
   const { child } = proc;
   const network = nodeNetworkOf(env);
   // Its sandboxes, when it was killed (never a default runtime state dir: that may be a real `space up`'s).
