@@ -14,7 +14,8 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { exec } from "../core/exec.ts";
-import { invalid, SpaceError } from "../core/errors.ts";
+import { fromHttpStatus, invalid, SpaceError } from "../core/errors.ts";
+import { unreachable } from "./client/api-client.ts";
 import { Progress } from "../node/templates/progress.ts";
 import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
 
@@ -145,13 +146,18 @@ export interface TemplateBuildOptions {
 export async function runTemplateBuild(o: TemplateBuildOptions): Promise<{ templateID: string; buildID: string }> {
   const out = o.out ?? process.stderr;
   const api = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
-    const res = await fetch(`${o.apiUrl.replace(/\/+$/, "")}${path}`, {
-      method,
-      headers: { "x-api-key": o.apiKey, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
+    let res: Response;
+    try {
+      res = await fetch(`${o.apiUrl.replace(/\/+$/, "")}${path}`, {
+        method,
+        headers: { "x-api-key": o.apiKey, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+    } catch (e: unknown) {
+      throw unreachable(o.apiUrl, e);
+    }
     const text = await res.text();
-    if (!res.ok) throw new SpaceError("failed_precondition", `${method} ${path}: ${res.status} ${text.slice(0, 500)}`);
+    if (!res.ok) throw new SpaceError(fromHttpStatus(res.status), `${method} ${path}: ${res.status} ${text.slice(0, 500)}`);
     return (text ? JSON.parse(text) : undefined) as T;
   };
   const dir = resolve(o.dir);
