@@ -342,8 +342,13 @@ describe("the space CLI against space up", { skip, timeout: 30 * 60_000 }, () =>
   test("sandbox shell: a PTY through envd echoes what is typed, and a resize changes stty size", async () => {
     const id = await create();
     const term = pty.spawn(process.execPath, [BIN, "sandbox", "shell", id], { name: "xterm", cols: 80, rows: 24, env: { ...baseEnv(), ...env } as Record<string, string> });
+    let raw = "";
+    // What a person would read: the shell's colour, title and bracketed-paste sequences removed.
     let screen = "";
-    term.onData((d) => (screen += d));
+    term.onData((d) => {
+      raw += d;
+      screen = raw.replace(/\x1b\][^\x07]*\x07/g, "").replace(/\x1b\[[0-9;?]*[A-Za-z]/g, "");
+    });
     const exited = new Promise<number>((r) => term.onExit((e) => r(e.exitCode)));
     const seen = (re: RegExp, what: string) => waitFor(() => re.test(screen), what, 60_000).catch((e: unknown) => assert.fail(`${String(e)}; screen:\n${screen.slice(-2000)}`));
     try {
@@ -388,7 +393,7 @@ describe("the space CLI against space up", { skip, timeout: 30 * 60_000 }, () =>
     assert.ok(all.some((t) => t.templateID === b.templateID && t.aliases.includes(name)));
     const info = json<Record<string, unknown>>(await space(["template", "info", name, "--json"], env));
     assert.ok(JSON.stringify(info).includes(b.templateID), JSON.stringify(info));
-    const tagged = json<{ buildID: string; tags: string[] }>(await space(["template", "tag", `${name}:latest`, "stable", "--json"], env));
+    const tagged = json<{ buildID: string; tags: string[] }>(await space(["template", "tag", name, "stable", "--json"], env));
     assert.deepEqual([tagged.buildID, tagged.tags], [b.buildID, ["stable"]]);
     const fromTag = json<{ sandboxID: string }>(await space(["sandbox", "create", `${name}:stable`, "--json"], env));
     sandboxes.push(fromTag.sandboxID);

@@ -7,6 +7,7 @@ import type { Command } from "commander";
 import { SpaceError } from "../../core/errors.ts";
 import { contextOf, type CommandContext } from "../client/context.ts";
 import { printFields, printJson, printLine, printTable } from "../client/output.ts";
+import { positiveInt } from "./sandbox-commands.ts";
 
 interface ListedTemplate {
   templateID: string;
@@ -41,7 +42,7 @@ export function registerTemplateCommands(program: Command): void {
 Examples:
   $ space template build ./my-template --name my-env
   $ space template list
-  $ space template tag my-env:latest stable
+  $ space template tag my-env stable
   $ space template delete my-env`,
     );
 
@@ -77,8 +78,8 @@ Examples:
     .requiredOption("--name <name>", "template name[:tag]")
     .option("--file <file>", "Dockerfile name in <dir>", "Dockerfile")
     .option("--force", "rebuild every step (ignore the layer cache)")
-    .option("--vcpu <n>", "vCPUs of the build and of its sandboxes")
-    .option("--memory-mib <n>", "memory (MiB) of the build and of its sandboxes")
+    .option("--vcpu <n>", "vCPUs of the build and of its sandboxes", positiveInt("--vcpu"))
+    .option("--memory-mib <n>", "memory (MiB) of the build and of its sandboxes", positiveInt("--memory-mib"))
     .addHelpText(
       "after",
       `
@@ -88,7 +89,7 @@ Example:
   $ mkdir -p t && printf 'FROM base\\nRUN echo hi > /hi.txt\\n' > t/Dockerfile
   $ space template build ./t --name my-env`,
     )
-    .action(async (dir: string, o: { name: string; file: string; force?: boolean; vcpu?: string; memoryMib?: string }, cmd: Command) => {
+    .action(async (dir: string, o: { name: string; file: string; force?: boolean; vcpu?: number; memoryMib?: number }, cmd: Command) => {
       const ctx = contextOf(cmd);
       const { runTemplateBuild } = await import("../template.ts");
       const r = await runTemplateBuild({
@@ -98,8 +99,8 @@ Example:
         apiUrl: ctx.client.apiUrl,
         apiKey: ctx.client.apiKey(),
         ...(o.force ? { force: true } : {}),
-        ...(o.vcpu ? { cpuCount: Number(o.vcpu) } : {}),
-        ...(o.memoryMib ? { memoryMB: Number(o.memoryMib) } : {}),
+        ...(o.vcpu !== undefined ? { cpuCount: o.vcpu } : {}),
+        ...(o.memoryMib !== undefined ? { memoryMB: o.memoryMib } : {}),
       });
       printJson(r);
     });
@@ -118,9 +119,9 @@ Example:
 
   template
     .command("tag <target> <tags...>")
-    .description("point tags at the build <target> names (name:tag); --remove takes them off")
+    .description("point tags at the build <target> names (name: its newest build, name:tag: that tag's); --remove takes them off")
     .option("--remove", "remove the tags from <target>'s template instead")
-    .addHelpText("after", "\nExamples:\n  $ space template tag my-env:latest stable v1\n  $ space template tag my-env v1 --remove")
+    .addHelpText("after", "\nExamples:\n  $ space template tag my-env stable v1\n  $ space template tag my-env:stable production\n  $ space template tag my-env v1 --remove")
     .action(async (target: string, tags: string[], o: { remove?: boolean }, cmd: Command) => {
       const ctx = contextOf(cmd);
       if (o.remove) {
@@ -128,7 +129,7 @@ Example:
         if (ctx.out.json) return printJson({ name: target.split(":")[0], removed: tags });
         return printLine(`removed ${tags.join(", ")} from ${target.split(":")[0]}`);
       }
-      const r = await ctx.client.ecw<{ buildID: string; tags: string[] }>("POST", "/templates/tags", { target: target.includes(":") ? target : `${target}:latest`, tags });
+      const r = await ctx.client.ecw<{ buildID: string; tags: string[] }>("POST", "/templates/tags", { target, tags });
       if (ctx.out.json) return printJson(r);
       printLine(`${r.tags.join(", ")} → build ${r.buildID}`);
     });
