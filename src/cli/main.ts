@@ -178,8 +178,8 @@ Every command: space <command> --help. Reference: docs/cli.md.`,
   program
     .command("version")
     .description("print the version")
-    .action(() => {
-      process.stdout.write(`space ${VERSION}\n`);
+    .action((_o: unknown, cmd: Command) => {
+      process.stdout.write(cmd.optsWithGlobals<{ json?: boolean }>().json ? `${JSON.stringify({ version: VERSION })}\n` : `space ${VERSION}\n`);
     });
 
   registerConfigCommand(program);

@@ -370,6 +370,10 @@ describe("the space CLI against space up", { skip, timeout: 30 * 60_000 }, () =>
       ).catch((e: unknown) => assert.fail(`${String(e)}; screen:\n${screen.slice(-2000)}`));
       term.write("exit 3\r");
       assert.equal(await exited, 3, "shell exits with the shell's exit code");
+      // Piped input (no terminal): it is typed into the PTY, its end ends the shell.
+      const piped = await space(["sandbox", "shell", id], env, "echo pi''ped\nexit 5\n");
+      assert.equal(piped.code, 5, piped.stderr);
+      assert.match(piped.stdout, /\r?\npiped\r?\n/);
     } finally {
       try {
         term.kill();

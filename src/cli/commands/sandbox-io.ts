@@ -68,7 +68,10 @@ async function shell(ctx: CommandContext, id: string, o: { user?: string }): Pro
     sending = sending.then(() => sbx.pty.sendInput(pid, new Uint8Array(chunk)).catch(() => undefined));
   };
   const onResize = () => void sbx.pty.resize(pid, size()).catch(() => undefined);
+  // Piped input: its end is the shell's end of input, as Ctrl-D would be.
+  const onEnd = () => onInput(Buffer.from([4]));
   stdin.on("data", onInput);
+  if (!raw) stdin.once("end", onEnd);
   process.on("SIGWINCH", onResize);
   try {
     const r = await handle.wait();
@@ -79,6 +82,7 @@ async function shell(ctx: CommandContext, id: string, o: { user?: string }): Pro
     throw await sdkFailure(e, ctx);
   } finally {
     stdin.off("data", onInput);
+    stdin.off("end", onEnd);
     process.off("SIGWINCH", onResize);
     if (raw) stdin.setRawMode(false);
     stdin.pause();
