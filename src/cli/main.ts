@@ -133,6 +133,17 @@ Every command: space <command> --help. Reference: docs/cli.md.`,
   const node = program
     .command("node")
     .description("run the node agent on this host; or manage the fleet's nodes (list, show, drain, fence, ready, delete)")
+    .addHelpText(
+      "after",
+      `
+Without a subcommand: runs the node agent (SPACE_NODE_CONTROL_URL, SPACE_INTERNAL_TOKEN).
+The subcommands manage the fleet over the Admin API (admin token).
+
+Examples:
+  $ space node list
+  $ space node drain node-a --forced
+  $ space node ready node-a`,
+    )
     .action(async () => {
       const config = configFrom({});
       const { runNode } = await import("./processes.ts");
