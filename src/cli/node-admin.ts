@@ -1,14 +1,11 @@
 /**
  * `space node list|show|drain|fence|ready|delete`: an operator's view of the Direct fleet,
- * over the Admin API (`/admin/api/v1/nodes`, src/api/admin/nodes.ts) with the admin token.
+ * over the Admin API (`/admin/api/v1/nodes`, src/api/admin/nodes.ts) with the admin token
+ * (the client connection of every command: client/connection.ts).
  * A node is named by its id or its name.
  */
-import { SpaceError, fromHttpStatus } from "../core/errors.ts";
-
-export interface NodeAdminTarget {
-  apiUrl: string;
-  adminToken: string;
-}
+import { SpaceError } from "../core/errors.ts";
+import type { ApiClient } from "./client/api-client.ts";
 
 interface NodeView {
   id: string;
@@ -34,34 +31,12 @@ interface Evacuated {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-async function call<T>(t: NodeAdminTarget, method: string, path: string, body?: unknown): Promise<T> {
-  const url = `${t.apiUrl.replace(/\/+$/, "")}/admin/api/v1${path}`;
-  let r: Response;
-  try {
-    r = await fetch(url, {
-      method,
-      headers: { authorization: `Bearer ${t.adminToken}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
-  } catch (e) {
-    throw new SpaceError("unavailable", `cannot reach the API at ${t.apiUrl}: ${(e as Error).message}`);
-  }
-  const text = await r.text();
-  if (!r.ok) {
-    const message = (() => {
-      try {
-        return (JSON.parse(text) as { message?: string }).message ?? text;
-      } catch {
-        return text;
-      }
-    })();
-    throw new SpaceError(fromHttpStatus(r.status), `${method} ${path}: ${r.status} ${message}`);
-  }
-  return (text ? JSON.parse(text) : {}) as T;
+async function call<T>(t: ApiClient, method: string, path: string, body?: unknown): Promise<T> {
+  return t.admin<T>(method, path, body);
 }
 
 /** The node's id: `ref` itself when it is a UUID, else the node of that name. */
-async function resolveNode(t: NodeAdminTarget, ref: string): Promise<string> {
+async function resolveNode(t: ApiClient, ref: string): Promise<string> {
   if (UUID.test(ref)) return ref;
   const { nodes } = await call<{ nodes: NodeView[] }>(t, "GET", "/nodes");
   const hit = nodes.filter((n) => n.name === ref);
@@ -84,7 +59,7 @@ export type NodeAdminAction =
   | { kind: "delete"; node: string };
 
 /** Runs one action; returns what to print (the JSON answer with `json`, else a summary). */
-export async function runNodeAdmin(t: NodeAdminTarget, a: NodeAdminAction, json: boolean): Promise<string> {
+export async function runNodeAdmin(t: ApiClient, a: NodeAdminAction, json: boolean): Promise<string> {
   if (a.kind === "list") {
     const r = await call<{ nodes: NodeView[] }>(t, "GET", "/nodes");
     if (json) return JSON.stringify(r);

@@ -4,7 +4,7 @@
  * `# space:ready <cmd>` comment as the ready check, `# space:capture` to capture the template
  * after its start command is ready) against a SPACE API, over the same
  * E2B endpoints the SDK uses (COPY contexts uploaded through the signed files URL), with
- * live logs and a progress line.
+ * live logs and a progress bar on a terminal (client/build-progress.ts).
  *
  * FROM: `base` or another template name → fromTemplate; `oci-archive:<path>`,
  * `oci:<dir>[:tag]`, `docker-archive:<path>` (paths relative to <dir>) → fromImage; a
@@ -16,8 +16,9 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { exec } from "../core/exec.ts";
-import { invalid, SpaceError } from "../core/errors.ts";
-import { Progress } from "../node/templates/progress.ts";
+import { fromHttpStatus, invalid, SpaceError } from "../core/errors.ts";
+import { unreachable } from "./client/api-client.ts";
+import { buildProgress } from "./client/build-progress.ts";
 import { IMAGE_TRANSPORTS } from "../contract/build-recipe.ts";
 
 export interface DockerfileStep {
@@ -148,18 +149,23 @@ export interface TemplateBuildOptions {
 export async function runTemplateBuild(o: TemplateBuildOptions): Promise<{ templateID: string; buildID: string }> {
   const out = o.out ?? process.stderr;
   const api = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
-    const res = await fetch(`${o.apiUrl.replace(/\/+$/, "")}${path}`, {
-      method,
-      headers: { "x-api-key": o.apiKey, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
+    let res: Response;
+    try {
+      res = await fetch(`${o.apiUrl.replace(/\/+$/, "")}${path}`, {
+        method,
+        headers: { "x-api-key": o.apiKey, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+    } catch (e: unknown) {
+      throw unreachable(o.apiUrl, e);
+    }
     const text = await res.text();
-    if (!res.ok) throw new SpaceError("failed_precondition", `${method} ${path}: ${res.status} ${text.slice(0, 500)}`);
+    if (!res.ok) throw new SpaceError(fromHttpStatus(res.status), `${method} ${path}: ${res.status} ${text.slice(0, 500)}`);
     return (text ? JSON.parse(text) : undefined) as T;
   };
   const dir = resolve(o.dir);
   const df = parseDockerfile(await readFile(join(dir, o.file ?? "Dockerfile"), "utf8"), dir);
-  const progress = new Progress(`template ${o.name}`, out);
+  const progress = buildProgress(`template ${o.name}`, out);
   try {
     progress.step("requesting a build");
     const req = await api<{ templateID: string; buildID: string }>("POST", "/v3/templates", { name: o.name, ...(o.cpuCount ? { cpuCount: o.cpuCount } : {}), ...(o.memoryMB ? { memoryMB: o.memoryMB } : {}) });
@@ -203,8 +209,7 @@ export async function runTemplateBuild(o: TemplateBuildOptions): Promise<{ templ
       );
       offset += st.logEntries.length;
       for (const e of st.logEntries) {
-        out.write(`${out.isTTY ? "\r\x1b[K" : ""}[${e.step ?? "-"}] ${e.message}\n`);
-        if (/^(CACHED )?\[\d+\/\d+\]/.test(e.message)) progress.step(e.message.slice(0, 60));
+        progress.log(`[${e.step ?? "-"}] ${e.message}`);
       }
       if (st.status === "ready") {
         progress.done(`ready: template ${req.templateID}, build ${req.buildID}`);

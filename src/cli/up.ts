@@ -3,7 +3,8 @@
  * agent in one process, on an embedded database (PGlite) and a filesystem blob store in
  * the data directory. Prints what a user needs to point the E2B SDK at it.
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, renameSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import type { Config } from "../core/config.ts";
 import { lockDataDir } from "../core/lock.ts";
 import { ensureSecrets } from "./secrets.ts";
@@ -15,6 +16,7 @@ import { hostScopeOf } from "../node/ctl/standalone.ts";
 import { reconciledOnNode, storePublisher, unhealthyOnNode, wantedOnNode } from "./node-link.ts";
 import { parseSelector } from "../core/selector.ts";
 import type { ControlPlane } from "./processes.ts";
+import { ENDPOINTS_FILE, type Endpoints } from "./client/connection.ts";
 
 export async function runUp(config: Config): Promise<() => Promise<void>> {
   mkdirSync(config.SPACE_DATA_DIR, { recursive: true, mode: 0o700 });
@@ -55,6 +57,8 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     stops.push(() => api.stop());
 
     const apiUrl = config.SPACE_PUBLIC_API_URL || `http://${config.SPACE_API_HOST}:${portOf(api.url)}`;
+    // Where this `space up` listens, for the client commands run on this machine (client/connection.ts).
+    writeEndpoints(config.SPACE_DATA_DIR, { apiUrl, sandboxUrl: api.gatewayUrl });
     printEnvironment({ apiUrl, sandboxUrl: api.gatewayUrl, sandboxDomain: api.sandboxDomain, apiKey: secrets.apiKey, adminToken: cp.adminToken, dataDir: config.SPACE_DATA_DIR });
     return stopAll;
   } catch (e) {
@@ -83,6 +87,12 @@ async function startLocalNode(cp: ControlPlane) {
   // Register now rather than at the first heartbeat, so the first create finds the node.
   await publish(await agent.inventory());
   return { agent, url, stop: () => agent.stop() };
+}
+
+function writeEndpoints(dataDir: string, e: Endpoints): void {
+  const path = join(dataDir, ENDPOINTS_FILE);
+  writeFileSync(`${path}.tmp`, JSON.stringify(e, null, 2), { mode: 0o600 });
+  renameSync(`${path}.tmp`, path);
 }
 
 function portOf(url: string): number {

@@ -95,6 +95,8 @@ const vars = {
   SPACE_GATEWAY_PORT: [int(0, 65535), "3001", "sandbox gateway port (envd and public ports)"],
   SPACE_PUBLIC_API_URL: [url(), "", "URL users reach the API at; empty = http://<host>:<port>"],
   SPACE_PUBLIC_GATEWAY_URL: [url(), "", "URL users reach the gateway at; empty = http://<host>:<gateway port>"],
+  SPACE_API_URL: [url(), "", "client commands (`space sandbox …`, `space tenant …`): the API to talk to; empty = $E2B_API_URL, then the local `space up`'s (docs/cli.md)"],
+  SPACE_SANDBOX_URL: [url(), "", "client commands: the sandbox gateway (envd) to talk to; empty = $E2B_SANDBOX_URL, then the local `space up`'s"],
   SPACE_SANDBOX_DOMAIN: [z.string(), "", "wildcard domain for <port>-<id>.<domain> public port URLs (getHost); empty = localhost:<gateway port> under space up (reachable on this machine), none under space api"],
   SPACE_GATEWAY_TLS_CERT: [z.string(), "", "PEM certificate chain file: the gateway serves TLS, h2 and HTTP/1.1 by ALPN; empty = plain HTTP/1.1 and h2c"],
   SPACE_GATEWAY_TLS_KEY: [z.string(), "", "PEM private key file of SPACE_GATEWAY_TLS_CERT"],
@@ -212,4 +214,23 @@ export function describeConfig(): string {
   return Object.entries(vars)
     .map(([name, [, dflt, what]]) => `${name}=${dflt}\n    ${what}`)
     .join("\n");
+}
+
+/** One variable as `space config` shows it: the value in effect and where it came from. */
+export interface ConfigEntry {
+  name: VarName;
+  value: string;
+  default: string;
+  source: "default" | "env" | "flag";
+  description: string;
+}
+
+/** Every variable's raw value in effect (override, then env, then default), unparsed. */
+export function configEntries(env: Record<string, string | undefined>, overrides: Partial<Record<VarName, string>> = {}): ConfigEntry[] {
+  return Object.entries(vars).map(([name, [, dflt, what]]) => {
+    const flag = overrides[name as VarName];
+    const fromEnv = env[name];
+    const source = flag !== undefined ? "flag" : fromEnv !== undefined ? "env" : "default";
+    return { name: name as VarName, value: flag ?? fromEnv ?? dflt, default: dflt, source, description: what };
+  });
 }

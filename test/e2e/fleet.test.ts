@@ -320,7 +320,7 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     assert.equal(ready.code, 0, ready.stderr);
     assert.equal((await lab.admin("GET", `/nodes/${a.id}`)).body.status, "ready");
     const unknown = await lab.cli(["node", "drain", "no-such-node"]);
-    assert.equal(unknown.code, 1);
+    assert.equal(unknown.code, 3, "not found (docs/cli.md exit codes)");
     assert.match(unknown.stderr, /no node has the id or name no-such-node/);
   });
 
