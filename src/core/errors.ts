@@ -40,6 +40,10 @@ export type ErrorCode = (typeof errorCodes)[number];
 export const errorDetails = [
   /** An idempotency key was used before with a different request (code `aborted`). */
   "idempotency_conflict",
+  /** A tenant quota would be passed (code `resource_exhausted`; no Retry-After: waiting frees nothing by itself). */
+  "quota_exceeded",
+  /** A create rate limit was hit (code `resource_exhausted`; `details.retryAfterS` says when a token is back). */
+  "rate_limited",
 ] as const;
 export type ErrorDetail = (typeof errorDetails)[number];
 
@@ -125,6 +129,26 @@ export const httpStatus: Record<ErrorCode, number> = {
   canceled: 499,
   internal: 500,
 };
+
+/**
+ * The status the control-plane APIs (ECW, Native, Admin) answer: as `httpStatus`, except
+ * `resource_exhausted` is 429, E2B's answer for quotas, rate limits and a full cluster
+ * (the SDKs raise RateLimitError and retry after `Retry-After`). envd and node-api keep
+ * 507 (E2B's envd answers a full disk with 507, which the SDK reads as NotEnoughSpaceError).
+ */
+export function apiHttpStatus(code: ErrorCode): number {
+  return code === "resource_exhausted" ? 429 : httpStatus[code];
+}
+
+/**
+ * Seconds a client should wait before retrying a refusal (`Retry-After`), or null: a rate
+ * limit says when its bucket refills, a full cluster the configured wait, a quota none.
+ */
+export function retryAfterOf(e: SpaceError, capacityRetryAfterS: number): number | null {
+  if (e.code !== "resource_exhausted" || e.detail === "quota_exceeded") return null;
+  const s = e.details?.["retryAfterS"];
+  return typeof s === "number" && s > 0 ? Math.ceil(s) : capacityRetryAfterS;
+}
 
 /** Public-operation failure codes (behaviours.md A). */
 export type OperationFailureCode =
