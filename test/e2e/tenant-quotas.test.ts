@@ -129,13 +129,17 @@ describe("tenant quotas, rate limits and a full cluster (e2b SDK)", { skip, time
   });
 
   test("no node with room: 429 with Retry-After naming the resource (not 507)", async () => {
-    const huge = { "space.resources": JSON.stringify({ vcpu: 100_000 }) };
+    // 1000 vCPUs: within the tenant quota (SPACE_QUOTA_VCPU), beyond any node (2 cores × the overcommit).
+    const huge = { "space.resources": JSON.stringify({ vcpu: 1000 }) };
     const raw = await rawCreate(stack, stack.apiKey, huge);
     assert.equal(raw.status, 429, JSON.stringify(raw.body));
     assert.equal(raw.retryAfter, "2");
     assert.match(raw.body.message, /full \(vcpu\)/);
     await assert.rejects(create(stack.apiKey, { retries: 0, metadata: huge }), isRateLimit(/full \(vcpu\)/));
-    assert.equal((stack.output().match(/"sandbox create failed"/g) ?? []).length, 0, "a refusal is not logged as a failure");
+    // Logged once per refusal, at warn, without a stack trace; never at error.
+    const lines = stack.output().split("\n").filter((l) => l.includes("1 node full (vcpu)"));
+    assert.equal(lines.filter((l) => l.includes('"sandbox create refused: no capacity"')).length, 2, lines.join("\n"));
+    assert.ok(lines.every((l) => l.includes('"level":40') && !l.includes('"stack"')), lines.join("\n"));
   });
 });
 
