@@ -6,7 +6,7 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
 import { fromZod } from "../core/validate.ts";
-import { SpaceError, apiHttpStatus, publicMessage, retryAfterOf } from "../core/errors.ts";
+import { SpaceError, apiHttpStatus, publicMessage, retryHeadersOf } from "../core/errors.ts";
 
 export interface ErrorBody {
   code: number;
@@ -38,8 +38,7 @@ export function installErrorHandler(app: FastifyInstance, capacityRetryAfterS = 
     const status = frameworkStatus ?? body.code;
     if (status >= 500) req.log.error({ err: e, cause: e.cause }, "request failed");
     else req.log.info({ reason: e.code, msg: e.message }, "request refused");
-    const retryAfter = frameworkStatus === undefined ? retryAfterOf(e, capacityRetryAfterS) : null;
-    if (retryAfter !== null) void reply.header("retry-after", String(retryAfter));
+    if (frameworkStatus === undefined) void reply.headers(retryHeadersOf(e, capacityRetryAfterS));
     void reply.status(status).send({ ...body, code: status });
   });
   // A path that exists with other methods is 405 with Allow (RFC 9110 §15.5.6), not 404.

@@ -141,13 +141,16 @@ export function apiHttpStatus(code: ErrorCode): number {
 }
 
 /**
- * Seconds a client should wait before retrying a refusal (`Retry-After`), or null: a rate
- * limit says when its bucket refills, a full cluster the configured wait, a quota none.
+ * The retry headers of a control-plane refusal: a rate limit says when its bucket refills
+ * and a full cluster the configured wait (`Retry-After`, seconds: both SDKs sleep it and
+ * retry); a quota says `Should-Retry: false` (waiting frees nothing by itself; the Python
+ * SDK otherwise retries every 429 with backoff). Other errors: none.
  */
-export function retryAfterOf(e: SpaceError, capacityRetryAfterS: number): number | null {
-  if (e.code !== "resource_exhausted" || e.detail === "quota_exceeded") return null;
+export function retryHeadersOf(e: SpaceError, capacityRetryAfterS: number): Record<string, string> {
+  if (e.code !== "resource_exhausted") return {};
+  if (e.detail === "quota_exceeded") return { "should-retry": "false" };
   const s = e.details?.["retryAfterS"];
-  return typeof s === "number" && s > 0 ? Math.ceil(s) : capacityRetryAfterS;
+  return { "retry-after": String(typeof s === "number" && s > 0 ? Math.ceil(s) : capacityRetryAfterS) };
 }
 
 /** Public-operation failure codes (behaviours.md A). */

@@ -32,7 +32,7 @@ async function rawCreate(stack: Stack, apiKey: string, metadata: Record<string, 
     body: JSON.stringify({ templateID: "base", timeout: 120, metadata }),
   });
   const body = (await res.json()) as { code: number; message: string; sandboxID?: string };
-  return { status: res.status, retryAfter: res.headers.get("retry-after"), body };
+  return { status: res.status, retryAfter: res.headers.get("retry-after"), shouldRetry: res.headers.get("should-retry"), body };
 }
 
 const isRateLimit = (pattern: RegExp) => (e: unknown) => {
@@ -72,6 +72,7 @@ describe("tenant quotas, rate limits and a full cluster (e2b SDK)", { skip, time
     assert.equal(raw.status, 429);
     assert.deepEqual(raw.body, { code: 429, message: "tenant quota exceeded: sandboxes 2 of 2" });
     assert.equal(raw.retryAfter, null, "waiting frees no quota: no Retry-After");
+    assert.equal(raw.shouldRetry, "false", "and the Python SDK is told not to retry");
     // Another tenant is not affected.
     const other = await create(stack.apiKey);
     assert.equal((await other.commands.run("echo ok")).stdout, "ok\n");

@@ -3,7 +3,7 @@
  * (`{"code":<status>,"message"}`), and API-key authentication to a tenant.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { INTERNAL_MESSAGE, SpaceError, apiHttpStatus, invalid, publicMessage, retryAfterOf } from "../../core/errors.ts";
+import { INTERNAL_MESSAGE, SpaceError, apiHttpStatus, invalid, publicMessage, retryHeadersOf } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { ApiKeyAuth } from "../../sandboxes/model.ts";
@@ -62,8 +62,7 @@ export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Lo
       const status = apiHttpStatus(error.code);
       if (status >= 500 && error.code !== "unimplemented") log.error({ err: error, url: req.url }, "ECW request failed");
       else req.log.debug({ code: error.code, msg: error.message }, "ECW request refused");
-      const retryAfter = retryAfterOf(error, capacityRetryAfterS);
-      if (retryAfter !== null) void reply.header("retry-after", String(retryAfter));
+      void reply.headers(retryHeadersOf(error, capacityRetryAfterS));
       return sendEcwError(reply, status, publicMessage(error));
     }
     const status = (error as FastifyError).statusCode;
