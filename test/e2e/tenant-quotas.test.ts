@@ -9,6 +9,7 @@ import { after, afterEach, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { RateLimitError, Sandbox, type ConnectionOpts, type SandboxOpts } from "e2b";
 import { adminRequest, freePort, metricSum, startStack, type Stack } from "../support/stack.ts";
+import { NativeClient } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
 
@@ -127,6 +128,25 @@ describe("tenant quotas, rate limits and a full cluster (e2b SDK)", { skip, time
     // With its default retries the SDK sleeps Retry-After and the create then goes through.
     const later = await create(slow.apiKey);
     assert.equal((await later.commands.run("echo later")).stdout, "later\n");
+  });
+
+  test("Native: a quota refusal fails the create operation at once naming the limit, no sandbox left; a rate limit is a synchronous 429 resource_exhausted with Retry-After", async () => {
+    const one = await tenantOf(stack, "native-one", { sandboxes: 1, creates_per_s: 0.01, create_burst: 2 });
+    const native = new NativeClient(stack.apiUrl, one.apiKey);
+    const first = await native.create();
+    const r = await native.req("POST", "/v1/sandboxes", { body: { template: "base", timeout_s: 120 } });
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    const op = await native.wait(r.body.id, 60_000);
+    assert.equal(op.state, "failed");
+    assert.deepEqual(op.failure, { code: "unavailable", message: "tenant quota exceeded: sandboxes 1 of 1" });
+    const target = String(r.body.target).split("/").pop();
+    assert.equal((await native.req("GET", `/v1/sandboxes/${target}`)).status, 404, "no sandbox row of the refused create");
+    const limited = await native.req("POST", "/v1/sandboxes", { body: { template: "base", timeout_s: 120 } });
+    assert.equal(limited.status, 429, JSON.stringify(limited.body));
+    assert.equal(limited.body.reason, "resource_exhausted");
+    assert.match(limited.body.message, /rate limit exceeded: 0\.01 creates per second per tenant \(burst 2\)/);
+    assert.ok(Number(limited.headers.get("retry-after")) >= 1, String(limited.headers.get("retry-after")));
+    assert.equal((await native.req("DELETE", `/v1/sandboxes/${first}`)).status, 202);
   });
 
   test("no node with room: 429 with Retry-After naming the resource (not 507)", async () => {
