@@ -118,16 +118,28 @@ export function effectiveQuotas(defaults: QuotaLimits, o: QuotaOverrides): Quota
 }
 
 /** What the tenant holds now (no lock: for reads). */
-export async function quotaUsage(q: Queryable, tenantId: TenantId, exceptSandbox: string | null = null): Promise<QuotaUsage> {
-  const r = await q.one<Record<keyof QuotaUsage, unknown>>(
+export async function quotaUsage(q: Queryable, tenantId: TenantId): Promise<QuotaUsage> {
+  return { ...(await liveUsage(q, tenantId, null)), snapshots: await namedSnapshotCount(q, tenantId) };
+}
+
+/** Sum over the tenant's sandboxes in counted states, `exceptSandbox` left out. */
+async function liveUsage(q: Queryable, tenantId: TenantId, exceptSandbox: string | null): Promise<Omit<QuotaUsage, "snapshots">> {
+  const r = await q.one<Record<keyof Omit<QuotaUsage, "snapshots">, unknown>>(
     `SELECT count(*)::int AS sandboxes, coalesce(sum(vcpu), 0)::bigint AS vcpu, coalesce(sum(memory_mib), 0)::bigint AS "memoryMib",
-            coalesce(sum(disk_mib), 0)::bigint AS "diskMib",
-            (SELECT count(*)::int FROM snapshots n JOIN sandboxes s2 ON s2.id = n.sandbox_id
-              WHERE s2.tenant_id = $1 AND n.purpose = 'named' AND n.state = ANY($3::text[])) AS snapshots
-       FROM sandboxes WHERE tenant_id = $1 AND state = ANY($2::text[]) AND ($4::text IS NULL OR id <> $4)`,
-    [tenantId, [...quotaStates], [...liveSnapshotStates], exceptSandbox],
+            coalesce(sum(disk_mib), 0)::bigint AS "diskMib"
+       FROM sandboxes WHERE tenant_id = $1 AND state = ANY($2::text[]) AND ($3::text IS NULL OR id <> $3)`,
+    [tenantId, [...quotaStates], exceptSandbox],
   );
-  return numbers(r) as unknown as QuotaUsage;
+  return numbers(r) as unknown as Omit<QuotaUsage, "snapshots">;
+}
+
+async function namedSnapshotCount(q: Queryable, tenantId: TenantId): Promise<number> {
+  const r = await q.one<{ n: unknown }>(
+    `SELECT count(*)::int AS n FROM snapshots n JOIN sandboxes s ON s.id = n.sandbox_id
+      WHERE s.tenant_id = $1 AND n.purpose = 'named' AND n.state = ANY($2::text[])`,
+    [tenantId, [...liveSnapshotStates]],
+  );
+  return Number(r.n);
 }
 
 /** What a new live sandbox adds. */
@@ -148,18 +160,17 @@ export function quotaExceeded(limit: keyof QuotaUsage, used: number, adding: num
 }
 
 /**
- * Locks the tenant's row and returns its limits and usage (the sandbox `exceptSandbox`
- * left out: the one being admitted). Call inside the admitting transaction. null = the
- * tenant is exempt (the warm-pool tenant) or gone (the insert's foreign key refuses it).
+ * Locks the tenant's row (call inside the admitting transaction) and returns its limits.
+ * null = the tenant is exempt (the warm-pool tenant) or gone (the insert's foreign key refuses it).
  */
-async function lockAndMeasure(tx: Queryable, tenantId: TenantId, defaults: QuotaLimits, exceptSandbox: string | null): Promise<{ limits: QuotaLimits; usage: QuotaUsage } | null> {
+async function lockLimits(tx: Queryable, tenantId: TenantId, defaults: QuotaLimits): Promise<QuotaLimits | null> {
   const t = await tx.maybeOne<QuotaOverrides & { name: string }>(
     `SELECT t.name, ${OVERRIDE_COLS} FROM tenants t LEFT JOIN tenant_quotas q ON q.tenant_id = t.id WHERE t.id = $1 FOR NO KEY UPDATE OF t`,
     [tenantId],
   );
   if (!t || t.name === WARM_POOL_TENANT_NAME) return null;
   const { name: _, ...o } = t;
-  return { limits: effectiveQuotas(defaults, { ...noOverrides(), ...numbers(o) }), usage: await quotaUsage(tx, tenantId, exceptSandbox) };
+  return effectiveQuotas(defaults, { ...noOverrides(), ...numbers(o) });
 }
 
 /**
@@ -168,9 +179,9 @@ async function lockAndMeasure(tx: Queryable, tenantId: TenantId, defaults: Quota
  * exists already (a resume, a hand-over): it is not counted twice.
  */
 export async function admitLiveSandbox(tx: Queryable, tenantId: TenantId, defaults: QuotaLimits, claim: QuotaClaim, self: string | null): Promise<void> {
-  const m = await lockAndMeasure(tx, tenantId, defaults, self);
-  if (!m) return;
-  const { limits, usage } = m;
+  const limits = await lockLimits(tx, tenantId, defaults);
+  if (!limits) return;
+  const usage = await liveUsage(tx, tenantId, self);
   if (usage.sandboxes + 1 > limits.sandboxes) throw quotaExceeded("sandboxes", usage.sandboxes, 1, limits.sandboxes);
   for (const k of ["vcpu", "memoryMib", "diskMib"] as const) {
     if (usage[k] + claim[k] > limits[k]) throw quotaExceeded(k, usage[k], claim[k], limits[k]);
@@ -179,8 +190,10 @@ export async function admitLiveSandbox(tx: Queryable, tenantId: TenantId, defaul
 
 /** Admits one more named snapshot for the tenant (same lock), or throws `resource_exhausted`. */
 export async function admitNamedSnapshot(tx: Queryable, tenantId: TenantId, defaults: QuotaLimits): Promise<void> {
-  const m = await lockAndMeasure(tx, tenantId, defaults, null);
-  if (m && m.usage.snapshots + 1 > m.limits.snapshots) throw quotaExceeded("snapshots", m.usage.snapshots, 1, m.limits.snapshots);
+  const limits = await lockLimits(tx, tenantId, defaults);
+  if (!limits) return;
+  const n = await namedSnapshotCount(tx, tenantId);
+  if (n + 1 > limits.snapshots) throw quotaExceeded("snapshots", n, 1, limits.snapshots);
 }
 
 /** pg returns bigint sums and float8 as numbers already (db.ts); PGlite may hand strings for numerics. */
