@@ -68,6 +68,11 @@ export class StoreSandboxRepo implements SandboxRepo {
     });
   }
 
+  async checkQuota(tenantId: TenantId, shape: { vcpu: number; memoryMib: number; diskMib: number }): Promise<void> {
+    const quotas = this.quotas;
+    if (quotas) await this.db.transaction((tx) => admitLiveSandbox(tx, tenantId, quotas, shape, null));
+  }
+
   async get(tenantId: TenantId, id: SandboxId) {
     return (await findSandbox(this.db, id, tenantId)) ?? null;
   }
