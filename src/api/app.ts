@@ -20,6 +20,8 @@ export interface ApiAppDeps {
   readiness?: ReadonlyArray<() => Promise<void>>;
   /** SPACE_METRICS_TOKEN: `/metrics` then needs `Authorization: Bearer <it>`; empty = open. */
   metricsToken?: string;
+  /** SPACE_CAPACITY_RETRY_AFTER_S: `Retry-After` of a 429 for a full cluster. */
+  capacityRetryAfterS?: number;
 }
 
 /** Whether `authorization` carries the metrics token (always, when none is configured). */
@@ -40,7 +42,7 @@ export async function createApiApp(deps: ApiAppDeps): Promise<FastifyInstance> {
     // The SDK sends JSON bodies chunked, without Content-Length; Fastify handles that.
     return503OnClosing: true,
   });
-  installErrorHandler(app);
+  installErrorHandler(app, deps.capacityRetryAfterS);
   installStorableInputGuard(app);
   // An empty JSON body (e.g. POST /v1/sandboxes/:id/pause with Content-Type json and no body)
   // is no body: validation reads it as `{}` where a body is optional.

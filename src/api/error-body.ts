@@ -6,7 +6,7 @@
 import type { FastifyError, FastifyInstance } from "fastify";
 import { ZodError } from "zod";
 import { fromZod } from "../core/validate.ts";
-import { SpaceError, httpStatus, publicMessage } from "../core/errors.ts";
+import { SpaceError, apiHttpStatus, publicMessage, retryHeadersOf } from "../core/errors.ts";
 
 export interface ErrorBody {
   code: number;
@@ -15,12 +15,13 @@ export interface ErrorBody {
 }
 
 export function toErrorBody(e: SpaceError): ErrorBody {
-  return { code: httpStatus[e.code], message: publicMessage(e), reason: e.code };
+  return { code: apiHttpStatus(e.code), message: publicMessage(e), reason: e.code };
 }
 
 export { fromZod, parseInput } from "../core/validate.ts";
 
-export function installErrorHandler(app: FastifyInstance): void {
+/** `capacityRetryAfterS`: the `Retry-After` of a 429 for a full cluster (SPACE_CAPACITY_RETRY_AFTER_S). */
+export function installErrorHandler(app: FastifyInstance, capacityRetryAfterS = 5): void {
   app.setErrorHandler((err: FastifyError | Error, req, reply) => {
     // Fastify's own 4xx (bad JSON, wrong content type, body too large) keep their status.
     const frameworkStatus =
@@ -37,6 +38,7 @@ export function installErrorHandler(app: FastifyInstance): void {
     const status = frameworkStatus ?? body.code;
     if (status >= 500) req.log.error({ err: e, cause: e.cause }, "request failed");
     else req.log.info({ reason: e.code, msg: e.message }, "request refused");
+    if (frameworkStatus === undefined) void reply.headers(retryHeadersOf(e, capacityRetryAfterS));
     void reply.status(status).send({ ...body, code: status });
   });
   // A path that exists with other methods is 405 with Allow (RFC 9110 §15.5.6), not 404.

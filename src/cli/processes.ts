@@ -33,6 +33,9 @@ import { BuildCoordinator } from "../templates/build-coordinator.ts";
 import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
 import { createWarmPoolAdoption, warmPoolDefaults, type WarmPoolAdoption } from "../controller/warm-pools/index.ts";
 import { parseSelector } from "../core/selector.ts";
+import { quotaDefaults } from "../store/tenant-quotas.ts";
+import { CreateRateLimiter, DbBucketStore } from "../api/rate-limit.ts";
+import { registerTenantQuotaRoutes } from "../api/admin/tenant-quotas.ts";
 
 /** What every control-plane component shares inside one process. */
 export interface ControlPlane {
@@ -77,14 +80,16 @@ export async function openControlPlane(
     const metrics = createMetricsRegistry(processName);
     const census = createCensusMetrics(metrics, log);
     let warmPools: WarmPoolAdoption | undefined;
+    const quotas = quotaDefaults(config);
     const layer = createSandboxLayer({
       db,
       log,
+      quotas,
       defaults: { vcpu: config.SPACE_DEFAULT_VCPU, memoryMib: config.SPACE_DEFAULT_MEMORY_MIB, diskMib: config.SPACE_DEFAULT_DISK_MIB },
       ...(config.SPACE_SUBSTRATE === "kubernetes"
         ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate)
         : { substrate: directSubstrateOf(config, db, secrets.internalToken, census.onGate) }),
-      warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log }, members, parts)),
+      warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log, quotas }, members, parts)),
     });
     if (!warmPools) throw new SpaceError("internal", "the sandbox layer was built without its warm-pool adoption");
     return { config, log, metrics, census, db, blobs, layer, warmPools, ...secrets };
@@ -157,8 +162,13 @@ export async function startApiServer(
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || (opts.localSandboxDomain ? defaultSandboxDomain(gatewayPort) : null);
   const apiKeys = new StoreApiKeys(db);
   const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
+  const quotas = quotaDefaults(config);
+  const buckets = new DbBucketStore(config.SPACE_RATE_LIMIT_DATABASE_URL ? null : db, config.SPACE_RATE_LIMIT_DATABASE_URL);
+  const limiter = new CreateRateLimiter({ store: buckets, db, defaults: quotas, metrics: cp.metrics, log: log.child({ component: "rate-limit" }) });
+  const capacityRetryAfterS = config.SPACE_CAPACITY_RETRY_AFTER_S;
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
+    (a) => registerTenantQuotaRoutes(a, { db, adminToken: cp.adminToken, defaults: quotas }),
     (a) =>
       registerNodeAdminRoutes(a, {
         db,
@@ -170,7 +180,7 @@ export async function startApiServer(
         labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
       }),
     (a) => registerWarmPoolAdminRoutes(a, { db, adminToken: cp.adminToken, defaults: warmPoolDefaults(config) }),
-    (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys, sandboxDomain, log }),
+    (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys, sandboxDomain, log, limiter, capacityRetryAfterS }),
     (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys, log, snapshots: layer.sandboxes }),
     (a) =>
       registerNativeRoutes(a, {
@@ -179,12 +189,13 @@ export async function startApiServer(
         log,
         authenticate: (req) => authenticateBearer(db, bearerOf(req), cp.adminToken),
         builds,
+        limiter,
       }),
   ];
   let app: FastifyInstance;
   let url: string;
   try {
-    app = await createApiApp({ db, log, metrics: cp.metrics, surfaces, metricsToken: config.SPACE_METRICS_TOKEN });
+    app = await createApiApp({ db, log, metrics: cp.metrics, surfaces, metricsToken: config.SPACE_METRICS_TOKEN, capacityRetryAfterS });
     url = await app.listen({ host: config.SPACE_API_HOST, port: config.SPACE_API_PORT });
   } catch (e) {
     await gateway.close();
@@ -202,6 +213,7 @@ export async function startApiServer(
       await gateway.close();
       await app.close();
       await builds.close();
+      await buckets.close(config.SPACE_RATE_LIMIT_DATABASE_URL !== "");
     },
   };
 }

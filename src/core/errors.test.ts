@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { errorCodes, hasDetail, httpStatus, idempotencyConflict, INTERNAL_MESSAGE, publicMessage, toOperationFailure, SpaceError } from "./errors.ts";
+import { apiHttpStatus, errorCodes, hasDetail, httpStatus, idempotencyConflict, INTERNAL_MESSAGE, publicMessage, retryHeadersOf, toOperationFailure, SpaceError } from "./errors.ts";
 
 test("every code maps to an HTTP status and an operation failure", () => {
   for (const code of errorCodes) {
@@ -36,4 +36,17 @@ test("an unclassified error's text stays in the log: publicMessage is generic fo
   assert.match(wrapped.message, /0x00/, "the log keeps the cause");
   assert.equal(publicMessage(new SpaceError("invalid_argument", "metadata.a: too long")), "metadata.a: too long");
   assert.equal(publicMessage(SpaceError.from(new SpaceError("not_found", "sandbox x not found"))), "sandbox x not found");
+});
+
+test("the control-plane APIs answer resource_exhausted with 429 and its retry headers; envd keeps 507", () => {
+  assert.equal(apiHttpStatus("resource_exhausted"), 429);
+  assert.equal(httpStatus.resource_exhausted, 507);
+  assert.equal(apiHttpStatus("not_found"), 404);
+  const cases: Array<[SpaceError, Record<string, string>]> = [
+    [new SpaceError("resource_exhausted", "tenant quota exceeded: sandboxes 2 of 2", { detail: "quota_exceeded" }), { "should-retry": "false" }],
+    [new SpaceError("resource_exhausted", "rate limit exceeded", { detail: "rate_limited", details: { retryAfterS: 2.2 } }), { "retry-after": "3" }],
+    [new SpaceError("resource_exhausted", "1 node full (vcpu)", { details: { rejected: {} } }), { "retry-after": "7" }],
+    [new SpaceError("unavailable", "busy"), {}],
+  ];
+  for (const [e, headers] of cases) assert.deepEqual(retryHeadersOf(e, 7), headers, e.message);
 });

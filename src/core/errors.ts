@@ -40,6 +40,10 @@ export type ErrorCode = (typeof errorCodes)[number];
 export const errorDetails = [
   /** An idempotency key was used before with a different request (code `aborted`). */
   "idempotency_conflict",
+  /** A tenant quota would be passed (code `resource_exhausted`; no Retry-After: waiting frees nothing by itself). */
+  "quota_exceeded",
+  /** A create rate limit was hit (code `resource_exhausted`; `details.retryAfterS` says when a token is back). */
+  "rate_limited",
 ] as const;
 export type ErrorDetail = (typeof errorDetails)[number];
 
@@ -125,6 +129,29 @@ export const httpStatus: Record<ErrorCode, number> = {
   canceled: 499,
   internal: 500,
 };
+
+/**
+ * The status the control-plane APIs (ECW, Native, Admin) answer: as `httpStatus`, except
+ * `resource_exhausted` is 429, E2B's answer for quotas, rate limits and a full cluster
+ * (the SDKs raise RateLimitError and retry after `Retry-After`). envd and node-api keep
+ * 507 (E2B's envd answers a full disk with 507, which the SDK reads as NotEnoughSpaceError).
+ */
+export function apiHttpStatus(code: ErrorCode): number {
+  return code === "resource_exhausted" ? 429 : httpStatus[code];
+}
+
+/**
+ * The retry headers of a control-plane refusal: a rate limit says when its bucket refills
+ * and a full cluster the configured wait (`Retry-After`, seconds: both SDKs sleep it and
+ * retry); a quota says `Should-Retry: false` (waiting frees nothing by itself; the Python
+ * SDK otherwise retries every 429 with backoff). Other errors: none.
+ */
+export function retryHeadersOf(e: SpaceError, capacityRetryAfterS: number): Record<string, string> {
+  if (e.code !== "resource_exhausted") return {};
+  if (e.detail === "quota_exceeded") return { "should-retry": "false" };
+  const s = e.details?.["retryAfterS"];
+  return { "retry-after": String(typeof s === "number" && s > 0 ? Math.ceil(s) : capacityRetryAfterS) };
+}
 
 /** Public-operation failure codes (behaviours.md A). */
 export type OperationFailureCode =

@@ -115,5 +115,6 @@ export function announcingRepo(repo: SandboxRepo, changes: SandboxChanges, onRun
     listExpired: (now, limit) => repo.listExpired(now, limit),
     nextEndAt: () => repo.nextEndAt(),
     listRunningSecure: () => repo.listRunningSecure(),
+    ...(repo.checkQuota ? { checkQuota: repo.checkQuota.bind(repo) } : {}),
   };
 }

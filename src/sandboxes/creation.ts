@@ -175,7 +175,9 @@ export class SandboxCreation {
       return running;
     } catch (e: unknown) {
       const err = SpaceError.from(e);
-      this.#r.log.warn({ sandboxId: id, code: err.code, err: e }, "sandbox create failed");
+      // No room (which resource is in the message) is an answer, not a fault: one line, no stack.
+      if (err.code === "resource_exhausted") this.#r.log.warn({ sandboxId: id, code: err.code, reason: err.message }, "sandbox create refused: no capacity");
+      else this.#r.log.warn({ sandboxId: id, code: err.code, err: e }, "sandbox create failed");
       if (ref) {
         await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch((k: unknown) =>
           this.#r.log.error({ err: k, sandboxId: id }, "cleanup after a failed create could not kill; the node reaper will"),

@@ -36,6 +36,8 @@ export class SandboxForks {
     validateTimeout(timeoutSec);
     const rec = await liveSandbox(this.#r, tenantId, id);
     if (rec.state !== "running" || !rec.nodeId) throw new SpaceError("failed_precondition", `sandbox ${id} is ${toPublicState(rec.state)}; only a running sandbox can be forked`);
+    // Over quota: refused before the capture (no node work); each fork's insert admits for real.
+    await this.#r.repo.checkQuota?.(tenantId, rec);
     const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: null, nodeId: rec.nodeId, purpose: "fork" });
     let snap: Snapshot;
     try {
@@ -184,7 +186,8 @@ export class SandboxForks {
       return running;
     } catch (e: unknown) {
       const err = SpaceError.from(e);
-      this.#r.log.warn({ sandboxId: rec.id, source: src.id, code: err.code, err: e }, "fork failed");
+      if (err.code === "resource_exhausted") this.#r.log.warn({ sandboxId: rec.id, source: src.id, code: err.code, reason: err.message }, "fork refused");
+      else this.#r.log.warn({ sandboxId: rec.id, source: src.id, code: err.code, err: e }, "fork failed");
       if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
       await this.#r.repo.transition(rec.id, ["creating"], "failed", { failureMessage: `fork of ${src.id} failed: ${err.code}: ${publicMessage(err)}` });
       throw err;

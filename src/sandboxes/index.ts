@@ -12,6 +12,7 @@ import { SandboxService, type SandboxDefaults } from "./service.ts";
 import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
 import { StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import { StoreSnapshotRepo } from "./snapshot-repo.ts";
+import type { QuotaLimits } from "../store/tenant-quotas.ts";
 
 export interface SandboxLayerDeps {
   db: Db;
@@ -24,6 +25,8 @@ export interface SandboxLayerDeps {
   nodes?: NodeDirectory;
   /** Warm-pool adoption over the service's members and the layer's nodes and templates; absent = creates boot cold. */
   warmPools?: (members: WarmMembers, layer: Pick<SandboxLayer, "nodes" | "templates">) => WarmAdopter;
+  /** Tenant quota defaults (SPACE_QUOTA_*), enforced where rows become live; absent = none. */
+  quotas?: QuotaLimits;
   /** The waits' fallback poll (ms); see SandboxServiceDeps.pollMs. */
   pollMs?: number;
 }
@@ -43,12 +46,12 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
   const templates = new StoreTemplates(deps.db, deps.nodes);
   const warmPools = deps.warmPools;
   const sandboxes = new SandboxService({
-    repo: new StoreSandboxRepo(deps.db),
+    repo: new StoreSandboxRepo(deps.db, deps.quotas),
     templates,
     substrate,
     defaults: deps.defaults,
     log: deps.log,
-    snapshots: new StoreSnapshotRepo(deps.db),
+    snapshots: new StoreSnapshotRepo(deps.db, deps.quotas),
     changeFeed: (fn) => listenSandboxChanges(deps.db, fn),
     ...(deps.pollMs !== undefined ? { pollMs: deps.pollMs } : {}),
     ...(warmPools ? { warmPools: (members: WarmMembers) => warmPools(members, { nodes, templates }) } : {}),

@@ -87,6 +87,12 @@ export interface SandboxRepo {
   nextEndAt(): Promise<Date | null>;
   /** Running sandboxes that carry an envd access token (signed-URL routing). */
   listRunningSecure(): Promise<SandboxRecord[]>;
+  /**
+   * Refuses (`resource_exhausted`) when one more live sandbox of this shape would pass the
+   * tenant's quota: a check before costly work (a fork's capture); the insert admits for
+   * real. Absent = no quotas.
+   */
+  checkQuota?(tenantId: TenantId, shape: { vcpu: number; memoryMib: number; diskMib: number }): Promise<void>;
 }
 
 

@@ -19,6 +19,7 @@ import {
 import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
 import { getNode, listNodes, type NodeRecord } from "../store/nodes.ts";
 import { createExecution } from "../store/executions.ts";
+import { admitLiveSandbox, quotaStates, type QuotaLimits } from "../store/tenant-quotas.ts";
 import { SpaceError } from "../core/errors.ts";
 import { Recent } from "../core/recent.ts";
 import type { ExecutionId, SandboxId, TenantId } from "../core/ids.ts";
@@ -42,15 +43,34 @@ const LIVE = sandboxStates.filter(isLive);
 
 const missOrConflict = (e: unknown) => e instanceof SpaceError && (e.code === "not_found" || e.code === "failed_precondition");
 
+/** Whether moving from one of `from` to `to` can make a sandbox count against its tenant's quota. */
+const entersQuota = (from: readonly SandboxState[], to: SandboxState) => quotaStates.includes(to) && from.some((f) => !quotaStates.includes(f));
+
+/**
+ * `quotas`: the tenant quota defaults (SPACE_QUOTA_*); every insert and every move into a
+ * counted state is admitted against them in its own transaction (store/tenant-quotas.ts).
+ * Absent = no quotas (tests of other things).
+ */
 export class StoreSandboxRepo implements SandboxRepo {
-  constructor(private readonly db: Db) {}
+  constructor(
+    private readonly db: Db,
+    private readonly quotas?: QuotaLimits,
+  ) {}
 
   async insert(rec: NewSandboxRecord, executionId: ExecutionId): Promise<SandboxRecord> {
     return this.db.transaction(async (tx) => {
+      if (this.quotas && quotaStates.includes(rec.state ?? "creating")) {
+        await admitLiveSandbox(tx, rec.tenantId, this.quotas, { vcpu: rec.vcpu, memoryMib: rec.memoryMib, diskMib: rec.diskMib }, null);
+      }
       const row = await insertSandbox(tx, rec);
       await createExecution(tx, { sandboxId: rec.id, id: executionId });
       return row;
     });
+  }
+
+  async checkQuota(tenantId: TenantId, shape: { vcpu: number; memoryMib: number; diskMib: number }): Promise<void> {
+    const quotas = this.quotas;
+    if (quotas) await this.db.transaction((tx) => admitLiveSandbox(tx, tenantId, quotas, shape, null));
   }
 
   async get(tenantId: TenantId, id: SandboxId) {
@@ -78,6 +98,13 @@ export class StoreSandboxRepo implements SandboxRepo {
   async transition(id: SandboxId, from: readonly SandboxState[], to: SandboxState, patch: SandboxPatch = {}) {
     try {
       return await this.db.transaction(async (tx) => {
+        if (this.quotas && entersQuota(from, to)) {
+          // The row is read first (it names the tenant and shape); the lock the admission takes orders competing admissions.
+          const cur = await findSandbox(tx, id);
+          if (cur && from.includes(cur.state) && !quotaStates.includes(cur.state)) {
+            await admitLiveSandbox(tx, cur.tenantId, this.quotas, { vcpu: patch.vcpu ?? cur.vcpu, memoryMib: patch.memoryMib ?? cur.memoryMib, diskMib: patch.diskMib ?? cur.diskMib }, id);
+          }
+        }
         const s = await transitionSandbox(tx, id, from, to, patch);
         await followSandboxExecutions(tx, id, to, s.nodeId, patch.failureMessage ?? null);
         return s;

@@ -8,6 +8,8 @@
  * in the blob store (any node), `local` when the node kept it on its disk only (pinned).
  */
 import { createExecution } from "../store/executions.ts";
+import { findSandbox } from "../store/sandboxes.ts";
+import { admitNamedSnapshot, type QuotaLimits } from "../store/tenant-quotas.ts";
 import {
   createSnapshot,
   failSnapshot,
@@ -84,12 +86,26 @@ export function isDurable(desc: SnapshotDescriptor): boolean {
 }
 
 export class StoreSnapshotRepo implements SnapshotRepo {
-  constructor(private readonly db: Db) {}
+  /** `quotas`: tenant quota defaults; a named snapshot is admitted against SPACE_QUOTA_SNAPSHOTS. Absent = none. */
+  constructor(
+    private readonly db: Db,
+    private readonly quotas?: QuotaLimits,
+  ) {}
 
   async begin(input: BeginInput): Promise<string> {
     const id = newSnapshotId();
-    await createSnapshot(this.db, {
+    const row = {
       id, sandboxId: input.sandboxId, executionId: input.executionId, nodeId: input.nodeId as NodeId, kind: input.kind ?? "full", purpose: input.purpose, name: input.name ?? null,
+    };
+    const quotas = this.quotas;
+    if (input.purpose !== "named" || !quotas) {
+      await createSnapshot(this.db, row);
+      return id;
+    }
+    await this.db.transaction(async (tx) => {
+      const owner = await findSandbox(tx, input.sandboxId);
+      if (owner) await admitNamedSnapshot(tx, owner.tenantId, quotas);
+      await createSnapshot(tx, row);
     });
     return id;
   }

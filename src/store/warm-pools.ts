@@ -10,9 +10,10 @@
  * resuming → ready; a suspended member is adopted (restored first) or retired like a ready one.
  */
 import { randomId, type NodeId, type TenantId } from "../core/ids.ts";
-import type { Queryable } from "./db.ts";
+import type { Db, Queryable } from "./db.ts";
 import { columns, json } from "./sql.ts";
 import type { SandboxLifecycle } from "./sandboxes.ts";
+import { admitLiveSandbox, type QuotaLimits } from "./tenant-quotas.ts";
 
 /** What a pool's idle members do (controller/warm-pools/idle-policy.ts decides). */
 export const idlePolicies = ["running", "suspended", "suspend_when_memory_short"] as const;
@@ -252,20 +253,34 @@ export interface Handover {
 
 /**
  * Gives a running member sandbox to its adopter in one statement (only while it is still
- * the pool's and running); false when it is not (killed under us, lost node).
+ * the pool's and running); false when it is not (killed under us, lost node). With
+ * `quotas`, the adopter's tenant quota admits it in the same transaction (it then counts
+ * against the adopter; `resource_exhausted` when it would pass a limit).
  */
-export async function handOverSandbox(q: Queryable, h: Handover): Promise<boolean> {
-  const n = await q.execute(
-    `UPDATE sandboxes SET tenant_id = $2, alias = $3, metadata = $4::jsonb, env_vars = $5::jsonb, envd_access_token = $6::text,
-        traffic_access_token = $7, secure = ($6::text IS NOT NULL), allow_internet_access = $8, network = $9::jsonb, lifecycle = $10::jsonb,
-        started_at = $11, end_at = $12, created_at = now(), generation = generation + 1, updated_at = now()
-      WHERE id = $1 AND tenant_id = $13 AND state = 'running'`,
-    [
-      h.sandboxId, h.toTenant, h.alias, json(h.metadata), json(h.envVars), h.envdAccessToken, h.trafficAccessToken,
-      h.allowInternetAccess, json(h.network), json(h.lifecycle), h.startedAt, h.endAt, h.fromTenant,
-    ],
-  );
-  return n > 0;
+export async function handOverSandbox(db: Db, h: Handover, quotas?: QuotaLimits): Promise<boolean> {
+  const statement = async (q: Queryable) => {
+    const n = await q.execute(
+      `UPDATE sandboxes SET tenant_id = $2, alias = $3, metadata = $4::jsonb, env_vars = $5::jsonb, envd_access_token = $6::text,
+          traffic_access_token = $7, secure = ($6::text IS NOT NULL), allow_internet_access = $8, network = $9::jsonb, lifecycle = $10::jsonb,
+          started_at = $11, end_at = $12, created_at = now(), generation = generation + 1, updated_at = now()
+        WHERE id = $1 AND tenant_id = $13 AND state = 'running'`,
+      [
+        h.sandboxId, h.toTenant, h.alias, json(h.metadata), json(h.envVars), h.envdAccessToken, h.trafficAccessToken,
+        h.allowInternetAccess, json(h.network), json(h.lifecycle), h.startedAt, h.endAt, h.fromTenant,
+      ],
+    );
+    return n > 0;
+  };
+  if (!quotas) return statement(db);
+  return db.transaction(async (tx) => {
+    const member = await tx.maybeOne<{ vcpu: number; memoryMib: number; diskMib: number }>(
+      `SELECT vcpu, memory_mib AS "memoryMib", disk_mib AS "diskMib" FROM sandboxes WHERE id = $1 AND tenant_id = $2 AND state = 'running'`,
+      [h.sandboxId, h.fromTenant],
+    );
+    if (!member) return false;
+    await admitLiveSandbox(tx, h.toTenant, quotas, member, h.sandboxId);
+    return statement(tx);
+  });
 }
 
 /** State, node and shape of the sandboxes behind slots (one query per reconcile). */

@@ -359,4 +359,31 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.doesNotMatch(wrong.message, /not-the-password/);
     assert.deepEqual(ok(o, "right_credentials"), { file: "from layer 2\n", pinned: true });
   });
+
+  test("quotas and rate limits (issues 24, 27): RateLimitException naming the limit; with retries the SDK waits out Retry-After", async () => {
+    const admin = async (method: string, path: string, body: unknown) => {
+      const res = await fetch(`${stack.apiUrl}/admin/api/v1${path}`, {
+        method,
+        headers: { authorization: `Bearer ${stack.adminToken}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      assert.ok(res.ok, `${method} ${path}: ${res.status}`);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    const tenantWith = async (name: string, quotas: Record<string, number>) => {
+      const t = await admin("POST", "/tenants", { name });
+      await admin("PUT", `/tenants/${String(t.id)}/quotas`, quotas);
+      return String((await admin("POST", `/tenants/${String(t.id)}/keys`, {})).key);
+    };
+    const quotaKey = await tenantWith("py-quota-one", { sandboxes: 1 });
+    const rateKey = await tenantWith("py-rate-slow", { creates_per_s: 0.25, create_burst: 1 });
+    const o = await run("quotas.py", stack, { E2B_API_KEY: quotaKey, QUOTA_RATE_KEY: rateKey });
+    assert.equal(ok(o, "quota_first"), "accepted");
+    assert.deepEqual(ok(o, "quota_second"), { class: "RateLimitException", message: "429: Rate limit exceeded, please try again later. - tenant quota exceeded: sandboxes 1 of 1" });
+    assert.equal(ok(o, "rate_first"), "accepted");
+    const rate = ok(o, "rate_second") as { class: string; message: string };
+    assert.equal(rate.class, "RateLimitException");
+    assert.match(rate.message, /rate limit exceeded: 0\.25 creates per second per tenant \(burst 1\)/);
+    assert.equal((ok(o, "rate_retried") as { created: boolean }).created, true);
+  });
 });

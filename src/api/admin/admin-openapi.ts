@@ -55,12 +55,14 @@ export function buildAdminOpenApi(): Json {
     Reconciled: schema(S.ReconciledBody, "input"),
     Unhealthy: schema(S.UnhealthyBody, "input"),
     WarmPoolSpec: schema(S.PoolBody, "input"),
+    TenantQuotas: schema(S.TenantQuotas),
+    TenantQuotaOverrides: schema(S.QuotaBody, "input"),
   };
   const tenant = pathId("id");
   const pool = [{ name: "template", in: "path", required: true, schema: schema(S.PoolParams.shape.template, "input") }];
   return {
     openapi: "3.1.0",
-    info: { title: "SPACE Admin API", version: VERSION, description: "Tenants, their API keys and tokens, fleet nodes, warm pools. Every route needs the admin credential (node registration and heartbeat also take the internal token)." },
+    info: { title: "SPACE Admin API", version: VERSION, description: "Tenants, their API keys, tokens and quotas, fleet nodes, warm pools. Every route needs the admin credential (node registration and heartbeat also take the internal token)." },
     components: { securitySchemes: { bearer: { type: "http", scheme: "bearer" } }, schemas: { ...hoisted, ...named } },
     security: [{ bearer: [] }],
     paths: {
@@ -73,6 +75,10 @@ export function buildAdminOpenApi(): Json {
       },
       "/admin/api/v1/tenants/{id}/disable": {
         post: { summary: "disable a tenant (its credentials stop working)", parameters: tenant, responses: { ...json(200, "Tenant"), ...errors(400, ...auth, 404) } },
+      },
+      "/admin/api/v1/tenants/{id}/quotas": {
+        get: { summary: "a tenant's quotas and rate limits (enforced limits, its overrides, its usage)", parameters: tenant, responses: { ...json(200, "TenantQuotas"), ...errors(400, ...auth, 404) } },
+        put: { summary: "replace a tenant's quota overrides (absent or null = the default)", parameters: tenant, requestBody: body("TenantQuotaOverrides"), responses: { ...json(200, "TenantQuotas"), ...errors(400, ...auth, 404) } },
       },
       "/admin/api/v1/tenants/{id}/keys": {
         get: { summary: "list a tenant's API keys", parameters: tenant, responses: { ...json(200, "ApiKeyList"), ...errors(400, ...auth, 404) } },

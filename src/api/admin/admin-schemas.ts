@@ -76,6 +76,24 @@ export const PoolBody = z
   })
   .strict();
 
+/** A tenant's quota overrides (PUT replaces them all; absent or null = the process default). */
+const Count = z.number().int().min(0).max(2_000_000_000);
+const Rate = z.number().min(0).max(1_000_000).meta({ description: "creates per second; 0 = no limit" });
+const Burst = z.number().int().min(1).max(1_000_000);
+export const QuotaBody = z
+  .object({
+    sandboxes: Count.nullable().optional(),
+    vcpu: Count.nullable().optional(),
+    memory_mib: Count.nullable().optional(),
+    disk_mib: Count.nullable().optional(),
+    snapshots: Count.nullable().optional(),
+    creates_per_s: Rate.nullable().optional(),
+    create_burst: Burst.nullable().optional(),
+    key_creates_per_s: Rate.nullable().optional(),
+    key_create_burst: Burst.nullable().optional(),
+  })
+  .strict();
+
 // Answers (documented only: the store's rows, as JSON).
 const Time = z.string().meta({ description: "ISO 8601 time" });
 export const Tenant = z.object({ id: z.string(), name: z.string(), createdAt: Time, disabledAt: Time.nullable() }).meta({ id: "Tenant" });
@@ -100,3 +118,24 @@ export const Token = z
   .meta({ id: "Token" });
 export const TokenList = z.object({ tokens: z.array(Token) });
 export const NewToken = Token.extend({ token: z.string().meta({ description: "shown once" }) });
+const QuotaValues = z.object({
+  sandboxes: z.number(),
+  vcpu: z.number(),
+  memory_mib: z.number(),
+  disk_mib: z.number(),
+  snapshots: z.number(),
+  creates_per_s: z.number(),
+  create_burst: z.number(),
+  key_creates_per_s: z.number(),
+  key_create_burst: z.number(),
+});
+export const TenantQuotas = z
+  .object({
+    tenant_id: z.string(),
+    limits: QuotaValues.meta({ description: "what is enforced: the overrides over the process defaults" }),
+    overrides: z.object(Object.fromEntries(Object.keys(QuotaValues.shape).map((k) => [k, z.number().nullable()]))).meta({ description: "the tenant's own values; null = the default" }),
+    usage: z
+      .object({ sandboxes: z.number(), vcpu: z.number(), memory_mib: z.number(), disk_mib: z.number(), snapshots: z.number() })
+      .meta({ description: "live now: sandboxes creating, running or paused in memory (suspended and stopped ones do not count), named snapshots" }),
+  })
+  .meta({ id: "TenantQuotas" });

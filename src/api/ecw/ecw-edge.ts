@@ -3,7 +3,7 @@
  * (`{"code":<status>,"message"}`), and API-key authentication to a tenant.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { INTERNAL_MESSAGE, SpaceError, httpStatus, invalid, publicMessage } from "../../core/errors.ts";
+import { INTERNAL_MESSAGE, SpaceError, apiHttpStatus, invalid, publicMessage, retryHeadersOf } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { TenantId } from "../../core/ids.ts";
 import type { ApiKeyAuth } from "../../sandboxes/model.ts";
@@ -26,8 +26,17 @@ export function sendEcwError(reply: FastifyReply, status: number, message: strin
   return reply.code(status).type("application/json").send({ code: status, message });
 }
 
-/** Installs, in an encapsulated scope: tolerant JSON parsing, auth, the ECW error body. */
-export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Logger): void {
+/** The raw API key of an ECW request (the rate limiter keys its per-key bucket by its hash). */
+export function apiKeyOf(req: FastifyRequest): string | null {
+  const raw = req.headers["x-api-key"];
+  return (Array.isArray(raw) ? raw[0] : raw) ?? null;
+}
+
+/**
+ * Installs, in an encapsulated scope: tolerant JSON parsing, auth, the ECW error body.
+ * `capacityRetryAfterS`: the `Retry-After` of a 429 for a full cluster (SPACE_CAPACITY_RETRY_AFTER_S).
+ */
+export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Logger, capacityRetryAfterS = 5): void {
   // The SDK sends chunked JSON, sometimes empty bodies with a JSON content type.
   scope.removeContentTypeParser("application/json");
   scope.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
@@ -50,9 +59,10 @@ export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Lo
 
   scope.setErrorHandler((error: FastifyError | SpaceError | Error, req, reply) => {
     if (error instanceof SpaceError) {
-      const status = httpStatus[error.code];
+      const status = apiHttpStatus(error.code);
       if (status >= 500 && error.code !== "unimplemented") log.error({ err: error, url: req.url }, "ECW request failed");
       else req.log.debug({ code: error.code, msg: error.message }, "ECW request refused");
+      void reply.headers(retryHeadersOf(error, capacityRetryAfterS));
       return sendEcwError(reply, status, publicMessage(error));
     }
     const status = (error as FastifyError).statusCode;

@@ -6,6 +6,7 @@ import type { FastifyInstance } from "fastify";
 import type { Logger } from "../../core/log.ts";
 import type { ApiKeyAuth } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
+import type { CreateRateLimiter } from "../rate-limit.ts";
 import { installEcwEdge } from "./ecw-edge.ts";
 import { registerSandboxCreate } from "./ecw-sandbox-create.ts";
 import { registerSandboxLifecycle } from "./ecw-sandbox-lifecycle.ts";
@@ -19,11 +20,15 @@ export interface EcwDeps {
   /** SPACE_SANDBOX_DOMAIN ("" → null): returned as `domain`, used by getHost(). */
   sandboxDomain: string | null;
   log: Logger;
+  /** Create rate limits (per tenant, per API key); absent = none. */
+  limiter?: CreateRateLimiter;
+  /** SPACE_CAPACITY_RETRY_AFTER_S: `Retry-After` of a 429 for a full cluster. */
+  capacityRetryAfterS?: number;
 }
 
 export async function registerEcwRoutes(app: FastifyInstance, deps: EcwDeps): Promise<void> {
   await app.register(async (scope) => {
-    installEcwEdge(scope, deps.apiKeys, deps.log);
+    installEcwEdge(scope, deps.apiKeys, deps.log, deps.capacityRetryAfterS);
     registerSandboxCreate(scope, deps);
     registerSandboxRead(scope, deps);
     registerSandboxLifecycle(scope, deps);

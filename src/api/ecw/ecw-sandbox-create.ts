@@ -7,7 +7,7 @@ import { isLive, type SandboxRecord } from "../../sandboxes/model.ts";
 import type { CreateInput, ResourceRequest } from "../../sandboxes/service.ts";
 import { parseMetadataJson } from "../../sandboxes/create-input.ts";
 import { idempotencyKey } from "../idempotency-key.ts";
-import { parse, tenantOf } from "./ecw-edge.ts";
+import { apiKeyOf, parse, tenantOf } from "./ecw-edge.ts";
 import { toSandbox } from "./ecw-present.ts";
 import { NewSandbox, RESOURCES_METADATA_KEY, SpaceResources } from "./ecw-schemas.ts";
 import type { EcwDeps } from "./ecw-routes.ts";
@@ -31,6 +31,8 @@ export function registerSandboxCreate(app: FastifyInstance, deps: EcwDeps) {
           else if (isLive(prior.state)) return reply.code(201).send(toSandbox(prior, { domain: deps.sandboxDomain }));
         }
       }
+      // After the replay check: answering a retried create takes no token.
+      await deps.limiter?.admit(tenant, apiKeyOf(req));
       // A caller that goes away does not abort a create half-way: the service
       // finishes or cleans up, so no half state is left behind.
       const rec = await deps.sandboxes.create(tenant, input, AbortSignal.timeout(600_000));

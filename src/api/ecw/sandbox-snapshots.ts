@@ -12,7 +12,7 @@ import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { Snapshot } from "../../sandboxes/snapshot-repo.ts";
 import { toErrorBody } from "../error-body.ts";
-import { parse, tenantOf } from "./ecw-edge.ts";
+import { apiKeyOf, parse, tenantOf } from "./ecw-edge.ts";
 import { toSandbox } from "./ecw-present.ts";
 import { ForkBody, IdParams, SnapshotBody } from "./ecw-schemas.ts";
 import type { EcwDeps } from "./ecw-routes.ts";
@@ -21,6 +21,7 @@ export function registerSandboxSnapshots(app: FastifyInstance, deps: EcwDeps) {
   app.post("/sandboxes/:sandboxID/fork", async (req, reply) => {
     const { sandboxID } = parse(IdParams, req.params, "path");
     const body = parse(ForkBody, req.body ?? {}, "fork body");
+    await deps.limiter?.admit(tenantOf(req), apiKeyOf(req));
     const outcomes = await deps.sandboxes.fork(tenantOf(req), sandboxID, {
       ...(body.count !== undefined ? { count: body.count } : {}),
       ...(body.timeout !== undefined ? { timeoutSec: body.timeout } : {}),

@@ -7,6 +7,7 @@ import type { Db } from "../../store/db.ts";
 import type { Principal } from "../auth.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
 import type { BuildCoordinator } from "../../templates/build-coordinator.ts";
+import type { CreateRateLimiter } from "../rate-limit.ts";
 
 export interface NativeDeps {
   db: Db;
@@ -24,4 +25,6 @@ export interface NativeDeps {
   operationDeadlineMs?: number;
   /** Template builds (the process's BuildCoordinator); absent = builds are refused. */
   builds?: BuildCoordinator;
+  /** Create rate limits (per tenant, per credential); absent = none. */
+  limiter?: CreateRateLimiter;
 }

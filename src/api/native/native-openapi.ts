@@ -31,6 +31,7 @@ function describe(c: number): string {
       403: "the token lacks the named scope",
       404: "not found (another tenant's resources are not found too)",
       409: "idempotency_conflict: the Idempotency-Key was used with a different request",
+      429: "resource_exhausted: a create rate limit of the tenant or the credential (Retry-After: seconds until it admits one more)",
       501: "not available in this build (the message says why)",
     } as Record<number, string>
   )[c] ?? "error";
@@ -45,7 +46,7 @@ const query = (s: z.ZodObject) =>
   Object.entries((schema(s, "input").properties ?? {}) as Record<string, Json>).map(([name, sch]) => ({ name, in: "query", required: false, schema: sch }));
 
 export function buildOpenApi(): Json {
-  const mutation = (summary: string, scope: string, extra: Json = {}) => ({ summary, "x-required-scope": scope, parameters: [idem, ...((extra.parameters as unknown[]) ?? [])], ...extra, responses: { ...accepted, ...errors(400, 401, 403, 404, 409) } });
+  const mutation = (summary: string, scope: string, extra: Json = {}, more: number[] = []) => ({ summary, "x-required-scope": scope, parameters: [idem, ...((extra.parameters as unknown[]) ?? [])], ...extra, responses: { ...accepted, ...errors(400, 401, 403, 404, 409, ...more) } });
   const lifecycle = (verb: string, summary: string, unsupported = false) => ({
     post: {
       summary,
@@ -83,7 +84,7 @@ export function buildOpenApi(): Json {
     security: [{ bearer: [] }],
     paths: {
       "/v1/sandboxes": {
-        post: mutation("create a sandbox", "sandboxes:write", { requestBody: body("CreateSandbox") }),
+        post: mutation("create a sandbox", "sandboxes:write", { requestBody: body("CreateSandbox") }, [429]),
         get: { summary: "list sandboxes (cursor pages)", "x-required-scope": "sandboxes:read", parameters: query(S.ListSandboxesQuery), responses: { ...ok("SandboxList"), ...pageErrors() } },
       },
       "/v1/sandboxes/{id}": {

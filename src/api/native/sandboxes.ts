@@ -26,6 +26,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
     const body = parse(CreateSandboxBody, req.body, "body");
     // A policy that does not compile (bad target, port range) is a 400 now, not a failed operation later.
     if (body.network) compileNative(body.network);
+    await deps.limiter?.admit(tenantId, req.headers.authorization ?? null);
     return submit(deps, req, reply, {
       tenantId,
       kind: "sandbox.create",

@@ -43,12 +43,13 @@ import {
   type WarmSlot,
 } from "../../store/warm-pools.ts";
 import { ensureTenant } from "../../store/tenants.ts";
+import { admitLiveSandbox, WARM_POOL_TENANT_NAME, type QuotaLimits } from "../../store/tenant-quotas.ts";
 import { anyWarmPool } from "../../store/any-warm-pool.ts";
 import { Recent } from "../../core/recent.ts";
 import type { WarmPoolMetrics } from "./metrics.ts";
 
-/** The tenant warm members belong to until adopted (no API key: nobody sees them). */
-export const POOL_TENANT_NAME = "space-warm-pools";
+/** The tenant warm members belong to until adopted (no API key: nobody sees them; exempt from quotas). */
+export const POOL_TENANT_NAME = WARM_POOL_TENANT_NAME;
 /** Metadata key a member carries while it waits (removed by the hand-over). */
 export const WARM_POOL_METADATA_KEY = "space.warm-pool";
 
@@ -88,6 +89,8 @@ export interface WarmPoolAdoptionDeps {
   metrics: WarmPoolMetrics;
   log: Logger;
   now?: () => Date;
+  /** Tenant quota defaults: an adoption counts against the adopter (checked before a claim, enforced at the hand-over). */
+  quotas?: QuotaLimits;
 }
 
 /** How long "is there any pool" is believed (ms). */
@@ -135,6 +138,8 @@ export class WarmPoolAdoption implements WarmAdopter {
     const { db } = this.#d;
     const poolTenant = await this.poolTenant();
     if (tenantId === poolTenant) return null; // refills never adopt
+    // Refused before any member is claimed or personalised: a quota refusal costs no member.
+    if (this.#d.quotas) await admitLiveSandbox(db, tenantId, this.#d.quotas, req, null);
     const t0 = performance.now();
     // A caller-chosen id (Native) adopts only the member reserved for it at admission.
     if (req.input.id !== undefined) {
@@ -321,7 +326,7 @@ export class WarmPoolAdoption implements WarmAdopter {
         lifecycle: { onTimeout: input.onTimeout, autoResume: input.autoResume, ...(input.pauseKind ? { pauseKind: input.pauseKind } : {}) },
         startedAt,
         endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
-      });
+      }, this.#d.quotas);
       if (!handed) {
         log.warn({ slot: slot.id, sandboxId }, "warm member vanished before hand-over; trying another");
         return null;

@@ -6,6 +6,7 @@
  */
 import type { Registry } from "prom-client";
 import type { Config } from "../../core/config.ts";
+import type { QuotaLimits } from "../../store/tenant-quotas.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Db } from "../../store/db.ts";
 import type { SandboxLayer } from "../../sandboxes/index.ts";
@@ -60,7 +61,7 @@ export function warmPoolDefaults(c: WarmPoolConfig): { vcpu: number; memoryMib: 
  * every process that serves creates adopts warm members.
  */
 export function createWarmPoolAdoption(
-  cp: Pick<WarmPoolHost, "db" | "config" | "metrics" | "log">,
+  cp: Pick<WarmPoolHost, "db" | "config" | "metrics" | "log"> & { quotas?: QuotaLimits },
   members: WarmMembers,
   layer: Pick<SandboxLayer, "nodes" | "templates">,
 ): WarmPoolAdoption {
@@ -72,6 +73,7 @@ export function createWarmPoolAdoption(
     gate: cp.config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     metrics: warmPoolMetrics(cp.metrics),
     log: cp.log.child({ component: "warm-pools" }),
+    ...(cp.quotas ? { quotas: cp.quotas } : {}),
   });
 }
 
