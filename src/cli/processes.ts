@@ -9,8 +9,9 @@ import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
 import type { Config } from "../core/config.ts";
 import { SpaceError } from "../core/errors.ts";
-import { createLogger, type Logger } from "../core/log.ts";
-import { createMetricsRegistry } from "../core/metrics.ts";
+import { createLogger, resolveLogFormat, type Logger } from "../core/log.ts";
+import { createMetricsRegistry, spaceMetrics } from "../core/metrics.ts";
+import { startTracing, type Tracing } from "../core/tracing.ts";
 import { openDb, redactUrl, type Db } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import { openBlobStore } from "../blob/open.ts";
@@ -49,6 +50,8 @@ export interface ControlPlane {
   warmPools: WarmPoolAdoption;
   /** Environment placement census metrics (fed by placement, reported by the leader). */
   census: CensusMetrics;
+  /** OpenTelemetry (null = off); shut down last, so the stop's own spans are exported. */
+  tracing: Tracing | null;
 }
 
 export interface Running {
@@ -59,12 +62,22 @@ export function databaseUrl(config: Config): string {
   return config.SPACE_DATABASE_URL || `pglite:${join(config.SPACE_DATA_DIR, "db")}`;
 }
 
+/**
+ * Tracing first (the logger's trace-id mixin needs to know), then the process's logger:
+ * JSON, or pretty for a person at a terminal (SPACE_LOG_FORMAT).
+ */
+export async function processTelemetry(config: Config, processName: string): Promise<{ log: Logger; tracing: Tracing | null }> {
+  const tracing = await startTracing(config, processName);
+  const log = createLogger(config.SPACE_LOG_LEVEL, processName, resolveLogFormat(config.SPACE_LOG_FORMAT, process.stdout.isTTY === true));
+  return { log, tracing };
+}
+
 export async function openControlPlane(
   config: Config,
   secrets: { adminToken: string; internalToken: string },
   processName: string,
 ): Promise<ControlPlane> {
-  const log = createLogger(config.SPACE_LOG_LEVEL, processName);
+  const { log, tracing } = await processTelemetry(config, processName);
   mkdirSync(config.SPACE_DATA_DIR, { recursive: true, mode: 0o700 });
   const url = databaseUrl(config);
   log.info({ database: redactUrl(url) }, "opening database");
@@ -84,12 +97,14 @@ export async function openControlPlane(
       ...(config.SPACE_SUBSTRATE === "kubernetes"
         ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate)
         : { substrate: directSubstrateOf(config, db, secrets.internalToken, census.onGate) }),
+      metrics: spaceMetrics(metrics).sandboxes,
       warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log }, members, parts)),
     });
     if (!warmPools) throw new SpaceError("internal", "the sandbox layer was built without its warm-pool adoption");
-    return { config, log, metrics, census, db, blobs, layer, warmPools, ...secrets };
+    return { config, log, metrics, census, db, blobs, layer, warmPools, tracing, ...secrets };
   } catch (e) {
     await db.close();
+    await tracing?.shutdown();
     throw e;
   }
 }
@@ -255,6 +270,7 @@ export async function runApi(config: Config): Promise<() => Promise<void>> {
   return async () => {
     await api.stop();
     await cp.db.close();
+    await cp.tracing?.shutdown();
   };
 }
 
@@ -271,6 +287,7 @@ export async function runController(config: Config): Promise<() => Promise<void>
     await metrics?.close();
     await controller.stop();
     await cp.db.close();
+    await cp.tracing?.shutdown();
   };
 }
 
@@ -302,7 +319,12 @@ async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): 
 export async function runNode(config: Config): Promise<() => Promise<void>> {
   const token = requireSecret(config, "SPACE_INTERNAL_TOKEN");
   const { startStandaloneNode } = await import("../node/ctl/standalone.ts");
-  return startStandaloneNode(config, token, createLogger(config.SPACE_LOG_LEVEL, "node"));
+  const { log, tracing } = await processTelemetry(config, "node");
+  const stop = await startStandaloneNode(config, token, log, createMetricsRegistry("node"));
+  return async () => {
+    await stop();
+    await tracing?.shutdown();
+  };
 }
 
 export async function runMigrate(config: Config): Promise<void> {

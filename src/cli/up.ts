@@ -40,6 +40,7 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
       },
       "space",
     );
+    stops.push(() => cp.tracing?.shutdown() ?? Promise.resolve());
     stops.push(() => cp.db.close());
     await bootstrapDefaultTenant(cp.db, secrets.apiKey);
 
@@ -75,6 +76,7 @@ async function startLocalNode(cp: ControlPlane) {
     reconciled: reconciledOnNode(cp.db, cp.layer.sandboxes, () => agent.nodeId, cp.log),
     unhealthy: unhealthyOnNode(cp.layer.sandboxes, () => agent.nodeId, cp.log),
     hostScope: hostScopeOf(config),
+    metrics: cp.metrics,
     ...(config.SPACE_NODE_RUNTIME_STATE_DIR ? { runtimeStateDir: config.SPACE_NODE_RUNTIME_STATE_DIR } : {}),
   });
   await agent.start();
