@@ -167,11 +167,11 @@ export async function startApiServer(
   const { config, db, log, layer } = cp;
   // The gateway first: the default sandbox domain names its port.
   const tls = gatewayTls(config);
-  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls });
+  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls, metrics: spaceMetrics(cp.metrics).gateway });
   const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || (opts.localSandboxDomain ? defaultSandboxDomain(gatewayPort) : null);
   const apiKeys = new StoreApiKeys(db);
-  const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
+  const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log, metrics: spaceMetrics(cp.metrics).builds });
   const surfaces: Array<(app: FastifyInstance) => void | Promise<void>> = [
     (a) => registerAdminRoutes(a, { db, adminToken: cp.adminToken }),
     (a) =>
@@ -291,8 +291,8 @@ export async function runController(config: Config): Promise<() => Promise<void>
   };
 }
 
-/** `GET /metrics` of a process without an API server (the controller: census, dispatcher). */
-async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): Promise<void> }> {
+/** `GET /metrics` of a process without an API server (the controller: census, dispatcher, fleet gauges). */
+export async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): Promise<void> }> {
   const { createServer } = await import("node:http");
   const server = createServer((req, res) => {
     if (req.method !== "GET" || req.url !== "/metrics") {

@@ -20,7 +20,7 @@ import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
 import { spaceMetrics, type OperationMetrics } from "../core/metrics.ts";
-import { inSpan } from "../core/tracing.ts";
+import { continuingTrace, inSpan } from "../core/tracing.ts";
 import type { HandlerMap } from "../operations/handler.ts";
 import { isOperationKind, operationKindTable } from "../operations/operation-kind.ts";
 import { createOperationHandlers } from "../operations/operation-handlers.ts";
@@ -152,8 +152,10 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       let result: unknown;
       for (let attempt = 1; ; attempt++) {
         try {
-          result = await inSpan(`controller ${op.kind}`, "controller", { "space.operation.id": op.id, "space.operation.attempt": attempt }, () =>
-            raceAbort(handler({ op, signal: abort.signal, log: opLog }), abort.signal),
+          result = await continuingTrace(op.traceParent, () =>
+            inSpan(`controller ${op.kind}`, "controller", { "space.operation.id": op.id, "space.operation.attempt": attempt }, () =>
+              raceAbort(handler({ op, signal: abort.signal, log: opLog }), abort.signal),
+            ),
           );
           break;
         } catch (e: unknown) {

@@ -10,7 +10,7 @@
  * node, runtime); node-api calls carry `traceparent`, so a node in another process
  * continues the caller's trace.
  */
-import { context, propagation, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from "@opentelemetry/api";
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span } from "@opentelemetry/api";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 
 export type Component = "api" | "controller" | "sandboxes" | "substrate" | "node" | "runtime";
@@ -87,6 +87,17 @@ export function inSpan<T>(name: string, component: Component, attributes: Attrib
 export function withTraceHeaders(headers: Record<string, string>): Record<string, string> {
   propagation.inject(context.active(), headers);
   return headers;
+}
+
+/** The active span's W3C traceparent, to carry across a queue (null when there is none). */
+export function currentTraceParent(): string | null {
+  return withTraceHeaders({}).traceparent ?? null;
+}
+
+/** Runs `fn` with `traceParent` (currentTraceParent's) as the active remote parent; as is without one. */
+export function continuingTrace<T>(traceParent: string | null, fn: () => T): T {
+  if (!traceParent || !enabled) return fn();
+  return context.with(propagation.extract(ROOT_CONTEXT, { traceparent: traceParent }), fn);
 }
 
 /** The active span's ids for a log line ({} when there is none). */
