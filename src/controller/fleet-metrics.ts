@@ -5,7 +5,7 @@
  * each reports the same store: aggregate replicas with max(), not sum().
  */
 import type { Registry } from "prom-client";
-import { scrapedGauge } from "../core/metrics.ts";
+import { perScrape, scrapedGauge } from "../core/metrics.ts";
 import type { Db } from "../store/db.ts";
 import { countNodesByStatus, countSandboxesByState, operationQueue } from "../store/metric-queries.ts";
 
@@ -14,11 +14,7 @@ export function registerFleetMetrics(registry: Registry, db: Db): void {
     (await countSandboxesByState(db)).map((r) => ({ labels: { state: r.state, template: r.template }, value: r.count })),
   );
   // One query serves both queue families within a scrape.
-  let queue: { at: number; rows: ReturnType<typeof operationQueue> } | undefined;
-  const rows = () => {
-    if (!queue || performance.now() - queue.at > 1000) queue = { at: performance.now(), rows: operationQueue(db) };
-    return queue.rows;
-  };
+  const rows = perScrape(() => operationQueue(db));
   scrapedGauge(registry, "space_operation_queue_depth", "Operations queued or claimed, by kind and state", ["kind", "state"], async () =>
     (await rows()).map((r) => ({ labels: { kind: r.kind, state: r.state }, value: r.count })),
   );

@@ -181,6 +181,22 @@ export function scrapedGauge<L extends string>(
   });
 }
 
+/**
+ * `read` shared by every family of one scrape: prom-client calls each family's collect()
+ * in one synchronous pass, so a result kept until the next macrotask serves exactly that
+ * scrape (a time-based cache would hand a later scrape stale values).
+ */
+export function perScrape<T>(read: () => Promise<T>): () => Promise<T> {
+  let current: Promise<T> | undefined;
+  return () => {
+    if (!current) {
+      current = read();
+      setImmediate(() => (current = undefined));
+    }
+    return current;
+  };
+}
+
 /** Seconds since `startMs` (performance.now() based, like the histograms' own timers). */
 export function secondsSince(startMs: number): number {
   return (performance.now() - startMs) / 1000;

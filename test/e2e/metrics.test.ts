@@ -136,10 +136,11 @@ describe("metrics: the space_* families after a create, a pause/resume and a fai
     const n = await scrape(node);
     // One node: its series carry its id, whatever it is.
     const one = (family: string) => [...n.series].find(([k]) => k.startsWith(`${family}{node=`))?.[1];
+    const shown = [...n.series].filter(([k]) => k.startsWith("space_node_")).map(([k, x]) => `${k} ${x}`).join("\n");
     assert.ok((one("space_node_capacity_vcpu") ?? 0) > 0);
     assert.ok((one("space_node_capacity_memory_bytes") ?? 0) > 0);
     assert.equal(one("space_node_capacity_slots"), 200, "SPACE_NODE_MAX_SLOTS of the test stack");
-    assert.ok((one("space_node_used_slots") ?? 0) >= 1, "the running sandbox holds a slot");
+    assert.ok((one("space_node_used_slots") ?? 0) >= 1, `the running sandbox holds a slot:\n${shown}`);
     assert.ok((one("space_node_allocated_vcpu") ?? 0) >= 1, "the running sandbox's vCPU");
     assert.equal(v(n, 'space_node_sandboxes{state="running"}'), 1);
     assert.ok(v(n, "space_node_sandbox_processes{}") >= 1, "envd runs in it");

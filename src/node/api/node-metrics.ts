@@ -1,14 +1,13 @@
 /**
  * The node's own metrics, read at scrape time from what the agent already holds (its
  * inventory, the manager's sandboxes, their cgroups): nothing is counted on the create
- * path. One inventory per scrape serves every capacity family (it is cached for a
- * second). Served at node-api `GET /metrics` (the process registry: in `space up` the
+ * path. One inventory per scrape serves every capacity family. Served at node-api `GET /metrics` (the process registry: in `space up` the
  * control plane's families too).
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Registry } from "prom-client";
-import { scrapedGauge } from "../../core/metrics.ts";
+import { perScrape, scrapedGauge } from "../../core/metrics.ts";
 import type { NodeInventory } from "../../contract/node-api.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
 import type { Runtime } from "../../runtime/runtime.ts";
@@ -22,11 +21,7 @@ export interface NodeMetricsSources {
 const MIB = 1024 * 1024;
 
 export function registerNodeMetrics(registry: Registry, src: NodeMetricsSources): void {
-  let cached: { at: number; inv: Promise<NodeInventory> } | undefined;
-  const inventory = () => {
-    if (!cached || performance.now() - cached.at > 1000) cached = { at: performance.now(), inv: src.inventory() };
-    return cached.inv;
-  };
+  const inventory = perScrape(src.inventory);
   const family = (name: string, help: string, value: (inv: NodeInventory) => number) =>
     scrapedGauge(registry, name, help, ["node"], async () => {
       const inv = await inventory();
