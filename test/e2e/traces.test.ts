@@ -5,7 +5,7 @@
  * must arrive as one trace with spans from the API, the sandbox service, the node-api
  * client, the node and the runtime, each the child of the one before; a Native create
  * continues its API trace in the controller's dispatcher; a log line written inside a
- * span carries its trace id. Needs root (runc, netns, btrfs).
+ * span carries its trace and span ids. Needs root (runc, netns, btrfs).
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -38,7 +38,8 @@ function hexId(id: string | undefined): string {
 
 function attrs(kvs: KeyValue[] | undefined): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const kv of kvs ?? []) out[kv.key] = kv.value.stringValue ?? kv.value.intValue ?? kv.value.boolValue ?? kv.value.doubleValue;
+  // OTLP/JSON writes 64-bit integers as strings or numbers.
+  for (const kv of kvs ?? []) out[kv.key] = kv.value.stringValue ?? (kv.value.intValue !== undefined ? Number(kv.value.intValue) : undefined) ?? kv.value.boolValue ?? kv.value.doubleValue;
   return out;
 }
 
@@ -107,6 +108,8 @@ describe("traces: an SDK create arrives at an OTLP receiver as one trace", { ski
       env: {
         OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
         OTEL_SERVICE_NAME: "space-e2e",
+        // The ECW edge's refusal lines (debug) carry the trace id the last test looks for.
+        SPACE_LOG_LEVEL: "debug",
         // The SDK's own batch delay (default 5 s): the test waits less.
         OTEL_BSP_SCHEDULE_DELAY: "200",
       },
@@ -138,7 +141,7 @@ describe("traces: an SDK create arrives at an OTLP receiver as one trace", { ski
     );
     assert.equal(chain[1]!.name, "node POST /v1/sandboxes");
     assert.equal(chain[2]!.name, "substrate POST /v1/sandboxes");
-    assert.equal(chain[4]!.name, "api POST /sandboxes");
+    assert.match(chain[4]!.name, /^api POST \/(v\d+\/)?sandboxes$/);
     assert.equal(chain[4]!.parentSpanId, "", "the API span is the root (the SDK sends no traceparent)");
     assert.ok(trace.every((s) => s.service === "space-e2e"), "OTEL_SERVICE_NAME names the service");
     assert.ok(trace.some((s) => s.name === "node envd ready" && ancestry(trace, s).includes(chain[1]!)), "envd readiness is under the node's span");
@@ -159,7 +162,22 @@ describe("traces: an SDK create arrives at an OTLP receiver as one trace", { ski
     const chain = ancestry(receiver.spans.filter((s) => s.traceId === op.traceId), create);
     assert.deepEqual(chain.map((s) => s.component), ["sandboxes", "controller", "api"], chain.map((s) => s.name).join(" ← "));
     assert.equal(chain[2]!.name, "api POST /v1/sandboxes");
-    // The failed create logged a warning inside its span: the line names the trace.
-    await waitFor(() => stack.output().includes(`"trace_id":"${op.traceId}"`), "a log line with the trace id", 10_000);
+  });
+
+  test("a log line written inside a span carries its trace id", async () => {
+    await assert.rejects(Sandbox.create("no-such-template-for-traces", opts));
+    const refused = await waitFor(
+      () => receiver.spans.find((s) => s.component === "api" && /sandboxes$/.test(s.name) && s.attributes["http.response.status_code"] === 404),
+      "the refused create's API span",
+      30_000,
+    );
+    // The ECW edge logs the refusal (debug) while the request's span is active.
+    const line = await waitFor(
+      () => stack.output().split("\n").find((l) => l.includes(`"trace_id":"${refused.traceId}"`)),
+      `a log line with trace id ${refused.traceId}; refusals logged: ${stack.output().split("\n").filter((l) => l.includes("ECW request refused")).join("\n")}`,
+      10_000,
+    );
+    assert.match(line, /ECW request refused/);
+    assert.match(line, new RegExp(`"span_id":"${refused.spanId}"`));
   });
 });
