@@ -35,6 +35,7 @@ export function createLogger(level: string, name: string, format: "json" | "pret
     ...(tracingEnabled() ? { mixin: traceFields } : {}),
   };
   if (format === "json") return pino(options);
-  const pretty: DestinationStream = PinoPretty({ colorize: true, sync: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname" });
+  // Colours only where the output is a terminal (pino-pretty's own check), not in a forced-pretty pipe.
+  const pretty: DestinationStream = PinoPretty({ sync: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname" });
   return pino(options, pretty);
 }

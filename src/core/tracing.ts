@@ -110,14 +110,14 @@ const requestSpans = new WeakMap<FastifyRequest, { span: Span; ctx: Context }>()
 
 /**
  * A server span per request of a Fastify app, continuing an incoming `traceparent`.
- * The span starts at onRequest and becomes the active context at preHandler (after the
- * body is read: stream events would lose an earlier context), so the handler's own
- * spans are its children. Installed only when tracing is on; `onlyContinued` traces
- * only requests that arrive with a `traceparent`.
+ * The span runs from onRequest to the response's close and is the active context from
+ * preHandler on (after the body is read: stream events would lose an earlier context),
+ * so the handler's own spans are its children. Installed only when tracing is on;
+ * `onlyContinued` traces only requests that arrive with a `traceparent`.
  */
 export function installRequestSpans(app: FastifyInstance, component: Component, opts: { onlyContinued?: boolean } = {}): void {
   if (!enabled) return;
-  app.addHook("onRequest", (req, _reply, done) => {
+  app.addHook("onRequest", (req, reply, done) => {
     // A node's polls (inventory, health, metrics) carry no traceparent: no trace of their own.
     if (opts.onlyContinued && req.headers.traceparent === undefined) return done();
     const parent = propagation.extract(context.active(), req.headers);
@@ -127,20 +127,18 @@ export function installRequestSpans(app: FastifyInstance, component: Component, 
       parent,
     );
     requestSpans.set(req, { span, ctx: trace.setSpan(parent, span) });
+    // "close" rather than onResponse: a hijacked reply (node-api's proxy) has no onResponse.
+    reply.raw.once("close", () => {
+      const status = reply.raw.statusCode;
+      span.setAttribute("http.response.status_code", status);
+      if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+      span.end();
+    });
     done();
   });
   app.addHook("preHandler", (req, _reply, done) => {
     const s = requestSpans.get(req);
     if (s) context.with(s.ctx, done);
     else done();
-  });
-  app.addHook("onResponse", (req, reply, done) => {
-    const s = requestSpans.get(req);
-    if (s) {
-      s.span.setAttribute("http.response.status_code", reply.statusCode);
-      if (reply.statusCode >= 500) s.span.setStatus({ code: SpanStatusCode.ERROR });
-      s.span.end();
-    }
-    done();
   });
 }

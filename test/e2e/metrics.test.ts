@@ -4,7 +4,8 @@
  * step's scrape is compared with the one before it: the families move by exactly what
  * the step did (one cold create, one pause and resume, a failed create, one Native
  * operation). The node's and the controller's own `/metrics` answer, behind the same
- * token. Needs root (runc, netns, btrfs).
+ * token. The stack logs for people (SPACE_LOG_FORMAT=pretty) at info, without the
+ * node's request lines. Needs root (runc, netns, btrfs).
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -56,7 +57,16 @@ describe("metrics: the space_* families after a create, a pause/resume and a fai
 
   before(async () => {
     [nodePort, controllerPort] = [await freePort(), await freePort()];
-    stack = await startStack({ env: { SPACE_NODE_PORT: String(nodePort), SPACE_CONTROLLER_METRICS_PORT: String(controllerPort), SPACE_METRICS_TOKEN: TOKEN } });
+    stack = await startStack({
+      env: {
+        SPACE_NODE_PORT: String(nodePort),
+        SPACE_CONTROLLER_METRICS_PORT: String(controllerPort),
+        SPACE_METRICS_TOKEN: TOKEN,
+        // The last test reads the log: lines for people, at info.
+        SPACE_LOG_LEVEL: "info",
+        SPACE_LOG_FORMAT: "pretty",
+      },
+    });
     opts = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 };
   });
   after(async () => {
@@ -147,5 +157,13 @@ describe("metrics: the space_* families after a create, a pause/resume and a fai
     const c = await scrape(controller);
     assert.ok(c.families.has("space_operation_queue_depth"));
     assert.equal(v(c, 'space_sandboxes{state="running",template="base"}'), 1);
+  });
+
+  test("space up's log: pretty lines (SPACE_LOG_FORMAT=pretty), the node's request lines below info", () => {
+    const out = stack.output();
+    assert.match(out, /INFO \(space\): controller elected leader/);
+    assert.ok(!out.split("\n").some((l) => l.startsWith("{")), "no JSON lines");
+    // Fastify's own request lines, and the node's at debug: the creates and scrapes above made many.
+    assert.doesNotMatch(out, /incoming request|request completed|node-api request/);
   });
 });
