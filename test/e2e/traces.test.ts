@@ -147,6 +147,31 @@ describe("traces: an SDK create arrives at an OTLP receiver as one trace", { ski
     assert.ok(trace.some((s) => s.name === "node envd ready" && ancestry(trace, s).includes(chain[1]!)), "envd readiness is under the node's span");
   });
 
+  test("pause and resume: each one trace from the API down to the node (and the runtime's restore)", async () => {
+    const sb = created[0]!;
+    const of = (name: string, id: string) => (s: ReceivedSpan) => s.name === name && s.attributes["space.sandbox.id"] === id;
+    assert.equal(await sb.pause(), true);
+    const pause = await waitFor(() => receiver.spans.find(of("sandboxes.pause", sb.sandboxId)), "sandboxes.pause", 30_000);
+    const suspend = await waitFor(
+      () => receiver.spans.find((s) => s.traceId === pause.traceId && s.name === "node POST /v1/sandboxes/:id/suspend"),
+      "the node's suspend span in the pause's trace",
+      30_000,
+    );
+    const pauseChain = ancestry(receiver.spans.filter((s) => s.traceId === pause.traceId), suspend).map((s) => s.component);
+    assert.deepEqual(pauseChain, ["node", "substrate", "sandboxes", "api"]);
+
+    await Sandbox.connect(sb.sandboxId, opts);
+    const resume = await waitFor(() => receiver.spans.find(of("sandboxes.resume", sb.sandboxId)), "sandboxes.resume", 30_000);
+    assert.equal(resume.attributes["space.resume.path"], "restore");
+    const restore = await waitFor(
+      () => receiver.spans.find((s) => s.traceId === resume.traceId && s.name === "runtime restore"),
+      "the runtime's restore in the resume's trace",
+      30_000,
+    );
+    const resumeChain = ancestry(receiver.spans.filter((s) => s.traceId === resume.traceId), restore).map((s) => s.component);
+    assert.deepEqual(resumeChain, ["runtime", "node", "substrate", "sandboxes", "api"]);
+  });
+
   test("a Native create: the controller's dispatcher continues the API's trace", async () => {
     const t = await tenantWithToken(stack.apiUrl, stack.adminToken, "traces-native", ALL);
     const native = new NativeClient(stack.apiUrl, t.token);
