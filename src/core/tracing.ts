@@ -106,6 +106,8 @@ export function traceFields(): { trace_id?: string; span_id?: string } {
   return ctx ? { trace_id: ctx.traceId, span_id: ctx.spanId } : {};
 }
 
+const UNTRACED_ROUTES = new Set(["/health", "/ready", "/metrics"]);
+
 const requestSpans = new WeakMap<FastifyRequest, { span: Span; ctx: Context }>();
 
 /**
@@ -120,6 +122,8 @@ export function installRequestSpans(app: FastifyInstance, component: Component, 
   app.addHook("onRequest", (req, reply, done) => {
     // A node's polls (inventory, health, metrics) carry no traceparent: no trace of their own.
     if (opts.onlyContinued && req.headers.traceparent === undefined) return done();
+    // Probes and scrapes every few seconds would bury the traces people look for.
+    if (UNTRACED_ROUTES.has(req.routeOptions.url ?? "")) return done();
     const parent = propagation.extract(context.active(), req.headers);
     const span = tracer().startSpan(
       `${component} ${req.method} ${req.routeOptions.url ?? "unmatched"}`,
