@@ -26,8 +26,8 @@ export function metricsAllowed(token: string | undefined, authorization: string 
 /** Latency buckets (seconds) for sandbox lifecycle steps: a warm adoption (ms) to a cold restore (tens of s). */
 export const LIFECYCLE_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120];
 
-/** How a create was served: `cold` boots the template, `warm` adopts a pool member, `snapshot` restores a named snapshot. */
-export type CreatePath = "cold" | "warm" | "snapshot";
+/** How a create was served: `cold` boots the template, `warm` adopts a pool member, `restore` restores a named snapshot. */
+export type CreatePath = "cold" | "warm" | "restore";
 /** `resident` freezes on the node (runc pause), `suspend` checkpoints to a snapshot. */
 export type PausePath = "resident" | "suspend";
 /** `resident` thaws on the node, `restore` restores a suspend snapshot. */
@@ -78,7 +78,7 @@ export function spaceMetrics(registry?: Registry): SpaceMetrics {
     sandboxes: {
       createSeconds: new Histogram({
         name: "space_sandbox_create_seconds",
-        help: "Sandbox creates that succeeded, request to running, by path (cold, warm, snapshot)",
+        help: "Sandbox creates that succeeded, request to running, by path (cold, warm, restore)",
         labelNames: ["path"],
         buckets: LIFECYCLE_BUCKETS,
         registers,

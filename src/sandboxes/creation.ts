@@ -96,14 +96,14 @@ export class SandboxCreation {
   }
 
   async #create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<{ rec: SandboxRecord; path: CreatePath }> {
-    const snapshot = (rec: SandboxRecord) => ({ rec, path: "snapshot" as const });
+    const restored = (rec: SandboxRecord) => ({ rec, path: "restore" as const });
     const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#r.snapshots.findNamed(tenantId, input.template) : null;
-    if (fromSnapshot) return snapshot(await this.#forks.createFromSnapshot(tenantId, fromSnapshot, input));
+    if (fromSnapshot) return restored(await this.#forks.createFromSnapshot(tenantId, fromSnapshot, input));
     const plan = await this.#plan(tenantId, input);
     if (!plan) {
       // E2B: `Sandbox.create(snapshotName)` starts from a named snapshot too.
       const named = input.resolvedTemplate ? null : await this.#r.snapshots.findNamed(tenantId, input.template);
-      if (named) return snapshot(await this.#forks.createFromSnapshot(tenantId, named, input));
+      if (named) return restored(await this.#forks.createFromSnapshot(tenantId, named, input));
       throw notFound(`template '${input.template}' not found`);
     }
     const { template, vcpu, memoryMib, diskMib, placement } = plan;
