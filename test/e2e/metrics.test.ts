@@ -3,9 +3,10 @@
  * the controller's metrics port open, driven by the e2b SDK and the Native API. Each
  * step's scrape is compared with the one before it: the families move by exactly what
  * the step did (one cold create, one pause and resume, a failed create, one Native
- * operation). The node's and the controller's own `/metrics` answer, behind the same
- * token. The stack logs for people (SPACE_LOG_FORMAT=pretty) at info, without the
- * node's request lines. Needs root (runc, netns, btrfs).
+ * operation, a fork, a create from a named snapshot). The node's and the controller's
+ * own `/metrics` answer, behind the same token. The stack logs for people
+ * (SPACE_LOG_FORMAT=pretty) at info, without the node's request lines. Needs root
+ * (runc, netns, btrfs).
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -157,6 +158,24 @@ describe("metrics: the space_* families after a create, a pause/resume and a fai
     const c = await scrape(controller);
     assert.ok(c.families.has("space_operation_queue_depth"));
     assert.equal(v(c, 'space_sandboxes{state="running",template="base"}'), 1);
+  });
+
+  test("a fork and a create from a named snapshot: the fork histogram and the restore path move by one", async () => {
+    const sb = created[0]!;
+    const s0 = await scrape(api());
+    const forks = await sb.fork({ count: 1 });
+    for (const f of forks) if (f instanceof Sandbox) created.push(f);
+    assert.ok(forks[0] instanceof Sandbox, String(forks[0]));
+    const s1 = await scrape(api());
+    assert.equal(delta(s0, s1, "space_sandbox_fork_seconds_count{}"), 1);
+    assert.equal(delta(s0, s1, 'space_sandboxes{state="running",template="base"}'), 1);
+
+    const snap = await sb.createSnapshot();
+    const restored = await Sandbox.create(snap.snapshotId, opts);
+    created.push(restored);
+    const s2 = await scrape(api());
+    assert.equal(delta(s1, s2, 'space_sandbox_create_seconds_count{path="restore"}'), 1);
+    assert.equal(delta(s1, s2, 'space_sandbox_create_seconds_count{path="cold"}'), 0);
   });
 
   test("space up's log: pretty lines (SPACE_LOG_FORMAT=pretty), the node's request lines below info", () => {
