@@ -79,17 +79,21 @@ export class SandboxCreation {
     await this.#warm?.release(id, tenantId).catch((e: unknown) => this.#r.log.warn({ err: e, sandboxId: id }, "could not release a warm reservation"));
   }
 
-  /** One create: its latency by path when it succeeds, its reason code when it fails, in a span. */
+  /**
+   * One create, in a span: its latency by path when it succeeds, its reason code when it
+   * fails. Warm-pool refills (background) are the pool's own metric (space_warm_pool_refill_seconds).
+   */
   create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
     const start = performance.now();
+    const counted = input.background !== true;
     return inSpan("sandboxes.create", "sandboxes", { "space.template": input.template }, async (span) => {
       try {
         const { rec, path } = await this.#create(tenantId, input, signal);
-        this.#r.metrics.createSeconds.observe({ path }, secondsSince(start));
+        if (counted) this.#r.metrics.createSeconds.observe({ path }, secondsSince(start));
         span.setAttributes({ "space.sandbox.id": rec.id, "space.create.path": path });
         return rec;
       } catch (e: unknown) {
-        this.#r.metrics.createFailures.inc({ reason: SpaceError.from(e).code });
+        if (counted) this.#r.metrics.createFailures.inc({ reason: SpaceError.from(e).code });
         throw e;
       }
     });
