@@ -4,8 +4,9 @@
  * and one `space up` exporting to it (OTEL_EXPORTER_OTLP_ENDPOINT). One e2b SDK create
  * must arrive as one trace with spans from the API, the sandbox service, the node-api
  * client, the node and the runtime, each the child of the one before; a Native create
- * continues its API trace in the controller's dispatcher; a log line written inside a
- * span carries its trace and span ids. Needs root (runc, netns, btrfs).
+ * continues its API trace in the controller's dispatcher, and a Native command reaches
+ * the node's proxy into envd in the same trace; a log line written inside a span carries
+ * its trace and span ids. Needs root (runc, netns, btrfs).
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -187,6 +188,30 @@ describe("traces: an SDK create arrives at an OTLP receiver as one trace", { ski
     const chain = ancestry(receiver.spans.filter((s) => s.traceId === op.traceId), create);
     assert.deepEqual(chain.map((s) => s.component), ["sandboxes", "controller", "api"], chain.map((s) => s.name).join(" ← "));
     assert.equal(chain[2]!.name, "api POST /v1/sandboxes");
+  });
+
+  test("a Native command: api → controller → the node's proxy into envd, one trace", async () => {
+    const t = await tenantWithToken(stack.apiUrl, stack.adminToken, "traces-commands", ALL);
+    const native = new NativeClient(stack.apiUrl, t.token);
+    const sid = await native.create();
+    try {
+      const { op, stdout } = await native.run(sid, { cmd: "/bin/sh", args: ["-c", "echo traced"] });
+      assert.equal(stdout, "traced\n");
+      const run = await waitFor(
+        () => receiver.spans.find((s) => s.component === "controller" && s.attributes["space.operation.id"] === op.id),
+        "the dispatcher's span of the command",
+        30_000,
+      );
+      const proxied = await waitFor(
+        () => receiver.spans.find((s) => s.traceId === run.traceId && s.component === "node" && s.name.includes("/proxy/")),
+        "the node's proxy span in the command's trace",
+        30_000,
+      );
+      const chain = ancestry(receiver.spans.filter((s) => s.traceId === run.traceId), proxied).map((s) => s.component);
+      assert.deepEqual(chain, ["node", "controller", "api"]);
+    } finally {
+      await native.req("DELETE", `/v1/sandboxes/${sid}`);
+    }
   });
 
   test("a log line written inside a span carries its trace id", async () => {
