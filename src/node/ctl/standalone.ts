@@ -25,7 +25,7 @@ export function hostScopeOf(config: Config): NonNullable<NodeAgentDeps["hostScop
 export async function startStandaloneNode(config: Config, token: string, logger: Logger, metrics?: Registry): Promise<() => Promise<void>> {
   if (config.SPACE_SUBSTRATE === "kubernetes") {
     const { startKubeletNode } = await import("../kubelet/kubelet-node.ts");
-    return startKubeletNode(config, token, logger);
+    return startKubeletNode(config, token, logger, metrics);
   }
   if (!config.SPACE_NODE_CONTROL_URL) {
     throw new SpaceError(
