@@ -2,10 +2,11 @@
  * The API process's HTTP app: ECW (E2B-compatible), Native (/v1), Admin (/admin/api/v1),
  * health, readiness and metrics. Built from deps without a port so tests can `inject`.
  */
-import { createHash, timingSafeEqual } from "node:crypto";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { Counter, type Registry } from "prom-client";
 import type { Logger } from "../core/log.ts";
+import { metricsAllowed } from "../core/metrics.ts";
+import { installRequestSpans } from "../core/tracing.ts";
 import { ping, type Db } from "../store/db.ts";
 import { installErrorHandler } from "./error-body.ts";
 import { installStorableInputGuard } from "./storable-input.ts";
@@ -24,12 +25,7 @@ export interface ApiAppDeps {
   capacityRetryAfterS?: number;
 }
 
-/** Whether `authorization` carries the metrics token (always, when none is configured). */
-export function metricsAllowed(token: string | undefined, authorization: string | undefined): boolean {
-  if (!token) return true;
-  const digest = (v: string) => createHash("sha256").update(v).digest();
-  return timingSafeEqual(digest(authorization ?? ""), digest(`Bearer ${token}`));
-}
+export { metricsAllowed };
 
 export const METRICS_REFUSED = { code: 401, message: "/metrics needs Authorization: Bearer <SPACE_METRICS_TOKEN>", reason: "unauthenticated" };
 
@@ -44,6 +40,7 @@ export async function createApiApp(deps: ApiAppDeps): Promise<FastifyInstance> {
   });
   installErrorHandler(app, deps.capacityRetryAfterS);
   installStorableInputGuard(app);
+  installRequestSpans(app, "api");
   // An empty JSON body (e.g. POST /v1/sandboxes/:id/pause with Content-Type json and no body)
   // is no body: validation reads it as `{}` where a body is optional.
   app.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {

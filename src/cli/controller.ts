@@ -14,6 +14,8 @@ import { startDispatcher } from "../controller/dispatcher.ts";
 import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 import { warmPoolLoop } from "../controller/warm-pools/index.ts";
 import { startSnapshotRetention } from "../controller/snapshot-retention.ts";
+import { registerFleetMetrics } from "../controller/fleet-metrics.ts";
+import { spaceMetrics } from "../core/metrics.ts";
 
 export interface Loop {
   stop(): Promise<void>;
@@ -41,7 +43,7 @@ export const controllerLoops: readonly LoopFactory[] = [
       intervalMs: cp.config.SPACE_CENSUS_INTERVAL_MS,
       nodes: cp.layer.nodes,
     }),
-  (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes }),
+  (cp) => startDispatcher({ db: cp.db, config: cp.config, log: cp.log, sandboxes: cp.layer.sandboxes, metrics: spaceMetrics(cp.metrics).operations }),
   (cp) => startTimeoutEnforcer({ sandboxes: cp.layer.sandboxes, log: cp.log }),
   (cp) => warmPoolLoop(cp),
   (cp) =>
@@ -64,6 +66,7 @@ async function leaseOf(cp: ControlPlane): Promise<{ backend: LeaseBackend; name:
 }
 
 export async function startController(cp: ControlPlane, loops: readonly LoopFactory[] = []): Promise<Loop> {
+  registerFleetMetrics(cp.metrics, cp.db);
   let running: Loop[] = [];
   const holder = `${hostname()}:${process.pid}:${randomId(6)}`;
   const stopLoops = async () => {

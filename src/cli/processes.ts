@@ -9,8 +9,9 @@ import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
 import type { Config } from "../core/config.ts";
 import { SpaceError } from "../core/errors.ts";
-import { createLogger, type Logger } from "../core/log.ts";
-import { createMetricsRegistry } from "../core/metrics.ts";
+import { createLogger, resolveLogFormat, type Logger } from "../core/log.ts";
+import { createMetricsRegistry, spaceMetrics } from "../core/metrics.ts";
+import { startTracing, type Tracing } from "../core/tracing.ts";
 import { openDb, redactUrl, type Db } from "../store/db.ts";
 import { migrate } from "../store/migrate.ts";
 import { openBlobStore } from "../blob/open.ts";
@@ -52,6 +53,8 @@ export interface ControlPlane {
   warmPools: WarmPoolAdoption;
   /** Environment placement census metrics (fed by placement, reported by the leader). */
   census: CensusMetrics;
+  /** OpenTelemetry (null = off); shut down last, so the stop's own spans are exported. */
+  tracing: Tracing | null;
 }
 
 export interface Running {
@@ -62,12 +65,22 @@ export function databaseUrl(config: Config): string {
   return config.SPACE_DATABASE_URL || `pglite:${join(config.SPACE_DATA_DIR, "db")}`;
 }
 
+/**
+ * Tracing first (the logger's trace-id mixin needs to know), then the process's logger:
+ * JSON, or pretty for a person at a terminal (SPACE_LOG_FORMAT).
+ */
+export async function processTelemetry(config: Config, processName: string): Promise<{ log: Logger; tracing: Tracing | null }> {
+  const tracing = await startTracing(config, processName);
+  const log = createLogger(config.SPACE_LOG_LEVEL, processName, resolveLogFormat(config.SPACE_LOG_FORMAT, process.stdout.isTTY === true));
+  return { log, tracing };
+}
+
 export async function openControlPlane(
   config: Config,
   secrets: { adminToken: string; internalToken: string },
   processName: string,
 ): Promise<ControlPlane> {
-  const log = createLogger(config.SPACE_LOG_LEVEL, processName);
+  const { log, tracing } = await processTelemetry(config, processName);
   mkdirSync(config.SPACE_DATA_DIR, { recursive: true, mode: 0o700 });
   const url = databaseUrl(config);
   log.info({ database: redactUrl(url) }, "opening database");
@@ -89,12 +102,14 @@ export async function openControlPlane(
       ...(config.SPACE_SUBSTRATE === "kubernetes"
         ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate)
         : { substrate: directSubstrateOf(config, db, secrets.internalToken, census.onGate) }),
+      metrics: spaceMetrics(metrics).sandboxes,
       warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log, quotas }, members, parts)),
     });
     if (!warmPools) throw new SpaceError("internal", "the sandbox layer was built without its warm-pool adoption");
-    return { config, log, metrics, census, db, blobs, layer, warmPools, ...secrets };
+    return { config, log, metrics, census, db, blobs, layer, warmPools, tracing, ...secrets };
   } catch (e) {
     await db.close();
+    await tracing?.shutdown();
     throw e;
   }
 }
@@ -157,11 +172,11 @@ export async function startApiServer(
   const { config, db, log, layer } = cp;
   // The gateway first: the default sandbox domain names its port.
   const tls = gatewayTls(config);
-  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls });
+  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls, metrics: spaceMetrics(cp.metrics).gateway });
   const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || (opts.localSandboxDomain ? defaultSandboxDomain(gatewayPort) : null);
   const apiKeys = new StoreApiKeys(db);
-  const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log });
+  const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log, metrics: spaceMetrics(cp.metrics).builds });
   const quotas = quotaDefaults(config);
   const buckets = new DbBucketStore(config.SPACE_RATE_LIMIT_DATABASE_URL ? null : db, config.SPACE_RATE_LIMIT_DATABASE_URL);
   const limiter = new CreateRateLimiter({ store: buckets, db, defaults: quotas, metrics: cp.metrics, log: log.child({ component: "rate-limit" }) });
@@ -267,6 +282,7 @@ export async function runApi(config: Config): Promise<() => Promise<void>> {
   return async () => {
     await api.stop();
     await cp.db.close();
+    await cp.tracing?.shutdown();
   };
 }
 
@@ -283,11 +299,12 @@ export async function runController(config: Config): Promise<() => Promise<void>
     await metrics?.close();
     await controller.stop();
     await cp.db.close();
+    await cp.tracing?.shutdown();
   };
 }
 
-/** `GET /metrics` of a process without an API server (the controller: census, dispatcher). */
-async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): Promise<void> }> {
+/** `GET /metrics` of a process without an API server (the controller: census, dispatcher, fleet gauges). */
+export async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): Promise<void> }> {
   const { createServer } = await import("node:http");
   const server = createServer((req, res) => {
     if (req.method !== "GET" || req.url !== "/metrics") {
@@ -314,7 +331,12 @@ async function serveMetrics(cp: ControlPlane, port: number): Promise<{ close(): 
 export async function runNode(config: Config): Promise<() => Promise<void>> {
   const token = requireSecret(config, "SPACE_INTERNAL_TOKEN");
   const { startStandaloneNode } = await import("../node/ctl/standalone.ts");
-  return startStandaloneNode(config, token, createLogger(config.SPACE_LOG_LEVEL, "node"));
+  const { log, tracing } = await processTelemetry(config, "node");
+  const stop = await startStandaloneNode(config, token, log, createMetricsRegistry("node"));
+  return async () => {
+    await stop();
+    await tracing?.shutdown();
+  };
 }
 
 export async function runMigrate(config: Config): Promise<void> {

@@ -9,7 +9,7 @@ import type { Config } from "../core/config.ts";
 import { lockDataDir } from "../core/lock.ts";
 import { ensureSecrets } from "./secrets.ts";
 import { bootstrapDefaultTenant } from "./bootstrap.ts";
-import { openControlPlane, startApiServer } from "./processes.ts";
+import { openControlPlane, serveMetrics, startApiServer } from "./processes.ts";
 import { controllerLoops, startController } from "./controller.ts";
 import { createNodeAgent } from "../node/agent.ts";
 import { hostScopeOf } from "../node/ctl/standalone.ts";
@@ -42,6 +42,7 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
       },
       "space",
     );
+    stops.push(() => cp.tracing?.shutdown() ?? Promise.resolve());
     stops.push(() => cp.db.close());
     await bootstrapDefaultTenant(cp.db, secrets.apiKey);
 
@@ -52,6 +53,11 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
 
     const controller = await startController(cp, controllerLoops);
     stops.push(() => controller.stop());
+    // The controller's own port, as `space controller` serves it (one registry here: every family).
+    if (config.SPACE_CONTROLLER_METRICS_PORT) {
+      const metrics = await serveMetrics(cp, config.SPACE_CONTROLLER_METRICS_PORT);
+      stops.push(() => metrics.close());
+    }
 
     const api = await startApiServer(cp, { localSandboxDomain: true });
     stops.push(() => api.stop());
@@ -79,6 +85,7 @@ async function startLocalNode(cp: ControlPlane) {
     reconciled: reconciledOnNode(cp.db, cp.layer.sandboxes, () => agent.nodeId, cp.log),
     unhealthy: unhealthyOnNode(cp.layer.sandboxes, () => agent.nodeId, cp.log),
     hostScope: hostScopeOf(config),
+    metrics: cp.metrics,
     ...(config.SPACE_NODE_RUNTIME_STATE_DIR ? { runtimeStateDir: config.SPACE_NODE_RUNTIME_STATE_DIR } : {}),
   });
   await agent.start();

@@ -19,6 +19,8 @@ import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import type { SandboxService } from "../sandboxes/service.ts";
+import { spaceMetrics, type OperationMetrics } from "../core/metrics.ts";
+import { continuingTrace, inSpan } from "../core/tracing.ts";
 import type { HandlerMap } from "../operations/handler.ts";
 import { isOperationKind, operationKindTable } from "../operations/operation-kind.ts";
 import { createOperationHandlers } from "../operations/operation-handlers.ts";
@@ -51,6 +53,8 @@ export interface DispatcherDeps {
   maxInFlight?: number;
   /** How long an operation failing with `unavailable` is retried (backoff) before it fails (default 120 s, capped by its deadline). */
   retryUnavailableMs?: number;
+  /** Claims and outcomes (core/metrics.ts); absent = unregistered. */
+  metrics?: OperationMetrics;
 }
 
 export interface Dispatcher {
@@ -75,6 +79,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
   const tickMs = db.engine === "pglite" ? Math.max(deps.config.SPACE_CONTROLLER_TICK_MS, Math.floor(staleMs / 4)) : deps.config.SPACE_CONTROLLER_TICK_MS;
   const maxInFlight = deps.maxInFlight ?? 512;
   const retryUnavailableMs = deps.retryUnavailableMs ?? 120_000;
+  const metrics = deps.metrics ?? spaceMetrics().operations;
   const workerId = deps.workerId ?? `${hostname()}-${process.pid}-${randomId(6)}`;
   const handlers: HandlerMap =
     deps.handlers ??
@@ -147,7 +152,11 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       let result: unknown;
       for (let attempt = 1; ; attempt++) {
         try {
-          result = await raceAbort(handler({ op, signal: abort.signal, log: opLog }), abort.signal);
+          result = await continuingTrace(op.traceParent, () =>
+            inSpan(`controller ${op.kind}`, "controller", { "space.operation.id": op.id, "space.operation.attempt": attempt }, () =>
+              raceAbort(handler({ op, signal: abort.signal, log: opLog }), abort.signal),
+            ),
+          );
           break;
         } catch (e: unknown) {
           // A dependency that is down (node restarting, no ready node yet) is waited out
@@ -157,6 +166,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
           const delayMs = Math.min(250 * 2 ** (attempt - 1), 5000);
           if (abort.signal.aborted || err.code !== "unavailable" || !policyOf(op.kind).retriesUnavailable || Date.now() + delayMs > retryUntil) throw e;
           opLog.warn({ attempt, msg: err.message, delayMs }, "operation hit an unavailable dependency; retrying");
+          metrics.finished.inc({ kind: op.kind, result: "retried" });
           await new Promise((r) => setTimeout(r, delayMs));
           if (abort.signal.aborted) throw abort.signal.reason;
         }
@@ -176,6 +186,7 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       if (deadlineTimer) clearTimeout(deadlineTimer);
       inFlight.delete(op.id);
     }
+    metrics.finished.inc({ kind: op.kind, result: outcome.state });
     try {
       if (outcome.state === "succeeded") await completeOperation(db, op.id, outcome.result, { claimer: workerId });
       else await failOperation(db, op.id, outcome.failure, { claimer: workerId });
@@ -216,7 +227,10 @@ export async function startDispatcher(deps: DispatcherDeps): Promise<Dispatcher>
       if (room > 0) {
         try {
           const ops = await claim(room);
-          for (const op of ops) schedule(op);
+          for (const op of ops) {
+            metrics.claims.inc({ kind: op.kind });
+            schedule(op);
+          }
           claimedFull = ops.length === room;
         } catch (e: unknown) {
           if (!stopped) log.warn({ err: e }, "claiming operations failed");

@@ -14,10 +14,12 @@ import { cpus, hostname, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { FastifyInstance } from "fastify";
+import type { Registry } from "prom-client";
 import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
 import { createRuntime, type Runtime } from "../runtime/index.ts";
 import { createNodeApi } from "./api/app.ts";
+import { registerNodeMetrics } from "./api/node-metrics.ts";
 import type { NodeHealth, NodeInventory } from "../contract/node-api.ts";
 import { startHeartbeat } from "./ctl/heartbeat.ts";
 import { ensureNodeId } from "./ctl/node-id.ts";
@@ -82,6 +84,8 @@ export interface NodeAgentDeps {
   progress?: boolean;
   /** Where the node resolver forwards (default: first nameserver of /etc/resolv.conf). */
   dnsUpstream?: Upstream;
+  /** The process registry: the node's families go there and node-api serves it at `/metrics`; absent = no /metrics. */
+  metrics?: Registry;
 }
 
 export interface NodeAgent {
@@ -169,7 +173,9 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     inventory,
     health,
     logger: log,
+    ...(deps.metrics ? { metrics: deps.metrics, metricsToken: config.SPACE_METRICS_TOKEN } : {}),
   });
+  if (deps.metrics) registerNodeMetrics(deps.metrics, { inventory, manager: () => manager, runtime: () => runtime });
   registerTemplateRoutes(app, () => builder, () => templates);
 
   const agent: NodeAgent = {

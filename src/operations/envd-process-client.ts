@@ -6,6 +6,7 @@
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SpaceError, type ErrorCode } from "../core/errors.ts";
+import { withTraceHeaders } from "../core/tracing.ts";
 import { Process } from "../gen/process/process_pb.ts";
 import { ENDED_PROCESSES_PATH, EndedProcessSchema, type EndedProcess } from "../contract/ended-process.ts";
 import type { ProxyTarget } from "../substrate/substrate.ts";
@@ -51,7 +52,8 @@ export function processClient(target: ProxyTarget, auth: EnvdAuth = {}): Process
     headers.authorization = `Basic ${Buffer.from(`${auth.user}:`).toString("base64")}`;
   }
   const addHeaders: Interceptor = (next) => (req) => {
-    for (const [k, v] of Object.entries(headers)) req.header.set(k, v);
+    // Per call: the active span's traceparent rides to the node (its proxy span) and on to envd.
+    for (const [k, v] of Object.entries(withTraceHeaders({ ...headers }))) req.header.set(k, v);
     return next(req);
   };
   const transport = createConnectTransport({

@@ -6,6 +6,8 @@
  */
 import { randomBytes } from "node:crypto";
 import { SpaceError, notFound, publicMessage } from "../core/errors.ts";
+import { secondsSince, type CreatePath } from "../core/metrics.ts";
+import { inSpan } from "../core/tracing.ts";
 import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import type { SandboxRef } from "../substrate/substrate.ts";
@@ -77,14 +79,35 @@ export class SandboxCreation {
     await this.#warm?.release(id, tenantId).catch((e: unknown) => this.#r.log.warn({ err: e, sandboxId: id }, "could not release a warm reservation"));
   }
 
-  async create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+  /**
+   * One create, in a span: its latency by path when it succeeds, its reason code when it
+   * fails. Warm-pool refills (background) are the pool's own metric (space_warm_pool_refill_seconds).
+   */
+  create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxRecord> {
+    const start = performance.now();
+    const counted = input.background !== true;
+    return inSpan("sandboxes.create", "sandboxes", { "space.template": input.template }, async (span) => {
+      try {
+        const { rec, path } = await this.#create(tenantId, input, signal);
+        if (counted) this.#r.metrics.createSeconds.observe({ path }, secondsSince(start));
+        span.setAttributes({ "space.sandbox.id": rec.id, "space.create.path": path });
+        return rec;
+      } catch (e: unknown) {
+        if (counted) this.#r.metrics.createFailures.inc({ reason: SpaceError.from(e).code });
+        throw e;
+      }
+    });
+  }
+
+  async #create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<{ rec: SandboxRecord; path: CreatePath }> {
+    const restored = (rec: SandboxRecord) => ({ rec, path: "restore" as const });
     const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#r.snapshots.findNamed(tenantId, input.template) : null;
-    if (fromSnapshot) return this.#forks.createFromSnapshot(tenantId, fromSnapshot, input);
+    if (fromSnapshot) return restored(await this.#forks.createFromSnapshot(tenantId, fromSnapshot, input));
     const plan = await this.#plan(tenantId, input);
     if (!plan) {
       // E2B: `Sandbox.create(snapshotName)` starts from a named snapshot too.
       const named = input.resolvedTemplate ? null : await this.#r.snapshots.findNamed(tenantId, input.template);
-      if (named) return this.#forks.createFromSnapshot(tenantId, named, input);
+      if (named) return restored(await this.#forks.createFromSnapshot(tenantId, named, input));
       throw notFound(`template '${input.template}' not found`);
     }
     const { template, vcpu, memoryMib, diskMib, placement } = plan;
@@ -94,7 +117,7 @@ export class SandboxCreation {
       if (adopted) {
         // The hand-over rewrote the row (tenant, tokens) outside this repo: publish it as the repo does.
         this.#r.events.emit("started", adopted);
-        return adopted;
+        return { rec: adopted, path: "warm" };
       }
     }
 
@@ -172,7 +195,7 @@ export class SandboxCreation {
         );
         throw notFound(`sandbox ${id} was killed while it was being created`);
       }
-      return running;
+      return { rec: running, path: "cold" };
     } catch (e: unknown) {
       const err = SpaceError.from(e);
       // No room (which resource is in the message) is an answer, not a fault: one line, no stack.

@@ -6,6 +6,7 @@
 import type { Db } from "../store/db.ts";
 import { listenSandboxChanges } from "../store/sandboxes.ts";
 import type { Logger } from "../core/log.ts";
+import type { SandboxLifecycleMetrics } from "../core/metrics.ts";
 import type { Substrate } from "../substrate/substrate.ts";
 import type { NodeDirectory } from "../substrate/node-directory.ts";
 import { SandboxService, type SandboxDefaults } from "./service.ts";
@@ -29,6 +30,8 @@ export interface SandboxLayerDeps {
   quotas?: QuotaLimits;
   /** The waits' fallback poll (ms); see SandboxServiceDeps.pollMs. */
   pollMs?: number;
+  /** Lifecycle latencies and failed creates (core/metrics.ts); absent = unregistered. */
+  metrics?: SandboxLifecycleMetrics;
 }
 
 export interface SandboxLayer {
@@ -54,6 +57,7 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
     snapshots: new StoreSnapshotRepo(deps.db, deps.quotas),
     changeFeed: (fn) => listenSandboxChanges(deps.db, fn),
     ...(deps.pollMs !== undefined ? { pollMs: deps.pollMs } : {}),
+    ...(deps.metrics ? { metrics: deps.metrics } : {}),
     ...(warmPools ? { warmPools: (members: WarmMembers) => warmPools(members, { nodes, templates }) } : {}),
   });
   return { sandboxes, substrate, nodes, templates };

@@ -6,6 +6,8 @@
  */
 import { SpaceError, notFound } from "../core/errors.ts";
 import { newExecutionId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
+import { secondsSince } from "../core/metrics.ts";
+import { inSpan } from "../core/tracing.ts";
 import type { SandboxRef, SandboxStatus, SnapshotDescriptor, SnapshotKind } from "../substrate/substrate.ts";
 import { validateTimeout } from "./create-input.ts";
 import { endAtOf, isLive, killableStates, pausedStates, type SandboxRecord, type SandboxState } from "./model.ts";
@@ -175,9 +177,14 @@ export class SandboxLifecycle {
         return { sandbox: timeoutSec === undefined ? rec : await this.extend(rec, timeoutSec), resumed: false };
       case "paused": {
         if (!rec.nodeId) throw new SpaceError("internal", `paused sandbox ${id} has no node`);
-        await this.#r.substrate.resume({ sandboxId: rec.id, nodeId: rec.nodeId }, AbortSignal.timeout(120_000));
-        const resumed = await this.#r.repo.transition(rec.id, ["paused"], "running");
+        const nodeId = rec.nodeId;
+        const start = performance.now();
+        const resumed = await inSpan("sandboxes.resume", "sandboxes", { "space.sandbox.id": rec.id, "space.resume.path": "resident" }, async () => {
+          await this.#r.substrate.resume({ sandboxId: rec.id, nodeId }, AbortSignal.timeout(120_000));
+          return this.#r.repo.transition(rec.id, ["paused"], "running");
+        });
         if (!resumed) throw new SpaceError("aborted", `sandbox ${id} changed state during resume; retry`);
+        this.#r.metrics.resumeSeconds.observe({ path: "resident" }, secondsSince(start));
         return { sandbox: await this.extend(resumed, timeoutSec ?? 300), resumed: true };
       }
       case "suspending": {
@@ -187,7 +194,11 @@ export class SandboxLifecycle {
       }
       case "suspended":
       case "resuming": {
-        const running = await this.#restore(rec, opts.memory === false ? "disk" : undefined);
+        const start = performance.now();
+        const running = await inSpan("sandboxes.resume", "sandboxes", { "space.sandbox.id": rec.id, "space.resume.path": "restore" }, () =>
+          this.#restore(rec, opts.memory === false ? "disk" : undefined),
+        );
+        this.#r.metrics.resumeSeconds.observe({ path: "restore" }, secondsSince(start));
         return { sandbox: await this.extend(running, timeoutSec ?? 300), resumed: true };
       }
       default:

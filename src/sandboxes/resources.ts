@@ -6,6 +6,7 @@
  */
 import type { EventEmitter } from "node:events";
 import type { Logger } from "../core/log.ts";
+import type { SandboxLifecycleMetrics } from "../core/metrics.ts";
 import { SpaceError, notFound } from "../core/errors.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
@@ -50,6 +51,7 @@ export interface SandboxResources {
   changes: SandboxChanges;
   /** The waits' fallback poll (ms): a safety net behind the change feed. */
   pollMs: number;
+  metrics: SandboxLifecycleMetrics;
 }
 
 /** A live sandbox of this tenant; killed, failed and others' are not found. */

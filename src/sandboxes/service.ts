@@ -11,6 +11,8 @@
  */
 import { EventEmitter } from "node:events";
 import type { Logger } from "../core/log.ts";
+import { secondsSince, spaceMetrics, type SandboxLifecycleMetrics } from "../core/metrics.ts";
+import { inSpan } from "../core/tracing.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
 import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
@@ -56,6 +58,8 @@ export interface SandboxServiceDeps {
    * the safety net for a notification lost while the feed reconnects.
    */
   pollMs?: number;
+  /** Lifecycle latencies and failed creates; absent = unregistered families (tests). */
+  metrics?: SandboxLifecycleMetrics;
 }
 
 export class SandboxService implements WarmMembers {
@@ -83,6 +87,7 @@ export class SandboxService implements WarmMembers {
       events: this.events,
       changes,
       pollMs: deps.pollMs ?? 5000,
+      metrics: deps.metrics ?? spaceMetrics().sandboxes,
     };
     this.#lifecycle = new SandboxLifecycle(this.#r);
     this.#forks = new SandboxForks(this.#r);
@@ -148,7 +153,7 @@ export class SandboxService implements WarmMembers {
     return this.#lifecycle.refresh(tenantId, id, durationSec);
   }
   suspend(tenantId: TenantId, id: string, opts: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
-    return this.#lifecycle.suspend(tenantId, id, opts);
+    return this.#timed("pause", id, () => this.#lifecycle.suspend(tenantId, id, opts), (s) => this.#r.metrics.pauseSeconds.observe({ path: "suspend" }, s));
   }
   connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
     return this.#lifecycle.connect(tenantId, id, timeoutSec, opts);
@@ -156,7 +161,7 @@ export class SandboxService implements WarmMembers {
 
   /** Resident pause of a running sandbox (frozen on its node). */
   pauseResident(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
-    return this.#residency.pause(rec, signal);
+    return this.#timed("pause", rec.id, () => this.#residency.pause(rec, signal), (s) => this.#r.metrics.pauseSeconds.observe({ path: "resident" }, s));
   }
   /** Stop a running (or, re-claimed, stopping) sandbox, keeping its rootfs. */
   stop(rec: SandboxRecord & { nodeId: string }, signal: AbortSignal): Promise<SandboxRecord> {
@@ -172,7 +177,17 @@ export class SandboxService implements WarmMembers {
   }
 
   fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number; metadata?: Record<string, string> }): Promise<ForkOutcome[]> {
-    return this.#forks.fork(tenantId, id, input);
+    return this.#timed("fork", id, () => this.#forks.fork(tenantId, id, input), (s) => this.#r.metrics.forkSeconds.observe(s));
+  }
+
+  /** A span around one lifecycle step, and its latency observed when it succeeds. */
+  #timed<T>(step: string, sandboxId: string, run: () => Promise<T>, observe: (seconds: number) => void): Promise<T> {
+    const start = performance.now();
+    return inSpan(`sandboxes.${step}`, "sandboxes", { "space.sandbox.id": sandboxId }, async () => {
+      const out = await run();
+      observe(secondsSince(start));
+      return out;
+    });
   }
   createNamedSnapshot(tenantId: TenantId, id: string, name?: string): Promise<Snapshot> {
     return this.#forks.createNamedSnapshot(tenantId, id, name);

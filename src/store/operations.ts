@@ -44,12 +44,14 @@ export interface Operation<Req = unknown, Res = unknown> {
   failureCode: OperationFailureCode | null;
   failureMessage: string | null;
   seq: number;
+  /** W3C traceparent of the request that queued it (null: tracing off). */
+  traceParent: string | null;
 }
 
 const COLUMN_NAMES = [
   "id", "tenant_id", "kind", "target_id", "request", "request_hash", "idempotency_key", "state", "claimed_by", "claim_count",
   "claimed_at", "heartbeat_at", "queued_at", "succeeded_at", "failed_at", "deadline_at", "result", "failure_code",
-  "failure_message", "seq",
+  "failure_message", "seq", "trace_parent",
 ] as const;
 const COLS = columns(COLUMN_NAMES);
 
@@ -78,6 +80,8 @@ export interface EnqueueInput {
   /** …relative to now (database clock). */
   deadlineMs?: number;
   id?: OperationId;
+  /** The queuing request's W3C traceparent (core/tracing.ts). */
+  traceParent?: string | null;
 }
 
 /**
@@ -96,7 +100,7 @@ export async function enqueueOperation<Req = unknown>(
   }
   const params = [
     input.id ?? newOperationId(), input.tenantId, input.kind, input.targetId ?? null, json(input.request), hash, key,
-    input.deadlineAt ?? null, input.deadlineMs ?? null,
+    input.deadlineAt ?? null, input.deadlineMs ?? null, input.traceParent ?? null,
   ];
   let inserted: Operation<Req> | undefined;
   try {
@@ -106,9 +110,9 @@ export async function enqueueOperation<Req = unknown>(
     // then starts when the operation exists, and ends at the claim statement's start.
     inserted = await q.maybeOne<Operation<Req>>(
       `WITH ins AS (
-         INSERT INTO operations (id, tenant_id, kind, target_id, request, request_hash, idempotency_key, deadline_at, queued_at)
+         INSERT INTO operations (id, tenant_id, kind, target_id, request, request_hash, idempotency_key, deadline_at, queued_at, trace_parent)
          VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7,
-                 coalesce($8::timestamptz, now() + $9::bigint * interval '1 millisecond'), clock_timestamp())
+                 coalesce($8::timestamptz, now() + $9::bigint * interval '1 millisecond'), clock_timestamp(), $10)
          ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
          RETURNING *)
        SELECT ${COLS}, pg_notify('${OPERATIONS_CHANNEL}', ins.id) AS notified FROM ins`,

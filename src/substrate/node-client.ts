@@ -22,6 +22,7 @@ import { SnapshotDescriptor, type SnapshotKind } from "../contract/snapshot-desc
 import { logQueryString, SandboxLogs, type LogQuery } from "../contract/sandbox-logs.ts";
 import { NodeBuildStatusSchema, type NodeBuildRequest } from "../contract/node-builds.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../core/errors.ts";
+import { inChildSpan, SpanKind, withTraceHeaders } from "../core/tracing.ts";
 
 export interface NodeClientOptions {
   /** e.g. http://127.0.0.1:3002 */
@@ -150,15 +151,24 @@ export class NodeClient {
     signal: AbortSignal,
     timeoutMs = this.#timeoutMs,
   ): Promise<T> {
+    // The route's shape, not its ids, names the span (bounded names for trace backends).
+    const route = path.replace(/\?.*$/, "").replace(/\/[a-z0-9]{20}(?=\/|$)/g, "/:id");
+    return inChildSpan(`substrate ${method} ${route}`, "substrate", { "server.address": this.baseUrl, "http.request.method": method }, () =>
+      this.#send(method, path, body, schema, signal, timeoutMs),
+      SpanKind.CLIENT,
+    );
+  }
+
+  async #send<T>(method: string, path: string, body: unknown, schema: z.ZodType<T> | null, signal: AbortSignal, timeoutMs: number): Promise<T> {
     const url = this.baseUrl + path;
     let res: Response;
     try {
       res = await fetch(url, {
         method,
-        headers: {
+        headers: withTraceHeaders({
           ...this.authHeaders(),
           ...(body === undefined ? {} : { "content-type": "application/json" }),
-        },
+        }),
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
       });

@@ -16,6 +16,7 @@ import { createHmac, timingSafeEqual } from "node:crypto";
 import { z } from "zod";
 import type { Db, Queryable } from "../store/db.ts";
 import type { Logger } from "../core/log.ts";
+import { spaceMetrics, type BuildMetrics } from "../core/metrics.ts";
 import { invalid, notFound, SpaceError } from "../core/errors.ts";
 import type { TenantId } from "../core/ids.ts";
 import { buildingBuildIds, ownTemplateByName } from "../store/builds.ts";
@@ -83,6 +84,8 @@ export interface BuildCoordinatorDeps {
   internalToken: string;
   log: Logger;
   pollMs?: number;
+  /** Build durations and layer cache results (core/metrics.ts); absent = unregistered. */
+  metrics?: BuildMetrics;
 }
 
 export interface BuildRequestInput {
@@ -322,6 +325,7 @@ export class BuildCoordinator {
       }
       if (st.status === "failed") {
         await updateBuild(this.d.db, buildId, { status: "failed", error: JSON.stringify({ message: st.error?.message ?? "build failed", step: st.error?.step }) });
+        this.#observeFailed(b);
         return;
       }
       await sleep(this.d.pollMs ?? 250);
@@ -346,11 +350,24 @@ export class BuildCoordinator {
       for (const tag of new Set(["default", ...spec.tags])) await setRelease(tx, { tenantId, templateId: b.templateId, alias: spec.alias, tag, buildId: b.id });
     });
     this.d.log.info({ buildId: b.id, templateId: b.templateId, alias: spec.alias, ms: result.durationMs }, "template build released");
+    const m = this.#metrics();
+    m.buildSeconds.observe({ result: "ready" }, result.durationMs / 1000);
+    m.cacheSteps.inc({ result: "hit" }, result.cachedSteps);
+    m.cacheSteps.inc({ result: "miss" }, result.builtSteps);
+  }
+
+  #metrics(): BuildMetrics {
+    return this.d.metrics ?? spaceMetrics().builds;
+  }
+
+  /** A failed build's time from its start (a build that never started has none). */
+  #observeFailed(b: Pick<Build, "startedAt">): void {
+    if (b.startedAt) this.#metrics().buildSeconds.observe({ result: "failed" }, (Date.now() - new Date(b.startedAt).getTime()) / 1000);
   }
 
   private async fail(buildId: string, message: string, step?: string): Promise<void> {
     await appendBuildLogs(this.d.db, buildId, `${JSON.stringify({ timestamp: new Date().toISOString(), level: "error", message, step })}\n`).catch(() => undefined);
-    await updateBuild(this.d.db, buildId, { status: "failed", error: JSON.stringify({ message, step }) });
+    this.#observeFailed(await updateBuild(this.d.db, buildId, { status: "failed", error: JSON.stringify({ message, step }) }));
   }
 
   /** Removes a template's node subvolumes (best effort; the store is the source of truth). */

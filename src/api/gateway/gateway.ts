@@ -19,6 +19,7 @@ import { timingSafeEqual } from "node:crypto";
 import type { Duplex } from "node:stream";
 import type { AddressInfo, Server } from "node:net";
 import type { Logger } from "../../core/log.ts";
+import { spaceMetrics, type GatewayMetrics } from "../../core/metrics.ts";
 import type { SandboxId } from "../../core/ids.ts";
 import { ENVD_PORT, NODE_TOKEN_HEADER } from "../../contract/node-api.ts";
 import type { SandboxRecord } from "../../sandboxes/model.ts";
@@ -40,6 +41,8 @@ export interface GatewayDeps {
   routeCacheMs?: number;
   /** PEM certificate chain and key (SPACE_GATEWAY_TLS_CERT/KEY): TLS with h2 and HTTP/1.1 by ALPN. */
   tls?: { cert: Buffer; key: Buffer } | null;
+  /** Requests and body bytes by route class (core/metrics.ts); absent = unregistered. */
+  metrics?: GatewayMetrics;
 }
 
 export interface Gateway {
@@ -68,6 +71,7 @@ const HOP_BY_HOP = new Set([
 const CONNECTION_HEADERS = new Set(["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "http2-settings", "te"]);
 
 export function createGateway(deps: GatewayDeps): Gateway {
+  const metrics = deps.metrics ?? spaceMetrics().gateway;
   const { sandboxes, log } = deps;
   const repo = sandboxes.repo;
   const cacheMs = deps.routeCacheMs ?? 2000;
@@ -176,10 +180,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
   async function handle(req: GatewayRequest, res: GatewayResponse) {
     const r = await resolve(req);
     if ("status" in r) {
+      metrics.requests.inc({ route: "unrouted", status: String(r.status) });
       req.resume();
       return sendJson(res, r.status, r.body);
     }
     const { rec } = r;
+    // Route class, not the port: ports are the user's and unbounded.
+    const route = r.port === ENVD_PORT ? "envd" : "port";
     const { url, headers } = await target(rec, r.port, r.path, req);
     const upstream = http.request(url, { method: req.method, headers, agent });
     const untrack = track(rec.id, {
@@ -194,6 +201,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       if (!res.writableFinished) upstream.destroy();
     });
     upstream.on("response", (up) => {
+      metrics.requests.inc({ route, status: String(up.statusCode ?? 502) });
       const out: http.OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !CONNECTION_HEADERS.has(k)) out[k] = v;
       if (res instanceof http.ServerResponse) {
@@ -205,6 +213,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
         res.writeHead(up.statusCode ?? 502, out);
       }
       up.pipe(res);
+      up.on("data", (c: Buffer) => metrics.bytes.inc({ route, direction: "out" }, c.length));
       up.on("error", () => abort(req, res));
     });
     upstream.on("error", (e) => {
@@ -213,9 +222,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
       log.debug({ err: e, sandboxId: rec.id }, "gateway upstream failed");
       routes.forget(rec.id);
       const nf = notFound(rec.id);
+      metrics.requests.inc({ route, status: String(nf.status) });
       sendJson(res, nf.status, nf.body);
     });
     req.pipe(upstream);
+    // After the pipe, in the same tick: a data listener alone would start the flow and lose chunks.
+    req.on("data", (c: Buffer) => metrics.bytes.inc({ route, direction: "in" }, c.length));
   }
 
   const onUpgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {

@@ -2,6 +2,7 @@
  * Shared edge of the Native API: body/query validation naming the field, scopes, the
  * 202-with-an-operation answer, and Idempotency-Key handling for every mutation.
  */
+import { currentTraceParent } from "../../core/tracing.ts";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { SpaceError, hasDetail } from "../../core/errors.ts";
 import type { TenantId } from "../../core/ids.ts";
@@ -98,6 +99,7 @@ export async function submit(deps: NativeDeps, req: FastifyRequest, reply: Fasti
       request: m.request,
       idempotencyKey: key,
       ...(m.deadlineMs !== null ? { deadlineMs: m.deadlineMs } : {}),
+      traceParent: currentTraceParent(),
     };
     const also = m.also;
     // One statement needs no explicit transaction (one round trip less on the hot path).

@@ -6,6 +6,7 @@
  * Authorization header passes through).
  */
 import { timingSafeEqual } from "node:crypto";
+import type { Registry } from "prom-client";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { z } from "zod";
 import { httpStatus, SpaceError } from "../../core/errors.ts";
@@ -17,6 +18,8 @@ import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
 import { registerSnapshotRoutes } from "../snapshots/snapshot-routes.ts";
 import { parseInput as parse } from "../../core/validate.ts";
+import { installRequestSpans } from "../../core/tracing.ts";
+import { metricsAllowed } from "../../core/metrics.ts";
 
 export interface NodeApiDeps {
   /** The internal token (read per request: the agent resolves it at start). */
@@ -30,6 +33,10 @@ export interface NodeApiDeps {
   inventory: () => Promise<NodeInventory>;
   health: () => Promise<NodeHealth>;
   logger: Logger;
+  /** The process registry `GET /metrics` serves; absent = no /metrics route. */
+  metrics?: Registry;
+  /** SPACE_METRICS_TOKEN: `/metrics` then needs `Authorization: Bearer <it>` (not the internal token); empty = open. */
+  metricsToken?: string;
 }
 
 const Params = z.object({ id: z.string().regex(/^[a-z0-9]{20}$/, "a sandbox id") });
@@ -44,7 +51,13 @@ function tokenMatches(given: string | undefined, want: string): boolean {
 
 
 export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
-  const app = Fastify({ loggerInstance: deps.logger as FastifyBaseLogger, bodyLimit: 16 * 1024 * 1024 }) as unknown as FastifyInstance;
+  // Request lines at debug: at info they were most of a node's log (the control plane polls it).
+  const app = Fastify({ loggerInstance: deps.logger as FastifyBaseLogger, bodyLimit: 16 * 1024 * 1024, disableRequestLogging: true }) as unknown as FastifyInstance;
+  app.addHook("onResponse", (req, reply, done) => {
+    req.log.debug({ method: req.method, url: req.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime) }, "node-api request");
+    done();
+  });
+  installRequestSpans(app, "node", { onlyContinued: true });
 
   const mgr = (): SandboxManager => {
     const m = deps.manager();
@@ -72,6 +85,11 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
 
   app.addHook("onRequest", async (req, reply) => {
     if (req.url === "/health" && req.method === "GET") return;
+    if (req.url === "/metrics" && req.method === "GET" && deps.metrics) {
+      if (!metricsAllowed(deps.metricsToken, req.headers.authorization))
+        return reply.status(401).send({ code: "unauthenticated", message: "/metrics needs Authorization: Bearer <SPACE_METRICS_TOKEN>" });
+      return;
+    }
     const auth = req.headers.authorization;
     const bearer = auth?.startsWith("Bearer ") ? auth.slice(7) : undefined;
     const alt = req.headers[NODE_TOKEN_HEADER];
@@ -81,6 +99,8 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
   });
 
   app.get("/health", async () => deps.health());
+  const registry = deps.metrics;
+  if (registry) app.get("/metrics", async (_req, reply) => reply.type(registry.contentType).send(await registry.metrics()));
   app.get("/v1/inventory", async () => deps.inventory());
 
   app.post("/v1/sandboxes", async (req, reply) => {

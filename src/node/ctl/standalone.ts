@@ -4,6 +4,7 @@
  * prefix, cgroup parent, runtime state dir, slot range, node dir) come from the config,
  * so several agents can share a machine (tests, `space lab`).
  */
+import type { Registry } from "prom-client";
 import type { Config } from "../../core/config.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -21,10 +22,10 @@ export function hostScopeOf(config: Config): NonNullable<NodeAgentDeps["hostScop
   };
 }
 
-export async function startStandaloneNode(config: Config, token: string, logger: Logger): Promise<() => Promise<void>> {
+export async function startStandaloneNode(config: Config, token: string, logger: Logger, metrics?: Registry): Promise<() => Promise<void>> {
   if (config.SPACE_SUBSTRATE === "kubernetes") {
     const { startKubeletNode } = await import("../kubelet/kubelet-node.ts");
-    return startKubeletNode(config, token, logger);
+    return startKubeletNode(config, token, logger, metrics);
   }
   if (!config.SPACE_NODE_CONTROL_URL) {
     throw new SpaceError(
@@ -51,6 +52,7 @@ export async function startStandaloneNode(config: Config, token: string, logger:
     hostScope: hostScopeOf(config),
     ...(config.SPACE_NODE_RUNTIME_STATE_DIR ? { runtimeStateDir: config.SPACE_NODE_RUNTIME_STATE_DIR } : {}),
     progress: false,
+    ...(metrics ? { metrics } : {}),
   });
   await agent.start();
   try {

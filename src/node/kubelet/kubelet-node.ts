@@ -3,6 +3,7 @@
  * virtual Node (./virtual-kubelet.ts) instead of registering with the control plane over
  * HTTP. Its Node is named after its node id.
  */
+import type { Registry } from "prom-client";
 import type { Config } from "../../core/config.ts";
 import type { Logger } from "../../core/log.ts";
 import { VERSION } from "../../core/version.ts";
@@ -19,9 +20,10 @@ export interface KubeletNode {
 }
 
 /** Starts agent + virtual kubelet; `kube` overrides the connection (tests). */
-export async function startKubeletNodeWith(config: Config, token: string, logger: Logger, kube?: KubeApi): Promise<KubeletNode> {
+export async function startKubeletNodeWith(config: Config, token: string, logger: Logger, kube?: KubeApi, metrics?: Registry): Promise<KubeletNode> {
   const agent = createNodeAgent(config, logger, {
     internalToken: token,
+    ...(metrics ? { metrics } : {}),
     hostScope: hostScopeOf(config),
     ...(config.SPACE_NODE_RUNTIME_STATE_DIR ? { runtimeStateDir: config.SPACE_NODE_RUNTIME_STATE_DIR } : {}),
     progress: false,
@@ -58,8 +60,8 @@ export async function startKubeletNodeWith(config: Config, token: string, logger
   };
 }
 
-export async function startKubeletNode(config: Config, token: string, logger: Logger): Promise<() => Promise<void>> {
-  const n = await startKubeletNodeWith(config, token, logger);
+export async function startKubeletNode(config: Config, token: string, logger: Logger, metrics?: Registry): Promise<() => Promise<void>> {
+  const n = await startKubeletNodeWith(config, token, logger, undefined, metrics);
   process.stdout.write(`SPACE node ${n.agent.nodeId} is up as Kubernetes node ${n.kubelet.nodeName}\n`);
   return () => n.stop();
 }

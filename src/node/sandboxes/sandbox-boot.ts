@@ -8,6 +8,7 @@ import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
+import { inChildSpan } from "../../core/tracing.ts";
 import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
@@ -132,15 +133,15 @@ export class SandboxBooter {
       // (Measured: restoring while the slot or the disk quota is still being set up won under
       // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
       await slotConfigured;
-      await via.start(id, signal);
-    } else await this.o.runtime.start(id, signal);
+      await inChildSpan("runtime restore", "runtime", { "space.sandbox.id": id }, () => via.start!(id, signal));
+    } else await inChildSpan("runtime start", "runtime", { "space.sandbox.id": id, "space.runtime": this.o.runtime.kind }, () => this.o.runtime.start(id, signal));
     timings.runtimeMs = ms(t);
     // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
     const tSlot = performance.now();
     await slotConfigured;
     timings.slotWaitMs = ms(tSlot);
     const tEnvd = performance.now();
-    await waitEnvdHealthy(s.address, s.envdPort, {
+    await inChildSpan("node envd ready", "node", { "space.sandbox.id": id }, () => waitEnvdHealthy(s.address, s.envdPort, {
       deadlineMs: this.o.envdReadyTimeoutMs ?? 15_000,
       signal,
       alive: async () => {
@@ -150,7 +151,7 @@ export class SandboxBooter {
     }).catch(async (e: unknown) => {
       const tail = await readFile(run.logPath, "utf8").then((x) => x.slice(-1500)).catch(() => "");
       throw new SpaceError("unavailable", `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`);
-    });
+    }));
     timings.envdMs = ms(tEnvd);
     if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
       await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
