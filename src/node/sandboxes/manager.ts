@@ -58,7 +58,7 @@ export class SandboxManager {
     this.records = new LocalSandboxRecords(join(o.nodeDir, "sandboxes"));
     this.logsDir = join(o.nodeDir, "logs");
     const telemetry = { ...DEFAULT_TELEMETRY, ...o.telemetry };
-    this.booter = new SandboxBooter(o, this.logsDir, telemetry.logEntries);
+    this.booter = new SandboxBooter(o, { logs: this.logsDir, ready: join(o.nodeDir, "ready") }, telemetry.logEntries);
     this.events.setMaxListeners(0);
     this.telemetry = new SandboxTelemetry({
       dir: join(o.nodeDir, "sandbox-logs"),

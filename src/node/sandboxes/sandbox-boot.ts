@@ -1,8 +1,13 @@
 /**
  * Boots a sandbox whose disk and network are in place: the runtime bundle (envd as init,
  * the template's env, the sandbox's resources), the runtime start (or a restore from a
- * memory checkpoint), envd's health, envd's /init, then the template's start command and
- * its ready check. Each phase's time lands in the sandbox's timings.
+ * memory checkpoint), envd's readiness, envd's /init, then the template's start command
+ * and its ready check. Each phase's time lands in the sandbox's timings.
+ *
+ * Readiness: a fresh boot waits for envd's word on the readiness FIFO (envd-ready.ts;
+ * `envdEventMs` in the timings); a restore from memory, a boot whose FIFO could not be
+ * made and an init that closed it without the word are checked over HTTP instead
+ * (`envdPollMs`). `envdMs` is the phase either way.
  */
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -12,6 +17,7 @@ import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-http-client.ts";
+import { READY_FD, ReadyFifo } from "./envd-ready.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
 import type { NetworkAttachments } from "./network-attachments.ts";
 import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoot } from "./template-boot.ts";
@@ -25,6 +31,9 @@ export interface RestoreVia {
   /** The sandbox the checkpoint was taken of (another one for forks and template captures). */
   sourceSandboxId?: string;
 }
+
+/** An init that holds the readiness fd this long without a word is checked over HTTP instead. */
+const READY_EVENT_GRACE_MS = 2000;
 
 /** cgroup v1 cpu.shares: the kernel default, and a background sandbox's (1/8: it still boots on a busy node, envd must answer within its ready timeout). */
 export const DEFAULT_CPU_SHARES = 1024;
@@ -71,19 +80,43 @@ export class SandboxBooter {
   private readonly o: SandboxBootOptions;
   /** Where the init's output goes (unless discarded). */
   private readonly logsDir: string;
+  /** Where the readiness FIFOs are made (the node's, never a sandbox's filesystem). */
+  private readonly readyDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
   /** The bound of envd's log ring (src/envd/log-ring.ts). */
   private readonly envdLogEntries: number;
 
   /** `o` is read at each boot (the manager's own options, shared). */
-  constructor(o: SandboxBootOptions, logsDir: string, envdLogEntries: number) {
+  constructor(o: SandboxBootOptions, dirs: { logs: string; ready: string }, envdLogEntries: number) {
     this.o = o;
-    this.logsDir = logsDir;
+    this.logsDir = dirs.logs;
+    this.readyDir = dirs.ready;
     this.envdLogEntries = envdLogEntries;
   }
 
-  /** Bundle, runtime start, envd health, envd init, template start command. */
-  async boot(s: BootTarget, { rootfs, netnsPath, configured: slotConfigured, via }: BootPlace, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
+  /** Bundle, runtime start, envd readiness, envd init, template start command. */
+  async boot(s: BootTarget, place: BootPlace, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
+    // A restore from memory brings envd back listening: there is nobody to signal.
+    const fifo = place.via?.start
+      ? undefined
+      : ReadyFifo.create(this.readyDir, s.spec.sandboxId, signal).catch((e: unknown) => {
+          this.o.logger.warn({ sandboxId: s.spec.sandboxId, err: e }, "no readiness FIFO: envd's readiness is checked over HTTP");
+          return undefined;
+        });
+    try {
+      await this.#boot(s, place, fifo, timings, signal);
+    } finally {
+      await (await fifo)?.close();
+    }
+  }
+
+  async #boot(
+    s: BootTarget,
+    { rootfs, netnsPath, configured: slotConfigured, via }: BootPlace,
+    fifoP: Promise<ReadyFifo | undefined> | undefined,
+    timings: Record<string, number>,
+    signal: AbortSignal,
+  ): Promise<void> {
     const id = s.spec.sandboxId;
     const t = performance.now();
     await this.o.network.writeIdentity(id, s.address, rootfs);
@@ -104,6 +137,9 @@ export class SandboxBooter {
       ...(tb.user ? { SPACE_ENVD_DEFAULT_USER: tb.user } : {}),
       SPACE_ENVD_LOG_ENTRIES: String(this.envdLogEntries),
     };
+    // Made meanwhile (an exec); envd is told its fd only when there is one.
+    const fifo = await fifoP;
+    if (fifo) env.SPACE_ENVD_READY_FD = String(READY_FD);
     this.launch ??= envdLaunch(this.o.envdDir, this.o.nodeBinary, this.o.logger);
     const args = (await this.launch).argv(s.envdPort);
     const run: RunSpec = {
@@ -128,24 +164,28 @@ export class SandboxBooter {
       // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
       await slotConfigured;
       await via.start(id, signal);
-    } else await this.o.runtime.start(id, signal);
+    } else await this.o.runtime.start(id, signal, fifo ? { readyFifo: fifo.path } : {});
     timings.runtimeMs = ms(t);
     // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
     const tSlot = performance.now();
     await slotConfigured;
     timings.slotWaitMs = ms(tSlot);
     const tEnvd = performance.now();
-    await waitEnvdHealthy(s.address, s.envdPort, {
-      deadlineMs: this.o.envdReadyTimeoutMs ?? 15_000,
-      signal,
-      alive: async () => {
-        const st = await this.o.runtime.state(id, signal);
-        return st?.status === "running";
-      },
-    }).catch(async (e: unknown) => {
+    const deadlineMs = this.o.envdReadyTimeoutMs ?? 15_000;
+    const alive = async () => (await this.o.runtime.state(id, signal))?.status === "running";
+    const failed = async (e: unknown): Promise<never> => {
       const tail = await readFile(run.logPath, "utf8").then((x) => x.slice(-1500)).catch(() => "");
       throw new SpaceError("unavailable", `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`);
-    });
+    };
+    const word = fifo ? await fifo.wait(Math.min(READY_EVENT_GRACE_MS, deadlineMs), signal) : undefined;
+    if (word === "ready") timings.envdEventMs = ms(tEnvd);
+    else {
+      // Every writer gone without the word: the init died, or it does not signal.
+      if (word === "closed" && !(await alive())) await failed(new Error("the sandbox's init exited before envd was ready"));
+      const left = Math.max(1, deadlineMs - (performance.now() - tEnvd));
+      await waitEnvdHealthy(s.address, s.envdPort, { deadlineMs: left, signal, alive }).catch(failed);
+      timings.envdPollMs = ms(tEnvd);
+    }
     timings.envdMs = ms(tEnvd);
     if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
       await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });

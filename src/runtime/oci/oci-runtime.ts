@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { exec, ExecError } from "../../core/exec.ts";
 import { internal, notFound, SpaceError, unavailable } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { Runtime, RunSpec, RuntimeState, RuntimeStatus } from "../runtime.ts";
+import type { Runtime, RunSpec, RuntimeState, RuntimeStatus, StartOptions } from "../runtime.ts";
 import { buildOciSpec, sandboxCapabilities } from "./spec.ts";
 
 export interface OciRuntimeOptions {
@@ -70,15 +70,18 @@ export class OciRuntime implements Runtime {
     return dir;
   }
 
-  async start(id: string, signal: AbortSignal): Promise<void> {
+  async start(id: string, signal: AbortSignal, opts: StartOptions = {}): Promise<void> {
     const dir = this.bundleDir(id);
     const logPath = (await readFile(join(dir, "log-path"), "utf8").catch(() => join(dir, "init.log"))).trim();
     await mkdir(this.o.stateDir, { recursive: true });
     // `run -d` hands its own stdio to the container's init: give it /dev/null and a log file
     // the node keeps (never pipes, which would tie the init's lifetime to ours, and never
-    // deleted files, which CRIU cannot dump).
-    const r = await exec(this.bin(), [...this.base(), "run", "-d", "--bundle", dir, id], {
+    // deleted files, which CRIU cannot dump). `--preserve-fds 1`: the readiness FIFO's
+    // write end becomes the init's fd 3 (runc closes every other fd above stdio).
+    const ready = opts.readyFifo ? ["--preserve-fds", "1"] : [];
+    const r = await exec(this.bin(), [...this.base(), "run", "-d", ...ready, "--bundle", dir, id], {
       stdioPaths: ["/dev/null", logPath, logPath],
+      ...(opts.readyFifo ? { passFdPaths: [opts.readyFifo] } : {}),
       cwd: dir,
       timeoutMs: CMD_TIMEOUT_MS,
       signal,
