@@ -213,7 +213,7 @@ export class SandboxManager {
         await this.records.save(s);
       });
       stack.move(); // success: the sandbox owns its disk, slot and container now
-      await this.telemetry.arrived(observedOf(s), via?.sourceSandboxId !== undefined && via.sourceSandboxId !== id);
+      this.telemetry.arrived(observedOf(s), via?.sourceSandboxId !== undefined && via.sourceSandboxId !== id);
       this.o.logger.info({ sandboxId: id, timings: s.timings }, "sandbox running");
       return this.toStatus(s);
     } catch (e) {
@@ -353,7 +353,7 @@ export class SandboxManager {
         s.state = "running";
         await this.records.save(s);
         stack.move();
-        await this.telemetry.arrived(observedOf(s), false);
+        this.telemetry.arrived(observedOf(s), false);
         return this.toStatus(s);
       } catch (e) {
         await stack.run().catch(() => undefined);
