@@ -158,6 +158,9 @@ export class SandboxBooter {
       logPath: this.o.discardInitOutput ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
     await this.o.runtime.prepare(run, signal);
+    // runtimeMs = bundleMs (identity files, template info, FIFO, bundle) + the start itself.
+    timings.bundleMs = ms(t);
+    const tRun = performance.now();
     if (via?.start) {
       // A memory checkpoint comes back with its sockets: its addresses must be in place.
       // (Measured: restoring while the slot or the disk quota is still being set up won under
@@ -165,6 +168,7 @@ export class SandboxBooter {
       await slotConfigured;
       await via.start(id, signal);
     } else await this.o.runtime.start(id, signal, fifo ? { readyFifo: fifo.path } : {});
+    timings.runtimeStartMs = ms(tRun);
     timings.runtimeMs = ms(t);
     // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
     const tSlot = performance.now();
@@ -188,7 +192,9 @@ export class SandboxBooter {
     }
     timings.envdMs = ms(tEnvd);
     if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
+      const tInit = performance.now();
       await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
+      timings.initMs = ms(tInit);
     }
     if (tb.startCmd) {
       const tStart = performance.now();
