@@ -181,6 +181,9 @@ export class SandboxManager {
         await this.records.save(s);
         stack.defer("record", () => this.records.remove(id));
         const timings: Record<string, number> = {};
+        // The readiness FIFO (an exec) is made beside the disk and the slot, off the path.
+        const ready = via?.start ? undefined : this.booter.readyFifo(id, signal);
+        stack.defer("ready", async () => (await ready)?.close());
         // Disk and slot are independent: set them up in parallel. The container starts as
         // soon as the slot's netns exists; the rest of the slot is set up meanwhile.
         const tDisk = performance.now();
@@ -205,7 +208,7 @@ export class SandboxManager {
         if (disk.status === "rejected") throw disk.reason;
         if (slot.status === "rejected") throw slot.reason;
         stack.defer("runtime", () => this.o.runtime.delete(id, AbortSignal.timeout(60_000)));
-        await this.booter.boot(s, { rootfs: disk.value.root, ...slot.value, via }, timings, signal);
+        await this.booter.boot(s, { rootfs: disk.value.root, ...slot.value, via, ...(ready ? { ready } : {}) }, timings, signal);
         await disk.value.limited; // the qgroup limit, overlapped with the boot
         timings.totalMs = ms(t0);
         s.timings = timings;

@@ -74,6 +74,8 @@ export interface BootPlace {
   /** Settles once the network is fully set up. */
   configured: Promise<void>;
   via?: RestoreVia;
+  /** The readiness FIFO, when the caller began making it earlier (`readyFifo`); else boot makes it. */
+  ready?: Promise<ReadyFifo | undefined>;
 }
 
 export class SandboxBooter {
@@ -94,15 +96,21 @@ export class SandboxBooter {
     this.envdLogEntries = envdLogEntries;
   }
 
+  /**
+   * The readiness FIFO of a fresh boot of `id` (an exec: callers start it beside other work);
+   * undefined when it cannot be made (readiness is then checked over HTTP). Never rejects.
+   */
+  readyFifo(id: string, signal: AbortSignal): Promise<ReadyFifo | undefined> {
+    return ReadyFifo.create(this.readyDir, id, signal).catch((e: unknown) => {
+      this.o.logger.warn({ sandboxId: id, err: e }, "no readiness FIFO: envd's readiness is checked over HTTP");
+      return undefined;
+    });
+  }
+
   /** Bundle, runtime start, envd readiness, envd init, template start command. */
   async boot(s: BootTarget, place: BootPlace, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
     // A restore from memory brings envd back listening: there is nobody to signal.
-    const fifo = place.via?.start
-      ? undefined
-      : ReadyFifo.create(this.readyDir, s.spec.sandboxId, signal).catch((e: unknown) => {
-          this.o.logger.warn({ sandboxId: s.spec.sandboxId, err: e }, "no readiness FIFO: envd's readiness is checked over HTTP");
-          return undefined;
-        });
+    const fifo = place.via?.start ? undefined : (place.ready ?? this.readyFifo(s.spec.sandboxId, signal));
     try {
       await this.#boot(s, place, fifo, timings, signal);
     } finally {
