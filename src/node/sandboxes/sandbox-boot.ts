@@ -85,6 +85,8 @@ export class SandboxBooter {
   /** Where the readiness FIFOs are made (the node's, never a sandbox's filesystem). */
   private readonly readyDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
+  /** The logs dir, made once (again after a failure). */
+  #logsMade: Promise<void> | undefined;
   /** The bound of envd's log ring (src/envd/log-ring.ts). */
   private readonly envdLogEntries: number;
 
@@ -94,6 +96,17 @@ export class SandboxBooter {
     this.logsDir = dirs.logs;
     this.readyDir = dirs.ready;
     this.envdLogEntries = envdLogEntries;
+  }
+
+  #logsDir(): Promise<void> {
+    this.#logsMade ??= mkdir(this.logsDir, { recursive: true }).then(
+      () => undefined,
+      (e: unknown) => {
+        this.#logsMade = undefined;
+        throw e;
+      },
+    );
+    return this.#logsMade;
   }
 
   /**
@@ -127,8 +140,9 @@ export class SandboxBooter {
   ): Promise<void> {
     const id = s.spec.sandboxId;
     const t = performance.now();
-    await this.o.network.writeIdentity(id, s.address, rootfs);
-    await mkdir(this.logsDir, { recursive: true });
+    // The identity files and the bundle are independent: written at the same time.
+    const identity = this.o.network.writeIdentity(id, s.address, rootfs);
+    identity.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
     // A restore from memory brings envd's state and the processes back: nothing to apply.
     const tb: TemplateBoot = via?.start ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
     const templateEnv = Object.fromEntries(Object.entries(tb.env).filter(([k]) => !k.startsWith("SPACE_ENVD_")));
@@ -165,7 +179,7 @@ export class SandboxBooter {
       resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024, ...(s.spec.background ? { cpuShares: BACKGROUND_CPU_SHARES } : {}) },
       logPath: this.o.discardInitOutput ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
-    await this.o.runtime.prepare(run, signal);
+    await Promise.all([identity, this.#logsDir(), this.o.runtime.prepare(run, signal)]);
     // runtimeMs = bundleMs (identity files, template info, FIFO, bundle) + the start itself.
     timings.bundleMs = ms(t);
     const tRun = performance.now();

@@ -32,6 +32,10 @@ export class OciRuntime implements Runtime {
   private readonly o: OciRuntimeOptions;
   private readonly cgroupParent: string;
   private versionCache: string | undefined;
+  /** What `prepare` wrote to each bundle's log-path, so `start` need not read it back. */
+  private readonly logPaths = new Map<string, string>();
+  /** The state dir, made once (again after a failure). */
+  private stateDirMade: Promise<void> | undefined;
 
   constructor(o: OciRuntimeOptions) {
     this.o = o;
@@ -67,13 +71,25 @@ export class OciRuntime implements Runtime {
     const config = buildOciSpec(spec, { cgroupsPath: `${this.cgroupParent}/${spec.id}` });
     await writeFile(join(dir, "config.json"), JSON.stringify(config));
     await writeFile(join(dir, "log-path"), spec.logPath);
+    this.logPaths.set(spec.id, spec.logPath);
     return dir;
+  }
+
+  private makeStateDir(): Promise<void> {
+    this.stateDirMade ??= mkdir(this.o.stateDir, { recursive: true }).then(
+      () => undefined,
+      (e: unknown) => {
+        this.stateDirMade = undefined;
+        throw e;
+      },
+    );
+    return this.stateDirMade;
   }
 
   async start(id: string, signal: AbortSignal, opts: StartOptions = {}): Promise<void> {
     const dir = this.bundleDir(id);
-    const logPath = (await readFile(join(dir, "log-path"), "utf8").catch(() => join(dir, "init.log"))).trim();
-    await mkdir(this.o.stateDir, { recursive: true });
+    const logPath = this.logPaths.get(id) ?? (await readFile(join(dir, "log-path"), "utf8").catch(() => join(dir, "init.log"))).trim();
+    await this.makeStateDir();
     // `run -d` hands its own stdio to the container's init: give it /dev/null and a log file
     // the node keeps (never pipes, which would tie the init's lifetime to ours, and never
     // deleted files, which CRIU cannot dump). `--preserve-fds 1`: the readiness FIFO's
@@ -129,6 +145,7 @@ export class OciRuntime implements Runtime {
       if (again.exitCode !== 0 && !/does not exist|not found/i.test(again.stderr)) throw internal(`${this.kind} delete ${id}: ${again.stderr.trim()}`);
     }
     await rm(this.bundleDir(id), { recursive: true, force: true });
+    this.logPaths.delete(id);
     await this.removeCgroups(id);
   }
 
