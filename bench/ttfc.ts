@@ -4,7 +4,7 @@
  * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
  * waited full before each phase), and the cold/warm ratio.
  *
- *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--postgres] [--json]
+ *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--postgres] [--json]
  *
  * Then a per-phase trace of one cold and one warm create and their first command (SDK → API →
  * store → node → envd → command): the SDK's times, and, when this bench started the stack, the
@@ -13,6 +13,10 @@
  * And the command round trip (`commands.run('true')`, `--commands` times on one sandbox) through
  * the gateway and the node's proxy, beside its bare equivalent: the SDK straight to the
  * sandbox's envd (no gateway, no proxy). The node's bare runc + envd baseline is `bench -- node`.
+ *
+ * `--podman N` (a stack this bench started, podman installed): N × `podman run -d` of the same
+ * rootfs (the node's `base` template, overlaid, `--network none`) + `podman exec … echo hi`, and
+ * N × `podman exec … true` in one container, beside SPACE's rows in the same run.
  *
  * `--rounds R`: each concurrent phase is R bursts of `concurrent` creates (the warm pool refilled
  * before each warm burst), summarised together: one burst's median swings with what else the node
@@ -29,6 +33,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
+import { exec } from "../src/core/exec.ts";
 import { freshDb, type TestDb } from "../test/support/db.ts";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
 
@@ -69,6 +74,7 @@ async function main() {
       rounds: { type: "string", default: "1" },
       size: { type: "string", default: "50" },
       commands: { type: "string", default: "50" },
+      podman: { type: "string", default: "0" },
       postgres: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
@@ -166,6 +172,39 @@ async function main() {
     return out.sort((a, b) => a - b);
   };
 
+  /** podman of the same rootfs: `n` × run -d + exec (its TTFC), then `n` × exec `true` in one container. */
+  const podman = async (rootfs: string, n: number) => {
+    // Explicit limits: podman's defaults are above this machine's hard limits (crun: setrlimit EPERM).
+    const limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
+    const run = () =>
+      exec("podman", ["run", "-d", "--rm", "--network", "none", ...limits, "--rootfs", `${rootfs}:O`, "/bin/sleep", "infinity"], { timeoutMs: 120_000 }).then((r) => r.stdout.trim());
+    const rm = (id: string) => exec("podman", ["rm", "-f", "-t", "0", id], { timeoutMs: 120_000, allowFailure: true });
+    const ttfc: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      const id = await run();
+      await exec("podman", ["exec", id, "/bin/sh", "-c", "echo hi"], { timeoutMs: 60_000 });
+      ttfc.push(performance.now() - t0);
+      await rm(id);
+    }
+    const id = await run();
+    const trip: number[] = [];
+    try {
+      for (let i = 0; i < n; i++) {
+        const t0 = performance.now();
+        await exec("podman", ["exec", id, "true"], { timeoutMs: 60_000 });
+        trip.push(performance.now() - t0);
+      }
+    } finally {
+      await rm(id);
+    }
+    const row = (name: string, xs: number[]) => {
+      const sorted = [...xs].sort((a, b) => a - b);
+      return { name, median: percentile(sorted, 50), p99: percentile(sorted, 99), n: xs.length };
+    };
+    return [row("podman run -d + exec echo hi", ttfc), row("podman exec true", trip)];
+  };
+
   const sequential = async (n: number, track = false) => {
     const out: Sample[] = [];
     let failed = 0;
@@ -203,6 +242,8 @@ async function main() {
   const rounds = Number(values.rounds);
   const size = Number(values.size);
   const nCommands = Number(values.commands);
+  const nPodman = Number(values.podman);
+  const podmanRows: Array<{ name: string; median: number; p99: number; n: number }> = [];
   const results: Array<ReturnType<typeof summarize>> = [];
   const traces: string[] = [];
   const trips: Array<{ name: string; median: number; p99: number; n: number }> = [];
@@ -248,6 +289,7 @@ async function main() {
     );
     results.push(summarize(`warm concurrent x${nConc}${rounds > 1 ? ` x${rounds} rounds` : ""}`, wc.out, wc.wallMs, wc.failed, { adopted: (await adoptions()) - a0 }));
     await admin("DELETE", "/warm-pools/base");
+    if (nPodman > 0 && stack) podmanRows.push(...(await podman(join(stack.dataDir, "node", "cache", "templates", "base"), nPodman)));
   } finally {
     await stack?.stop();
     await pg?.drop();
@@ -259,8 +301,19 @@ async function main() {
   };
   const ratios = { sequentialMedian: ratio("cold sequential", "warm sequential"), concurrentMedian: ratio("cold concurrent", "warm concurrent") };
   const store = stack ? (pg ? "postgres" : "pglite") : "external stack";
-  const roundTrip = trips.map((t) => ({ ...t, median: Math.round(t.median * 10) / 10, p99: Math.round(t.p99 * 10) / 10 }));
-  if (values.json) process.stdout.write(JSON.stringify({ bench: "ttfc", store, results, coldOverWarm: ratios, trace: traces, commandRoundTripMs: roundTrip }, null, 2) + "\n");
+  const r1 = (t: { name: string; median: number; p99: number; n: number }) => ({ ...t, median: Math.round(t.median * 10) / 10, p99: Math.round(t.p99 * 10) / 10 });
+  const roundTrip = trips.map(r1);
+  const podmanOut = podmanRows.map(r1);
+  const overPodman = podmanOut.length
+    ? {
+        cold: Math.round((podmanOut[0]!.median / results.find((r) => r.name.startsWith("cold sequential"))!.ttfcMedianMs) * 10) / 10,
+        warm: Math.round((podmanOut[0]!.median / results.find((r) => r.name.startsWith("warm sequential"))!.ttfcMedianMs) * 10) / 10,
+      }
+    : undefined;
+  if (values.json)
+    process.stdout.write(
+      JSON.stringify({ bench: "ttfc", store, results, coldOverWarm: ratios, trace: traces, commandRoundTripMs: roundTrip, ...(overPodman ? { podman: podmanOut, podmanOverSpace: overPodman } : {}) }, null, 2) + "\n",
+    );
   else {
     process.stdout.write(`TTFC: Sandbox.create → first commands.run('echo hi'), cold vs warm pool (same stack, store: ${store})\n`);
     for (const r of results) {
@@ -274,6 +327,11 @@ async function main() {
     for (const l of traces) process.stdout.write(`${l}\n`);
     process.stdout.write(`Command round trip: commands.run('true') on one sandbox\n`);
     for (const t of roundTrip) process.stdout.write(`  ${t.name.padEnd(24)} median ${t.median} ms  p99 ${t.p99} ms  (n ${t.n})\n`);
+    if (overPodman) {
+      process.stdout.write(`Podman, same rootfs (overlaid), --network none, same run\n`);
+      for (const t of podmanOut) process.stdout.write(`  ${t.name.padEnd(28)} median ${t.median} ms  p99 ${t.p99} ms  (n ${t.n})\n`);
+      process.stdout.write(`  podman run+exec over SPACE sequential TTFC median: cold ${overPodman.cold}x, warm ${overPodman.warm}x\n`);
+    }
   }
 }
 
