@@ -476,6 +476,8 @@ export class SandboxManager {
     const stopped: string[] = [];
     const reclaimed: string[] = [];
     const records = await this.records.list();
+    // Readiness FIFOs of boots a previous agent never finished (nothing boots during a reconcile).
+    await rm(join(this.o.nodeDir, "ready"), { recursive: true, force: true });
     const containers = new Map((await this.o.runtime.list(signal)).map((c) => [c.id, c]));
     const disks = new Set(await this.o.disks.listSandboxDisks());
     for (const r of records) {

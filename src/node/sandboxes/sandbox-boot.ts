@@ -203,7 +203,7 @@ export class SandboxBooter {
       const tail = await readFile(run.logPath, "utf8").then((x) => x.slice(-1500)).catch(() => "");
       throw new SpaceError("unavailable", `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`);
     };
-    const word = fifo ? await fifo.wait(Math.min(READY_EVENT_GRACE_MS, deadlineMs), signal) : undefined;
+    const word = fifo ? await fifo.wait(Math.min(READY_EVENT_GRACE_MS, deadlineMs), signal).catch(failed) : undefined;
     if (word === "ready") timings.envdEventMs = ms(tEnvd);
     else {
       // Every writer gone without the word: the init died, or it does not signal.
