@@ -136,13 +136,17 @@ export class SandboxTelemetry {
 
   /**
    * The sandbox is running here (created, started, restored): sampled and pulled shortly
-   * (FIRST_OBSERVE_DELAY_MS), then every tick. No I/O before it returns.
+   * (FIRST_OBSERVE_DELAY_MS), then every tick; one restored from another sandbox's
+   * checkpoint is pulled at once too (its cursor). No I/O before it returns.
    */
   arrived(o: Observed, inherited: boolean): void {
     this.#quiet.delete(o.id);
     const h = this.#history.get(o.id);
     if (h) delete h.endedAt;
     this.logs.arrived(o.id, inherited);
+    // Restored from another sandbox's checkpoint: its cursor starts at envd's head as of now,
+    // so the pull that sets it cannot wait (lines logged meanwhile would be skipped as the source's).
+    if (inherited) void this.logs.pull(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "envd log pull failed"));
     this.#cancelFirst(o.id);
     const t = setTimeout(() => {
       this.#firsts.delete(o.id);
