@@ -1,6 +1,7 @@
 // Node-level benchmark: create-to-envd-ready latency (median, p99 over N) with its breakdown
-// (disk snapshot, network slot, runtime start, envd ready), the same workload run by bare
-// `runc run` of the same rootfs in the same run (baseline), and idle sandbox memory.
+// (disk snapshot, network slot, bundle, runtime start, envd ready and by which path), the same
+// workload run by bare `runc run` of the same rootfs in the same run (baseline: envd's
+// readiness polled over HTTP, and by the readiness FIFO as the node does), and idle sandbox memory.
 //
 //   node --import tsx bench/node.ts [--n 50] [--stub-envd] [--slot-pool N]      (root; after scripts/setup.sh)
 //
@@ -18,6 +19,7 @@ import { createNodeAgent, REPO_DIR } from "../src/node/agent.ts";
 import { BUNDLE, ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "../src/node/sandboxes/envd-launch.ts";
 import { OciRuntime } from "../src/runtime/oci/oci-runtime.ts";
 import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-http-client.ts";
+import { READY_FD, ReadyFifo } from "../src/node/sandboxes/envd-ready.ts";
 import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork } from "../test/support/node-network-cleanup.ts";
 import { removeDataDir } from "../test/support/stack.ts";
 
@@ -79,13 +81,16 @@ try {
     await m.create(s, sig());
     await m.kill(s.sandboxId, sig());
   }
-  const parts: Record<string, number[]> = { totalMs: [], diskMs: [], slotMs: [], slotWaitMs: [], runtimeMs: [], envdMs: [], wallMs: [] };
+  const keys = ["totalMs", "diskMs", "slotMs", "slotWaitMs", "runtimeMs", "bundleMs", "runtimeStartMs", "envdMs"];
+  const parts: Record<string, number[]> = { wallMs: [], ...Object.fromEntries(keys.map((k) => [k, []])) };
+  const readiness = { event: 0, http: 0 };
   for (let i = 0; i < N; i++) {
     const s = spec();
     const t0 = performance.now();
     const st = await m.create(s, sig());
     parts.wallMs!.push(performance.now() - t0);
-    for (const k of ["totalMs", "diskMs", "slotMs", "slotWaitMs", "runtimeMs", "envdMs"]) parts[k]!.push(st.timings![k]!);
+    for (const k of keys) parts[k]!.push(st.timings![k] ?? NaN);
+    readiness[st.timings!.envdEventMs !== undefined ? "event" : "http"]++;
     await m.kill(s.sandboxId, sig());
   }
 
@@ -96,7 +101,7 @@ try {
   await exec("runc", ["spec", "--bundle", base]);
   const cfg = JSON.parse(await readFile(join(base, "config.json"), "utf8")) as {
     root: { path: string; readonly: boolean };
-    process: { args: string[]; terminal: boolean };
+    process: { args: string[]; terminal: boolean; env: string[] };
     mounts: unknown[];
     linux: { namespaces: { type: string }[] };
   };
@@ -112,26 +117,37 @@ try {
   await writeFile(join(base, "config.json"), JSON.stringify(cfg));
   const baseRunc: number[] = [];
   const baseReady: number[] = [];
+  // The same run with the readiness FIFO (envd's word instead of the /health poll), as the node boots.
+  const baseReadyEvent: number[] = [];
   // With a snapshot, every other baseline run starts envd from the ESM bundle instead: what
   // the snapshot saves, measured in the same run.
   const baseReadyBundle: number[] = [];
   const launches: EnvdLaunch[] = launch.kind === "snapshot" ? [launch, BUNDLE] : [launch];
   // The same adapter as the node (stdio on files, never pipes), on the plain bundle above.
   const bare = new OciRuntime({ kind: "runc", stateDir: join(stateDir, "baseline"), bundlesDir: join(dir, "baseline-bundles"), logger: createLogger("warn", "bench") });
-  for (let i = 0; i < (N + 3) * launches.length; i++) {
+  // Per round: each launch polled, then the node's launch by the FIFO.
+  const variants = [...launches.map((l) => ({ l, event: false })), { l: launch, event: true }];
+  for (let i = 0; i < (N + 3) * variants.length; i++) {
     const id = `baseline${i}`;
-    const l = launches[i % launches.length]!;
+    const { l, event } = variants[i % variants.length]!;
     const bdir = bare.bundleDir(id);
     await mkdir(bdir, { recursive: true });
-    await writeFile(join(bdir, "config.json"), JSON.stringify({ ...cfg, process: { ...cfg.process, args: l.argv(49999) } }));
+    const env = event ? [...cfg.process.env, `SPACE_ENVD_READY_FD=${READY_FD}`] : cfg.process.env;
+    await writeFile(join(bdir, "config.json"), JSON.stringify({ ...cfg, process: { ...cfg.process, args: l.argv(49999), env } }));
     await writeFile(join(bdir, "log-path"), join(dir, "baseline.log"));
+    const fifo = event ? await ReadyFifo.create(join(dir, "baseline-ready"), id, sig()) : undefined;
     const t0 = performance.now();
-    await bare.start(id, sig());
+    await bare.start(id, sig(), fifo ? { readyFifo: fifo.path } : {});
     const t1 = performance.now();
-    await waitEnvdHealthy("127.0.0.1", 49999, { deadlineMs: 15_000, signal: sig(), alive: async () => true });
+    if (fifo) {
+      const word = await fifo.wait(15_000, sig());
+      await fifo.close();
+      if (word !== "ready") throw new Error(`bare baseline: envd's readiness word did not come (${word})`);
+    } else await waitEnvdHealthy("127.0.0.1", 49999, { deadlineMs: 15_000, signal: sig(), alive: async () => true });
     const t2 = performance.now();
-    if (i >= 3 * launches.length) {
-      if (l === launch) {
+    if (i >= 3 * variants.length) {
+      if (event) baseReadyEvent.push(t2 - t0);
+      else if (l === launch) {
         baseRunc.push(t1 - t0);
         baseReady.push(t2 - t0);
       } else baseReadyBundle.push(t2 - t0);
@@ -165,16 +181,22 @@ try {
     // Disk and slot run in parallel from the start; the runtime starts once the disk and the
     // slot's netns exist, while the rest of the slot is set up: networkSlot is its full
     // setup time, networkSlotWait what of it was left after the runtime start.
+    // runtimeStart = bundle (identity files, template info, readiness FIFO, config.json) + runcRun.
     breakdownMs: {
       diskSnapshot: stats(parts.diskMs!),
       networkSlot: stats(parts.slotMs!),
       runtimeStart: stats(parts.runtimeMs!),
+      bundle: stats(parts.bundleMs!),
+      runcRun: stats(parts.runtimeStartMs!),
       networkSlotWait: stats(parts.slotWaitMs!),
       envdReady: stats(parts.envdMs!),
     },
+    // How envd's readiness was learnt: its word on the readiness FIFO, or the HTTP check.
+    envdReadiness: readiness,
     baselineBareRunc: {
       runcRunMs: stats(baseRunc),
       runcRunToEnvdReadyMs: stats(baseReady),
+      runcRunToEnvdReadyEventMs: stats(baseReadyEvent),
       ...(baseReadyBundle.length ? { runcRunToEnvdReadyFromBundleMs: stats(baseReadyBundle) } : {}),
     },
     idleSandboxMemoryMiB: { rss: stats(rss), cgroupUsageInclPageCache: stats(usage) },

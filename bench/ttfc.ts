@@ -4,7 +4,19 @@
  * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
  * waited full before each phase), and the cold/warm ratio.
  *
- *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--postgres] [--json]
+ *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--postgres] [--json]
+ *
+ * Then a per-phase trace of one cold and one warm create and their first command (SDK → API →
+ * store → node → envd → command): the SDK's times, and, when this bench started the stack, the
+ * node's own breakdown from its record of the sandbox (`<data dir>/node/sandboxes/<id>.json`);
+ * what the create took beyond the node is the API, the store, placement and the hops between.
+ * And the command round trip (`commands.run('true')`, `--commands` times on one sandbox) through
+ * the gateway and the node's proxy, beside its bare equivalent: the SDK straight to the
+ * sandbox's envd (no gateway, no proxy). The node's bare runc + envd baseline is `bench -- node`.
+ *
+ * `--podman N` (a stack this bench started, podman installed): N × `podman run -d` of the same
+ * rootfs (the node's `base` template, overlaid, `--network none`) + `podman exec … echo hi`, and
+ * N × `podman exec … true` in one container, beside SPACE's rows in the same run.
  *
  * `--rounds R`: each concurrent phase is R bursts of `concurrent` creates (the warm pool refilled
  * before each warm burst), summarised together: one burst's median swings with what else the node
@@ -17,8 +29,11 @@
  * otherwise starts the real stack (`space up` in a temp data dir). Sandboxes are killed
  * after each sample (not timed). A warm sample that missed the pool is counted (`cold`).
  */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
+import { exec } from "../src/core/exec.ts";
 import { freshDb, type TestDb } from "../test/support/db.ts";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
 
@@ -58,6 +73,8 @@ async function main() {
       concurrent: { type: "string", default: "20" },
       rounds: { type: "string", default: "1" },
       size: { type: "string", default: "50" },
+      commands: { type: "string", default: "50" },
+      podman: { type: "string", default: "0" },
       postgres: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
@@ -112,6 +129,82 @@ async function main() {
       await sb.kill().catch(() => {});
     }
   };
+  /** The node's record of a sandbox: its address and breakdown (only for a stack this bench started). */
+  const nodeRecord = async (id: string) => {
+    if (!stack) return undefined;
+    const text = await readFile(join(stack.dataDir, "node", "sandboxes", `${id}.json`), "utf8").catch(() => undefined);
+    return text === undefined ? undefined : (JSON.parse(text) as { address: string; envdPort: number; timings?: Record<string, number> });
+  };
+  /** One create and its first command, timed by phase; the sandbox is kept for the round trips. */
+  const trace = async () => {
+    const t0 = performance.now();
+    const sb = await Sandbox.create(opts);
+    const t1 = performance.now();
+    const r = await sb.commands.run("echo hi");
+    const t2 = performance.now();
+    if (r.stdout !== "hi\n") throw new Error(`unexpected stdout ${JSON.stringify(r.stdout)}`);
+    return { sb, createMs: t1 - t0, commandMs: t2 - t1, ttfcMs: t2 - t0, record: await nodeRecord(sb.sandboxId) };
+  };
+  type Trace = Awaited<ReturnType<typeof trace>>;
+  const f = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? "n/a" : `${Math.round(x * 10) / 10} ms`);
+  const traceLines = (name: string, t: Trace, adopted: boolean): string[] => {
+    const n = t.record?.timings;
+    const lines = [`  ${name}`, `    SDK Sandbox.create → 201              ${f(t.createMs)}`];
+    if (n && !adopted) {
+      const readiness = n.envdEventMs !== undefined ? "by envd's word" : "polled over HTTP";
+      lines.push(`      node create-to-ready               ${f(n.totalMs)}`);
+      lines.push(`        disk snapshot ${f(n.diskMs)} ∥ network slot ${f(n.slotMs)}; bundle ${f(n.bundleMs)}, runc run ${f(n.runtimeStartMs)}, slot wait ${f(n.slotWaitMs)}, envd ready ${f(n.envdMs)} (${readiness}), envd /init ${f(n.initMs)}`);
+      lines.push(`      API, store, placement, hops        ${f(t.createMs - n.totalMs!)} (create − node)`);
+    } else if (n) lines.push(`      a warm member adopted (its boot, ${f(n.totalMs)} on the node, happened before, off this path)`);
+    else lines.push(`      (node breakdown: only for a stack this bench started)`);
+    lines.push(`    first command (echo hi)               ${f(t.commandMs)}  SDK → gateway → node proxy → envd → bash -l`);
+    lines.push(`    TTFC                                  ${f(t.ttfcMs)}`);
+    return lines;
+  };
+  /** `n` × commands.run('true') on `sb`, in ms. */
+  const roundTrips = async (sb: Sandbox, n: number) => {
+    const out: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      await sb.commands.run("true");
+      out.push(performance.now() - t0);
+    }
+    return out.sort((a, b) => a - b);
+  };
+
+  /** podman of the same rootfs: `n` × run -d + exec (its TTFC), then `n` × exec `true` in one container. */
+  const podman = async (rootfs: string, n: number) => {
+    // Explicit limits: podman's defaults are above this machine's hard limits (crun: setrlimit EPERM).
+    const limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"];
+    const run = () =>
+      exec("podman", ["run", "-d", "--rm", "--network", "none", ...limits, "--rootfs", `${rootfs}:O`, "/bin/sleep", "infinity"], { timeoutMs: 120_000 }).then((r) => r.stdout.trim());
+    const rm = (id: string) => exec("podman", ["rm", "-f", "-t", "0", id], { timeoutMs: 120_000, allowFailure: true });
+    const ttfc: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      const id = await run();
+      await exec("podman", ["exec", id, "/bin/sh", "-c", "echo hi"], { timeoutMs: 60_000 });
+      ttfc.push(performance.now() - t0);
+      await rm(id);
+    }
+    const id = await run();
+    const trip: number[] = [];
+    try {
+      for (let i = 0; i < n; i++) {
+        const t0 = performance.now();
+        await exec("podman", ["exec", id, "true"], { timeoutMs: 60_000 });
+        trip.push(performance.now() - t0);
+      }
+    } finally {
+      await rm(id);
+    }
+    const row = (name: string, xs: number[]) => {
+      const sorted = [...xs].sort((a, b) => a - b);
+      return { name, median: percentile(sorted, 50), p99: percentile(sorted, 99), n: xs.length };
+    };
+    return [row("podman run -d + exec echo hi", ttfc), row("podman exec true", trip)];
+  };
+
   const sequential = async (n: number, track = false) => {
     const out: Sample[] = [];
     let failed = 0;
@@ -148,10 +241,29 @@ async function main() {
   const nConc = Number(values.concurrent);
   const rounds = Number(values.rounds);
   const size = Number(values.size);
+  const nCommands = Number(values.commands);
+  const nPodman = Number(values.podman);
+  const podmanRows: Array<{ name: string; median: number; p99: number; n: number }> = [];
   const results: Array<ReturnType<typeof summarize>> = [];
+  const traces: string[] = [];
+  const trips: Array<{ name: string; median: number; p99: number; n: number }> = [];
   try {
     await admin("DELETE", "/warm-pools/base");
     await one(); // warm-up (template cache, JIT), not counted
+    const cold = await trace();
+    try {
+      traces.push(...traceLines("cold (no pool)", cold, false));
+      const via = await roundTrips(cold.sb, nCommands);
+      trips.push({ name: "through the gateway", median: percentile(via, 50), p99: percentile(via, 99), n: via.length });
+      if (cold.record) {
+        // The bare equivalent: the SDK straight to envd at the sandbox's address (the node's network).
+        const direct = await Sandbox.connect(cold.sb.sandboxId, { ...opts, sandboxUrl: `http://${cold.record.address}:${cold.record.envdPort}` });
+        const d = await roundTrips(direct, nCommands);
+        trips.push({ name: "straight to envd (bare)", median: percentile(d, 50), p99: percentile(d, 99), n: d.length });
+      }
+    } finally {
+      await cold.sb.kill().catch(() => {});
+    }
     const cs = await sequential(nSeq);
     results.push(summarize(`cold sequential x${nSeq}`, cs.out, cs.wallMs, cs.failed));
     const cc = await concurrent(nConc, rounds);
@@ -160,6 +272,11 @@ async function main() {
     await admin("PUT", "/warm-pools/base", { size });
     await waitFor(async () => (await ready()) >= Math.min(size, nSeq), `warm pool of ${size} full`, 15 * 60_000, 500);
     await one(); // warm-up of the adoption path
+    await waitFor(async () => (await ready()) >= Math.min(size, nSeq), `warm pool of ${size} full`, 15 * 60_000, 500);
+    const aTrace = await adoptions();
+    const warm = await trace();
+    await warm.sb.kill().catch(() => {});
+    traces.push(...traceLines(`warm (pool of ${size})`, warm, (await adoptions()) > aTrace));
     await waitFor(async () => (await ready()) >= Math.min(size, nSeq), `warm pool of ${size} full`, 15 * 60_000, 500);
     let a0 = await adoptions();
     const ws = await sequential(nSeq, true);
@@ -172,6 +289,7 @@ async function main() {
     );
     results.push(summarize(`warm concurrent x${nConc}${rounds > 1 ? ` x${rounds} rounds` : ""}`, wc.out, wc.wallMs, wc.failed, { adopted: (await adoptions()) - a0 }));
     await admin("DELETE", "/warm-pools/base");
+    if (nPodman > 0 && stack) podmanRows.push(...(await podman(join(stack.dataDir, "node", "cache", "templates", "base"), nPodman)));
   } finally {
     await stack?.stop();
     await pg?.drop();
@@ -183,7 +301,19 @@ async function main() {
   };
   const ratios = { sequentialMedian: ratio("cold sequential", "warm sequential"), concurrentMedian: ratio("cold concurrent", "warm concurrent") };
   const store = stack ? (pg ? "postgres" : "pglite") : "external stack";
-  if (values.json) process.stdout.write(JSON.stringify({ bench: "ttfc", store, results, coldOverWarm: ratios }, null, 2) + "\n");
+  const r1 = (t: { name: string; median: number; p99: number; n: number }) => ({ ...t, median: Math.round(t.median * 10) / 10, p99: Math.round(t.p99 * 10) / 10 });
+  const roundTrip = trips.map(r1);
+  const podmanOut = podmanRows.map(r1);
+  const overPodman = podmanOut.length
+    ? {
+        cold: Math.round((podmanOut[0]!.median / results.find((r) => r.name.startsWith("cold sequential"))!.ttfcMedianMs) * 10) / 10,
+        warm: Math.round((podmanOut[0]!.median / results.find((r) => r.name.startsWith("warm sequential"))!.ttfcMedianMs) * 10) / 10,
+      }
+    : undefined;
+  if (values.json)
+    process.stdout.write(
+      JSON.stringify({ bench: "ttfc", store, results, coldOverWarm: ratios, trace: traces, commandRoundTripMs: roundTrip, ...(overPodman ? { podman: podmanOut, podmanOverSpace: overPodman } : {}) }, null, 2) + "\n",
+    );
   else {
     process.stdout.write(`TTFC: Sandbox.create → first commands.run('echo hi'), cold vs warm pool (same stack, store: ${store})\n`);
     for (const r of results) {
@@ -193,6 +323,15 @@ async function main() {
       );
     }
     process.stdout.write(`  cold/warm median: sequential ${ratios.sequentialMedian}x, concurrent ${ratios.concurrentMedian}x\n`);
+    process.stdout.write(`Trace: one create and its first command, by phase (SDK → API → store → node → envd → command)\n`);
+    for (const l of traces) process.stdout.write(`${l}\n`);
+    process.stdout.write(`Command round trip: commands.run('true') on one sandbox\n`);
+    for (const t of roundTrip) process.stdout.write(`  ${t.name.padEnd(24)} median ${t.median} ms  p99 ${t.p99} ms  (n ${t.n})\n`);
+    if (overPodman) {
+      process.stdout.write(`Podman, same rootfs (overlaid), --network none, same run\n`);
+      for (const t of podmanOut) process.stdout.write(`  ${t.name.padEnd(28)} median ${t.median} ms  p99 ${t.p99} ms  (n ${t.n})\n`);
+      process.stdout.write(`  podman run+exec over SPACE sequential TTFC median: cold ${overPodman.cold}x, warm ${overPodman.warm}x\n`);
+    }
   }
 }
 

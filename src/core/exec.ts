@@ -24,6 +24,11 @@ export interface ExecOptions {
    * for commands that hand their stdio to something outliving them (`runc run -d`).
    */
   stdioPaths?: [string, string, string];
+  /**
+   * FIFOs the caller already holds open for reading: the command gets their write ends as
+   * fds 3, 4, … (opened non-blocking; `runc run --preserve-fds` hands them to the init).
+   */
+  passFdPaths?: string[];
 }
 
 export interface ExecResult {
@@ -66,6 +71,7 @@ export async function exec(cmd: string, args: readonly string[], opts: ExecOptio
       maxStdoutBytes: opts.maxStdoutBytes ?? 16 * 1024 * 1024,
       ...(isBackground() ? { nice: BACKGROUND_NICE } : {}),
       ...(opts.stdioPaths ? { stdioPaths: opts.stdioPaths } : {}),
+      ...(opts.passFdPaths?.length ? { passFdPaths: opts.passFdPaths } : {}),
     },
     opts.signal,
   );

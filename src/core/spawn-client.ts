@@ -21,6 +21,8 @@ export interface SpawnRequest {
   nice?: number;
   /** stdin, stdout, stderr as files (stdin read, the others appended) instead of pipes. */
   stdioPaths?: [string, string, string];
+  /** FIFOs (open for reading by the caller) whose write ends the command gets as fds 3, 4, … */
+  passFdPaths?: string[];
 }
 
 export type SpawnReply =

@@ -8,14 +8,14 @@
  * started by bare `node` (no TypeScript loader, which would double its memory).
  *
  * Protocol, one JSON object per line. In: `{id, cmd, args, cwd?, env, input?, inputBase64?,
- * timeoutMs, maxStdoutBytes, nice?, stdioPaths?}` or `{kill: id}`. Out: `{id, exitCode,
+ * timeoutMs, maxStdoutBytes, nice?, stdioPaths?, passFdPaths?}` or `{kill: id}`. Out: `{id, exitCode,
  * signal, timedOut, durationMs, stdout, stderr}` or `{id, error}` (the command did not start).
  * Stdin closing (the caller exited) ends this process; running commands are left to finish.
  * The caller starts it in its own process group, so a Ctrl-C to the caller's group does not
  * reach it (nor the commands it runs) while the caller shuts down: only the pipe ends it.
  */
 import { spawn } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, constants, openSync } from "node:fs";
 import { createInterface } from "node:readline";
 
 /** @type {Map<number, () => void>} */
@@ -41,7 +41,8 @@ createInterface({ input: process.stdin, crlfDelay: Infinity })
 
 /**
  * @param {{ id: number, cmd: string, args: string[], cwd?: string, env: Record<string, string>, input?: string,
- *   inputBase64?: boolean, timeoutMs: number, maxStdoutBytes: number, nice?: number, stdioPaths?: [string, string, string] }} req
+ *   inputBase64?: boolean, timeoutMs: number, maxStdoutBytes: number, nice?: number, stdioPaths?: [string, string, string],
+ *   passFdPaths?: string[] }} req
  */
 function start(req) {
   const started = performance.now();
@@ -49,8 +50,13 @@ function start(req) {
   const fds = [];
   let child;
   try {
-    /** @type {import("node:child_process").StdioOptions} */
-    const stdio = req.stdioPaths ? req.stdioPaths.map((p, i) => (fds[fds.push(openSync(p, i === 0 ? "r" : "a")) - 1])) : ["pipe", "pipe", "pipe"];
+    /** Opened for the child, closed here once it has its copies. @param {number} fd */
+    const keep = (fd) => (fds.push(fd), fd);
+    /** @type {Array<"pipe" | number>} */
+    const stdio = req.stdioPaths ? req.stdioPaths.map((p, i) => keep(openSync(p, i === 0 ? "r" : "a"))) : ["pipe", "pipe", "pipe"];
+    // fds 3.. of the command: write ends of FIFOs the caller reads. Non-blocking and never
+    // created: a FIFO nobody reads fails here (ENXIO) instead of stalling this process.
+    for (const p of req.passFdPaths ?? []) stdio.push(keep(openSync(p, constants.O_WRONLY | constants.O_NONBLOCK)));
     // Niceness is per thread: renicing the pid after spawn raced the command's own threads
     // and children (runc forks the container's init from another thread), so start it niced.
     child = req.nice

@@ -21,6 +21,8 @@ export interface EnvdConfig {
   envVars: Record<string, string>;
   /** Bound of envd's log ring (log-ring.ts); the node passes SPACE_SANDBOX_LOG_ENTRIES. */
   logEntries: number;
+  /** The fd of the node's readiness FIFO (SPACE_ENVD_READY_FD, ready-signal.ts); undefined = none. */
+  readyFd: number | undefined;
 }
 
 export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig {
@@ -52,5 +54,12 @@ export function parseConfig(argv: string[], env: NodeJS.ProcessEnv): EnvdConfig 
     accessToken,
     envVars,
     logEntries: Number.isInteger(logEntries) && logEntries > 0 ? logEntries : DEFAULT_LOG_ENTRIES,
+    readyFd: readyFdOf(env.SPACE_ENVD_READY_FD),
   };
+}
+
+/** Only fds above stdio: 0-2 are never the node's FIFO. */
+function readyFdOf(v: string | undefined): number | undefined {
+  const fd = Number(v);
+  return v && Number.isInteger(fd) && fd > 2 ? fd : undefined;
 }

@@ -24,6 +24,7 @@ import "./filesystem/filesystem-service.ts";
 import "./http/files.ts";
 import "./http/system.ts";
 import "./reaper.ts";
+import "./ready-signal.ts";
 
 /** The blob's directory from `--snapshot-blob <path>` (the bundle's directory), absolute. */
 function blobDir(execArgv: string[]): string {

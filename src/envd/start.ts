@@ -16,6 +16,7 @@ import { startReaper } from "./reaper.ts";
 import { EnvdLogRing } from "./log-ring.ts";
 import type { LogLevel } from "../contract/sandbox-logs.ts";
 import { loadPrivileges } from "./privileges.ts";
+import { signalReady } from "./ready-signal.ts";
 
 /**
  * `argv`: envd's own flags. `dir`: where the native addons live (reaper.node,
@@ -48,7 +49,9 @@ export function startEnvd(argv: string[], dir: string): void {
   server.listen(cfg.port, cfg.host, () => {
     const addr = server.address();
     const port = typeof addr === "object" && addr ? addr.port : cfg.port;
-    log("listening", { version: ENVD_VERSION, host: cfg.host, port, pid: process.pid });
+    // The node waits on this: first, before anything else.
+    const signalled = signalReady(cfg.readyFd);
+    log("listening", { version: ENVD_VERSION, host: cfg.host, port, pid: process.pid, readySignalled: signalled });
   });
   // As PID 1 (or when asked), reap orphans that libuv does not wait for.
   if (process.pid === 1 || process.env.SPACE_ENVD_REAPER === "1") {

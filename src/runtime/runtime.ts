@@ -28,6 +28,15 @@ export interface RunSpec {
   logPath: string;
 }
 
+export interface StartOptions {
+  /**
+   * Host path of a FIFO the node holds open for reading: the init gets its write end, and
+   * nothing else, as fd 3 (envd writes "ready" there once it listens and closes it;
+   * node/sandboxes/envd-ready.ts). Absent: the init gets no fd 3.
+   */
+  readyFifo?: string;
+}
+
 export type RuntimeStatus = "creating" | "created" | "running" | "paused" | "stopped";
 
 export interface RuntimeState {
@@ -44,7 +53,7 @@ export interface Runtime {
   /** Writes whatever the runtime needs to start `spec` (OCI bundle); returns the bundle dir. */
   prepare(spec: RunSpec, signal: AbortSignal): Promise<string>;
   /** Starts the prepared sandbox detached; resolves once its init runs. */
-  start(id: string, signal: AbortSignal): Promise<void>;
+  start(id: string, signal: AbortSignal, opts?: StartOptions): Promise<void>;
   /** Freezes every process (cgroup freezer). */
   pause(id: string, signal: AbortSignal): Promise<void>;
   resume(id: string, signal: AbortSignal): Promise<void>;

@@ -8,6 +8,7 @@ import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { inCidr } from "../../src/core/cidr.ts";
+import { httpStatusOf } from "../../src/node/sandboxes/envd-http-client.ts";
 import { isRoot, sh, spec, startTestNode, type TestNode } from "./helpers.ts";
 
 const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
@@ -51,10 +52,25 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     // A slot address of this node's range (the harness picks a range no host route overlaps).
     assert.ok(inCidr(st.address, node.agent.slots!.range.cidr) && st.address !== node.agent.slots!.range.gateway, st.address);
     for (const k of ["diskMs", "slotMs", "runtimeMs", "envdMs", "totalMs"]) assert.equal(typeof st.timings[k], "number", k);
+    // Readiness came by envd's word on the readiness FIFO, not by polling /health.
+    assert.equal(typeof st.timings.envdEventMs, "number", JSON.stringify(st.timings));
+    assert.equal(st.timings.envdPollMs, undefined, JSON.stringify(st.timings));
     // idempotent on the same execution
     assert.equal((await call("POST", "/v1/sandboxes", s)).statusCode, 201);
     const list = (await call("GET", "/v1/sandboxes")).json();
     assert.deepEqual(list.sandboxes.map((x: { sandboxId: string }) => x.sandboxId), [s.sandboxId]);
+  });
+
+  it("checks readiness over HTTP when the init closes the readiness fd without a word", async () => {
+    const silent = spec({ envVars: { STUB_ENVD_SILENT: "1" } });
+    const r = await call("POST", "/v1/sandboxes", silent);
+    assert.equal(r.statusCode, 201, r.body);
+    const st = r.json();
+    assert.equal(st.state, "running");
+    assert.equal(typeof st.timings.envdPollMs, "number", JSON.stringify(st.timings));
+    assert.equal(st.timings.envdEventMs, undefined, JSON.stringify(st.timings));
+    assert.equal(await httpStatusOf(st.address, 49983, "/health", { timeoutMs: 2000 }), 204);
+    assert.equal((await call("DELETE", `/v1/sandboxes/${silent.sandboxId}`)).statusCode, 204);
   });
 
   it("publishes an inventory per contract", async () => {

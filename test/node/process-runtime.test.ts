@@ -27,13 +27,17 @@ describe("process runtime", { timeout: 120_000 }, () => {
     assert.equal(st.state, "running");
     assert.equal(st.address, "127.0.0.1");
     assert.notEqual(m.target(s.sandboxId, ENVD_PORT).port, ENVD_PORT, "envd on a port of its own");
+    // The process runtime passes the readiness FIFO too: ready by envd's word, no /health poll.
+    assert.equal(typeof st.timings?.envdEventMs, "number", JSON.stringify(st.timings));
     assert.ok(existsSync(disk));
     assert.deepEqual(await m.networkRecord(s.sandboxId, sig()), { observed: [], denied: [] });
     await m.setEgress(s.sandboxId, false, sig());
     assert.equal((await m.metrics(s.sandboxId, sig())).diskUsed, 0);
     await m.stop(s.sandboxId, sig());
     assert.ok(existsSync(disk), "a stopped sandbox keeps its disk");
-    assert.equal((await m.start(s.sandboxId, sig())).state, "running");
+    const again = await m.start(s.sandboxId, sig());
+    assert.equal(again.state, "running");
+    assert.equal(typeof again.timings?.envdEventMs, "number", `a start boots afresh, ready by envd's word too: ${JSON.stringify(again.timings)}`);
     await m.kill(s.sandboxId, sig());
     assert.ok(!existsSync(disk));
   });

@@ -20,9 +20,22 @@ export interface LocalSandboxRecord {
 
 export class LocalSandboxRecords {
   private readonly dir: string;
+  /** The dir, made once (again after a failure): a save is on the create's path, twice. */
+  private made: Promise<void> | undefined;
 
   constructor(dir: string) {
     this.dir = dir;
+  }
+
+  private makeDir(): Promise<void> {
+    this.made ??= mkdir(this.dir, { recursive: true }).then(
+      () => undefined,
+      (e: unknown) => {
+        this.made = undefined;
+        throw e;
+      },
+    );
+    return this.made;
   }
 
   private path(id: string): string {
@@ -30,7 +43,7 @@ export class LocalSandboxRecords {
   }
 
   async save(s: LocalSandboxRecord): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
+    await this.makeDir();
     const r: LocalSandboxRecord = { spec: s.spec, state: s.state, address: s.address, envdPort: s.envdPort, startedAt: s.startedAt, ...(s.timings ? { timings: s.timings } : {}) };
     await writeFile(this.path(s.spec.sandboxId), JSON.stringify(r), { mode: 0o600 });
   }

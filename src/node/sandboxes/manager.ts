@@ -58,7 +58,7 @@ export class SandboxManager {
     this.records = new LocalSandboxRecords(join(o.nodeDir, "sandboxes"));
     this.logsDir = join(o.nodeDir, "logs");
     const telemetry = { ...DEFAULT_TELEMETRY, ...o.telemetry };
-    this.booter = new SandboxBooter(o, this.logsDir, telemetry.logEntries);
+    this.booter = new SandboxBooter(o, { logs: this.logsDir, ready: join(o.nodeDir, "ready") }, telemetry.logEntries);
     this.events.setMaxListeners(0);
     this.telemetry = new SandboxTelemetry({
       dir: join(o.nodeDir, "sandbox-logs"),
@@ -181,6 +181,9 @@ export class SandboxManager {
         await this.records.save(s);
         stack.defer("record", () => this.records.remove(id));
         const timings: Record<string, number> = {};
+        // The readiness FIFO (an exec) is made beside the disk and the slot, off the path.
+        const ready = via?.start ? undefined : this.booter.readyFifo(id, signal);
+        stack.defer("ready", async () => (await ready)?.close());
         // Disk and slot are independent: set them up in parallel. The container starts as
         // soon as the slot's netns exists; the rest of the slot is set up meanwhile.
         const tDisk = performance.now();
@@ -205,7 +208,7 @@ export class SandboxManager {
         if (disk.status === "rejected") throw disk.reason;
         if (slot.status === "rejected") throw slot.reason;
         stack.defer("runtime", () => this.o.runtime.delete(id, AbortSignal.timeout(60_000)));
-        await this.booter.boot(s, { rootfs: disk.value.root, ...slot.value, via }, timings, signal);
+        await this.booter.boot(s, { rootfs: disk.value.root, ...slot.value, via, ...(ready ? { ready } : {}) }, timings, signal);
         await disk.value.limited; // the qgroup limit, overlapped with the boot
         timings.totalMs = ms(t0);
         s.timings = timings;
@@ -213,7 +216,7 @@ export class SandboxManager {
         await this.records.save(s);
       });
       stack.move(); // success: the sandbox owns its disk, slot and container now
-      await this.telemetry.arrived(observedOf(s), via?.sourceSandboxId !== undefined && via.sourceSandboxId !== id);
+      this.telemetry.arrived(observedOf(s), via?.sourceSandboxId !== undefined && via.sourceSandboxId !== id);
       this.o.logger.info({ sandboxId: id, timings: s.timings }, "sandbox running");
       return this.toStatus(s);
     } catch (e) {
@@ -353,7 +356,7 @@ export class SandboxManager {
         s.state = "running";
         await this.records.save(s);
         stack.move();
-        await this.telemetry.arrived(observedOf(s), false);
+        this.telemetry.arrived(observedOf(s), false);
         return this.toStatus(s);
       } catch (e) {
         await stack.run().catch(() => undefined);
@@ -473,6 +476,8 @@ export class SandboxManager {
     const stopped: string[] = [];
     const reclaimed: string[] = [];
     const records = await this.records.list();
+    // Readiness FIFOs of boots a previous agent never finished (nothing boots during a reconcile).
+    await rm(join(this.o.nodeDir, "ready"), { recursive: true, force: true });
     const containers = new Map((await this.o.runtime.list(signal)).map((c) => [c.id, c]));
     const disks = new Set(await this.o.disks.listSandboxDisks());
     for (const r of records) {

@@ -1,8 +1,13 @@
 /**
  * Boots a sandbox whose disk and network are in place: the runtime bundle (envd as init,
  * the template's env, the sandbox's resources), the runtime start (or a restore from a
- * memory checkpoint), envd's health, envd's /init, then the template's start command and
- * its ready check. Each phase's time lands in the sandbox's timings.
+ * memory checkpoint), envd's readiness, envd's /init, then the template's start command
+ * and its ready check. Each phase's time lands in the sandbox's timings.
+ *
+ * Readiness: a fresh boot waits for envd's word on the readiness FIFO (envd-ready.ts;
+ * `envdEventMs` in the timings); a restore from memory, a boot whose FIFO could not be
+ * made and an init that closed it without the word are checked over HTTP instead
+ * (`envdPollMs`). `envdMs` is the phase either way.
  */
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -13,6 +18,7 @@ import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-http-client.ts";
+import { READY_FD, ReadyFifo } from "./envd-ready.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
 import type { RootfsTrust } from "../templates/ca-trust.ts";
 import type { NetworkAttachments } from "./network-attachments.ts";
@@ -27,6 +33,9 @@ export interface RestoreVia {
   /** The sandbox the checkpoint was taken of (another one for forks and template captures). */
   sourceSandboxId?: string;
 }
+
+/** An init that holds the readiness fd this long without a word is checked over HTTP instead. */
+const READY_EVENT_GRACE_MS = 2000;
 
 /** cgroup v1 cpu.shares: the kernel default, and a background sandbox's (1/8: it still boots on a busy node, envd must answer within its ready timeout). */
 export const DEFAULT_CPU_SHARES = 1024;
@@ -69,30 +78,76 @@ export interface BootPlace {
   /** Settles once the network is fully set up. */
   configured: Promise<void>;
   via?: RestoreVia;
+  /** The readiness FIFO, when the caller began making it earlier (`readyFifo`); else boot makes it. */
+  ready?: Promise<ReadyFifo | undefined>;
 }
 
 export class SandboxBooter {
   private readonly o: SandboxBootOptions;
   /** Where the init's output goes (unless discarded). */
   private readonly logsDir: string;
+  /** Where the readiness FIFOs are made (the node's, never a sandbox's filesystem). */
+  private readonly readyDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
+  /** The logs dir, made once (again after a failure). */
+  #logsMade: Promise<void> | undefined;
   /** The bound of envd's log ring (src/envd/log-ring.ts). */
   private readonly envdLogEntries: number;
 
   /** `o` is read at each boot (the manager's own options, shared). */
-  constructor(o: SandboxBootOptions, logsDir: string, envdLogEntries: number) {
+  constructor(o: SandboxBootOptions, dirs: { logs: string; ready: string }, envdLogEntries: number) {
     this.o = o;
-    this.logsDir = logsDir;
+    this.logsDir = dirs.logs;
+    this.readyDir = dirs.ready;
     this.envdLogEntries = envdLogEntries;
   }
 
-  /** Bundle, runtime start, envd health, envd init, template start command. */
-  async boot(s: BootTarget, { rootfs, netnsPath, configured: slotConfigured, via }: BootPlace, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
+  #logsDir(): Promise<void> {
+    this.#logsMade ??= mkdir(this.logsDir, { recursive: true }).then(
+      () => undefined,
+      (e: unknown) => {
+        this.#logsMade = undefined;
+        throw e;
+      },
+    );
+    return this.#logsMade;
+  }
+
+  /**
+   * The readiness FIFO of a fresh boot of `id` (an exec: callers start it beside other work);
+   * undefined when it cannot be made (readiness is then checked over HTTP). Never rejects.
+   */
+  readyFifo(id: string, signal: AbortSignal): Promise<ReadyFifo | undefined> {
+    return ReadyFifo.create(this.readyDir, id, signal).catch((e: unknown) => {
+      this.o.logger.warn({ sandboxId: id, err: e }, "no readiness FIFO: envd's readiness is checked over HTTP");
+      return undefined;
+    });
+  }
+
+  /** Bundle, runtime start, envd readiness, envd init, template start command. */
+  async boot(s: BootTarget, place: BootPlace, timings: Record<string, number>, signal: AbortSignal): Promise<void> {
+    // A restore from memory brings envd back listening: there is nobody to signal.
+    const fifo = place.via?.start ? undefined : (place.ready ?? this.readyFifo(s.spec.sandboxId, signal));
+    try {
+      await this.#boot(s, place, fifo, timings, signal);
+    } finally {
+      await (await fifo)?.close();
+    }
+  }
+
+  async #boot(
+    s: BootTarget,
+    { rootfs, netnsPath, configured: slotConfigured, via }: BootPlace,
+    fifoP: Promise<ReadyFifo | undefined> | undefined,
+    timings: Record<string, number>,
+    signal: AbortSignal,
+  ): Promise<void> {
     const id = s.spec.sandboxId;
     const t = performance.now();
-    await this.o.network.writeIdentity(id, s.address, rootfs);
+    // The identity files and the bundle are independent: written at the same time.
+    const identity = this.o.network.writeIdentity(id, s.address, rootfs);
+    identity.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
     if (this.o.trust && !via?.start) await this.o.trust.apply(rootfs);
-    await mkdir(this.logsDir, { recursive: true });
     // A restore from memory brings envd's state and the processes back: nothing to apply.
     const tb: TemplateBoot = via?.start ? { env: {} } : templateBoot(await this.o.disks.templateInfo(s.spec.template));
     const templateEnv = Object.fromEntries(Object.entries(tb.env).filter(([k]) => !k.startsWith("SPACE_ENVD_")));
@@ -110,6 +165,9 @@ export class SandboxBooter {
       ...(tb.user ? { SPACE_ENVD_DEFAULT_USER: tb.user } : {}),
       SPACE_ENVD_LOG_ENTRIES: String(this.envdLogEntries),
     };
+    // Made meanwhile (an exec); envd is told its fd only when there is one.
+    const fifo = await fifoP;
+    if (fifo) env.SPACE_ENVD_READY_FD = String(READY_FD);
     this.launch ??= envdLaunch(this.o.envdDir, this.o.nodeBinary, this.o.logger);
     const args = (await this.launch).argv(s.envdPort);
     const run: RunSpec = {
@@ -124,42 +182,70 @@ export class SandboxBooter {
         { source: this.o.envdDir, destination: ENVD_MOUNT, readonly: true },
       ],
       ...(netnsPath ? { netnsPath } : {}),
-      resources: { vcpu: s.spec.vcpu, memoryMib: s.spec.memoryMib, pidsLimit: this.o.pidsLimit ?? 1024, ...(s.spec.background ? { cpuShares: BACKGROUND_CPU_SHARES } : {}) },
+      resources: {
+        vcpu: s.spec.vcpu,
+        memoryMib: s.spec.memoryMib,
+        pidsLimit: this.o.pidsLimit ?? 1024,
+        ...(s.spec.background ? { cpuShares: BACKGROUND_CPU_SHARES } : {}),
+      },
       logPath: this.o.discardInitOutput ? "/dev/null" : join(this.logsDir, `${id}.log`),
     };
-    await this.o.runtime.prepare(run, signal);
+    await Promise.all([identity, this.#logsDir(), this.o.runtime.prepare(run, signal)]);
+    // runtimeMs = bundleMs (identity files, template info, FIFO, bundle) + the start itself.
+    timings.bundleMs = ms(t);
+    const tRun = performance.now();
     if (via?.start) {
       // A memory checkpoint comes back with its sockets: its addresses must be in place.
       // (Measured: restoring while the slot or the disk quota is still being set up won under
       // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
       await slotConfigured;
       await inChildSpan("runtime restore", "runtime", { "space.sandbox.id": id }, () => via.start!(id, signal));
-    } else await inChildSpan("runtime start", "runtime", { "space.sandbox.id": id, "space.runtime": this.o.runtime.kind }, () => this.o.runtime.start(id, signal));
+    } else
+      await inChildSpan("runtime start", "runtime", { "space.sandbox.id": id, "space.runtime": this.o.runtime.kind }, () =>
+        this.o.runtime.start(id, signal, fifo ? { readyFifo: fifo.path } : {}),
+      );
+    timings.runtimeStartMs = ms(tRun);
     timings.runtimeMs = ms(t);
     // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
     const tSlot = performance.now();
     await slotConfigured;
     timings.slotWaitMs = ms(tSlot);
     const tEnvd = performance.now();
-    await inChildSpan("node envd ready", "node", { "space.sandbox.id": id }, () => waitEnvdHealthy(s.address, s.envdPort, {
-      deadlineMs: this.o.envdReadyTimeoutMs ?? 15_000,
-      signal,
-      alive: async () => {
-        const st = await this.o.runtime.state(id, signal);
-        return st?.status === "running";
-      },
-    }).catch(async (e: unknown) => {
-      const tail = await readFile(run.logPath, "utf8").then((x) => x.slice(-1500)).catch(() => "");
-      throw new SpaceError("unavailable", `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`);
-    }));
+    await inChildSpan("node envd ready", "node", { "space.sandbox.id": id }, async () => {
+      const deadlineMs = this.o.envdReadyTimeoutMs ?? 15_000;
+      const alive = async () => (await this.o.runtime.state(id, signal))?.status === "running";
+      const failed = async (e: unknown): Promise<never> => {
+        const tail = await readFile(run.logPath, "utf8")
+          .then((x) => x.slice(-1500))
+          .catch(() => "");
+        throw new SpaceError(
+          "unavailable",
+          `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`,
+        );
+      };
+      const word = fifo ? await fifo.wait(Math.min(READY_EVENT_GRACE_MS, deadlineMs), signal).catch(failed) : undefined;
+      if (word === "ready") timings.envdEventMs = ms(tEnvd);
+      else {
+        // Every writer gone without the word: the init died, or it does not signal.
+        if (word === "closed" && !(await alive())) await failed(new Error("the sandbox's init exited before envd was ready"));
+        const left = Math.max(1, deadlineMs - (performance.now() - tEnvd));
+        await waitEnvdHealthy(s.address, s.envdPort, { deadlineMs: left, signal, alive }).catch(failed);
+        timings.envdPollMs = ms(tEnvd);
+      }
+    });
     timings.envdMs = ms(tEnvd);
     if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
+      const tInit = performance.now();
       await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
+      timings.initMs = ms(tInit);
     }
     if (tb.startCmd) {
       const tStart = performance.now();
       await startTemplateCommand(s.address, s.envdPort, s.spec.accessToken, tb.startCmd, signal).catch((e: unknown) => {
-        throw new SpaceError("failed_precondition", `the template's start command could not be started: ${e instanceof Error ? e.message : String(e)}`);
+        throw new SpaceError(
+          "failed_precondition",
+          `the template's start command could not be started: ${e instanceof Error ? e.message : String(e)}`,
+        );
       });
       if (tb.readyCmd) {
         await waitTemplateReady(s.address, s.envdPort, s.spec.accessToken, tb.readyCmd, {
@@ -185,7 +271,8 @@ export class SandboxBooter {
       body: JSON.stringify({ ...body, timestamp: new Date().toISOString() }),
       headers: { "content-type": "application/json", ...(s.spec.accessToken ? { "x-access-token": s.spec.accessToken } : {}) },
     });
-    if (status >= 300 && status !== 404) throw new SpaceError("unavailable", `envd /init of ${s.spec.sandboxId} answered ${status}`);
+    if (status >= 300 && status !== 404)
+      throw new SpaceError("unavailable", `envd /init of ${s.spec.sandboxId} answered ${status}`);
   }
 }
 

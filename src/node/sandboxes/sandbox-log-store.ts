@@ -53,6 +53,8 @@ export class SandboxLogStore {
   readonly #o: SandboxLogStoreOptions;
   readonly #rings = new Map<string, Ring>();
   readonly #pulls = new Map<string, Promise<void>>();
+  /** Arrivals of sandboxes whose ring is not loaded yet (value: inherited), applied when it loads. */
+  readonly #arrivals = new Map<string, boolean>();
   readonly #now: () => number;
 
   constructor(o: SandboxLogStoreOptions) {
@@ -79,6 +81,11 @@ export class SandboxLogStore {
     }
     r = this.#rings.get(id) ?? loaded;
     this.#rings.set(id, r);
+    const inherited = this.#arrivals.get(id);
+    if (inherited !== undefined) {
+      this.#arrivals.delete(id);
+      arrive(r, inherited);
+    }
     return r;
   }
 
@@ -89,11 +96,14 @@ export class SandboxLogStore {
     await rename(tmp, this.#path(id));
   }
 
-  /** The sandbox is (again) on this node; `inherited`: restored from another sandbox's checkpoint. */
-  async arrived(id: string, inherited: boolean): Promise<void> {
-    const r = await this.#ring(id);
-    delete r.endedAt;
-    if (inherited) r.skipInherited = true;
+  /**
+   * The sandbox is (again) on this node; `inherited`: restored from another sandbox's
+   * checkpoint. No I/O (it is on the create path): a ring not loaded yet gets it when it loads.
+   */
+  arrived(id: string, inherited: boolean): void {
+    const r = this.#rings.get(id);
+    if (r) arrive(r, inherited);
+    else this.#arrivals.set(id, inherited || this.#arrivals.get(id) === true);
   }
 
   /** The sandbox left the node: its logs are kept `retentionMs` from now. */
@@ -164,6 +174,11 @@ export class SandboxLogStore {
       if (st && now - st.mtimeMs > this.#o.retentionMs) await rm(join(this.#o.dir, f), { force: true });
     }
   }
+}
+
+function arrive(r: Ring, inherited: boolean): void {
+  delete r.endedAt;
+  if (inherited) r.skipInherited = true;
 }
 
 /** Characters one kept entry may hold (message, field names and values): a sandbox's copy stays under ~8 MiB at 1000 entries. */

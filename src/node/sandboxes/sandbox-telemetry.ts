@@ -57,6 +57,12 @@ interface History {
 }
 
 const PULL_TIMEOUT_MS = 2000;
+/**
+ * A sandbox's first sample and pull come this long after it arrived, not at once: then
+ * they neither compete with its first requests (the create's answer, the first command)
+ * nor land on a sandbox already gone (a sample of one ended reads nothing).
+ */
+const FIRST_OBSERVE_DELAY_MS = 1000;
 /** Sandboxes sampled and pulled at once in a tick (the node's CPU is the sandboxes'). */
 const TICK_CONCURRENCY = 4;
 
@@ -66,6 +72,8 @@ export class SandboxTelemetry {
   readonly logs: SandboxLogStore;
   readonly #history = new Map<string, History>();
   readonly #quiet = new Set<string>();
+  /** First observations waiting for FIRST_OBSERVE_DELAY_MS, by sandbox. */
+  readonly #firsts = new Map<string, NodeJS.Timeout>();
   readonly #rounds: Periodic;
   readonly #now: () => number;
 
@@ -89,6 +97,8 @@ export class SandboxTelemetry {
   }
 
   stop(): Promise<void> {
+    for (const t of this.#firsts.values()) clearTimeout(t);
+    this.#firsts.clear();
     return this.#rounds.stop();
   }
 
@@ -124,18 +134,37 @@ export class SandboxTelemetry {
     return s;
   }
 
-  /** The sandbox is running here (created, started, restored): sampled and pulled at once, then every tick. */
-  async arrived(o: Observed, inherited: boolean): Promise<void> {
+  /**
+   * The sandbox is running here (created, started, restored): sampled and pulled shortly
+   * (FIRST_OBSERVE_DELAY_MS), then every tick; one restored from another sandbox's
+   * checkpoint is pulled at once too (its cursor). No I/O before it returns.
+   */
+  arrived(o: Observed, inherited: boolean): void {
     this.#quiet.delete(o.id);
     const h = this.#history.get(o.id);
     if (h) delete h.endedAt;
-    await this.logs.arrived(o.id, inherited);
-    void this.#observe(o);
+    this.logs.arrived(o.id, inherited);
+    // Restored from another sandbox's checkpoint: its cursor starts at envd's head as of now,
+    // so the pull that sets it cannot wait (lines logged meanwhile would be skipped as the source's).
+    if (inherited) void this.logs.pull(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "envd log pull failed"));
+    this.#cancelFirst(o.id);
+    const t = setTimeout(() => {
+      this.#firsts.delete(o.id);
+      if (!this.#quiet.has(o.id)) void this.#observe(o);
+    }, FIRST_OBSERVE_DELAY_MS);
+    t.unref();
+    this.#firsts.set(o.id, t);
+  }
+
+  #cancelFirst(id: string): void {
+    clearTimeout(this.#firsts.get(id));
+    this.#firsts.delete(id);
   }
 
   /** Before a checkpoint or an end: no more pulls until `resumed`; the last lines are read now. */
   async quiesce(o: Observed): Promise<void> {
     this.#quiet.add(o.id);
+    this.#cancelFirst(o.id);
     if (!o.running) return; // frozen (resident pause): envd cannot answer
     await this.logs.pullFresh(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
   }
@@ -164,6 +193,7 @@ export class SandboxTelemetry {
   /** The sandbox left the node (killed, suspended, stopped): kept for the retention. */
   async left(id: string): Promise<void> {
     this.#quiet.delete(id);
+    this.#cancelFirst(id);
     const h = this.#history.get(id);
     if (h) h.endedAt = this.#now();
     await this.logs.left(id).catch((e: unknown) => this.#d.logger.warn({ sandboxId: id, err: e }, "sandbox logs could not be kept"));

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { exec, ExecError } from "../../core/exec.ts";
 import { internal, notFound, SpaceError, unavailable } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { Runtime, RunSpec, RuntimeState, RuntimeStatus } from "../runtime.ts";
+import type { Runtime, RunSpec, RuntimeState, RuntimeStatus, StartOptions } from "../runtime.ts";
 import { buildOciSpec, sandboxCapabilities } from "./spec.ts";
 
 export interface OciRuntimeOptions {
@@ -32,6 +32,10 @@ export class OciRuntime implements Runtime {
   private readonly o: OciRuntimeOptions;
   private readonly cgroupParent: string;
   private versionCache: string | undefined;
+  /** What `prepare` wrote to each bundle's log-path, so `start` need not read it back. */
+  private readonly logPaths = new Map<string, string>();
+  /** The state dir, made once (again after a failure). */
+  private stateDirMade: Promise<void> | undefined;
 
   constructor(o: OciRuntimeOptions) {
     this.o = o;
@@ -67,18 +71,33 @@ export class OciRuntime implements Runtime {
     const config = buildOciSpec(spec, { cgroupsPath: `${this.cgroupParent}/${spec.id}` });
     await writeFile(join(dir, "config.json"), JSON.stringify(config));
     await writeFile(join(dir, "log-path"), spec.logPath);
+    this.logPaths.set(spec.id, spec.logPath);
     return dir;
   }
 
-  async start(id: string, signal: AbortSignal): Promise<void> {
+  private makeStateDir(): Promise<void> {
+    this.stateDirMade ??= mkdir(this.o.stateDir, { recursive: true }).then(
+      () => undefined,
+      (e: unknown) => {
+        this.stateDirMade = undefined;
+        throw e;
+      },
+    );
+    return this.stateDirMade;
+  }
+
+  async start(id: string, signal: AbortSignal, opts: StartOptions = {}): Promise<void> {
     const dir = this.bundleDir(id);
-    const logPath = (await readFile(join(dir, "log-path"), "utf8").catch(() => join(dir, "init.log"))).trim();
-    await mkdir(this.o.stateDir, { recursive: true });
+    const logPath = this.logPaths.get(id) ?? (await readFile(join(dir, "log-path"), "utf8").catch(() => join(dir, "init.log"))).trim();
+    await this.makeStateDir();
     // `run -d` hands its own stdio to the container's init: give it /dev/null and a log file
     // the node keeps (never pipes, which would tie the init's lifetime to ours, and never
-    // deleted files, which CRIU cannot dump).
-    const r = await exec(this.bin(), [...this.base(), "run", "-d", "--bundle", dir, id], {
+    // deleted files, which CRIU cannot dump). `--preserve-fds 1`: the readiness FIFO's
+    // write end becomes the init's fd 3 (runc closes every other fd above stdio).
+    const ready = opts.readyFifo ? ["--preserve-fds", "1"] : [];
+    const r = await exec(this.bin(), [...this.base(), "run", "-d", ...ready, "--bundle", dir, id], {
       stdioPaths: ["/dev/null", logPath, logPath],
+      ...(opts.readyFifo ? { passFdPaths: [opts.readyFifo] } : {}),
       cwd: dir,
       timeoutMs: CMD_TIMEOUT_MS,
       signal,
@@ -126,6 +145,7 @@ export class OciRuntime implements Runtime {
       if (again.exitCode !== 0 && !/does not exist|not found/i.test(again.stderr)) throw internal(`${this.kind} delete ${id}: ${again.stderr.trim()}`);
     }
     await rm(this.bundleDir(id), { recursive: true, force: true });
+    this.logPaths.delete(id);
     await this.removeCgroups(id);
   }
 

@@ -3,12 +3,13 @@
  * NOTHING (no namespaces, no cgroups, no seccomp, host filesystem and network); it exists
  * so the platform can be developed without root. It says so loudly when created.
  */
+import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import type { ChildProcess } from "node:child_process";
 import { exec, spawnDaemon } from "../../core/exec.ts";
 import { failedPrecondition } from "../runtime-errors.ts";
 import type { Logger } from "../../core/log.ts";
-import type { Runtime, RunSpec, RuntimeState } from "../runtime.ts";
+import type { Runtime, RunSpec, RuntimeState, StartOptions } from "../runtime.ts";
 
 interface Proc {
   spec: RunSpec;
@@ -44,14 +45,16 @@ export class ProcessRuntime implements Runtime {
     return spec.rootfs;
   }
 
-  async start(id: string): Promise<void> {
+  async start(id: string, _signal?: AbortSignal, opts: StartOptions = {}): Promise<void> {
     const p = this.procs.get(id);
     if (!p) throw failedPrecondition(`sandbox ${id} is not prepared`);
     const [cmd, ...args] = p.spec.args.map((a) => this.hostPath(p.spec, a));
     const log = await open(p.spec.logPath, "a");
+    // The readiness FIFO's write end as the init's fd 3 (non-blocking: nobody reading fails at once).
+    const ready = opts.readyFifo ? await open(opts.readyFifo, constants.O_WRONLY | constants.O_NONBLOCK) : undefined;
     try {
       const child = spawnDaemon(cmd!, args, {
-        stdio: ["ignore", log.fd, log.fd],
+        stdio: ["ignore", log.fd, log.fd, ...(ready ? [ready.fd] : [])],
         env: { ...p.spec.env, PATH: process.env.PATH ?? "/usr/bin:/bin" },
         cwd: p.spec.rootfs,
         detached: true,
@@ -63,6 +66,7 @@ export class ProcessRuntime implements Runtime {
       });
     } finally {
       await log.close();
+      await ready?.close();
     }
   }
 
