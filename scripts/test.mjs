@@ -62,6 +62,10 @@ if (!isRoot) {
   const template = existsSync(".tools/templates") && readdirSync(".tools/templates").some((f) => f.endsWith(".tar"));
   if (!criu || !template || !existsSync(".tools/bin/btrfs-squota")) sh("machine setup", ["bash", "scripts/setup.sh"]);
   if (!existsSync("dist/envd/envd.mjs")) sh("envd bundle", ["npm", "run", "--silent", "build:envd"]);
+  // The code interpreter's suites need its template's tarball (a machine set up before it existed lacks it; cached: seconds).
+  if (files.some((f) => /test\/e2e\/(code-interpreter|python-sdk)\.test\.ts$/.test(f))) {
+    sh("code-interpreter-v1 template", [process.execPath, "--import", "tsx", "scripts/setup/build-code-interpreter-template.ts"]);
+  }
 }
 // The schemathesis e2e test skips with the reason when this failed; CI must not pass on that skip.
 if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts"))) {
