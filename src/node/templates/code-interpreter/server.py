@@ -26,6 +26,7 @@ SDK sends none on /contexts), as E2B's server does not.
 import asyncio
 import json
 import os
+import queue
 import signal
 import sys
 import time
@@ -41,6 +42,9 @@ KERNELS = {"python": "python3", "python3": "python3"}
 SUPPORTED = "python"
 # A kernel that does not go idle this long after an interrupt is restarted.
 INTERRUPT_GRACE_S = 10
+# Kernels talk to the server over unix sockets here, not loopback TCP: a paused sandbox's
+# memory checkpoint (CRIU) restores them whole, and no kernel port is open in the sandbox.
+SOCKETS = "/tmp/space-code-interpreter"
 
 MIME_FIELDS = {
     "text/plain": "text",
@@ -87,7 +91,8 @@ class Context:
         self.language = language
         self.cwd = cwd
         self.lock = asyncio.Lock()
-        self.km = AsyncKernelManager(kernel_name=KERNELS[language])
+        os.makedirs(SOCKETS, exist_ok=True)
+        self.km = AsyncKernelManager(kernel_name=KERNELS[language], transport="ipc", ip=os.path.join(SOCKETS, self.id))
         self.kc = None
 
     def describe(self):
@@ -103,11 +108,14 @@ class Context:
         self.kc.start_channels()
         await self.kc.wait_for_ready(timeout=120)
 
+    async def _respawn(self):
+        self.kc.stop_channels()
+        await self.km.restart_kernel(now=True)
+        await self._connect()
+
     async def restart(self):
         async with self.lock:
-            self.kc.stop_channels()
-            await self.km.restart_kernel(now=True)
-            await self._connect()
+            await self._respawn()
 
     async def shutdown(self):
         async with self.lock:
@@ -119,7 +127,16 @@ class Context:
         """Runs one cell; `emit` gets each SDK line. Returns once the kernel is idle again."""
         msg_id = self.kc.execute(code, silent=silent, store_history=not silent, allow_stdin=False)
         while True:
-            msg = await self.kc.get_iopub_msg()
+            try:
+                msg = await self.kc.get_iopub_msg(timeout=1)
+            except queue.Empty:
+                if await self.km.is_alive():
+                    continue
+                # The code ended the kernel (os._exit, a crash): a fresh one takes its place.
+                if not silent:
+                    await emit({"type": "error", "name": "DeadKernelError", "value": "the kernel died; it was restarted and its state is gone", "traceback": ""})
+                await self._respawn()
+                return
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue  # what an interrupted earlier cell still prints
             kind = msg["msg_type"]
@@ -173,14 +190,12 @@ class Context:
                         await asyncio.wait_for(run, INTERRUPT_GRACE_S)
                     except (asyncio.TimeoutError, Exception):
                         run.cancel()
-                        self.kc.stop_channels()
-                        await self.km.restart_kernel(now=True)
-                        await self._connect()
+                        await self._respawn()
                         return
                 closed.cancel()
                 run.result()
             finally:
-                if env_vars and self.km.is_alive and self.kc:
+                if env_vars and await self.km.is_alive():
                     await self._run(
                         "for _k, _v in _space_saved.items():\n"
                         "    (_space_os.environ.pop(_k, None) if _v is None else _space_os.environ.__setitem__(_k, _v))\n"
@@ -363,8 +378,9 @@ async def main():
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, stop.set)
     await stop.wait()
-    for ctx in list(contexts.by_id.values()):
-        await ctx.shutdown()
+    # Not behind the contexts' locks: a run in progress must not hold the exit up.
+    kernels = [c.km.shutdown_kernel(now=True) for c in contexts.by_id.values()]
+    await asyncio.wait_for(asyncio.gather(*kernels, return_exceptions=True), 10)
 
 
 if __name__ == "__main__":
