@@ -2,8 +2,10 @@
 # Machine setup for SPACE nodes (idempotent; run as root). Installs the system tools the
 # node agent uses, turns on IPv4 forwarding, builds CRIU 4.1.1 once per machine, mounts
 # the hugetlb v1 controller crun needs on hybrid cgroups, and builds the `base` template
-# tarball once per machine (debootstrap, ~1 min the first time; cached under .tools/).
-#   SPACE_SETUP_SKIP_TEMPLATE=1   skip the base template
+# tarball once per machine (debootstrap, ~1 min the first time; cached under .tools/), then
+# the `code-interpreter-v1` one (base + pinned PyPI packages, ~30 s; beside it).
+#   SPACE_SETUP_SKIP_TEMPLATE=1   skip the base template (and the code interpreter's)
+#   SPACE_SETUP_SKIP_CODE_INTERPRETER=1   skip the code-interpreter-v1 template
 #   SPACE_SETUP_SKIP_CRIU=1       skip the CRIU build
 #   SPACE_NO_CACHE=1              ignore the machine-wide cache (build CRIU and the base
 #                                 template from scratch, as a new machine would)
@@ -82,6 +84,10 @@ fi
 #    SPACE_BASE_TEMPLATE_DIR), named by its recipe's digest: a changed recipe builds anew.
 if [ "${SPACE_SETUP_SKIP_TEMPLATE:-0}" != 1 ]; then
   (cd "$REPO" && node --import tsx scripts/setup/build-base-template.ts)
+  # pip verifies PyPI with the host's CA bundle (a TLS-inspecting proxy's CA is trusted there).
+  if [ "${SPACE_SETUP_SKIP_CODE_INTERPRETER:-0}" != 1 ]; then
+    (cd "$REPO" && node --import tsx scripts/setup/build-code-interpreter-template.ts)
+  fi
 fi
 
 # 6b. The local OCI registry the registry template tests start (docker-registry, htpasswd).

@@ -68,6 +68,10 @@ if (!isRoot) {
   if (files.some((f) => /templates-registry|python-sdk\.test/.test(f)) && capture(["sh", "-c", "command -v docker-registry && command -v htpasswd"]).status !== 0) {
     sh("local registry", ["bash", "scripts/setup/registry.sh"]);
   }
+  // The code interpreter's suites need its template's tarball (a machine set up before it existed lacks it; cached: seconds).
+  if (files.some((f) => /test\/e2e\/(code-interpreter|python-sdk)\.test\.ts$/.test(f))) {
+    sh("code-interpreter-v1 template", [process.execPath, "--import", "tsx", "scripts/setup/build-code-interpreter-template.ts"]);
+  }
 }
 // The schemathesis e2e test skips with the reason when this failed; CI must not pass on that skip.
 if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts"))) {

@@ -7,5 +7,5 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="$REPO/.tools/py"
 REQS="$REPO/scripts/setup/python-sdk.txt"
 [ "${SPACE_SETUP_SKIP_PYTHON_SDK:-0}" = 1 ] && exit 0
-bash "$REPO/scripts/setup/pinned-venv.sh" "$VENV" "$REQS" 'python -c "import e2b"'
-echo "python-sdk: $("$VENV/bin/python" -c 'import importlib.metadata as m; print("e2b", m.version("e2b"))') in $VENV"
+bash "$REPO/scripts/setup/pinned-venv.sh" "$VENV" "$REQS" 'python -c "import e2b, e2b_code_interpreter"'
+echo "python-sdk: $("$VENV/bin/python" -c 'import importlib.metadata as m; print("e2b", m.version("e2b"), "e2b-code-interpreter", m.version("e2b-code-interpreter"))') in $VENV"

@@ -36,7 +36,8 @@ import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
 import { SnapshotReaper } from "./snapshots/reaper.ts";
 import type { BlobStore } from "../blob/open.ts";
 import { parseClusterKey } from "../core/envelope.ts";
-import { BASE_TEMPLATE, ensureBaseTemplateTarball } from "./templates/base-template.ts";
+import { BASE_TEMPLATE, ensureBaseTemplateTarball, type TemplateTarball } from "./templates/base-template.ts";
+import { CODE_INTERPRETER_TEMPLATE, codeInterpreterBoot, findCodeInterpreterTarball } from "./templates/code-interpreter-template.ts";
 import { resolveDebianMirror } from "./templates/debian-mirror.ts";
 import { cpuFeatures } from "./templates/cpu-features.ts";
 import { environmentDigest } from "../contract/execution-environment.ts";
@@ -130,11 +131,17 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let resolver: NodeResolver | undefined;
   let egressProxy: EgressProxy | undefined;
   let startError: string | undefined;
+  // The code interpreter's tarball, when the machine's set-up built it: imported on first use only.
+  let interpreterTar: TemplateTarball | undefined;
 
   const inventory = async (): Promise<NodeInventory> => {
     const used = manager?.used() ?? { vcpu: 0, memoryMib: 0, diskMib: 0 };
     const space = cache ? await freeMib(cache) : { totalMib: 0, freeMib: 0 };
     const templates = disks ? await disks.listTemplates() : [];
+    // Offered before it is imported: the first create imports it (TemplateCache `provide`).
+    if (interpreterTar && !templates.some((t) => t.name === CODE_INTERPRETER_TEMPLATE)) {
+      templates.push({ name: CODE_INTERPRETER_TEMPLATE, rootfsSizeMib: interpreterTar.rootfsSizeMib, importedAt: "", source: interpreterTar.tarPath });
+    }
     return {
       nodeId: nodeId ?? "",
       name: config.SPACE_NODE_NAME || hostname(),
@@ -234,10 +241,12 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             squotaHelper: join(REPO_DIR, ".tools", "bin", "btrfs-squota"),
           });
           disks = new Disks(cache, { reserveMib: config.SPACE_NODE_DISK_RESERVE_MIB, logger: log });
+          const tarballs = deps.templateCacheDir ?? (config.SPACE_BASE_TEMPLATE_DIR || join(REPO_DIR, ".tools", "templates"));
+          interpreterTar = await findCodeInterpreterTarball(tarballs);
           if (!(await disks.templateInfo(BASE_TEMPLATE))) {
             const mirror = await resolveDebianMirror(config.SPACE_DEBIAN_MIRROR);
             const tar = await ensureBaseTemplateTarball({
-              cacheDir: deps.templateCacheDir ?? (config.SPACE_BASE_TEMPLATE_DIR || join(REPO_DIR, ".tools", "templates")),
+              cacheDir: tarballs,
               mirror,
               logger: log,
               signal,
@@ -356,6 +365,11 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             prefetch: config.SPACE_TEMPLATE_PREFETCH,
             scratchDir: join(nodeDir, "template-pulls"),
             ...(snapshots ? { capture: { manager: m, snapshots, disks, logger: log } } : {}),
+            provide: async (name, sig) => {
+              const d = disks;
+              if (name !== CODE_INTERPRETER_TEMPLATE || !interpreterTar || !d) return undefined;
+              return d.ensureTemplateFromTar(name, interpreterTar.tarPath, sig, codeInterpreterBoot());
+            },
             logger: log,
           });
           await tc.recover(signal);

@@ -386,4 +386,31 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.match(rate.message, /rate limit exceeded: 0\.25 creates per second per tenant \(burst 1\)/);
     assert.equal((ok(o, "rate_retried") as { created: boolean }).created, true);
   });
+
+  test("code interpreter (e2b-code-interpreter, newest): run_code state, streamed stdout, errors, PNG and HTML results, envs per run, contexts, timeout interrupts, pause/connect, async", async () => {
+    const o = await run("code_interpreter.py");
+    assert.equal(o.template, "code-interpreter-v1");
+    assert.deepEqual(ok(o, "same_context"), [null, "2"]);
+    assert.deepEqual(ok(o, "streamed"), { seen: ["one\n", "two\n"], stdout: ["one\n", "two\n"], stderr: ["oops\n"] });
+    assert.deepEqual(ok(o, "error"), { name: "KeyError", value: "'nope'", has_traceback: true });
+    const rich = ok(o, "rich") as { png: string; html: string; formats: string[] };
+    assert.equal(rich.png, "PNG");
+    assert.equal(rich.html, "<i>it</i>");
+    assert.ok(rich.formats.includes("html"));
+    assert.deepEqual(ok(o, "envs"), ["'v'", null]);
+    assert.deepEqual(ok(o, "contexts"), {
+      cwd: "/tmp",
+      language: "python",
+      getcwd: "'/tmp'",
+      own: "7",
+      listed: true,
+      after_restart: "NameError",
+      listed_after_remove: false,
+      removed_run: "NotFoundException",
+    });
+    assert.deepEqual(ok(o, "timeout"), { raised: "TimeoutException", interrupted: true });
+    assert.equal(ok(o, "unsupported_language"), "SandboxException");
+    assert.deepEqual(ok(o, "pause_connect"), { paused: true, kept: "'py across pause'" });
+    assert.deepEqual(ok(o, "async_round"), { text: "40", stdout: ["21\n"] });
+  });
 });

@@ -80,7 +80,8 @@ export class Disks implements SandboxDisks {
   }
 
   /** Imports a rootfs tarball as the read-only template subvolume `name` (exists = ok). */
-  async ensureTemplateFromTar(name: string, tarPath: string, signal: AbortSignal): Promise<TemplateInfo> {
+  /** `boot`: what sandboxes of it boot with (start and ready commands: node/sandboxes/template-boot.ts), kept in its metadata. */
+  async ensureTemplateFromTar(name: string, tarPath: string, signal: AbortSignal, boot: Record<string, string> = {}): Promise<TemplateInfo> {
     const have = await this.templateInfo(name);
     if (have) return have;
     if (!NAME.test(name)) throw invalid(`template name ${JSON.stringify(name)} is not valid`);
@@ -95,7 +96,7 @@ export class Disks implements SandboxDisks {
       const rootfsSizeMib = Math.ceil((usage?.referencedBytes ?? 0) / 1048576);
       await btrfs.setReadonly(tmp, signal);
       await rename(tmp, this.templatePath(name));
-      const info: TemplateInfo = { name, rootfsSizeMib, importedAt: new Date().toISOString(), source: tarPath };
+      const info: TemplateInfo = { ...boot, name, rootfsSizeMib, importedAt: new Date().toISOString(), source: tarPath };
       await writeFile(join(this.cache.templatesDir, `${name}.json`), JSON.stringify(info, null, 2));
       this.templates.set(name, info);
       this.logger.info({ template: name, rootfsSizeMib, ms: Date.now() - started }, "template imported into the node cache");

@@ -88,6 +88,8 @@ export interface TemplateCacheOptions {
   scratchDir: string;
   /** Capture after ready (runc + CRIU nodes only). */
   capture?: CaptureDeps;
+  /** Templates the node makes itself on first use (e.g. `code-interpreter-v1` from its tarball); undefined = not one of them. */
+  provide?: (name: string, signal: AbortSignal) => Promise<TemplateInfo | undefined>;
   logger: Logger;
 }
 
@@ -155,6 +157,8 @@ export class TemplateCache {
   }
 
   private async pullNamed(name: string, signal: AbortSignal): Promise<TemplateInfo> {
+    const provided = await this.o.provide?.(name, signal);
+    if (provided) return provided;
     const blob = this.o.blob;
     const missing = () => new SpaceError("not_found", `template ${name} is not in this node's cache nor in the template catalog`);
     if (!blob) throw missing();
