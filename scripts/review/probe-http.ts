@@ -1,0 +1,48 @@
+/**
+ * One malformed request and how its answer counts: a 5xx (or no answer at all) is a
+ * server error; an answer carrying internal text (database words, stack frames, source
+ * paths, the stack's data directory) is a leak. Both are findings naming the request.
+ */
+import type { Tally } from "./report.ts";
+
+export interface Req {
+  method: string;
+  url: string;
+  headers?: Record<string, string>;
+  body?: string | Uint8Array;
+  /** What the case is, for the finding line. */
+  what: string;
+}
+
+const INTERNAL = [
+  /postgres|pglite|SQLSTATE|syntax error at|relation "|violates [a-z ]*constraint|duplicate key|invalid byte sequence|unicode escape/i,
+  /\bat [\w.<>$]+ \(|\.(ts|mjs|js):\d+:\d+|node_modules|\/src\/[a-z]/,
+  /TypeError|ReferenceError|RangeError: (?!Invalid)|Cannot read propert|is not a function|undefined is not/,
+];
+
+export async function probe(t: Tally, r: Req, internalPaths: readonly string[], timeoutMs = 30_000): Promise<{ status: number; text: string }> {
+  t.add("tried");
+  let status = 0;
+  let text = "";
+  try {
+    const res = await fetch(r.url, {
+      method: r.method,
+      headers: r.headers ?? {},
+      ...(r.body !== undefined && r.method !== "GET" && r.method !== "HEAD" ? { body: r.body } : {}),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    status = res.status;
+    text = await res.text();
+  } catch (e) {
+    t.find("serverErrors", `${r.what}: ${r.method} ${short(r.url)}: no answer (${(e as Error).name}: ${(e as Error).message})`);
+    return { status, text };
+  }
+  if (status >= 500) t.find("serverErrors", `${r.what}: ${r.method} ${short(r.url)} → ${status} ${text.slice(0, 200)}`);
+  const leak = INTERNAL.find((re) => re.test(text)) ?? internalPaths.find((p) => p && text.includes(p));
+  if (leak) t.find("leakedText", `${r.what}: ${r.method} ${short(r.url)} → ${status} carries internal text (${String(leak)}): ${text.slice(0, 200)}`);
+  return { status, text };
+}
+
+function short(url: string): string {
+  return url.length > 160 ? `${url.slice(0, 160)}…` : url;
+}
