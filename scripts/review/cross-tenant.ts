@@ -44,7 +44,6 @@ export async function crossTenant(stack: ReviewStack): Promise<AreaResult> {
       ["GET", `/sandboxes/${id}/logs`, ecw],
       ["GET", `/v2/sandboxes/${id}/logs`, ecw],
       ["GET", `/sandboxes/${id}/metrics`, ecw],
-      ["GET", `/sandboxes/metrics?sandbox_ids=${id}`, ecw],
       ["PUT", `/sandboxes/${id}/network`, ecw, '{"allowOut":["0.0.0.0/0"]}'],
       ["GET", `/v1/sandboxes/${id}`, native],
       ["GET", `/v1/sandboxes/${id}/network`, native],
@@ -58,7 +57,6 @@ export async function crossTenant(stack: ReviewStack): Promise<AreaResult> {
       ["GET", `/v1/operations/${opId}`, native],
       ...(snapId
         ? ([
-            ["GET", `/templates/${snapId}`, ecw],
             ["DELETE", `/templates/${snapId}`, ecw],
             ["POST", "/sandboxes", ecw, JSON.stringify({ templateID: snapId, timeout: 60 })],
             ["POST", "/v1/sandboxes", native, JSON.stringify({ template: snapId, timeout_s: 60 })],
@@ -87,10 +85,11 @@ export async function crossTenant(stack: ReviewStack): Promise<AreaResult> {
       const r = await probe(t, { what: `tenant B envd ${path}`, method, url: ep.sandboxUrl + path, headers, ...(body !== undefined ? { body } : {}) }, internal);
       if (![401, 403, 404].includes(r.status)) t.find("notRefused", `tenant B envd ${method} ${path} → ${r.status} ${r.text.slice(0, 160)}`);
     }
-    // B's lists hold none of A's objects.
-    for (const [path, headers] of [["/v2/sandboxes", ecw], ["/sandboxes", ecw], ["/snapshots", ecw], ["/v1/sandboxes", native], ["/v1/operations", native], ["/templates", ecw]] as const) {
+    // B's lists and batch reads hold none of A's objects (B's own operations name A's snapshot only as what B asked for).
+    for (const [path, headers] of [["/v2/sandboxes", ecw], ["/sandboxes", ecw], ["/snapshots", ecw], [`/sandboxes/metrics?sandbox_ids=${id}`, ecw], ["/v1/sandboxes", native], ["/v1/operations", native], ["/templates", ecw]] as const) {
       const r = await probe(t, { what: `tenant B list ${path}`, method: "GET", url: ep.apiUrl + path, headers }, internal);
-      if ([id, opId, snapId].some((x) => x && r.text.includes(x))) t.find("notRefused", `tenant B's ${path} shows A's objects: ${r.text.slice(0, 200)}`);
+      const body = r.text.replace(path, "");
+      if ([id, opId, path === "/v1/operations" ? "" : snapId].some((x) => x && body.includes(x))) t.find("notRefused", `tenant B's ${path} shows A's objects: ${r.text.slice(0, 200)}`);
     }
     const still = await call(ep, "GET", `/sandboxes/${id}`);
     if (still.status !== 200 || still.body.state !== "running") t.find("notRefused", `A's sandbox after B's attempts: ${still.status} ${still.text.slice(0, 160)}`);

@@ -8,7 +8,7 @@
  * count that must be 0 is not, or an area found something. Needs root.
  */
 import { parseArgs } from "node:util";
-import { createdIds, killAll } from "./clients.ts";
+import { createdIds, killAll, newTenant } from "./clients.ts";
 import { crossTenant } from "./cross-tenant.ts";
 import { cycles } from "./cycles.ts";
 import { faults } from "./faults.ts";
@@ -78,6 +78,7 @@ try {
     await killAll(stack.ep);
   };
   await run("malformed", () => malformed(stack, { quick }));
+  if (wanted.has("malformed")) stack.useApiKey((await newTenant(stack.ep, `review-${Date.now()}`)).apiKey);
   await run("isolation", () => isolation(stack));
   await run("tenants", () => crossTenant(stack));
   await run("cycles", () => cycles(stack, scope, baseline, nCycles));

@@ -12,6 +12,8 @@ export interface Req {
   body?: string | Uint8Array;
   /** What the case is, for the finding line. */
   what: string;
+  /** A 5xx the E2B wire itself prescribes for this case (the gateway's 502 for an unknown sandbox). */
+  wire5xx?: RegExp;
 }
 
 const INTERNAL = [
@@ -32,15 +34,34 @@ export async function probe(t: Tally, r: Req, internalPaths: readonly string[], 
       signal: AbortSignal.timeout(timeoutMs),
     });
     status = res.status;
-    text = await res.text();
+    text = await head(res);
   } catch (e) {
     t.find("serverErrors", `${r.what}: ${r.method} ${short(r.url)}: no answer (${(e as Error).name}: ${(e as Error).message})`);
     return { status, text };
   }
-  if (status >= 500) t.find("serverErrors", `${r.what}: ${r.method} ${short(r.url)} → ${status} ${text.slice(0, 200)}`);
+  if (status >= 500 && !r.wire5xx?.test(text)) t.find("serverErrors", `${r.what}: ${r.method} ${short(r.url)} → ${status} ${text.slice(0, 200)}`);
   const leak = INTERNAL.find((re) => re.test(text)) ?? internalPaths.find((p) => p && text.includes(p));
   if (leak) t.find("leakedText", `${r.what}: ${r.method} ${short(r.url)} → ${status} carries internal text (${String(leak)}): ${text.slice(0, 200)}`);
   return { status, text };
+}
+
+/** The body's first 64 KiB (a read of /dev/zero streams forever, and that is an answer). */
+async function head(res: Response): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    n += value.length;
+    if (n >= 64 * 1024) {
+      await reader.cancel();
+      break;
+    }
+  }
+  return Buffer.concat(chunks).toString("utf8");
 }
 
 function short(url: string): string {

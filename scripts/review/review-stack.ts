@@ -27,6 +27,7 @@ export class ReviewStack {
   /** Exits the review did not cause (not a stop or kill of its own), with the last output. */
   readonly crashes: string[] = [];
   #expectExit = false;
+  #apiKey: string | undefined;
 
   private constructor(env: Record<string, string>) {
     this.env = env;
@@ -55,7 +56,13 @@ export class ReviewStack {
     });
     await proc.waitFor(/^export SPACE_ADMIN_TOKEN=\S+\n/m, 10 * 60_000);
     const v = (name: string) => new RegExp(`^export ${name}=(\\S+)$`, "m").exec(proc.out())?.[1] ?? "";
-    this.ep = { apiUrl: v("E2B_API_URL"), sandboxUrl: v("E2B_SANDBOX_URL") || `http://127.0.0.1:${this.env.SPACE_GATEWAY_PORT}`, apiKey: v("E2B_API_KEY"), adminToken: v("SPACE_ADMIN_TOKEN") };
+    this.ep = { apiUrl: v("E2B_API_URL"), sandboxUrl: v("E2B_SANDBOX_URL") || `http://127.0.0.1:${this.env.SPACE_GATEWAY_PORT}`, apiKey: this.#apiKey ?? v("E2B_API_KEY"), adminToken: v("SPACE_ADMIN_TOKEN") };
+  }
+
+  /** Uses this tenant's key from now on, across restarts (the Admin fuzzing may have disabled the first tenant). */
+  useApiKey(key: string): void {
+    this.#apiKey = key;
+    this.ep = { ...this.ep, apiKey: key };
   }
 
   /** SIGKILL (the fault) or SIGTERM (a normal stop); either way not a crash. */

@@ -1,0 +1,52 @@
+/**
+ * What `npm run review` (scripts/review) found, kept as regression tests through the e2b
+ * SDK and the wire: envd answered 500 `internal` (with Node's own message) for a path with
+ * a NUL byte on its Connect filesystem RPCs and its HTTP files API, and 500 for an upload
+ * whose gzip body is not gzip. Both are the client's mistake: `invalid_argument` / 400.
+ * Needs root (runc, network namespaces, btrfs).
+ */
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { InvalidArgumentError, Sandbox, type ConnectionOpts } from "e2b";
+import { startStack, type Stack } from "../support/stack.ts";
+
+const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
+
+describe("review findings: envd refuses malformed paths and bodies as the client's error", { skip, timeout: 10 * 60_000 }, () => {
+  let stack: Stack;
+  let sb: Sandbox;
+
+  before(async () => {
+    stack = await startStack();
+    sb = await Sandbox.create("base", { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 } as ConnectionOpts & { sandboxUrl: string });
+  });
+  after(async () => {
+    await sb?.kill().catch(() => undefined);
+    await stack?.stop();
+  });
+
+  const invalid = (e: unknown) => e instanceof InvalidArgumentError && /NUL/.test(e.message) && !/Received|argument 'path'/.test(e.message);
+
+  test("a NUL byte in a path: invalid_argument on the Connect RPCs (was internal)", async () => {
+    await assert.rejects(sb.files.getInfo("a\0b"), invalid);
+    await assert.rejects(sb.files.list("/tmp/\0"), invalid);
+    await assert.rejects(sb.files.makeDir("/tmp/x\0y"), invalid);
+    await assert.rejects(sb.files.watchDir("/tmp\0", () => undefined), invalid);
+  });
+
+  test("a NUL byte in a path: 400 on the HTTP files API (was 500)", async () => {
+    await assert.rejects(sb.files.read("a\0b"), invalid);
+    await assert.rejects(sb.files.write("/tmp/a\0b", "x"), invalid);
+  });
+
+  test("an upload whose body is not the gzip it claims: 400 (was 500), nothing written", async () => {
+    const envd = sb as unknown as { envdApiUrl: string; envdAccessToken?: string };
+    const headers: Record<string, string> = { "e2b-sandbox-id": sb.sandboxId, "e2b-sandbox-port": "49983", "content-type": "application/octet-stream", "content-encoding": "gzip" };
+    if (envd.envdAccessToken) headers["x-access-token"] = envd.envdAccessToken;
+    const r = await fetch(`${envd.envdApiUrl}/files?path=/tmp/not-gzip`, { method: "POST", headers, body: "not gzip at all" });
+    const body = (await r.json()) as { message: string };
+    assert.equal(r.status, 400, JSON.stringify(body));
+    assert.match(body.message, /gzip/);
+    assert.equal(await sb.files.exists("/tmp/not-gzip"), false);
+  });
+});
