@@ -16,12 +16,15 @@ export async function call(ep: Endpoints, method: string, path: string, o: { bod
   const headers: Record<string, string> = o.bearer !== undefined ? { authorization: `Bearer ${o.bearer}` } : { "x-api-key": o.apiKey ?? ep.apiKey };
   if (o.key) headers["idempotency-key"] = o.key;
   if (o.body !== undefined) headers["content-type"] = "application/json";
-  const res = await fetch(ep.apiUrl + path, {
-    method,
-    headers,
-    ...(o.body !== undefined ? { body: JSON.stringify(o.body) } : {}),
-    signal: AbortSignal.timeout(o.timeoutMs ?? 180_000),
-  });
+  const send = () =>
+    fetch(ep.apiUrl + path, {
+      method,
+      headers,
+      ...(o.body !== undefined ? { body: JSON.stringify(o.body) } : {}),
+      signal: AbortSignal.timeout(o.timeoutMs ?? 180_000),
+    });
+  // A keep-alive socket the server closed as the request went out: a GET is safe to send again.
+  const res = await send().catch((e: Error) => (method === "GET" && /other side closed|ECONNRESET/.test(String(e.cause)) ? send() : Promise.reject(e)));
   const text = await res.text();
   let body: unknown = text;
   try {

@@ -74,8 +74,13 @@ try {
       t.findings.push(`${area} stopped: ${(e as Error).stack?.slice(0, 600) ?? String(e)}`);
       results.push(t.result(area, area, at));
     }
-    // Each area starts on an empty tenant.
-    await killAll(stack.ep);
+    // Each area starts on an empty tenant; a stack that died on the way is the finding.
+    await killAll(stack.ep).catch((e: Error) => results.at(-1)!.findings.push(`kill-all after ${area}: ${e.message} (${e.cause ? String(e.cause) : ""})`));
+    for (const c of stack.crashes.splice(0)) {
+      results.at(-1)!.counts.crashes = (results.at(-1)!.counts.crashes ?? 0) + 1;
+      results.at(-1)!.findings.push(c);
+    }
+    if (stack.proc?.exited()) await stack.up();
   };
   await run("malformed", () => malformed(stack, { quick }));
   if (wanted.has("malformed")) stack.useApiKey((await newTenant(stack.ep, `review-${Date.now()}`)).apiKey);
@@ -89,7 +94,7 @@ try {
   t.measure("leaks", "crashes");
   const final = Date.now();
   try {
-    await killAll(stack.ep);
+    await killAll(stack.ep).catch((e: Error) => t.findings.push(`final kill-all: ${e.message}`));
     const ids = new Set([...createdIds, ...faultIds]);
     const end = Date.now() + 10_000;
     let left = leaked(baseline, hostObjects(scope, ids));
