@@ -10,7 +10,7 @@
 //   Postgres           bash scripts/ci-postgres.sh, then SPACE_TEST_DATABASE_URL is set
 //   Kubernetes         bash scripts/setup/k8s.sh (builds kube-apiserver etc. the first time)
 //   Python SDK venv    bash scripts/setup/python-sdk.sh
-//   schemathesis venv  bash scripts/setup/schemathesis.sh (test/e2e/schemathesis.test.ts)
+//   schemathesis venv  bash scripts/setup/schemathesis.sh (test/e2e/schemathesis.test.ts, test/e2e/review.test.ts)
 // SPACE_TEST_SKIP=kubernetes,postgres,python skips those lanes on purpose.
 // SPACE_TEST_REQUIRE_LANES=1 (CI) fails the run when any selected lane is skipped.
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
@@ -64,7 +64,7 @@ if (!isRoot) {
   if (!existsSync("dist/envd/envd.mjs")) sh("envd bundle", ["npm", "run", "--silent", "build:envd"]);
 }
 // The schemathesis e2e test skips with the reason when this failed; CI must not pass on that skip.
-if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts"))) {
+if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts") || f.endsWith("test/e2e/review.test.ts"))) {
   if (!sh("schemathesis venv", ["bash", "scripts/setup/schemathesis.sh"]) && process.env.SPACE_TEST_REQUIRE_LANES === "1") {
     console.error("test: the schemathesis venv did not install (SPACE_TEST_REQUIRE_LANES=1 needs every lane's tools)");
     process.exit(1);
