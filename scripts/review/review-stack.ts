@@ -54,7 +54,12 @@ export class ReviewStack {
     proc.child.once("exit", (code, signal) => {
       if (!this.#expectExit && this.proc === proc) this.crashes.push(`space up exited on its own (${code ?? signal}): ${proc.out().slice(-1500)}`);
     });
-    await proc.waitFor(/^export SPACE_ADMIN_TOKEN=\S+\n/m, 10 * 60_000);
+    // Not SpaceProcess.waitFor: its poll swallows the "exited" error and waits out the deadline.
+    for (const end = Date.now() + 10 * 60_000; !/^export SPACE_ADMIN_TOKEN=\S+\n/m.test(proc.out()); ) {
+      if (proc.exited()) throw new Error(`space up exited (${proc.child.exitCode ?? proc.child.signalCode}) before it was up: ${proc.out().slice(-1500)}`);
+      if (Date.now() > end) throw new Error(`space up not up after 10 min: ${proc.out().slice(-1500)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const v = (name: string) => new RegExp(`^export ${name}=(\\S+)$`, "m").exec(proc.out())?.[1] ?? "";
     this.ep = { apiUrl: v("E2B_API_URL"), sandboxUrl: v("E2B_SANDBOX_URL") || `http://127.0.0.1:${this.env.SPACE_GATEWAY_PORT}`, apiKey: this.#apiKey ?? v("E2B_API_KEY"), adminToken: v("SPACE_ADMIN_TOKEN") };
   }

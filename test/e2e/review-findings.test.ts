@@ -3,12 +3,18 @@
  * SDK and the wire: envd answered 500 `internal` (with Node's own message) for a path with
  * a NUL byte on its Connect filesystem RPCs and its HTTP files API, and 500 for an upload
  * whose gzip body is not gzip. Both are the client's mistake: `invalid_argument` / 400.
+ * And `space up` refused to start again (exit 1, "API key … already exists") once the
+ * Admin API had revoked its default key or disabled the default tenant: a restart must
+ * come up and leave the operator's revocation as it is.
  * Needs root (runc, network namespaces, btrfs).
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { InvalidArgumentError, Sandbox, type ConnectionOpts } from "e2b";
-import { startStack, type Stack } from "../support/stack.ts";
+import { adminRequest, removeDataDir, startStack, type Stack } from "../support/stack.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
 
@@ -49,4 +55,41 @@ describe("review findings: envd refuses malformed paths and bodies as the client
     assert.match(body.message, /gzip/);
     assert.equal(await sb.files.exists("/tmp/not-gzip"), false);
   });
+});
+
+describe("review findings: space up restarts after the Admin API revoked its default key or disabled its tenant", { skip, timeout: 10 * 60_000 }, () => {
+  const dirs: string[] = [];
+  after(() => dirs.forEach(removeDataDir));
+
+  const ecwList = (s: Stack) => fetch(`${s.apiUrl}/v2/sandboxes`, { headers: { "x-api-key": s.apiKey } }).then((r) => r.status);
+
+  for (const how of ["revoke the default key", "disable the default tenant"] as const) {
+    test(`${how}, stop, start again on the same data directory: it comes up, the revocation stays`, async () => {
+      const dataDir = mkdtempSync(join(tmpdir(), "space-e2e-bootstrap-"));
+      dirs.push(dataDir);
+      const first = await startStack({ dataDir });
+      try {
+        assert.equal(await ecwList(first), 200);
+        const tenant = ((await adminRequest(first, "GET", "/tenants")).body.tenants as Array<{ id: string; name: string }>).find((t) => t.name === "default")!;
+        if (how === "revoke the default key") {
+          const keys = (await adminRequest(first, "GET", `/tenants/${tenant.id}/keys`)).body.keys as Array<{ id: string; name: string }>;
+          const key = keys.find((k) => k.name === "default")!;
+          assert.ok((await adminRequest(first, "DELETE", `/tenants/${tenant.id}/keys/${key.id}`)).status < 300);
+        } else {
+          assert.equal((await adminRequest(first, "POST", `/tenants/${tenant.id}/disable`)).status, 200);
+        }
+        assert.equal(await ecwList(first), 401);
+      } finally {
+        await first.stop();
+      }
+      const again = await startStack({ dataDir, startTimeoutMs: 120_000 });
+      try {
+        assert.equal(again.apiKey, first.apiKey, "the same data directory, the same printed key");
+        assert.equal(await ecwList(again), 401, "the operator's revocation is not undone by a restart");
+        assert.equal((await adminRequest(again, "GET", "/tenants")).status, 200, "the stack serves");
+      } finally {
+        await again.stop();
+      }
+    });
+  }
 });
