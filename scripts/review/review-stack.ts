@@ -8,7 +8,7 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { removeNodeContainers, removeNodeNetwork } from "../../test/support/node-network-cleanup.ts";
+import { cleanupOnSignal, removeNodeContainers, removeNodeNetwork } from "../../test/support/node-network-cleanup.ts";
 import { runSpace, type SpaceProcess } from "../../test/support/space-process.ts";
 import { freePort, hostScopeFor, nodeNetworkOf, removeDataDir } from "../../test/support/stack.ts";
 
@@ -28,6 +28,7 @@ export class ReviewStack {
   readonly crashes: string[] = [];
   #expectExit = false;
   #apiKey: string | undefined;
+  #forget: () => void = () => {};
 
   private constructor(env: Record<string, string>) {
     this.env = env;
@@ -38,6 +39,13 @@ export class ReviewStack {
     const s = new ReviewStack({});
     Object.assign(s.env, { SPACE_DATA_DIR: s.dataDir, SPACE_LOG_LEVEL: "warn", ...hostScopeFor(s.dataDir), ...ports, ...extra });
     if (process.env.SPACE_BASE_TEMPLATE_DIR) s.env.SPACE_BASE_TEMPLATE_DIR = process.env.SPACE_BASE_TEMPLATE_DIR;
+    // Ctrl-C of the review: what the stack holds goes too (its containers first: they keep mounts busy).
+    s.#forget = cleanupOnSignal(() => {
+      s.proc?.child.kill("SIGKILL");
+      removeNodeContainers(s.env.SPACE_RUNTIME ?? "runc", s.stateDir);
+      removeNodeNetwork(nodeNetworkOf(s.env));
+      removeDataDir(s.dataDir);
+    });
     await s.up();
     return s;
   }
@@ -84,6 +92,7 @@ export class ReviewStack {
   /** Removes whatever is left (containers, network, data directory), after the leak count. */
   async dispose(): Promise<void> {
     await this.stop();
+    this.#forget();
     removeNodeContainers(this.env.SPACE_RUNTIME ?? "runc", this.stateDir);
     removeNodeNetwork(nodeNetworkOf(this.env));
     removeDataDir(this.dataDir);
