@@ -57,6 +57,7 @@ export async function killAll(ep: Endpoints, timeoutMs = 60_000): Promise<string
   const end = Date.now() + timeoutMs;
   for (;;) {
     const r = await call(ep, "GET", "/v1/sandboxes?limit=100", { bearer: ep.apiKey });
+    if (r.status !== 200) throw new Error(`kill-all: listing answered ${r.status} ${r.text.slice(0, 200)}`);
     const live = (r.body.sandboxes ?? []) as Array<{ id: string; state: string }>;
     if (!live.length || Date.now() > end) return seen;
     for (const s of live) {

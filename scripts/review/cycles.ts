@@ -30,6 +30,6 @@ export async function cycles(stack: ReviewStack, scope: Scope, baseline: HostObj
     await new Promise((r) => setTimeout(r, 500));
     left = leaked(baseline, hostObjects(scope, ids));
   }
-  for (const l of left) t.find("leaks", l);
+  for (const l of left) t.find("leaks", `${l}${[...ids].some((id) => l.includes(id)) ? " (a cycle's sandbox)" : ""}`);
   return t.result("cycles", `e. ${n} create/kill cycles`, started);
 }

@@ -11,7 +11,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createEcw, envdHeaders, killEcw, shell, type EcwSandbox } from "./clients.ts";
+import { createEcw, envdHeaders, killAll, killEcw, shell, type EcwSandbox } from "./clients.ts";
 import { probe, type Req } from "./probe-http.ts";
 import { Tally, type AreaResult } from "./report.ts";
 import type { ReviewStack } from "./review-stack.ts";
@@ -42,7 +42,10 @@ export async function malformed(stack: ReviewStack, o: MalformedOptions): Promis
   } finally {
     await killEcw(ep, sb.sandboxID);
   }
+  // Inputs that happened to be valid made sandboxes: gone before the Admin fuzzing may lock the tenant out.
+  await killAll(ep);
   schemathesis(t, `${ep.apiUrl}/v1/openapi.json`, ep.apiKey, o.quick, []);
+  await killAll(ep);
   // Admin last: it may disable the tenant and revoke the keys the rest of the review uses (main.ts makes new ones).
   schemathesis(t, `${ep.apiUrl}/admin/api/v1/openapi.json`, ep.adminToken, o.quick, ["--exclude-method", "PUT"]);
   return t.result("malformed", "a. malformed input", started);

@@ -37,7 +37,8 @@ export class ReviewStack {
   static async start(extra: Record<string, string> = {}): Promise<ReviewStack> {
     const ports = { SPACE_API_PORT: String(await freePort()), SPACE_GATEWAY_PORT: String(await freePort()), SPACE_NODE_PORT: String(await freePort()) };
     const s = new ReviewStack({});
-    Object.assign(s.env, { SPACE_DATA_DIR: s.dataDir, SPACE_LOG_LEVEL: "warn", ...hostScopeFor(s.dataDir), ...ports, ...extra });
+    // A 10 s claim staleness (default 60 s): an operation the killed process had claimed is run again within the fault area's wait.
+    Object.assign(s.env, { SPACE_DATA_DIR: s.dataDir, SPACE_LOG_LEVEL: "warn", SPACE_CONTROLLER_CLAIM_STALE_MS: "10000", ...hostScopeFor(s.dataDir), ...ports, ...extra });
     if (process.env.SPACE_BASE_TEMPLATE_DIR) s.env.SPACE_BASE_TEMPLATE_DIR = process.env.SPACE_BASE_TEMPLATE_DIR;
     // Ctrl-C of the review: what the stack holds goes too (its containers first: they keep mounts busy).
     s.#forget = cleanupOnSignal(() => {
