@@ -74,6 +74,8 @@ try {
       t.findings.push(`${area} stopped: ${(e as Error).stack?.slice(0, 600) ?? String(e)}`);
       results.push(t.result(area, area, at));
     }
+    // The Admin fuzzing may have revoked the first tenant's key or disabled it: the rest runs as a new tenant.
+    if (area === "malformed") stack.useApiKey((await newTenant(stack.ep, `review-${Date.now()}`)).apiKey);
     // Each area starts on an empty tenant; a stack that died on the way is the finding.
     await killAll(stack.ep).catch((e: Error) => results.at(-1)!.findings.push(`kill-all after ${area}: ${e.message} (${e.cause ? String(e.cause) : ""})`));
     for (const c of stack.crashes.splice(0)) {
@@ -83,7 +85,6 @@ try {
     if (stack.proc?.exited()) await stack.up();
   };
   await run("malformed", () => malformed(stack, { quick }));
-  if (wanted.has("malformed")) stack.useApiKey((await newTenant(stack.ep, `review-${Date.now()}`)).apiKey);
   await run("isolation", () => isolation(stack));
   await run("tenants", () => crossTenant(stack));
   await run("cycles", () => cycles(stack, scope, baseline, nCycles));

@@ -75,6 +75,7 @@ function schemathesis(t: Tally, doc: string, bearer: string, quick: boolean, ext
       "--request-timeout", "40",
       "--no-color",
       "--report", "json", "--report-json-path", json,
+      ...extra,
     ],
     { encoding: "utf8", timeout: 300_000, cwd: dir },
   );
