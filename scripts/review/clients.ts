@@ -12,7 +12,7 @@ export interface Answer {
   text: string;
 }
 
-export async function call(ep: Endpoints, method: string, path: string, o: { body?: unknown; bearer?: string; apiKey?: string; key?: string; timeoutMs?: number } = {}): Promise<Answer> {
+export async function call(ep: Endpoints, method: string, path: string, o: { body?: unknown; bearer?: string; apiKey?: string; key?: string; timeoutMs?: number; retry?: boolean } = {}): Promise<Answer> {
   const headers: Record<string, string> = o.bearer !== undefined ? { authorization: `Bearer ${o.bearer}` } : { "x-api-key": o.apiKey ?? ep.apiKey };
   if (o.key) headers["idempotency-key"] = o.key;
   if (o.body !== undefined) headers["content-type"] = "application/json";
@@ -23,8 +23,9 @@ export async function call(ep: Endpoints, method: string, path: string, o: { bod
       ...(o.body !== undefined ? { body: JSON.stringify(o.body) } : {}),
       signal: AbortSignal.timeout(o.timeoutMs ?? 180_000),
     });
-  // A keep-alive socket the server closed as the request went out: a GET is safe to send again.
-  const res = await send().catch((e: Error) => (method === "GET" && /other side closed|ECONNRESET/.test(String(e.cause)) ? send() : Promise.reject(e)));
+  // A keep-alive socket the server closed as the request went out: a request safe to repeat is sent again.
+  const again = o.retry || o.key !== undefined || method === "GET" || method === "DELETE";
+  const res = await send().catch((e: Error) => (again && /other side closed|ECONNRESET/.test(String(e.cause)) ? send() : Promise.reject(e)));
   const text = await res.text();
   let body: unknown = text;
   try {
@@ -109,9 +110,9 @@ export async function shell(ep: Endpoints, id: string, script: string, user = "r
 /** A new tenant with an E2B API key and a Native token of every scope. */
 export async function newTenant(ep: Endpoints, name: string): Promise<{ tenantId: string; apiKey: string; token: string }> {
   const admin = { bearer: ep.adminToken };
-  const t = await call(ep, "POST", "/admin/api/v1/tenants", { ...admin, body: { name } });
+  const t = await call(ep, "POST", "/admin/api/v1/tenants", { ...admin, body: { name }, retry: true });
   if (t.status !== 201) throw new Error(`tenant: ${t.status} ${t.text}`);
-  const k = await call(ep, "POST", `/admin/api/v1/tenants/${t.body.id}/keys`, { ...admin, body: { name } });
+  const k = await call(ep, "POST", `/admin/api/v1/tenants/${t.body.id}/keys`, { ...admin, body: { name }, retry: true });
   if (k.status !== 201) throw new Error(`api key: ${k.status} ${k.text}`);
   const tok = await call(ep, "POST", `/admin/api/v1/tenants/${t.body.id}/tokens`, { ...admin, body: { scopes: ["sandboxes:read", "sandboxes:write", "commands:exec", "templates:read", "templates:write"] } });
   if (tok.status !== 201) throw new Error(`token: ${tok.status} ${tok.text}`);

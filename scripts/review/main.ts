@@ -74,10 +74,16 @@ try {
       t.findings.push(`${area} stopped: ${(e as Error).stack?.slice(0, 600) ?? String(e)}`);
       results.push(t.result(area, area, at));
     }
-    // The Admin fuzzing may have revoked the first tenant's key or disabled it: the rest runs as a new tenant.
-    if (area === "malformed") stack.useApiKey((await newTenant(stack.ep, `review-${Date.now()}`)).apiKey);
-    // Each area starts on an empty tenant; a stack that died on the way is the finding.
-    await killAll(stack.ep).catch((e: Error) => results.at(-1)!.findings.push(`kill-all after ${area}: ${e.message} (${e.cause ? String(e.cause) : ""})`));
+    try {
+      // The Admin fuzzing may have revoked the first tenant's key or disabled it: the rest runs as a new tenant.
+      if (area === "malformed") stack.useApiKey((await newTenant(stack.ep, `review-${Date.now()}`)).apiKey);
+      // Each area starts on an empty tenant.
+      await killAll(stack.ep);
+    } catch (e) {
+      const state = stack.proc?.exited() ? `space up exited: ${stack.output().slice(-600)}` : "space up still running";
+      results.at(-1)!.findings.push(`after ${area}: ${(e as Error).message} (${String((e as Error).cause ?? "")}); ${state}`);
+    }
+    // A stack that died on the way is the finding.
     for (const c of stack.crashes.splice(0)) {
       results.at(-1)!.counts.crashes = (results.at(-1)!.counts.crashes ?? 0) + 1;
       results.at(-1)!.findings.push(c);
