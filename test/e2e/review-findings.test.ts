@@ -3,6 +3,8 @@
  * SDK and the wire: envd answered 500 `internal` (with Node's own message) for a path with
  * a NUL byte on its Connect filesystem RPCs and its HTTP files API, and 500 for an upload
  * whose gzip body is not gzip. Both are the client's mistake: `invalid_argument` / 400.
+ * A JSON body nested 20 000 levels deep was a 500 on ECW and Native (the storable-input
+ * walk recursed past the stack): 400 naming the depth.
  * And `space up` refused to start again (exit 1, "API key … already exists") once the
  * Admin API had revoked its default key or disabled the default tenant: a restart must
  * come up and leave the operator's revocation as it is.
@@ -92,4 +94,34 @@ describe("review findings: space up restarts after the Admin API revoked its def
       }
     });
   }
+});
+
+describe("review findings: a JSON body nested too deep", { skip, timeout: 10 * 60_000 }, () => {
+  let stack: Stack;
+  before(async () => {
+    stack = await startStack();
+  });
+  after(async () => {
+    await stack?.stop();
+  });
+
+  test("20 000 levels of arrays or objects: 400 naming the depth on ECW, Native and Admin (was 500)", async () => {
+    const deepArray = `${"[".repeat(20_000)}${"]".repeat(20_000)}`;
+    const deepObject = `{"templateID":"base","metadata":${'{"a":'.repeat(20_000)}1${"}".repeat(20_000)}}`;
+    const cases: Array<[string, Record<string, string>, string]> = [
+      ["/sandboxes", { "x-api-key": stack.apiKey }, deepArray],
+      ["/sandboxes", { "x-api-key": stack.apiKey }, deepObject],
+      ["/v1/sandboxes", { authorization: `Bearer ${stack.apiKey}` }, deepArray],
+      ["/admin/api/v1/tenants", { authorization: `Bearer ${stack.adminToken}` }, deepObject],
+    ];
+    for (const [path, auth, body] of cases) {
+      const r = await fetch(stack.apiUrl + path, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body });
+      const text = await r.text();
+      assert.equal(r.status, 400, `${path}: ${text}`);
+      assert.match(text, /nested deeper than 64 levels/, path);
+    }
+    // An ordinary body still passes the guard.
+    const ok = await fetch(`${stack.apiUrl}/admin/api/v1/tenants`, { method: "POST", headers: { authorization: `Bearer ${stack.adminToken}`, "content-type": "application/json" }, body: '{"name":"deep-ok"}' });
+    assert.equal(ok.status, 201, await ok.text());
+  });
 });
