@@ -52,14 +52,14 @@ export async function createEcw(ep: Endpoints, apiKey = ep.apiKey, timeout = 600
   return r.body as EcwSandbox;
 }
 
-/** Kills every live sandbox of the tenant (Native list, ECW kill) until none is left or `timeoutMs` passed; the ids it saw. */
-export async function killAll(ep: Endpoints, timeoutMs = 60_000): Promise<string[]> {
+/** Kills every live sandbox of the tenant but `keep` (Native list, ECW kill) until none is left or `timeoutMs` passed; the ids it saw. */
+export async function killAll(ep: Endpoints, timeoutMs = 60_000, keep: readonly string[] = []): Promise<string[]> {
   const seen: string[] = [];
   const end = Date.now() + timeoutMs;
   for (;;) {
     const r = await call(ep, "GET", "/v1/sandboxes?limit=100", { bearer: ep.apiKey });
     if (r.status !== 200) throw new Error(`kill-all: listing answered ${r.status} ${r.text.slice(0, 200)}`);
-    const live = (r.body.sandboxes ?? []) as Array<{ id: string; state: string }>;
+    const live = ((r.body.sandboxes ?? []) as Array<{ id: string; state: string }>).filter((s) => !keep.includes(s.id));
     if (!live.length || Date.now() > end) return seen;
     for (const s of live) {
       seen.push(s.id);

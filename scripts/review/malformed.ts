@@ -37,7 +37,14 @@ export async function malformed(stack: ReviewStack, o: MalformedOptions): Promis
   const sb = await createEcw(ep);
   try {
     const reqs = [...restCorpus(ep.apiUrl, ep.apiKey, sb.sandboxID, o.quick), ...envdCorpus(ep.sandboxUrl, sb, o.quick)];
-    for (const r of reqs) await probe(t, r, internal);
+    let queued = 0;
+    for (const r of reqs) {
+      const a = await probe(t, r, internal);
+      // An input valid by chance made a sandbox: kill it now, so the corpus never fills the node (507).
+      if (a.status === 201 && /"sandboxID":"([a-z0-9]+)"/.test(a.text)) await killEcw(ep, /"sandboxID":"([a-z0-9]+)"/.exec(a.text)![1]!);
+      if (a.status === 202 && r.url.endsWith("/v1/sandboxes") && ++queued % 10 === 0) await killAll(ep, 30_000, [sb.sandboxID]);
+    }
+    await killAll(ep, 60_000, [sb.sandboxID]);
     await traversal(t, stack, sb, internal);
   } finally {
     await killEcw(ep, sb.sandboxID);
