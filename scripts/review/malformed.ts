@@ -144,7 +144,7 @@ function restCorpus(api: string, apiKey: string, id: string, quick: boolean): Re
       ["deep", `${"[".repeat(20000)}${"]".repeat(20000)}`, "application/json"],
       ["17 MiB", `{${base},"metadata":{"a":${HUGE(17 << 20)}}}`, "application/json"],
     ];
-    for (const [what, body, ct] of quick ? raws.slice(0, 8) : raws) out.push({ what: `${path} raw ${what}`, method: "POST", url: api + path, headers: { ...auth, "content-type": ct }, body });
+    for (const [what, body, ct] of quick ? raws.slice(0, 8) : raws) out.push({ what: `${path} raw ${what}`, method: "POST", url: api + path, headers: { ...auth, "content-type": ct }, body, resetOk: what === "17 MiB" });
   }
   const queries = ["/v2/sandboxes?metadata=a%3D%2500", "/v2/sandboxes?limit=-1", "/v2/sandboxes?limit=abc", "/v2/sandboxes?limit=1e309", "/v2/sandboxes?nextToken=%FF%FE", "/v2/sandboxes?state=bogus", "/v2/sandboxes?metadata=%ED%A0%80", "/sandboxes?metadata=" + "a%3Db%26".repeat(3000), "/v1/sandboxes?cursor=zzz", "/v1/sandboxes?limit=0", "/v1/sandboxes?state=%00", "/v1/operations?cursor=%FF", "/v1/operations?limit=99999999999999999999", "/snapshots?limit=-5", "/templates?teamID=%00"];
   for (const q of queries) out.push({ what: `query ${q.slice(0, 40)}`, method: "GET", url: api + q, headers: q.startsWith("/v1") ? native : ecw });

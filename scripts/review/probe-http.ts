@@ -14,6 +14,8 @@ export interface Req {
   what: string;
   /** A 5xx the E2B wire itself prescribes for this case (the gateway's 502 for an unknown sandbox). */
   wire5xx?: RegExp;
+  /** A body past the server's limit: it may answer 413 and close while the body is still going out, which a client sees as a reset. */
+  resetOk?: boolean;
 }
 
 const INTERNAL = [
@@ -36,6 +38,7 @@ export async function probe(t: Tally, r: Req, internalPaths: readonly string[], 
     status = res.status;
     text = await head(res);
   } catch (e) {
+    if (r.resetOk && /other side closed|ECONNRESET|EPIPE|SocketError/.test(String((e as Error).cause))) return { status, text };
     t.find("serverErrors", `${r.what}: ${r.method} ${short(r.url)}: no answer (${(e as Error).name}: ${(e as Error).message})`);
     return { status, text };
   }
