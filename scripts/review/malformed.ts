@@ -8,7 +8,7 @@
  * that reads what `user` may not read is "not refused".
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createEcw, envdHeaders, killAll, killEcw, shell, type EcwSandbox } from "./clients.ts";
@@ -87,10 +87,13 @@ function schemathesis(t: Tally, doc: string, bearer: string, quick: boolean, ext
     { encoding: "utf8", timeout: 300_000, cwd: dir },
   );
   if (!existsSync(json)) {
+    rmSync(dir, { recursive: true, force: true });
     t.findings.push(`schemathesis wrote no report for ${doc} (exit ${r.status}): ${`${r.stdout}${r.stderr}`.slice(-300)}`);
     return;
   }
-  const report = JSON.parse(readFileSync(json, "utf8")) as { test_cases: { generated: number }; operations: { errored: number }; failures: { code: string; title: string; count: number; operations: string[] }[] };
+  const text = readFileSync(json, "utf8");
+  rmSync(dir, { recursive: true, force: true });
+  const report = JSON.parse(text) as { test_cases: { generated: number }; operations: { errored: number }; failures: { code: string; title: string; count: number; operations: string[] }[] };
   t.add("tried", report.test_cases.generated);
   for (const f of report.failures) {
     if (f.code === "ST101") t.find("serverErrors", `schemathesis ${doc}: ${f.count} × ${f.title} on ${f.operations.join(", ")}`);
