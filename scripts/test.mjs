@@ -11,7 +11,7 @@
 //   Kubernetes         bash scripts/setup/k8s.sh (builds kube-apiserver etc. the first time),
 //                      bash scripts/setup/helm.sh (helm, likewise)
 //   Python SDK venv    bash scripts/setup/python-sdk.sh
-//   schemathesis venv  bash scripts/setup/schemathesis.sh (test/e2e/schemathesis.test.ts)
+//   schemathesis venv  bash scripts/setup/schemathesis.sh (test/e2e/schemathesis.test.ts, test/e2e/review.test.ts)
 //   local registry     bash scripts/setup/registry.sh (docker-registry for the registry template suites)
 // SPACE_TEST_SKIP=kubernetes,postgres,python skips those lanes on purpose.
 // SPACE_TEST_REQUIRE_LANES=1 (CI) fails the run when any selected lane is skipped.
@@ -74,7 +74,7 @@ if (!isRoot) {
   }
 }
 // The schemathesis e2e test skips with the reason when this failed; CI must not pass on that skip.
-if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts"))) {
+if (isRoot && files.some((f) => f.endsWith("test/e2e/schemathesis.test.ts") || f.endsWith("test/e2e/review.test.ts"))) {
   if (!sh("schemathesis venv", ["bash", "scripts/setup/schemathesis.sh"]) && process.env.SPACE_TEST_REQUIRE_LANES === "1") {
     console.error("test: the schemathesis venv did not install (SPACE_TEST_REQUIRE_LANES=1 needs every lane's tools)");
     process.exit(1);

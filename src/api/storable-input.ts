@@ -8,8 +8,15 @@ import type { FastifyInstance } from "fastify";
 import { invalid } from "../core/errors.ts";
 import { unstorable } from "../core/limits.ts";
 
+/**
+ * Deeper than any body SPACE takes; a walk (this one, a schema's) past it would overflow
+ * the stack on a hostile body (20 000 nested arrays were a 500).
+ */
+const MAX_DEPTH = 64;
+
 /** The first string (or object key) in `value` that cannot be stored, as `<path>: <why>`. */
 export function findUnstorable(value: unknown, path: string[] = []): string | undefined {
+  if (path.length >= MAX_DEPTH && isJsonContainer(value)) return `${path.slice(0, 3).join(".")}…: nested deeper than ${MAX_DEPTH} levels`;
   if (typeof value === "string") {
     const why = unstorable(value);
     return why === undefined ? undefined : `${path.join(".") || "value"}: ${why}`;

@@ -44,7 +44,8 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
     );
     stops.push(() => cp.tracing?.shutdown() ?? Promise.resolve());
     stops.push(() => cp.db.close());
-    await bootstrapDefaultTenant(cp.db, secrets.apiKey);
+    const { usable } = await bootstrapDefaultTenant(cp.db, secrets.apiKey);
+    if (!usable) cp.log.warn("the default API key was revoked or its tenant disabled (Admin API): the E2B_API_KEY printed below does not authenticate");
 
     // The node first: the controller dispatches queued work (e.g. creates that survived a
     // restart) as soon as it leads, and that work needs the node.

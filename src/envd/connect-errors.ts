@@ -66,6 +66,13 @@ export function fsError(e: unknown): unknown {
     case "E2BIG":
       // exec refused the argv + environment: a request too big, never a server fault.
       return new SpaceError("invalid_argument", "the command's arguments and environment are too long to exec (E2BIG: at most 128 KiB per argument or variable, about 2 MiB in all)", { cause: e });
+    case "ERR_INVALID_ARG_VALUE":
+      // Node refuses a NUL byte in a path, cwd or variable before any syscall.
+      return new SpaceError("invalid_argument", /null bytes/.test(err.message) ? "a path, directory or variable must not contain NUL bytes" : "invalid argument", { cause: e });
+    case "Z_DATA_ERROR":
+    case "Z_BUF_ERROR":
+      // A body sent as gzip that is not (or is cut short).
+      return new SpaceError("invalid_argument", `the request body is not valid gzip (${err.message})`, { cause: e });
     case "EINVAL":
     case "ELOOP":
     case "ENAMETOOLONG":

@@ -69,6 +69,11 @@ export async function lookupApiKey(q: Queryable, plaintext: string): Promise<{ a
   return { apiKey, tenant: { id: row.tenantId, name: tenantName, createdAt: tenantCreatedAt, disabledAt: null } };
 }
 
+/** Whether a key with this plaintext was ever created (revoked or live, whatever its tenant's state). */
+export async function apiKeyRecorded(q: Queryable, plaintext: string): Promise<boolean> {
+  return (await q.maybeOne<{ id: string }>(`SELECT id FROM api_keys WHERE hash = $1`, [hashSecret(plaintext)])) !== undefined;
+}
+
 export async function listApiKeys(q: Queryable, tenantId: TenantId): Promise<ApiKey[]> {
   return q.query<ApiKey>(`SELECT ${COLS} FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, [tenantId]);
 }

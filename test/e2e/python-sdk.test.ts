@@ -7,13 +7,16 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { baseEnv } from "../support/space-process.ts";
 import { startStack, type Stack } from "../support/stack.ts";
 import { localRegistrySkipReason, startLocalRegistry } from "../support/local-registry.ts";
 import { makeOciArchive } from "../templates/fixtures.ts";
+  });
+
+import { startStack, waitFor, type Stack } from "../support/stack.ts";
 
 const PYTHON = resolve(".tools/py/bin/python");
 const SCRIPTS = resolve("test/e2e/python");
@@ -412,5 +415,38 @@ describe("ECW with the e2b Python SDK", { skip: skipReason(), timeout: 20 * 60_0
     assert.equal(ok(o, "unsupported_language"), "SandboxException");
     assert.deepEqual(ok(o, "pause_connect"), { paused: true, kept: "'py across pause'" });
     assert.deepEqual(ok(o, "async_round"), { text: "40", stdout: ["21\n"] });
+  });
+
+  test("watchdog (issue 27 item 2): a frozen envd fails the sandbox; a command errors instead of hanging, the SDK sees it gone, Native GET names the reason", async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), "space-py-watchdog-"));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const [idFile, goFile] = [join(dir, "id"), join(dir, "go")];
+    const health = await startStack({ env: { SPACE_NODE_HEALTH_INTERVAL_MS: "1000", SPACE_NODE_HEALTH_THRESHOLD: "3" } });
+    t.after(() => health.stop());
+    const running = run("watchdog.py", health, { WATCHDOG_ID_FILE: idFile, WATCHDOG_GO_FILE: goFile });
+    const id = await Promise.race([
+      waitFor(() => (existsSync(idFile) ? readFileSync(idFile, "utf8") || undefined : undefined), "the scenario's sandbox id", 180_000, 100),
+      running.then((o) => Promise.reject(new Error(`watchdog.py ended before the freeze: ${JSON.stringify(o)}`))),
+    ]);
+    const pid = (JSON.parse(spawnSync("runc", ["--root", join(health.dataDir, "runc"), "state", id], { encoding: "utf8" }).stdout) as { pid: number }).pid;
+    process.kill(pid, "SIGSTOP");
+    t.after(() => void spawnSync("kill", ["-CONT", String(pid)]));
+    writeFileSync(goFile, "");
+    const o = await running;
+    assert.equal(ok(o, "before"), "alive\n");
+    assert.equal(o.frozen, true);
+    const during = ok(o, "run_while_frozen") as { class: string; message: string } | string;
+    assert.notEqual(during, "answered", "a command on a frozen envd does not succeed");
+    assert.equal(o.run_ended_before_its_timeout, true, `the command ended with the sandbox, not at its request timeout: ${JSON.stringify(during)}`);
+    assert.equal((ok(o, "get_info") as { class: string }).class, "SandboxNotFoundException", JSON.stringify(o.get_info));
+    assert.equal(ok(o, "is_running"), false);
+    assert.equal(ok(o, "listed"), false);
+    assert.notEqual(ok(o, "connect"), "answered");
+    assert.notEqual(ok(o, "run_after"), "answered");
+    const native = await fetch(`${health.apiUrl}/v1/sandboxes/${id}`, { headers: { authorization: `Bearer ${health.apiKey}` } });
+    const body = (await native.json()) as { state: string; reason: string | null };
+    assert.equal(native.status, 200, JSON.stringify(body));
+    assert.equal(body.state, "failed");
+    assert.match(String(body.reason), /^unhealthy: envd did not answer/);
   });
 });

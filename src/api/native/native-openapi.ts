@@ -88,7 +88,7 @@ export function buildOpenApi(): Json {
         get: { summary: "list sandboxes (cursor pages)", "x-required-scope": "sandboxes:read", parameters: query(S.ListSandboxesQuery), responses: { ...ok("SandboxList"), ...pageErrors() } },
       },
       "/v1/sandboxes/{id}": {
-        get: { summary: "get a sandbox", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("Sandbox"), ...errors(400, 401, 403, 404) } },
+        get: { summary: "get a sandbox: a live one, or a failed one with its reason (a killed one is 404)", "x-required-scope": "sandboxes:read", parameters: [pathId("id")], responses: { ...ok("Sandbox"), ...errors(400, 401, 403, 404) } },
         delete: mutation("delete (kill) a sandbox", "sandboxes:write", { parameters: [pathId("id")] }),
       },
       "/v1/sandboxes/{id}/network": {

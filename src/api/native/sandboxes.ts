@@ -1,8 +1,9 @@
 /**
- * /v1/sandboxes: create (an operation), get, list (cursor pages), delete (an operation).
+ * /v1/sandboxes: create (an operation), get (live ones, and failed ones with their reason),
+ * list (cursor pages), delete (an operation).
  */
 import type { FastifyInstance } from "fastify";
-import { newSandboxId, type TenantId } from "../../core/ids.ts";
+import { newSandboxId, type SandboxId, type TenantId } from "../../core/ids.ts";
 import { endedStates } from "../../sandboxes/model.ts";
 import { sandboxStates, type SandboxState } from "../../store/sandboxes.ts";
 import { invalid } from "../../core/errors.ts";
@@ -45,6 +46,10 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
   app.get("/v1/sandboxes/:id", async (req) => {
     const { tenantId } = await tenantWith(deps, req, "sandboxes:read");
     const { id } = parse(SandboxIdParams, req.params, "path");
+    // A failed sandbox stays readable (state and reason: why it is gone, e.g. the node's
+    // watchdog found it unhealthy); a killed one is not found, as every other route says.
+    const rec = await deps.sandboxes.repo.get(tenantId, id as SandboxId);
+    if (rec?.state === "failed") return toSandbox(rec);
     return toSandbox(await deps.sandboxes.get(tenantId, id));
   });
 
