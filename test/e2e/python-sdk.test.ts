@@ -11,12 +11,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { baseEnv } from "../support/space-process.ts";
-import { startStack, type Stack } from "../support/stack.ts";
+import { startStack, waitFor, type Stack } from "../support/stack.ts";
 import { localRegistrySkipReason, startLocalRegistry } from "../support/local-registry.ts";
 import { makeOciArchive } from "../templates/fixtures.ts";
-  });
-
-import { startStack, waitFor, type Stack } from "../support/stack.ts";
 
 const PYTHON = resolve(".tools/py/bin/python");
 const SCRIPTS = resolve("test/e2e/python");
