@@ -198,6 +198,8 @@ export class MemoryNode {
   }
 
   readonly builder = {
+    /** No registry sources here: a recipe is already pinned. */
+    pin: (_buildId: string, recipe: NodeBuildRequest["recipe"]) => Promise.resolve(recipe),
     start: (buildId: string, name: string, recipe: NodeBuildRequest["recipe"]) => {
       if (!this.builds.has(buildId)) this.builds.set(buildId, { buildId, name, recipe });
       return this.#buildStatus(buildId, 0);
