@@ -4,11 +4,14 @@
  * scopes and caches) sharing only a filesystem blob store; real runc + CRIU 4.1.1 + btrfs.
  *   npm run bench -- snapshots [iterations=5] [--encrypt] [--idle-only]
  *
- * Per iteration: cold create on A (the baseline), suspend (memory + disk captured and
- * published: the durable path ECW pause takes), restore on A from its local copy (same
- * node), suspend again and restore on B, which never held the snapshot (cross node:
- * download, checksum, btrfs receive, CRIU restore; B pulls the template parent once, in
- * the first iteration), then a fork on B (live checkpoint + restore as a new sandbox).
+ * Per iteration (issue #25's rows, each with its phases): cold create on A (the baseline),
+ * pause returned to the caller (memory + disk captured on the node), its publication to
+ * the blob store behind it (suspend to durable = both; per GiB dirty for the dirty kind),
+ * restore on A from its local copy (same node), suspend again with the upload inside the
+ * call (the path before #25, for comparison in the same run) and restore on B, which never
+ * held the snapshot (cross node: download, checksum, btrfs receive, CRIU restore; B pulls
+ * the template parent once, in the first iteration), then a fork on B (live checkpoint +
+ * restore as a new sandbox).
  */
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -30,21 +33,32 @@ const DIRTY = `nohup python3 -c "import time; b = bytearray(b'\\x5a') * (256 << 
 
 type Series = Record<string, number[]>;
 const q = (a: number[], p: number) => [...a].sort((x, y) => x - y)[Math.min(a.length - 1, Math.floor(p * a.length))]!;
+const medians = (s: Series) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, q(v, 0.5)]));
 
-async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
+/** One row of issue #25's table: its totals and the medians of its phases. */
+interface Row {
+  total: number[];
+  phases: Series;
+}
+
+async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<string, Row>; bytes: number[] }> {
   const [a, b] = nodes as [TestNode, TestNode];
-  const breakdown: Series = {};
-  const forkBreakdown: Series = {};
-  const r: Series = { cold: [], suspend: [], "suspend capture": [], "restore same node": [], "restore cross node": [], fork: [], bytes: [] };
+  const rows: Record<string, Row> = {};
+  const bytes: number[] = [];
+  const row = (k: string): Row => (rows[k] ??= { total: [], phases: {} });
+  const phases = (k: string, t: Record<string, number> | undefined, prefix = "") => {
+    for (const [p, v] of Object.entries(t ?? {})) (row(k).phases[`${prefix}${p}`] ??= []).push(v);
+  };
   const time = async <T>(k: string, fn: () => Promise<T>): Promise<T> => {
     const t = performance.now();
     const v = await fn();
-    r[k]!.push(performance.now() - t);
+    row(k).total.push(performance.now() - t);
     return v;
   };
   for (let i = 0; i < n; i++) {
     const s = spec({ memoryMib: kind === "idle" ? 256 : 768 });
-    await time("cold", () => a.agent.manager!.create(s, sig()));
+    const cold = await time("cold create", () => a.agent.manager!.create(s, sig()));
+    phases("cold create", cold.timings);
     if (kind !== "idle") {
       await sh(a, s.sandboxId, DIRTY);
       for (let t = 0; (await sh(a, s.sandboxId, "test -e /tmp/dirty-ready")).exitCode !== 0; t++) {
@@ -52,19 +66,27 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
         await new Promise((res) => setTimeout(res, 100));
       }
     }
-    const d1 = await time("suspend", () => a.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: true }, sig()));
-    r["suspend capture"]!.push(d1.timings.captureMs ?? 0);
-    r.bytes!.push(d1.sizeBytes);
+    // Pause as ECW/Native take it now: the capture is safe on the node, the caller is answered; the publication runs behind.
+    const t0 = performance.now();
+    const d1 = await time("pause returned to caller", () => a.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: false }, sig()));
+    phases("pause returned to caller", d1.timings);
+    const pub = await time("publish behind the pause", () => a.agent.snapshots!.publish(d1.snapshotId, sig()));
+    phases("publish behind the pause", pub.timings);
+    row("suspend to durable").total.push(performance.now() - t0);
+    bytes.push(pub.sizeBytes);
     const local = await time("restore same node", () => a.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d1, sig()));
-    for (const [k, v] of Object.entries(local.timings ?? {})) (breakdown[k] ??= []).push(v);
-    const d2 = await a.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: true }, sig());
-    await time("restore cross node", () => b.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d2, sig()));
+    phases("restore same node", local.timings);
+    // The path before #25, in the same run: the upload inside the suspend call.
+    const d2 = await time("suspend with upload inside (before #25)", () => a.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: true }, sig()));
+    phases("suspend with upload inside (before #25)", d2.timings);
+    const cross = await time("restore cross node", () => b.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d2, sig()));
+    phases("restore cross node", cross.timings);
     const fid = newSandboxId();
     const fork = await time("fork", async () => {
       const f = await b.agent.snapshots!.capture(s.sandboxId, newSnapshotId(), { upload: false }, sig());
       const st = await b.agent.snapshots!.restore({ ...s, sandboxId: fid, executionId: newExecutionId() }, f, sig());
-      for (const [k, v] of Object.entries(f.timings)) (forkBreakdown[`capture.${k}`] ??= []).push(v);
-      for (const [k, v] of Object.entries(st.timings ?? {})) (forkBreakdown[`restore.${k}`] ??= []).push(v);
+      phases("fork", f.timings, "capture.");
+      phases("fork", st.timings, "restore.");
       return f;
     });
     await b.agent.manager!.kill(fid, sig());
@@ -74,11 +96,7 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<Series> {
     await b.agent.snapshots!.dropLocal(d2.snapshotId);
     await b.agent.snapshots!.dropLocal(fork.snapshotId);
   }
-  const med = Object.fromEntries(Object.entries(breakdown).map(([k, v]) => [k, q(v, 0.5)]));
-  console.log(`  ${kind}: same-node restore breakdown (medians, ms) ${JSON.stringify(med)}`);
-  const forkMed = Object.fromEntries(Object.entries(forkBreakdown).map(([k, v]) => [k, q(v, 0.5)]));
-  console.log(`  ${kind}: fork breakdown (medians, ms) ${JSON.stringify(forkMed)}`);
-  return r;
+  return { rows, bytes };
 }
 
 try {
@@ -94,14 +112,19 @@ try {
   );
   console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}`);
   for (const kind of kinds) {
-    const r = await run(kind);
+    const { rows, bytes } = await run(kind);
     console.log(`${kind}:`);
-    for (const [k, v] of Object.entries(r)) {
-      if (k === "bytes") console.log(`  bytes stored per snapshot   median ${(q(v, 0.5) / 1048576).toFixed(1)} MiB   max ${(Math.max(...v) / 1048576).toFixed(1)} MiB`);
-      else console.log(`  ${k.padEnd(26)}  median ${q(v, 0.5).toFixed(0).padStart(5)} ms   p99 ${q(v, 0.99).toFixed(0).padStart(5)} ms`);
+    for (const [k, r] of Object.entries(rows)) {
+      console.log(`  ${k.padEnd(40)}  median ${q(r.total, 0.5).toFixed(0).padStart(5)} ms   p99 ${q(r.total, 0.99).toFixed(0).padStart(5)} ms`);
+      if (Object.keys(r.phases).length) console.log(`    phases (medians, ms) ${JSON.stringify(medians(r.phases))}`);
     }
-    const ratio = (k: string) => (q(r[k]!, 0.5) / q(r.cold!, 0.5)).toFixed(2);
-    console.log(`  vs cold create (median): restore same node ${ratio("restore same node")}x, cross node ${ratio("restore cross node")}x, fork ${ratio("fork")}x`);
+    if (kind !== "idle") {
+      const perGiB = (k: string) => ((q(rows[k]!.total, 0.5) * 4) / 1000).toFixed(2);
+      console.log(`  per GiB dirty (median x 4): suspend to durable ${perGiB("suspend to durable")} s, suspend with upload inside (before #25) ${perGiB("suspend with upload inside (before #25)")} s`);
+    }
+    console.log(`  bytes stored per snapshot   median ${(q(bytes, 0.5) / 1048576).toFixed(1)} MiB   max ${(Math.max(...bytes) / 1048576).toFixed(1)} MiB`);
+    const ratio = (k: string) => (q(rows[k]!.total, 0.5) / q(rows["cold create"]!.total, 0.5)).toFixed(2);
+    console.log(`  vs cold create (median): pause ${ratio("pause returned to caller")}x, restore same node ${ratio("restore same node")}x, cross node ${ratio("restore cross node")}x, fork ${ratio("fork")}x`);
   }
 } finally {
   for (const node of nodes) await node.close();

@@ -45,11 +45,14 @@ const result = await build({
 writeFileSync(join(out, "space.mjs"), 'import { main } from "./main.mjs";\nawait main(process.argv);\n');
 cpSync(join(root, "src/store/migrations"), join(out, "migrations"), { recursive: true });
 cpSync(join(root, "src/core/spawn-server.mjs"), join(out, "spawn-server.mjs"));
+// The code-interpreter template's recipe reads its sources beside the module (its digest names the
+// tarball a node offers): without them a compiled node offers no code-interpreter-v1.
+cpSync(join(root, "src/node/templates/code-interpreter"), join(out, "code-interpreter"), { recursive: true });
 const addon = join(root, "dist/node/original-dst.node");
 if (existsSync(addon)) cpSync(addon, join(out, "original-dst.node"));
 
 // The copied assets count as inputs too; the migrations folder itself (its mtime) catches a new migration.
-const assets = ["src/store/migrations", ...readdirSync(join(root, "src/store/migrations")).map((f) => `src/store/migrations/${f}`), "src/core/spawn-server.mjs"];
+const assets = ["src/store/migrations", ...readdirSync(join(root, "src/store/migrations")).map((f) => `src/store/migrations/${f}`), "src/core/spawn-server.mjs", ...readdirSync(join(root, "src/node/templates/code-interpreter")).map((f) => `src/node/templates/code-interpreter/${f}`)];
 const inputs = [...new Set([...Object.keys(result.metafile.inputs).filter((f) => f.startsWith("src/")), ...assets])].sort();
 writeFileSync(join(out, "inputs.json"), JSON.stringify(inputs) + "\n");
 const externals = new Set(Object.values(result.metafile.outputs).flatMap((o) => o.imports.filter((i) => i.external).map((i) => i.path)));

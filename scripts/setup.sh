@@ -93,8 +93,14 @@ fi
 # 6b. The local OCI registry the registry template tests start (docker-registry, htpasswd).
 bash "$REPO/scripts/setup/registry.sh"
 
+# 6c. containerd, conntrack and the CNI plugins for the real-kubelet lane (test/kubernetes/kubelet-lane.test.ts).
+bash "$REPO/scripts/setup/kubelet-host.sh"
+
 # 7. The e2b Python SDK venv for test/e2e/python-sdk.test.ts (.tools/py; pinned, reused).
 bash "$REPO/scripts/setup/python-sdk.sh" || echo "setup: no Python SDK venv; test/e2e/python-sdk will skip" >&2
+
+# 8. Debian's chromium for the dashboard's browser tests (test/e2e/dashboard.test.ts).
+bash "$REPO/scripts/setup/chromium.sh" >/dev/null
 
 save_machine_cache
 echo "setup: done in $(( $(date +%s) - started )) s"

@@ -11,7 +11,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { createEcw, envdHeaders, killAll, killEcw, shell, type EcwSandbox } from "./clients.ts";
+import { createEcw, envdHeaders, killAll, killEcw, newApiKey, newTenant, shell, type EcwSandbox } from "./clients.ts";
 import { probe, type Req } from "./probe-http.ts";
 import { Tally, type AreaResult } from "./report.ts";
 import type { ReviewStack } from "./review-stack.ts";
@@ -51,7 +51,11 @@ export async function malformed(stack: ReviewStack, o: MalformedOptions): Promis
   }
   // Inputs that happened to be valid made sandboxes: gone before the Admin fuzzing may lock the tenant out.
   await killAll(ep);
-  schemathesis(t, `${ep.apiUrl}/v1/openapi.json`, ep.apiKey, o.quick, []);
+  // The fuzzer learns key and token ids from GET /v1/api-keys and may revoke every key of the
+  // tenant it runs as (its own included): a tenant of its own, cleaned up with a key made after.
+  const fuzzed = await newTenant(ep, `review-st-${Date.now()}`);
+  schemathesis(t, `${ep.apiUrl}/v1/openapi.json`, fuzzed.apiKey, o.quick, []);
+  await killAll({ ...ep, apiKey: await newApiKey(ep, fuzzed.tenantId, "review-st-cleanup") });
   await killAll(ep);
   // Admin last: it may disable the tenant and revoke the keys the rest of the review uses (main.ts makes new ones).
   schemathesis(t, `${ep.apiUrl}/admin/api/v1/openapi.json`, ep.adminToken, o.quick, ["--exclude-method", "PUT"]);

@@ -15,14 +15,30 @@ import { lookupApiKey } from "../store/api-keys.ts";
 import { hasScope, verifyToken } from "../store/tokens.ts";
 import type { ApiKeyAuth } from "../sandboxes/model.ts";
 
-export const tenantScopes = ["sandboxes:read", "sandboxes:write", "commands:exec", "templates:read", "templates:write"] as const;
+export const tenantScopes = [
+  "sandboxes:read",
+  "sandboxes:write",
+  "commands:exec",
+  "templates:read",
+  "templates:write",
+  "volumes:read",
+  "volumes:write",
+  // The tenant's own API keys and tokens (/v1/api-keys, /v1/tokens).
+  "credentials:read",
+  "credentials:write",
+] as const;
 export type Scope = (typeof tenantScopes)[number] | "admin";
+
+/** A token's longest life: ten years (a Date holds ±8.64e15 ms). */
+export const TOKEN_MAX_LIFETIME_S = 10 * 365 * 86_400;
 
 export interface Principal {
   /** null only for the cluster admin. */
   tenantId: TenantId | null;
   scopes: string[];
   kind: "api_key" | "token" | "admin";
+  /** A token's own expiry (null: none); what it creates may not outlive it. */
+  expiresAt?: Date | null;
 }
 
 /** The E2B SDK reads the numeric `code` of this body; wording matches E2B's. */
@@ -100,12 +116,18 @@ export async function authenticateBearer(db: Queryable, bearer: string | undefin
   if (adminToken && sameSecret(bearer, adminToken)) return { tenantId: null, scopes: ["admin"], kind: "admin" };
   const token = await cached(db, "token", bearer, async () => {
     const t = await verifyToken(db, bearer);
-    return t && { principal: { tenantId: t.tenantId, scopes: t.scopes, kind: "token" }, expiresAt: t.expiresAt };
+    return t && { principal: { tenantId: t.tenantId, scopes: t.scopes, kind: "token", expiresAt: t.expiresAt }, expiresAt: t.expiresAt };
   });
   if (token) return token;
   const key = await apiKeyPrincipal(db, bearer);
   if (key) return key;
   throw new SpaceError("unauthenticated", "invalid credentials: unknown, revoked or expired token");
+}
+
+/** The scopes of `wanted` that `p` does not hold (none for the admin scope). */
+export function scopesLacking(p: Principal, wanted: readonly string[]): string[] {
+  if (p.scopes.includes("admin")) return [];
+  return wanted.filter((s) => !hasScope(p, s));
 }
 
 export function requireScope(p: Principal, scope: Scope): void {

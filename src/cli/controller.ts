@@ -14,6 +14,7 @@ import { startDispatcher } from "../controller/dispatcher.ts";
 import { startTimeoutEnforcer } from "../controller/timeouts.ts";
 import { warmPoolLoop } from "../controller/warm-pools/index.ts";
 import { startSnapshotRetention } from "../controller/snapshot-retention.ts";
+import { startSnapshotPublication } from "../controller/snapshot-publication.ts";
 import { registerFleetMetrics } from "../controller/fleet-metrics.ts";
 import { spaceMetrics } from "../core/metrics.ts";
 
@@ -54,6 +55,14 @@ export const controllerLoops: readonly LoopFactory[] = [
       log: cp.log,
       minAgeMs: cp.config.SPACE_SNAPSHOT_RETENTION_MIN_AGE_S * 1000,
       intervalMs: cp.config.SPACE_SNAPSHOT_RETENTION_INTERVAL_S * 1000,
+    }),
+  (cp) =>
+    startSnapshotPublication({
+      db: cp.db,
+      sandboxes: cp.layer.sandboxes,
+      log: cp.log,
+      minAgeMs: cp.config.SPACE_SNAPSHOT_PUBLISH_RETRY_S * 1000,
+      intervalMs: cp.config.SPACE_SNAPSHOT_PUBLISH_RETRY_S * 1000,
     }),
 ];
 

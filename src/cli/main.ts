@@ -1,7 +1,7 @@
 /**
  * The `space` command. Process commands (up, api, controller, node, migrate) parse their
  * config once, build their dependencies and run until SIGINT/SIGTERM. Client commands
- * (sandbox, template, tenant, key, token, pool, operation, node list…) share one
+ * (sandbox, template, tenant, key, token, pool, operation, volume, node list…) share one
  * connection convention (client/connection.ts) and one way to fail: a line on stderr
  * naming the fix and an exit code from client/cli-failure.ts (docs/cli.md).
  */
@@ -16,6 +16,7 @@ import { registerPoolCommands } from "./commands/pool-commands.ts";
 import { registerSandboxCommands } from "./commands/sandbox-commands.ts";
 import { registerTemplateCommands } from "./commands/template-commands.ts";
 import { registerTenantCommands } from "./commands/tenant-commands.ts";
+import { registerVolumeCommands } from "./commands/volume-commands.ts";
 import type { NodeAdminAction } from "./node-admin.ts";
 
 type Overrides = Partial<Record<VarName, string>>;
@@ -187,6 +188,15 @@ Examples:
     });
 
   program
+    .command("rotate-key")
+    .description("re-wrap every stored snapshot and template data key from SPACE_ENCRYPTION_KEY_PREVIOUS to SPACE_ENCRYPTION_KEY (docs/operations.md §5.7)")
+    .action(async () => {
+      const config = configFrom({});
+      const { runRotateKey } = await import("./processes.ts");
+      await runRotateKey(config);
+    });
+
+  program
     .command("version")
     .description("print the version")
     .action((_o: unknown, cmd: Command) => {
@@ -199,6 +209,7 @@ Examples:
   registerTenantCommands(program);
   registerPoolCommands(program);
   registerOperationCommands(program);
+  registerVolumeCommands(program);
 
   try {
     await program.parseAsync(argv);

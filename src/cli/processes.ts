@@ -8,6 +8,7 @@ import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
 import type { Config } from "../core/config.ts";
+import { parseClusterKey } from "../core/envelope.ts";
 import { SpaceError } from "../core/errors.ts";
 import { createLogger, resolveLogFormat, type Logger } from "../core/log.ts";
 import { createMetricsRegistry, spaceMetrics } from "../core/metrics.ts";
@@ -17,21 +18,25 @@ import { migrate } from "../store/migrate.ts";
 import { openBlobStore } from "../blob/open.ts";
 import type { BlobStore } from "../blob/blob-store.ts";
 import { createApiApp, METRICS_REFUSED, metricsAllowed } from "../api/app.ts";
+import { registerDashboardRoutes } from "../api/dashboard/dashboard-routes.ts";
 import { registerAdminRoutes } from "../api/admin/admin-routes.ts";
 import { registerNodeAdminRoutes } from "../api/admin/nodes.ts";
 import { evacuateNode } from "../api/admin/evacuate.ts";
 import { registerWarmPoolAdminRoutes } from "../api/admin/warm-pools.ts";
 import { StoreApiKeys, authenticateBearer, bearerOf } from "../api/auth.ts";
 import { createSandboxLayer, type SandboxLayer } from "../sandboxes/index.ts";
-import { StoreNodeDirectory } from "../sandboxes/queries.ts";
+import { volumeDomain } from "../sandboxes/volume-service.ts";
+import { StoreNodeDirectory, templateBinding } from "../sandboxes/queries.ts";
 import { DirectSubstrate } from "../substrate/direct/direct-substrate.ts";
+import { CachedNodeDirectory } from "../substrate/cached-node-directory.ts";
+import { capacitySettings, storeCapacityLedger } from "../substrate/capacity.ts";
 import type { Substrate } from "../substrate/substrate.ts";
 import { registerEcwRoutes } from "../api/ecw/ecw-routes.ts";
 import { registerNativeRoutes } from "../api/native/native-routes.ts";
 import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
 import { registerEcwTemplateRoutes } from "../api/ecw/ecw-templates.ts";
 import { BuildCoordinator } from "../templates/build-coordinator.ts";
-import { createCensusMetrics, type CensusMetrics } from "../controller/census.ts";
+import { createCensusMetrics, readCensus, type CensusMetrics } from "../controller/census.ts";
 import { createWarmPoolAdoption, warmPoolDefaults, type WarmPoolAdoption } from "../controller/warm-pools/index.ts";
 import { parseSelector } from "../core/selector.ts";
 import { quotaDefaults } from "../store/tenant-quotas.ts";
@@ -103,6 +108,7 @@ export async function openControlPlane(
         ? await kubernetesSubstrateOf(config, log, secrets.internalToken, census.onGate)
         : { substrate: directSubstrateOf(config, db, secrets.internalToken, census.onGate) }),
       metrics: spaceMetrics(metrics).sandboxes,
+      volumeDefaultMib: config.SPACE_VOLUME_DEFAULT_MIB,
       warmPools: (members, parts) => (warmPools = createWarmPoolAdoption({ db, config, metrics, log, quotas }, members, parts)),
     });
     if (!warmPools) throw new SpaceError("internal", "the sandbox layer was built without its warm-pool adoption");
@@ -117,12 +123,15 @@ export async function openControlPlane(
 /** SPACE_SUBSTRATE=direct: node agents register in the store; placement here, over those nodes. */
 function directSubstrateOf(config: Config, db: Db, internalToken: string, onGate: CensusMetrics["onGate"]): Substrate {
   return new DirectSubstrate({
-    nodes: new StoreNodeDirectory(db),
+    nodes: config.SPACE_PLACEMENT_DIRECTORY_MAX_AGE_MS
+      ? new CachedNodeDirectory(new StoreNodeDirectory(db), config.SPACE_PLACEMENT_DIRECTORY_MAX_AGE_MS)
+      : new StoreNodeDirectory(db),
     internalToken,
     gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
     onGate,
-    overcommit: { vcpu: config.SPACE_PLACEMENT_VCPU_OVERCOMMIT, memory: config.SPACE_PLACEMENT_MEMORY_OVERCOMMIT },
+    ledger: storeCapacityLedger(db),
+    capacity: capacitySettings(config),
   });
 }
 
@@ -175,8 +184,9 @@ export async function startApiServer(
   const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls, metrics: spaceMetrics(cp.metrics).gateway });
   const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || (opts.localSandboxDomain ? defaultSandboxDomain(gatewayPort) : null);
+  const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `${tls ? "https" : "http"}://${config.SPACE_API_HOST}:${gatewayPort}`;
   const apiKeys = new StoreApiKeys(db);
-  const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log, metrics: spaceMetrics(cp.metrics).builds });
+  const builds = new BuildCoordinator({ db, substrate: layer.substrate, nodes: layer.nodes, internalToken: cp.internalToken, log, metrics: spaceMetrics(cp.metrics).builds, ecrEndpoint: config.SPACE_REGISTRY_ECR_ENDPOINT });
   const quotas = quotaDefaults(config);
   const buckets = new DbBucketStore(config.SPACE_RATE_LIMIT_DATABASE_URL ? null : db, config.SPACE_RATE_LIMIT_DATABASE_URL);
   const limiter = new CreateRateLimiter({ store: buckets, db, defaults: quotas, metrics: cp.metrics, log: log.child({ component: "rate-limit" }) });
@@ -195,8 +205,26 @@ export async function startApiServer(
         labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
       }),
     (a) => registerWarmPoolAdminRoutes(a, { db, adminToken: cp.adminToken, defaults: warmPoolDefaults(config) }),
-    (a) => registerEcwRoutes(a, { sandboxes: layer.sandboxes, apiKeys, sandboxDomain, log, limiter, capacityRetryAfterS }),
+    (a) =>
+      registerEcwRoutes(a, {
+        sandboxes: layer.sandboxes,
+        apiKeys,
+        sandboxDomain,
+        log,
+        limiter,
+        capacityRetryAfterS,
+        volumeDomain: volumeDomain(config.SPACE_PUBLIC_API_URL),
+      }),
     (a) => registerEcwTemplateRoutes(a, { db, blobs: cp.blobs, builds, apiKeys, log, snapshots: layer.sandboxes }),
+    (a) =>
+      registerDashboardRoutes(a, {
+        db,
+        sandboxes: layer.sandboxes,
+        adminToken: cp.adminToken,
+        sandboxUrl: gatewayUrl,
+        gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
+        census: () => readCensus({ db, binding: (t) => templateBinding(db, t), nodes: layer.nodes }),
+      }),
     (a) =>
       registerNativeRoutes(a, {
         db,
@@ -217,7 +245,6 @@ export async function startApiServer(
     throw e;
   }
   await builds.resume();
-  const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `${tls ? "https" : "http"}://${config.SPACE_API_HOST}:${gatewayPort}`;
   return {
     app,
     url,
@@ -228,6 +255,8 @@ export async function startApiServer(
       await gateway.close();
       await app.close();
       await builds.close();
+      // Leased tokens back to the shared bucket, before its database closes.
+      await limiter.close().catch(() => undefined);
       await buckets.close(config.SPACE_RATE_LIMIT_DATABASE_URL !== "");
     },
   };
@@ -347,6 +376,32 @@ export async function runMigrate(config: Config): Promise<void> {
     log.info({ applied: m.applied }, m.applied.length ? "migrations applied" : "schema up to date");
     process.stdout.write(`schema version ${m.version}${m.applied.length ? ` (applied ${m.applied.join(", ")})` : " (up to date)"}\n`);
   } finally {
+    await db.close();
+  }
+}
+
+/** `space rotate-key`: re-wraps stored data keys from SPACE_ENCRYPTION_KEY_PREVIOUS to SPACE_ENCRYPTION_KEY (rotate-key.ts). */
+export async function runRotateKey(config: Config): Promise<void> {
+  const to = parseClusterKey(config.SPACE_ENCRYPTION_KEY);
+  const from = parseClusterKey(config.SPACE_ENCRYPTION_KEY_PREVIOUS);
+  if (!to || !from) {
+    throw new SpaceError("invalid_argument", `space rotate-key needs the new key in SPACE_ENCRYPTION_KEY and the old one in SPACE_ENCRYPTION_KEY_PREVIOUS (missing: ${[!to && "SPACE_ENCRYPTION_KEY", !from && "SPACE_ENCRYPTION_KEY_PREVIOUS"].filter(Boolean).join(", ")})`);
+  }
+  const log = createLogger(config.SPACE_LOG_LEVEL, "rotate-key");
+  const db = await openDb(databaseUrl(config));
+  const blob = openBlobStore(config);
+  try {
+    const { rotateKeys } = await import("./rotate-key.ts");
+    const r = await rotateKeys({ db, blob, from, to });
+    log.info({ rewrapped: r.rewrapped, current: r.current, unknown: r.unknown.length, raced: r.raced.length }, "key rotation pass done");
+    process.stdout.write(`re-wrapped ${r.rewrapped} data keys; ${r.current} already under the new key\n`);
+    for (const w of r.raced) process.stdout.write(`changed while re-wrapping (run again): ${w}\n`);
+    for (const w of r.unknown) process.stdout.write(`wrapped by neither key (left as is): ${w}\n`);
+    if (r.unknown.length || r.raced.length) {
+      throw new SpaceError("failed_precondition", `${r.unknown.length} data keys fit neither key and ${r.raced.length} changed meanwhile: not every data key is under the new key yet`);
+    }
+  } finally {
+    await blob.close();
     await db.close();
   }
 }

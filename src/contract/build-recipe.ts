@@ -10,6 +10,23 @@ import { z } from "zod";
 /** `oci-archive:<path>[:ref]`, `oci:<dir>[:ref]`, `docker-archive:<path>`: skopeo transports of local images. */
 export const IMAGE_TRANSPORTS = ["oci-archive:", "oci:", "docker-archive:"] as const;
 
+/** `oci://<absolute path>[:tag][@sha256:<hex>]`: an OCI layout directory or an OCI archive on the node. */
+export interface OciRef {
+  path: string;
+  tag?: string;
+  digest?: string;
+}
+
+/** Parses an `oci://` reference; undefined when it is not one or is malformed (a relative path, a bad tag or digest). */
+export function parseOciRef(input: string): OciRef | undefined {
+  if (!input.startsWith("oci://")) return undefined;
+  const split = splitTagAndDigest(input.slice("oci://".length));
+  if (!split) return undefined;
+  const { rest, tag, digest } = split;
+  if (!rest.startsWith("/") || rest.includes("\0") || rest.split("/").includes("..")) return undefined;
+  return { path: rest, ...(tag !== undefined ? { tag } : {}), ...(digest !== undefined ? { digest } : {}) };
+}
+
 /** An image in a registry, as a Docker reference names it. */
 export interface RegistryRef {
   /** `docker.io`, `ghcr.io`, `127.0.0.1:5000`. */
@@ -26,15 +43,11 @@ const REF_HOST = /^(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+(
 const REF_TAG = /^[\w][\w.-]{0,127}$/;
 const REF_DIGEST = /^sha256:[a-f0-9]{64}$/;
 
-/**
- * Parses a registry image reference as the e2b SDKs send it (`python:3.12`,
- * `127.0.0.1:5000/team/app:v1`, `ghcr.io/x/y@sha256:…`, with or without `docker://`), with
- * Docker's defaults (`docker.io`, `library/`, `latest`); undefined when it is not one (pure).
- */
-export function parseRegistryRef(input: string): RegistryRef | undefined {
-  let rest = input.startsWith("docker://") ? input.slice("docker://".length) : input;
+/** `name[:tag][@sha256:…]` → its parts; undefined when the tag or digest is malformed. */
+function splitTagAndDigest(ref: string): { rest: string; tag?: string; digest?: string } | undefined {
+  let rest = ref;
   let digest: string | undefined;
-  const at = rest.indexOf("@");
+  const at = rest.lastIndexOf("@");
   if (at >= 0) {
     digest = rest.slice(at + 1);
     rest = rest.slice(0, at);
@@ -47,6 +60,18 @@ export function parseRegistryRef(input: string): RegistryRef | undefined {
     rest = rest.slice(0, colon);
     if (!REF_TAG.test(tag)) return undefined;
   }
+  return { rest, ...(tag !== undefined ? { tag } : {}), ...(digest !== undefined ? { digest } : {}) };
+}
+
+/**
+ * Parses a registry image reference as the e2b SDKs send it (`python:3.12`,
+ * `127.0.0.1:5000/team/app:v1`, `ghcr.io/x/y@sha256:…`, with or without `docker://`), with
+ * Docker's defaults (`docker.io`, `library/`, `latest`); undefined when it is not one (pure).
+ */
+export function parseRegistryRef(input: string): RegistryRef | undefined {
+  const split = splitTagAndDigest(input.startsWith("docker://") ? input.slice("docker://".length) : input);
+  if (!split) return undefined;
+  const { rest, tag, digest } = split;
   const parts = rest.split("/");
   let registry = "docker.io";
   const first = parts[0] ?? "";
@@ -73,7 +98,7 @@ export const RegistryAuth = z.object({ username: z.string().min(1), password: z.
 export type RegistryAuth = z.infer<typeof RegistryAuth>;
 
 export const BuildSource = z.discriminatedUnion("kind", [
-  /** A local OCI image (archive or layout) on the node, unpacked with umoci (whiteouts honoured). */
+  /** A local OCI image (archive or layout; a skopeo transport or `oci://`) on the node, unpacked with umoci (whiteouts honoured). */
   z.object({ kind: z.literal("image"), ref: z.string().min(1) }),
   /**
    * An image in a registry (`docker://host/repo:tag`), pulled by skopeo into the node's

@@ -23,6 +23,7 @@
  */
 import { z } from "zod";
 import { EgressPolicy } from "./egress-policy.ts";
+import { SpecVolume } from "./volume-wire.ts";
 
 export { NetworkRecord } from "./egress-policy.ts";
 
@@ -51,6 +52,8 @@ export const SandboxSpec = z
      * commands someone waits for win the node's CPU; `init` (adoption) restores it.
      */
     background: z.boolean().optional(),
+    /** Volumes bind-mounted into it (volume-wire.ts); the node makes one it does not have yet. */
+    volumes: z.array(SpecVolume).optional(),
   })
   .strict();
 export type SandboxSpec = z.infer<typeof SandboxSpec>;
@@ -126,6 +129,11 @@ export const NodeInventory = z.object({
     memoryMib: z.number(),
     diskMib: z.number(),
     sandboxes: z.number(),
+    /** Measured for the capacity model: resident (not stopped) sandboxes, host MemAvailable, memory PSI some avg10, what the thin pool holds. */
+    resident: z.number().optional(),
+    memoryAvailableMib: z.number().optional(),
+    memoryPressure: z.number().optional(),
+    diskHeldMib: z.number().optional(),
   }),
   usableEnvironments: z.array(z.string()),
   templates: z.array(TemplateInventoryEntry),

@@ -44,6 +44,8 @@ export const NodeBuildStatusSchema = z.object({
       config: z.object({ env: z.record(z.string(), z.string()), workdir: z.string(), user: z.string() }),
       /** The registry manifest a registry-image build was pinned to. */
       imageDigest: z.string().optional(),
+      /** Bytes of image blobs that pull fetched (0 when the node had every layer). */
+      pulledBytes: z.number().int().nonnegative().optional(),
     })
     .optional(),
   error: z.object({ message: z.string(), step: z.string().optional() }).optional(),

@@ -8,6 +8,7 @@
  *   POST   /v1/sandboxes/:id/suspend     SnapshotRequest → SnapshotDescriptor (sandbox gone from the node)
  *   POST   /v1/sandboxes/:id/capture     SnapshotRequest → SnapshotDescriptor (sandbox keeps running)
  *   POST   /v1/restores                  RestoreRequest  → SandboxStatus (201; a new id for forks)
+ *   POST   /v1/snapshots/:snapshotId/publish  → SnapshotDescriptor (a local copy's parts put in the blob store: durable)
  *   GET    /v1/snapshots                 → { snapshots: { snapshotId, createdAt }[] } (local copies)
  *   DELETE /v1/snapshots/:snapshotId     → 204 (local copy freed; absent = ok)
  */
@@ -23,7 +24,7 @@ export type SnapshotKind = z.infer<typeof SnapshotKind>;
 export const SnapshotRequest = z
   .object({
     snapshotId: SnapshotId,
-    /** Publish the parts to the blob store before answering (durable). */
+    /** Publish the parts to the blob store before answering (durable); false: the local copy only (publish it later). */
     upload: z.boolean().default(true),
     kind: SnapshotKind.default("full"),
   })
@@ -50,6 +51,12 @@ export const SnapshotDescriptor = z.object({
   /** Data key wrapped by the cluster key; absent = parts are plaintext. */
   wrappedKey: z.string().optional(),
   sizeBytes: z.number().int().nonnegative(),
+  /**
+   * Under simple quotas, the captured disk's whole size (MiB) as its node measured it: what
+   * a disk restored from it starts from. A node receiving the snapshot uses it instead of
+   * walking the received tree; absent = measure it.
+   */
+  diskBaseMib: z.number().int().nonnegative().optional(),
   /** ms spent per phase, for benchmarks. */
   timings: z.record(z.string(), z.number()).default({}),
 });

@@ -105,20 +105,29 @@ export interface CensusDeps {
   nodes?: NodeDirectory;
 }
 
+/**
+ * One census now, from the store and the substrate's nodes: the leader's loop reports it
+ * as gauges; the Admin API's GET /admin/api/v1/placement/census (the dashboard) reads it
+ * on demand, whatever the gate, since it only reads.
+ */
+export async function readCensus(deps: Pick<CensusDeps, "db" | "binding" | "nodes">): Promise<CensusCounts> {
+  const rows = await listPlacements(deps.db);
+  const bindings = new Map<string, EnvironmentBinding>();
+  for (const t of new Set(rows.map((r) => r.templateId ?? ""))) bindings.set(t, t ? await deps.binding(t) : { kind: "none" });
+  const nodes = deps.nodes ? await deps.nodes.list(AbortSignal.timeout(10_000)) : await listNodes(deps.db);
+  return computeCensus(
+    rows.map((r) => ({ state: r.state, nodeId: r.nodeId, binding: bindings.get(r.templateId ?? "") ?? { kind: "none" } })),
+    nodes,
+  );
+}
+
 /** Leader loop; a no-op while the gate is off. */
 export function startCensus(deps: CensusDeps): { stop(): Promise<void>; tick(): Promise<CensusCounts | null> } {
   let running: Promise<unknown> = Promise.resolve();
   const tick = async (): Promise<CensusCounts | null> => {
     if (deps.gate === "off") return null;
     try {
-      const rows = await listPlacements(deps.db);
-      const bindings = new Map<string, EnvironmentBinding>();
-      for (const t of new Set(rows.map((r) => r.templateId ?? ""))) bindings.set(t, t ? await deps.binding(t) : { kind: "none" });
-      const nodes = deps.nodes ? await deps.nodes.list(AbortSignal.timeout(10_000)) : await listNodes(deps.db);
-      const c = computeCensus(
-        rows.map((r) => ({ state: r.state, nodeId: r.nodeId, binding: bindings.get(r.templateId ?? "") ?? { kind: "none" } })),
-        nodes,
-      );
+      const c = await readCensus(deps);
       for (const [k, v] of Object.entries(c.running)) deps.metrics.running.set({ placement: k }, v);
       for (const [k, v] of Object.entries(c.pending)) deps.metrics.pending.set({ reason: k }, v);
       return c;

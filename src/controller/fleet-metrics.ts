@@ -8,6 +8,7 @@ import type { Registry } from "prom-client";
 import { perScrape, scrapedGauge } from "../core/metrics.ts";
 import type { Db } from "../store/db.ts";
 import { countNodesByStatus, countSandboxesByState, operationQueue } from "../store/metric-queries.ts";
+import { volumeTotals } from "../store/volumes.ts";
 
 export function registerFleetMetrics(registry: Registry, db: Db): void {
   scrapedGauge(registry, "space_sandboxes", "Live sandboxes by state and template (from the store)", ["state", "template"], async () =>
@@ -24,4 +25,13 @@ export function registerFleetMetrics(registry: Registry, db: Db): void {
   scrapedGauge(registry, "space_nodes", "Registered nodes by status (from the store)", ["status"], async () =>
     (await countNodesByStatus(db)).map((r) => ({ labels: { status: r.status }, value: r.count })),
   );
+  const volumes = perScrape(() => volumeTotals(db));
+  scrapedGauge(registry, "space_volumes", "Volumes kept, and those a live sandbox mounts (from the store)", ["state"], async () => {
+    const v = await volumes();
+    return [
+      { labels: { state: "all" }, value: v.volumes },
+      { labels: { state: "mounted" }, value: v.mounted },
+    ];
+  });
+  scrapedGauge(registry, "space_volume_size_mib", "Summed size (quota) of all volumes, MiB (from the store)", [], async () => [{ labels: {}, value: (await volumes()).sizeMib }]);
 }

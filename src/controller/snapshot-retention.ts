@@ -19,6 +19,7 @@ import type { Logger } from "../core/log.ts";
 import type { Db } from "../store/db.ts";
 import { claimExpiredSnapshots, expireSnapshots, listReapingSnapshots, markSnapshotReaped, type ReapingSnapshot } from "../store/snapshots.ts";
 import type { Substrate } from "../substrate/substrate.ts";
+import { Periodic } from "../core/periodic.ts";
 
 export interface SnapshotRetentionDeps {
   db: Db;
@@ -70,18 +71,9 @@ async function reapOne(deps: Omit<SnapshotRetentionDeps, "intervalMs">, row: Rea
 }
 
 export function startSnapshotRetention(deps: SnapshotRetentionDeps): { stop(): Promise<void> } {
-  let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    if (running) return;
-    running = sweepSnapshots(deps)
-      .catch((e: unknown) => deps.log.warn({ err: e }, "snapshot retention sweep failed"))
-      .finally(() => (running = undefined));
-  }, deps.intervalMs);
-  timer.unref();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await running;
-    },
-  };
+  const loop = new Periodic(deps.intervalMs, async () => {
+    await sweepSnapshots(deps).catch((e: unknown) => deps.log.warn({ err: e }, "snapshot retention sweep failed"));
+  });
+  loop.start();
+  return loop;
 }

@@ -36,17 +36,39 @@ export function wrapKey(clusterKey: Buffer, dataKey: Buffer): string {
   return Buffer.concat([iv, ct, c.getAuthTag()]).toString("base64");
 }
 
-export function unwrapKey(clusterKey: Buffer, wrapped: string): Buffer {
+/**
+ * The data key, unwrapped by the cluster key, or by `previous` (SPACE_ENCRYPTION_KEY_PREVIOUS)
+ * when the cluster key does not fit: a rotation's `space rotate-key` has not re-wrapped it yet.
+ */
+export function unwrapKey(clusterKey: Buffer, wrapped: string, previous?: Buffer): Buffer {
   const b = Buffer.from(wrapped, "base64");
   if (b.length !== IV + 32 + TAG) throw new SpaceError("invalid_argument", "wrapped data key has the wrong length");
+  const key = tryUnwrap(clusterKey, b) ?? (previous ? tryUnwrap(previous, b) : undefined);
+  if (!key) throw new SpaceError("failed_precondition", "cannot unwrap the snapshot data key: wrong cluster key (SPACE_ENCRYPTION_KEY) or corrupted key");
+  return key;
+}
+
+function tryUnwrap(clusterKey: Buffer, b: Buffer): Buffer | undefined {
   const d = createDecipheriv("aes-256-gcm", clusterKey, b.subarray(0, IV));
   d.setAAD(Buffer.from("space-snapshot-data-key"));
   d.setAuthTag(b.subarray(IV + 32));
   try {
     return Buffer.concat([d.update(b.subarray(IV, IV + 32)), d.final()]);
-  } catch (e) {
-    throw new SpaceError("failed_precondition", "cannot unwrap the snapshot data key: wrong cluster key (SPACE_ENCRYPTION_KEY) or corrupted key", { cause: e });
+  } catch {
+    return undefined;
   }
+}
+
+/**
+ * A wrapped data key under `to`: `current` when `to` already wraps it, `rewrapped` (with the
+ * new value) when `from` did, `unknown` when neither key fits it (a third key, or damage).
+ */
+export function rewrapKey(from: Buffer, to: Buffer, wrapped: string): { kind: "current" } | { kind: "rewrapped"; wrapped: string } | { kind: "unknown" } {
+  const b = Buffer.from(wrapped, "base64");
+  if (b.length !== IV + 32 + TAG) return { kind: "unknown" };
+  if (tryUnwrap(to, b)) return { kind: "current" };
+  const key = tryUnwrap(from, b);
+  return key ? { kind: "rewrapped", wrapped: wrapKey(to, key) } : { kind: "unknown" };
 }
 
 /** Plaintext in, "SPE1"|iv|ct|tag out. `aad` binds the stream to its place (e.g. the part's key). */

@@ -54,6 +54,8 @@ export interface BuildMetrics {
   buildSeconds: Histogram<"result">;
   /** Build steps by whether a node's layer cache served them. */
   cacheSteps: Counter<"result">;
+  /** Image blob bytes registry-image builds fetched (the layout shares blobs by digest: a known layer costs 0). */
+  registryPulledBytes: Counter;
 }
 
 /** The sandbox gateway (api/gateway). */
@@ -131,6 +133,11 @@ export function spaceMetrics(registry?: Registry): SpaceMetrics {
         name: "space_template_build_cache_steps_total",
         help: "Template build steps by layer cache result (hit, miss)",
         labelNames: ["result"],
+        registers,
+      }),
+      registryPulledBytes: new Counter({
+        name: "space_registry_pulled_bytes_total",
+        help: "Bytes of image blobs template builds fetched from registries (layers a node already holds, by digest, are not fetched again)",
         registers,
       }),
     },

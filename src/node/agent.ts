@@ -23,8 +23,10 @@ import { registerNodeMetrics } from "./api/node-metrics.ts";
 import type { NodeHealth, NodeInventory } from "../contract/node-api.ts";
 import { startHeartbeat } from "./ctl/heartbeat.ts";
 import { ensureNodeId } from "./ctl/node-id.ts";
+import { hostMemory } from "./ctl/host-memory.ts";
 import { DirectoryDisks } from "./disk/directory-disks.ts";
 import { Disks } from "./disk/disks.ts";
+import { VolumeDisks } from "./disk/volume-disks.ts";
 import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./disk/node-cache.ts";
 import { NodeResolver, upstreamFromConfig, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
 import { EgressProxy, guardrailCheck } from "./network/egress-proxy.ts";
@@ -118,6 +120,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let runtime: Runtime | undefined;
   let slots: LinuxNetworkSlots | undefined;
   let disks: Disks | undefined;
+  let volumes: VolumeDisks | undefined;
   let builder: TemplateBuilder | undefined;
   let templates: TemplateCache | undefined;
   let snapshots: NodeSnapshots | undefined;
@@ -137,6 +140,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   const inventory = async (): Promise<NodeInventory> => {
     const used = manager?.used() ?? { vcpu: 0, memoryMib: 0, diskMib: 0 };
     const space = cache ? await freeMib(cache) : { totalMib: 0, freeMib: 0 };
+    const memory = await hostMemory();
     const templates = disks ? await disks.listTemplates() : [];
     // Offered before it is imported: the first create imports it (TemplateCache `provide`).
     if (interpreterTar && !templates.some((t) => t.name === CODE_INTERPRETER_TEMPLATE)) {
@@ -158,6 +162,10 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         memoryMib: used.memoryMib,
         diskMib: used.diskMib,
         sandboxes: manager?.count() ?? 0,
+        // Measured, for the capacity model (docs/capacity.md).
+        resident: manager?.resident() ?? 0,
+        ...memory,
+        ...(cache ? { diskHeldMib: space.totalMib - space.freeMib } : {}),
       },
       usableEnvironments: environment ? [environment] : [],
       templates: templates.map((t) => ({ templateId: t.name, rootfsSizeMib: t.rootfsSizeMib, environment })),
@@ -177,6 +185,12 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     manager: () => manager,
     snapshots: () => snapshots,
     restoreCaptured: async (spec, sig) => templates?.restoreCaptured(spec, sig),
+    volumes: {
+      volumes: () => volumes,
+      blob: () => blob,
+      clusterKey: () => parseClusterKey(config.SPACE_ENCRYPTION_KEY),
+      scratchDir: () => join(nodeDir, "volume-moves"),
+    },
     inventory,
     health,
     logger: log,
@@ -241,6 +255,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             squotaHelper: join(REPO_DIR, ".tools", "bin", "btrfs-squota"),
           });
           disks = new Disks(cache, { reserveMib: config.SPACE_NODE_DISK_RESERVE_MIB, logger: log });
+          volumes = new VolumeDisks(cache, { logger: log });
+          await mkdir(join(nodeDir, "volume-moves"), { recursive: true });
           const tarballs = deps.templateCacheDir ?? (config.SPACE_BASE_TEMPLATE_DIR || join(REPO_DIR, ".tools", "templates"));
           interpreterTar = await findCodeInterpreterTarball(tarballs);
           if (!(await disks.templateInfo(BASE_TEMPLATE))) {
@@ -286,6 +302,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           nodeDir,
           runtime,
           disks: sandboxDisks,
+          ...(volumes ? { volumes } : {}),
           network: slots ? new SlotAttachments(slots) : new HostAttachments(),
           discardInitOutput: runtime.kind === "runc",
           envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
@@ -340,7 +357,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         }
         if (disks) {
           blob = openBlobStore(config);
-          snapshots = NodeSnapshots.create({ nodeDir, runtime, disks, manager: m, blob, clusterKey: parseClusterKey(config.SPACE_ENCRYPTION_KEY), logger: log });
+          snapshots = NodeSnapshots.create({ nodeDir, runtime, disks, manager: m, blob, ...clusterKeys(config), logger: log });
           if (snapshots) {
             reaper = new SnapshotReaper(snapshots, disks.cache.mountPath, {
               target: config.SPACE_SNAPSHOT_REAPER_TARGET,
@@ -357,7 +374,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           const tc = new TemplateCache({
             disks,
             blob,
-            clusterKey: parseClusterKey(config.SPACE_ENCRYPTION_KEY),
+            ...clusterKeys(config),
             inUse: () => new Set(m.list().map((s) => s.template)),
             targetMib: config.SPACE_TEMPLATE_CACHE_TARGET_MIB,
             gcIntervalMs: config.SPACE_TEMPLATE_GC_INTERVAL_S * 1000,
@@ -447,4 +464,11 @@ async function ensureTokenFile(path: string): Promise<string> {
   await mkdir(dirname(path), { recursive: true });
   await writeFile(path, `${t}\n`, { mode: 0o600 });
   return t;
+}
+
+/** The cluster key and, during a rotation, the one before it (unwrap only). */
+function clusterKeys(config: Config): { clusterKey?: Buffer; previousKey?: Buffer } {
+  const clusterKey = parseClusterKey(config.SPACE_ENCRYPTION_KEY);
+  const previousKey = parseClusterKey(config.SPACE_ENCRYPTION_KEY_PREVIOUS);
+  return { ...(clusterKey ? { clusterKey } : {}), ...(previousKey ? { previousKey } : {}) };
 }

@@ -13,6 +13,7 @@ import { sandboxFork, sandboxPause, sandboxRestore, sandboxResume, sandboxStart,
 import { commandRun } from "./command-run.ts";
 import { commandCancel } from "./command-cancel.ts";
 import { templateBuild } from "./template-build.ts";
+import { volumeCreate, volumeDelete } from "./volume-ops.ts";
 
 export interface HandlerDeps {
   db: Db;
@@ -34,5 +35,7 @@ export function createOperationHandlers(deps: HandlerDeps): Readonly<Record<Oper
     "command.run": commandRun(deps),
     "command.cancel": commandCancel(deps),
     "template.build": templateBuild(deps),
+    "volume.create": volumeCreate(deps),
+    "volume.delete": volumeDelete(deps),
   };
 }

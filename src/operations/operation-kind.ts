@@ -16,9 +16,11 @@ import {
   SandboxRequest,
   SandboxSuspendRequest,
   TemplateBuildRequest,
+  VolumeCreateRequest,
+  VolumeRequest,
   type TargetKind,
 } from "./requests.ts";
-import { toCommandOutcome, toNativeBuild, toSandbox } from "./results.ts";
+import { toCommandOutcome, toNativeBuild, toNativeVolume, toSandbox, toVolumeDeleted } from "./results.ts";
 
 export const operationKinds = [
   "sandbox.create",
@@ -33,6 +35,8 @@ export const operationKinds = [
   "command.run",
   "command.cancel",
   "template.build",
+  "volume.create",
+  "volume.delete",
 ] as const;
 export type OperationKind = (typeof operationKinds)[number];
 
@@ -74,6 +78,10 @@ export const operationKindTable = {
   /** Ends with the command's outcome, or `{ command_id, signal }` when it signalled a running one. */
   "command.cancel": { request: CommandCancelRequest, target: "command", present: toCommandOutcome, serialised: false, retriesUnavailable: false },
   "template.build": { request: TemplateBuildRequest, target: "build", present: toNativeBuild, serialised: false, retriesUnavailable: true },
+  /** The result is the volume with its content token. */
+  "volume.create": { request: VolumeCreateRequest, target: "volume", present: toNativeVolume, serialised: true, retriesUnavailable: true },
+  /** Refused (conflict) while a sandbox holds it; then its data is dropped on its node. */
+  "volume.delete": { request: VolumeRequest, target: "volume", present: toVolumeDeleted, serialised: true, retriesUnavailable: true },
 } as const satisfies Record<OperationKind, KindSpec>;
 
 export type OperationRequest<K extends OperationKind> = z.infer<(typeof operationKindTable)[K]["request"]>;

@@ -3,7 +3,7 @@
  * in src/api/native and the handlers here) and the target. The request is what
  * idempotency hashes, so it holds exactly the caller's intent (never ids the server
  * picked); ids chosen at admission travel in the target (`sandboxes/<id>`,
- * `sandboxes/<id>/commands/<cid>`, `builds/<id>`). The Native bodies that are requests
+ * `sandboxes/<id>/commands/<cid>`, `builds/<id>`, `volumes/<id>`). The Native bodies that are requests
  * are defined here, once: the routes validate with them and `/v1/openapi.json` shows
  * them (through api/native/native-schemas.ts); a handler validates its row again, so an
  * unreadable row fails clearly.
@@ -37,6 +37,16 @@ export const NetworkSpec = z
   .strict()
   .meta({ id: "NetworkSpec" });
 
+/** A volume a create mounts (docs/volumes.md): any number read-only at once, read-write exclusive. */
+export const VolumeMountSpec = z
+  .object({
+    name: z.string().max(256).meta({ description: "the volume's name (a volume of the caller's tenant)" }),
+    path: z.string().max(4096).meta({ description: "absolute path in the sandbox, not under /proc, /sys, /dev, /run, /etc, /usr, /bin, /sbin, /lib*, /boot or /opt/space" }),
+    read_only: z.boolean().default(false).meta({ description: "mount read-only (shared); default read-write (exclusive: refused while another sandbox holds the volume)" }),
+  })
+  .strict()
+  .meta({ id: "VolumeMount" });
+
 export const CreateSandboxBody = z
   .object({
     template: z.string().min(1).max(256).default("base"),
@@ -47,6 +57,11 @@ export const CreateSandboxBody = z
     metadata: Metadata.optional(),
     timeout_s: timeoutSeconds("timeout_s").optional().meta({ description: "seconds until the sandbox is killed (default 300, at most 86400)" }),
     network: NetworkSpec.optional(),
+    wait_for_capacity: z
+      .boolean()
+      .optional()
+      .meta({ description: "when no node has room, wait in the queue for one until the operation's deadline instead of failing at once (default false)" }),
+    volumes: z.array(VolumeMountSpec).max(16).optional().meta({ description: "volumes to mount (all on one node: the sandbox is placed there)" }),
   })
   .strict()
   .meta({ id: "CreateSandbox" });
@@ -86,6 +101,15 @@ export const BuildTemplateBody = z
   .strict();
 export type BuildTemplateBody = z.infer<typeof BuildTemplateBody>;
 
+export const CreateVolumeBody = z
+  .object({
+    name: z.string().max(256).meta({ description: "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit; unique in the tenant" }),
+    size_mib: positiveInt("size_mib").min(16, "size_mib must be at least 16").max(16_777_216, "size_mib must be at most 16777216 (16 TiB)").optional().meta({ description: "its quota (default SPACE_VOLUME_DEFAULT_MIB)" }),
+  })
+  .strict()
+  .meta({ id: "CreateVolume" });
+export type CreateVolumeBody = z.infer<typeof CreateVolumeBody>;
+
 export const SandboxCreateRequest = CreateSandboxBody;
 export const SandboxRequest = z.object({ sandbox_id: z.string() });
 export const SandboxSuspendRequest = SandboxRequest.extend({ memory: z.boolean().optional() });
@@ -93,15 +117,18 @@ export const SandboxForkRequest = SandboxRequest.extend({ metadata: z.record(z.s
 export const CommandRunRequest = RunCommandBody.extend({ sandbox_id: z.string() });
 export const CommandCancelRequest = z.object({ sandbox_id: z.string(), command_id: z.string(), signal: z.enum(["SIGTERM", "SIGKILL"]) });
 export const TemplateBuildRequest = BuildTemplateBody.extend({ name: z.string() });
+export const VolumeCreateRequest = CreateVolumeBody;
+export const VolumeRequest = z.object({ volume_id: z.string() });
 
 // ---------------------------------------------------------------- targets
 
 /** What an operation's target names. */
-export type TargetKind = "sandbox" | "command" | "build";
+export type TargetKind = "sandbox" | "command" | "build" | "volume";
 
 export const sandboxTarget = (id: string) => `sandboxes/${id}`;
 export const commandTarget = (sandboxId: string, commandId: string) => `sandboxes/${sandboxId}/commands/${commandId}`;
 export const buildTarget = (buildId: string) => `builds/${buildId}`;
+export const volumeTarget = (volumeId: string) => `volumes/${volumeId}`;
 
 /** `sandboxes/<id>[/commands/<cid>]` → its ids. */
 export function parseTarget(target: string | null): { sandboxId: string; commandId?: string } {
@@ -115,5 +142,12 @@ export function parseBuildTarget(target: string | null): string {
   // UUIDs; `bd_…` for builds made before build ids were UUIDs.
   const m = /^builds\/(bd_[A-Za-z0-9]+|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/.exec(target ?? "");
   if (!m) throw new SpaceError("internal", `operation target ${JSON.stringify(target)} is not builds/<id>`);
+  return m[1]!;
+}
+
+/** `volumes/<id>` → the volume id. */
+export function parseVolumeTarget(target: string | null): string {
+  const m = /^volumes\/(vol_[a-z0-9]{16})$/.exec(target ?? "");
+  if (!m) throw new SpaceError("internal", `operation target ${JSON.stringify(target)} is not volumes/<id>`);
   return m[1]!;
 }

@@ -40,11 +40,13 @@ export function toCreateInput(body: CreateSandboxBody): CreateInput {
     network,
     onTimeout: "kill",
     autoResume: false,
+    ...(body.wait_for_capacity ? { waitForCapacity: true } : {}),
     resources: {
       ...(body.vcpu !== undefined ? { vcpu: body.vcpu } : {}),
       ...(body.memory_mib !== undefined ? { memoryMib: body.memory_mib } : {}),
       ...(body.disk_mib !== undefined ? { diskMib: body.disk_mib } : {}),
     },
+    ...(body.volumes?.length ? { volumeMounts: body.volumes.map((v) => ({ name: v.name, path: v.path, readOnly: v.read_only })) } : {}),
   };
 }
 

@@ -3,6 +3,7 @@
  * refills, restores): resources, timeout, placement constraints, effective egress.
  */
 import { invalid } from "../core/errors.ts";
+import type { VolumeMountRequest } from "./volume-service.ts";
 import { LIMITS } from "../core/limits.ts";
 import type { SandboxId } from "../core/ids.ts";
 import type { NetworkPolicy, OnTimeout, TemplateMatch, SandboxRecord } from "./model.ts";
@@ -46,6 +47,14 @@ export interface CreateInput {
   resolvedTemplate?: TemplateMatch;
   /** Nobody waits for it (warm-pool refills): the node boots it at low CPU priority until it is personalised. */
   background?: boolean;
+  /**
+   * When no node has room: keep the create queued (its row `creating`, on no node) and
+   * place it as soon as one has, until `signal` aborts (a Native operation's deadline),
+   * instead of refusing at once. Quotas and rate limits still refuse at once.
+   */
+  waitForCapacity?: boolean;
+  /** Volumes to mount (ECW `volumeMounts`, Native `volumes`); validated by volume-service.ts. */
+  volumeMounts?: VolumeMountRequest[];
 }
 
 

@@ -5,12 +5,13 @@
  * row `failed` and nothing on any node.
  */
 import { randomBytes } from "node:crypto";
-import { SpaceError, notFound, publicMessage } from "../core/errors.ts";
+import { SpaceError, invalid, notFound, publicMessage, unimplemented } from "../core/errors.ts";
 import { secondsSince, type CreatePath } from "../core/metrics.ts";
 import { inSpan } from "../core/tracing.ts";
 import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
-import type { SandboxRef } from "../substrate/substrate.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { PlacementRequest, SandboxRef } from "../substrate/substrate.ts";
 import { egressPolicyOf } from "./egress-rules.ts";
 import {
   effectiveInternetAccess,
@@ -24,6 +25,7 @@ import type { SandboxForks } from "./forks.ts";
 import type { SandboxRecord } from "./model.ts";
 import type { SandboxResources } from "./resources.ts";
 import type { AdoptRequest, WarmAdopter } from "./warm-adopter.ts";
+import { validateVolumeMounts } from "./volume-service.ts";
 
 export class SandboxCreation {
   readonly #r: SandboxResources;
@@ -58,7 +60,7 @@ export class SandboxCreation {
    * own error later). Never throws: a reservation is only a head start.
    */
   async reserveWarm(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<SandboxId | null> {
-    if (!this.#warm || input.adopt === false || input.template.startsWith("sn_")) return null;
+    if (!this.#warm || input.adopt === false || input.template.startsWith("sn_") || input.volumeMounts?.length) return null;
     try {
       if (!(await this.#warm.hasPools())) return null;
       const plan = await this.#plan(tenantId, input);
@@ -100,6 +102,12 @@ export class SandboxCreation {
   }
 
   async #create(tenantId: TenantId, input: CreateInput, signal: AbortSignal): Promise<{ rec: SandboxRecord; path: CreatePath }> {
+    const mounts = input.volumeMounts ?? [];
+    if (mounts.length) {
+      if (!this.#r.volumes) throw unimplemented("volumes need the store-backed sandbox service");
+      validateVolumeMounts(mounts);
+      if (input.template.startsWith("sn_")) throw invalid("volume mounts on a create from a snapshot are not supported; create from a template", { field: "volumeMounts" });
+    }
     const restored = (rec: SandboxRecord) => ({ rec, path: "restore" as const });
     const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#r.snapshots.findNamed(tenantId, input.template) : null;
     if (fromSnapshot) return restored(await this.#forks.createFromSnapshot(tenantId, fromSnapshot, input));
@@ -111,7 +119,7 @@ export class SandboxCreation {
       throw notFound(`template '${input.template}' not found`);
     }
     const { template, vcpu, memoryMib, diskMib, placement } = plan;
-    if (this.#warm && input.adopt !== false && (input.id !== undefined || (await this.#warm.hasPools()))) {
+    if (this.#warm && input.adopt !== false && !mounts.length && (input.id !== undefined || (await this.#warm.hasPools()))) {
       // A ready member personalised in place; none (or any doubt) → the cold path below.
       const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
       if (adopted) {
@@ -151,8 +159,11 @@ export class SandboxCreation {
 
     let ref: SandboxRef | null = null;
     try {
+      const attached = mounts.length ? await this.#r.volumes!.attach(tenantId, id, mounts) : [];
+      const pin = attached.length ? this.#r.volumes!.pinOf(attached) : undefined;
       const environment = this.#r.templates.binding ? await this.#r.templates.binding(template.templateId) : undefined;
-      ref = await this.#r.substrate.place(
+      ref = await this.#place(
+        input.waitForCapacity === true,
         {
           sandboxId: id,
           templateId: template.templateId,
@@ -162,10 +173,13 @@ export class SandboxCreation {
           ...(placement.nodeGroup !== undefined ? { nodeGroup: placement.nodeGroup } : {}),
           ...(placement.nodeSelector ? { nodeSelector: placement.nodeSelector } : {}),
           ...(environment ? { environment } : {}),
+          // A sandbox runs where its volumes are.
+          ...(pin ? { pinnedNodeId: pin } : {}),
         },
         signal,
       );
       await this.#r.repo.update(id, { nodeId: ref.nodeId as NodeId });
+      const volumes = attached.length ? await this.#r.volumes!.settle(attached, ref.nodeId) : [];
       const spec: SandboxSpec = {
         sandboxId: id,
         executionId,
@@ -178,6 +192,7 @@ export class SandboxCreation {
         allowInternetAccess: effectiveInternetAccess(rec),
         network: egressPolicyOf(rec.allowInternetAccess, rec.network),
         ...(input.background ? { background: true } : {}),
+        ...(volumes.length ? { volumes } : {}),
       };
       const status = await this.#r.substrate.start(ref, spec, signal);
       // The timeout counts from when the sandbox is usable, like E2B's.
@@ -209,6 +224,30 @@ export class SandboxCreation {
       await this.#r.repo.transition(id, ["creating"], "failed", { failureMessage: `${err.code}: ${publicMessage(err)}` });
       this.#r.events.emit("ended", id);
       throw err;
+    }
+  }
+
+  /**
+   * Places the create; with `wait`, a refusal for capacity (no node has room: not a quota,
+   * not a rate limit) is retried with backoff, up to 1 s apart, until `signal` aborts. The
+   * row waits `creating` on no node, so it holds nothing on any node meanwhile; each retry
+   * is one placement decision against the store's reservations, so room freed by a kill is
+   * taken at the next retry.
+   */
+  async #place(wait: boolean, req: PlacementRequest, signal: AbortSignal): Promise<SandboxRef> {
+    for (let delayMs = 50; ; delayMs = Math.min(delayMs * 2, 1000)) {
+      try {
+        return await this.#r.substrate.place(req, signal);
+      } catch (e: unknown) {
+        const err = SpaceError.from(e);
+        if (!wait || err.code !== "resource_exhausted" || err.detail !== undefined || signal.aborted) throw e;
+        this.#r.log.debug({ sandboxId: req.sandboxId, reason: err.message, delayMs }, "create waits for capacity");
+        try {
+          await sleep(delayMs, undefined, { signal });
+        } catch {
+          throw new SpaceError("deadline_exceeded", `no node had room before the create's deadline: ${err.message}`);
+        }
+      }
     }
   }
 

@@ -46,6 +46,8 @@ export class SandboxEvacuation {
     const out = (o: Omit<EvacuationOutcome, "sandboxId" | "durationMs">): EvacuationOutcome => ({ sandboxId: id, ...o, durationMs: Date.now() - t0 });
     let rec = await this.#r.repo.getById(id);
     if (!rec || !isLive(rec.state) || rec.nodeId !== fromNodeId) return out({ outcome: "skipped", reason: "no longer on the node" });
+    const mounts = this.#r.volumes ? await this.#r.volumes.mountsOf(rec.id) : [];
+    if (mounts.length) return out({ outcome: "stayed", reason: `it mounts volume ${mounts.map((m) => m.name).join(", ")}, which stays with it on this node; kill it and the volume moves` });
     try {
       if (rec.state === "paused") {
         await this.#r.substrate.resume({ sandboxId: rec.id, nodeId: fromNodeId }, AbortSignal.timeout(120_000));
@@ -65,7 +67,8 @@ export class SandboxEvacuation {
       const err = SpaceError.from(e);
       return out({ outcome: "stayed", reason: `suspend failed (the sandbox was brought back on its node): ${err.code}: ${err.message}` });
     }
-    const snap = await this.#r.snapshots.latest(rec.id, "suspend");
+    // The pause answers before its publication: a move elsewhere waits for it (durable, or it failed).
+    const snap = await this.#lifecycle.settledSnapshot(rec.id);
     if (!snap?.descriptor) return out({ outcome: "failed", reason: "suspended but no restorable snapshot was recorded" });
     if (snap.state !== "durable") {
       const back = await this.#restoreOn(suspended, fromNodeId, snap.descriptor);

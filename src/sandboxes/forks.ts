@@ -5,10 +5,10 @@
  */
 import { SpaceError, invalid, notFound, publicMessage } from "../core/errors.ts";
 import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
-import type { SandboxRef } from "../substrate/substrate.ts";
+import type { SandboxRef, SandboxStatus } from "../substrate/substrate.ts";
 import { validateTimeout, type CreateInput } from "./create-input.ts";
 import type { SandboxRecord } from "./model.ts";
-import { dropSnapshots, liveSandbox, placeFor, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
+import { dropSnapshots, liveSandbox, placeFor, refuseWithVolumes, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
 import type { Snapshot } from "./snapshot-repo.ts";
 
 /** One requested fork: the new sandbox, or why it did not start. */
@@ -26,8 +26,10 @@ export class SandboxForks {
 
   /**
    * E2B fork: one capture of a running sandbox (it keeps running, id and end time
-   * untouched), then `count` new sandboxes restored from it, each succeeding or failing
-   * on its own. The capture is freed afterwards.
+   * untouched), kept on its node (`local`: no upload before the forks start), then `count`
+   * new sandboxes restored from it there, each succeeding or failing on its own; a fork
+   * that node cannot take has the capture published once (durable) and is placed anywhere.
+   * The capture is freed afterwards.
    */
   async fork(tenantId: TenantId, id: string, input: { count?: number; timeoutSec?: number; metadata?: Record<string, string> }): Promise<ForkOutcome[]> {
     const count = input.count ?? 1;
@@ -36,22 +38,26 @@ export class SandboxForks {
     validateTimeout(timeoutSec);
     const rec = await liveSandbox(this.#r, tenantId, id);
     if (rec.state !== "running" || !rec.nodeId) throw new SpaceError("failed_precondition", `sandbox ${id} is ${toPublicState(rec.state)}; only a running sandbox can be forked`);
+    await refuseWithVolumes(this.#r, rec.id, "fork");
     // Over quota: refused before the capture (no node work); each fork's insert admits for real.
     await this.#r.repo.checkQuota?.(tenantId, rec);
     const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: null, nodeId: rec.nodeId, purpose: "fork" });
     let snap: Snapshot;
     try {
-      const desc = await this.#r.substrate.capture({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: true }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const desc = await this.#r.substrate.capture({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: false }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
       snap = await this.#r.snapshots.finish(snapshotId, desc);
     } catch (e: unknown) {
       const err = SpaceError.from(e);
       await this.#r.snapshots.fail(snapshotId, `${err.code}: ${err.message}`).catch(() => undefined);
       throw err;
     }
+    // Published at most once, and only when a fork cannot run on the capture's node.
+    let publication: Promise<Snapshot> | undefined;
+    const durable = () => (publication ??= this.#publish(snap));
     try {
       return await Promise.all(
         Array.from({ length: count }, () =>
-          this.#forkOne(input.metadata ? { ...rec, metadata: input.metadata } : rec, snap, timeoutSec).then(
+          this.#forkOne(input.metadata ? { ...rec, metadata: input.metadata } : rec, snap, timeoutSec, durable).then(
             (sandbox): ForkOutcome => ({ sandbox }),
             (e: unknown): ForkOutcome => ({ error: SpaceError.from(e) }),
           ),
@@ -73,6 +79,7 @@ export class SandboxForks {
     if (rec.state !== "running" || !rec.nodeId) {
       throw new SpaceError("failed_precondition", `sandbox ${id} is ${toPublicState(rec.state)}; only a running sandbox can be snapshotted`);
     }
+    await refuseWithVolumes(this.#r, rec.id, "a snapshot");
     if (name !== undefined && (await this.#r.snapshots.listNamed({ tenantId, name, limit: 1 })).length) {
       throw new SpaceError("already_exists", `a snapshot named '${name}' already exists`, { details: { field: "name" } });
     }
@@ -138,7 +145,17 @@ export class SandboxForks {
     return this.#forkOne({ ...src, metadata: input.metadata }, snap, input.timeoutSec);
   }
 
-  async #forkOne(src: SandboxRecord, snap: Snapshot, timeoutSec: number): Promise<SandboxRecord> {
+  /** Puts a `local` capture's parts in the blob store: `durable`, restorable on any node. */
+  async #publish(snap: Snapshot): Promise<Snapshot> {
+    if (!snap.nodeId) throw new SpaceError("failed_precondition", `snapshot ${snap.id} has no node to publish it from`);
+    const desc = await this.#r.substrate.publishSnapshot(snap.nodeId, snap.id, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+    const published = await this.#r.snapshots.published(snap.id, desc);
+    if (!published) throw new SpaceError("failed_precondition", `snapshot ${snap.id} was deleted while it was being published`);
+    return published;
+  }
+
+  /** `durable`: when given and `snap` is local, what a fork its node cannot take restores from instead (anywhere). */
+  async #forkOne(src: SandboxRecord, snap: Snapshot, timeoutSec: number, durable?: () => Promise<Snapshot>): Promise<SandboxRecord> {
     const now = this.#r.now();
     const executionId = newExecutionId();
     const rec = await this.#r.repo.insert(
@@ -169,9 +186,24 @@ export class SandboxForks {
     let ref: SandboxRef | null = null;
     try {
       const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
-      ref = await placeFor(this.#r, rec, snap, signal);
-      await this.#r.repo.update(rec.id, { nodeId: ref.nodeId as NodeId });
-      const status = await restoreHeld(this.#r, ref, snap.descriptor!, specOf(rec, executionId), signal);
+      const restore = async (s: Snapshot): Promise<{ ref: SandboxRef; status: SandboxStatus }> => {
+        const placed = await placeFor(this.#r, rec, s, signal);
+        ref = placed;
+        await this.#r.repo.update(rec.id, { nodeId: placed.nodeId as NodeId });
+        return { ref: placed, status: await restoreHeld(this.#r, placed, s.descriptor!, specOf(rec, executionId), signal) };
+      };
+      let done: { ref: SandboxRef; status: SandboxStatus };
+      try {
+        done = await restore(snap);
+      } catch (e: unknown) {
+        if (!durable || snap.state === "durable") throw e;
+        if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+        ref = null;
+        this.#r.log.info({ sandboxId: rec.id, snapshotId: snap.id, err: e }, "fork: the capture's node cannot take it; publishing the capture to restore it elsewhere");
+        done = await restore(await durable());
+      }
+      const { status } = done;
+      ref = done.ref;
       const startedAt = this.#r.now();
       const running = await this.#r.repo.transition(rec.id, ["creating"], "running", {
         nodeId: ref.nodeId as NodeId,

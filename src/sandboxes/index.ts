@@ -14,6 +14,7 @@ import type { WarmAdopter, WarmMembers } from "./warm-adopter.ts";
 import { StoreNodeDirectory, StoreSandboxRepo, StoreTemplates } from "./queries.ts";
 import { StoreSnapshotRepo } from "./snapshot-repo.ts";
 import type { QuotaLimits } from "../store/tenant-quotas.ts";
+import { SandboxVolumes } from "./volume-service.ts";
 
 export interface SandboxLayerDeps {
   db: Db;
@@ -32,6 +33,8 @@ export interface SandboxLayerDeps {
   pollMs?: number;
   /** Lifecycle latencies and failed creates (core/metrics.ts); absent = unregistered. */
   metrics?: SandboxLifecycleMetrics;
+  /** SPACE_VOLUME_DEFAULT_MIB (default 10240). */
+  volumeDefaultMib?: number;
 }
 
 export interface SandboxLayer {
@@ -58,6 +61,13 @@ export function createSandboxLayer(deps: SandboxLayerDeps): SandboxLayer {
     changeFeed: (fn) => listenSandboxChanges(deps.db, fn),
     ...(deps.pollMs !== undefined ? { pollMs: deps.pollMs } : {}),
     ...(deps.metrics ? { metrics: deps.metrics } : {}),
+    volumes: new SandboxVolumes({
+      db: deps.db,
+      substrate,
+      log: deps.log,
+      defaultSizeMib: deps.volumeDefaultMib ?? 10240,
+      ...(deps.quotas ? { quotas: deps.quotas } : {}),
+    }),
     ...(warmPools ? { warmPools: (members: WarmMembers) => warmPools(members, { nodes, templates }) } : {}),
   });
   return { sandboxes, substrate, nodes, templates };

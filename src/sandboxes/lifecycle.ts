@@ -4,14 +4,15 @@
  * Concurrent connects in one process share one restore; across processes the guarded
  * transition picks one restorer and the others wait for its outcome.
  */
-import { SpaceError, notFound } from "../core/errors.ts";
+import { SpaceError, notFound, publicMessage } from "../core/errors.ts";
 import { newExecutionId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import { secondsSince } from "../core/metrics.ts";
 import { inSpan } from "../core/tracing.ts";
 import type { SandboxRef, SandboxStatus, SnapshotDescriptor, SnapshotKind } from "../substrate/substrate.ts";
 import { validateTimeout } from "./create-input.ts";
 import { endAtOf, isLive, killableStates, pausedStates, type SandboxRecord, type SandboxState } from "./model.ts";
-import { dropSnapshots, liveSandbox, placeFor, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
+import type { Snapshot } from "./snapshot-repo.ts";
+import { dropSnapshots, liveSandbox, placeFor, refuseWithVolumes, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
 
 export type ConnectResult = { sandbox: SandboxRecord; resumed: boolean };
 
@@ -19,6 +20,8 @@ export class SandboxLifecycle {
   readonly #r: SandboxResources;
   /** Restores in flight in this process (sandbox id → its running record): concurrent connects share one. */
   readonly #restores = new Map<string, Promise<SandboxRecord>>();
+  /** Publications behind pauses in this process (snapshot id → settled once durable, or once it failed). */
+  readonly #publishing = new Map<string, Promise<boolean>>();
 
   constructor(r: SandboxResources) {
     this.#r = r;
@@ -83,7 +86,11 @@ export class SandboxLifecycle {
 
   /**
    * E2B pause = suspend: running → suspending → (node: memory checkpoint + disk snapshot,
-   * parts uploaded and checksummed, node freed) → suspended. The snapshot row (one per
+   * node freed) → suspended, answered as soon as the capture is safe on the node; the
+   * snapshot is `local` (restores pinned to that node) until its parts, published behind
+   * the answer (uploaded and checksummed), make it `durable`. A node lost before that
+   * leaves the sandbox paused with a `local` snapshot: its restore is refused, naming that,
+   * until the node returns (never restored from anything else). The snapshot row (one per
    * attempt) is restorable only once the node answered with its descriptor. A failure
    * leaves the sandbox running (the node thaws it; if the node already let it go, it is
    * restored from the node's local copy), never half. `upload: false` (warm-pool members)
@@ -100,6 +107,7 @@ export class SandboxLifecycle {
   }
 
   async suspendRecord(rec: SandboxRecord, { upload = true, kind = "full" }: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
+    await refuseWithVolumes(this.#r, rec.id, "pause");
     const ref: SandboxRef = { sandboxId: rec.id, nodeId: rec.nodeId! };
     const suspending = await this.#r.repo.transition(rec.id, ["running"], "suspending");
     if (!suspending) {
@@ -113,7 +121,7 @@ export class SandboxLifecycle {
     const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: null, nodeId: ref.nodeId, purpose: "suspend", kind });
     let desc: SnapshotDescriptor;
     try {
-      desc = await this.#r.substrate.suspend(ref, { snapshotId, upload, kind }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      desc = await this.#r.substrate.suspend(ref, { snapshotId, upload: false, kind }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
     } catch (e: unknown) {
       const err = SpaceError.from(e);
       this.#r.log.warn({ sandboxId: rec.id, snapshotId, code: err.code, err: e }, "suspend failed");
@@ -130,7 +138,47 @@ export class SandboxLifecycle {
     }
     // Earlier suspend snapshots are superseded (no restore can use them: it is suspended now).
     await dropSnapshots(this.#r, rec.id, { purpose: "suspend", except: snapshotId });
+    if (upload) void this.publishLocal(rec.id, ref.nodeId, snapshotId);
     return suspended;
+  }
+
+  /**
+   * The node puts the parts in the blob store; then the snapshot is `durable` (true). A
+   * failure leaves it `local` (logged; false). One publication per snapshot in this
+   * process: a second call joins the first. Besides the pause itself, the controller calls
+   * it for snapshots a lost process left `local` (controller/snapshot-publication.ts).
+   */
+  publishLocal(sandboxId: string, nodeId: string, snapshotId: string): Promise<boolean> {
+    const inflight = this.#publishing.get(snapshotId);
+    if (inflight) return inflight;
+    const t0 = performance.now();
+    const p = (async () => {
+      try {
+        const desc = await this.#r.substrate.publishSnapshot(nodeId, snapshotId, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+        const snap = await this.#r.snapshots.published(snapshotId, desc);
+        this.#r.log.info({ sandboxId, snapshotId, ms: Math.round(performance.now() - t0), recorded: snap !== null }, "snapshot durable (published behind the pause)");
+        return snap !== null;
+      } catch (e: unknown) {
+        const err = SpaceError.from(e);
+        this.#r.log.warn({ sandboxId, snapshotId, nodeId, code: err.code, err: e }, "a paused sandbox's snapshot could not be published: it stays local to its node");
+        return false;
+      }
+    })().finally(() => this.#publishing.delete(snapshotId));
+    this.#publishing.set(snapshotId, p);
+    return p;
+  }
+
+  /**
+   * The sandbox's newest suspend snapshot once a publication of it in flight in this
+   * process settled (`durable`, or still `local` when the publication failed); as it is
+   * otherwise. What a restore that cannot run on the snapshot's node waits for.
+   */
+  async settledSnapshot(sandboxId: string): Promise<Snapshot | null> {
+    const snap = await this.#r.snapshots.latest(sandboxId, "suspend");
+    const publishing = snap && this.#publishing.get(snap.id);
+    if (!publishing) return snap;
+    await publishing;
+    return this.#r.snapshots.latest(sandboxId, "suspend");
   }
 
   /** After a failed suspend: back to running where the node still runs it, else restored from the node's local copy, else failed. */
@@ -233,17 +281,33 @@ export class SandboxLifecycle {
       throw new SpaceError("internal", `sandbox ${rec.id} is paused but has no restorable snapshot`);
     }
     const executionId = newExecutionId();
-    let ref: SandboxRef | null = null;
+    const spec = specOf(rec, executionId);
+    const descOf = (s: Snapshot) => (opts.kind === "disk" ? { ...s.descriptor!, kind: opts.kind } : s.descriptor!);
+    const place = async (s: Snapshot): Promise<SandboxRef> => {
+      const placed = await placeFor(this.#r, rec, s, signal);
+      // Nothing was started there: the sandbox id must not be touched on the drained node.
+      if (opts.avoidNodeId !== undefined && placed.nodeId === opts.avoidNodeId) throw new SpaceError("failed_precondition", `placement chose node ${placed.nodeId}, the node being evacuated`);
+      return placed;
+    };
+    // Declared wide: assigned inside the nested try, so the outer catch must not narrow it to null.
+    let ref = null as SandboxRef | null;
     let status: SandboxStatus;
     try {
-      ref = await placeFor(this.#r, rec, snap, signal);
-      if (opts.avoidNodeId !== undefined && ref.nodeId === opts.avoidNodeId) {
-        const placed = ref.nodeId;
-        ref = null; // nothing was started there: no kill (the sandbox id must not be touched on the drained node)
-        throw new SpaceError("failed_precondition", `placement chose node ${placed}, the node being evacuated`);
+      try {
+        ref = await place(snap);
+        status = await restoreHeld(this.#r, ref, descOf(snap), spec, signal);
+      } catch (e: unknown) {
+        // A `local` snapshot restores on its node only: when that cannot, wait for its
+        // publication (in flight behind the pause) and restore anywhere; else say why.
+        if (snap.state === "durable") throw e;
+        if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
+        ref = null;
+        const settled = await this.settledSnapshot(rec.id);
+        // A refusal of the pinned node itself (the environment gate's drain hint) says more than "not durable".
+        if (settled?.id !== snap.id || settled.state !== "durable") throw e instanceof SpaceError && e.code === "failed_precondition" ? e : notDurable(rec.id, snap, e);
+        ref = await place(settled);
+        status = await restoreHeld(this.#r, ref, descOf(settled), spec, signal);
       }
-      const desc = opts.kind === "disk" ? { ...snap.descriptor, kind: opts.kind } : snap.descriptor;
-      status = await restoreHeld(this.#r, ref, desc, specOf(rec, executionId), signal);
       await this.#r.snapshots.newExecution(rec.id, executionId);
     } catch (e: unknown) {
       const err = SpaceError.from(e);
@@ -279,4 +343,15 @@ export class SandboxLifecycle {
     if (states.includes(now.state)) throw new SpaceError("deadline_exceeded", `sandbox ${id} is still ${now.state}; retry`, { retryable: true });
     return now;
   }
+}
+
+/** A restore of a `local` snapshot whose node could not run it, named as such (the sandbox stays paused). */
+function notDurable(sandboxId: string, snap: Snapshot, cause: unknown): SpaceError {
+  const err = SpaceError.from(cause);
+  return new SpaceError(
+    "unavailable",
+    `sandbox ${sandboxId} is paused and its snapshot ${snap.id} is local to node ${snap.nodeId ?? "?"} (not durable: its parts never reached the blob store); ` +
+      `it can only be resumed there, and that failed (${err.code}: ${publicMessage(err)}); it stays paused and resumes when the node is back`,
+    { retryable: true, details: { sandboxId, snapshotId: snap.id, durability: "local", nodeId: snap.nodeId } },
+  );
 }

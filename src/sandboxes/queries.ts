@@ -17,12 +17,13 @@ import {
   transitionSandbox,
 } from "../store/sandboxes.ts";
 import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
-import { getNode, listNodes, type NodeRecord } from "../store/nodes.ts";
+import { getNode, listNodes, templateEnvironmentsOnNodes, type NodeRecord } from "../store/nodes.ts";
 import { createExecution } from "../store/executions.ts";
 import { admitLiveSandbox, quotaStates, type QuotaLimits } from "../store/tenant-quotas.ts";
 import { SpaceError } from "../core/errors.ts";
 import { Recent } from "../core/recent.ts";
 import type { ExecutionId, SandboxId, TenantId } from "../core/ids.ts";
+import { capacityOf, measuredOf } from "../substrate/capacity.ts";
 import type { NodeDirectory, NodeEntry } from "../substrate/node-directory.ts";
 import type { EnvironmentBinding } from "../substrate/placement.ts";
 import {
@@ -152,6 +153,7 @@ export class StoreTemplates implements TemplateResolver {
    * deleted through the API; placement still checks the node that runs it.
    */
   readonly #nodeOnly = new Recent<TemplateMatch>(RESOLVE_CACHE_MS);
+  readonly #bindings = new Recent<Promise<EnvironmentBinding>>(RESOLVE_CACHE_MS);
 
   /** `nodes`: where node-only templates are found when nodes are not in the store (Kubernetes: Node annotations). */
   constructor(
@@ -184,8 +186,17 @@ export class StoreTemplates implements TemplateResolver {
     return null;
   }
 
+  /**
+   * Believed for RESOLVE_CACHE_MS and shared by the creates that ask at once: every create
+   * asks, and the node-inventory fallback reads every node's inventory (docs/scale.md).
+   */
   binding(templateId: string): Promise<EnvironmentBinding> {
-    return templateBinding(this.db, templateId);
+    const hit = this.#bindings.get(templateId);
+    if (hit) return hit;
+    const read = templateBinding(this.db, templateId);
+    this.#bindings.set(templateId, read);
+    read.catch(() => this.#bindings.delete(templateId));
+    return read;
   }
 }
 
@@ -220,14 +231,12 @@ export class StoreNodeDirectory implements NodeDirectory {
 }
 
 export function toNodeEntry(n: NodeRecord): NodeEntry {
-  const cap = n.capacity ?? {};
   const used = n.used ?? {};
-  const num = (o: Record<string, number>, ...keys: string[]) => {
-    for (const k of keys) if (typeof o[k] === "number") return o[k];
+  const capacity = capacityOf(n.capacity ?? {});
+  const num = (...keys: string[]) => {
+    for (const k of keys) if (typeof used[k] === "number") return used[k];
     return undefined;
   };
-  const capSlots = num(cap, "networkSlots", "slots");
-  const capMem = num(cap, "memoryMib");
   return {
     id: n.id,
     name: n.name,
@@ -236,19 +245,11 @@ export function toNodeEntry(n: NodeRecord): NodeEntry {
     nodeGroup: n.nodeGroup,
     labels: n.labels ?? {},
     usableEnvironments: n.usableEnvironments ?? [],
-    capacity:
-      capSlots !== undefined && capMem !== undefined
-        ? { vcpu: num(cap, "vcpu") ?? 0, memoryMib: capMem, diskMib: num(cap, "diskMib") ?? 0, networkSlots: capSlots }
-        : null,
-    used:
-      capSlots !== undefined && capMem !== undefined
-        ? {
-            vcpu: num(used, "vcpu") ?? 0,
-            memoryMib: num(used, "memoryMib") ?? 0,
-            diskMib: num(used, "diskMib") ?? 0,
-            networkSlots: num(used, "networkSlots", "slots") ?? 0,
-          }
-        : null,
+    capacity,
+    used: capacity
+      ? { vcpu: num("vcpu") ?? 0, memoryMib: num("memoryMib") ?? 0, diskMib: num("diskMib") ?? 0, networkSlots: num("networkSlots", "slots") ?? 0 }
+      : null,
+    measured: measuredOf(used),
     templates: inventory(n).map((t) => t.templateId),
   };
 }
@@ -265,13 +266,7 @@ export async function templateBinding(db: Db, templateId: string): Promise<Envir
     if (!ENV_DIGEST.test(build.environment)) return { kind: "unreadable", reason: `build ${build.id} records environment '${build.environment.slice(0, 80)}', not a digest` };
     return { kind: "bound", environment: build.environment, source: `build ${build.id}` };
   }
-  const seen = new Set<string>();
-  for (const n of await listNodes(db, { status: ["ready", "draining"] })) {
-    for (const t of Array.isArray(n.templates) ? n.templates : []) {
-      const e = t && typeof t === "object" ? (t as { templateId?: unknown; environment?: unknown }) : null;
-      if (e?.templateId === templateId && typeof e.environment === "string" && e.environment) seen.add(e.environment);
-    }
-  }
+  const seen = new Set(await templateEnvironmentsOnNodes(db, templateId, ["ready", "draining"]));
   if (seen.size === 0) return { kind: "none" };
   if (seen.size > 1) return { kind: "unreadable", reason: `nodes report ${seen.size} different environments for template ${templateId}: ${[...seen].join(", ")}` };
   const env = [...seen][0]!;

@@ -12,6 +12,7 @@ import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import type { SandboxRef, SandboxStatus, SnapshotDescriptor, Substrate } from "../substrate/substrate.ts";
 import { egressPolicyOf } from "./egress-rules.ts";
+import type { SandboxVolumes } from "./volume-service.ts";
 import { effectiveInternetAccess, parsePlacement, PLACEMENT_METADATA_KEY } from "./create-input.ts";
 import type { SandboxChanges } from "./changes.ts";
 import { isLive, type SandboxRecord, type SandboxRepo, type TemplateResolver } from "./model.ts";
@@ -52,6 +53,8 @@ export interface SandboxResources {
   /** The waits' fallback poll (ms): a safety net behind the change feed. */
   pollMs: number;
   metrics: SandboxLifecycleMetrics;
+  /** Volumes (volume-service.ts); absent = a create with volume mounts is refused. */
+  volumes?: SandboxVolumes;
 }
 
 /** A live sandbox of this tenant; killed, failed and others' are not found. */
@@ -59,6 +62,20 @@ export async function liveSandbox(r: SandboxResources, tenantId: TenantId, id: s
   const rec = await r.repo.get(tenantId, id as SandboxId);
   if (!rec || !isLive(rec.state)) throw notFound(`sandbox ${id} not found`);
   return rec;
+}
+
+/**
+ * Refuses a snapshot of a sandbox that mounts volumes (suspend, fork, named snapshot, a
+ * move): a snapshot never copies a volume, and a restore elsewhere could not mount it.
+ * The sandbox's record of its volumes stays (store sandbox_volumes).
+ */
+export async function refuseWithVolumes(r: SandboxResources, id: string, what: string): Promise<void> {
+  const mounts = r.volumes ? await r.volumes.mountsOf(id) : [];
+  if (!mounts.length) return;
+  throw new SpaceError(
+    "failed_precondition",
+    `sandbox ${id} mounts volume${mounts.length > 1 ? "s" : ""} ${mounts.map((m) => m.name).join(", ")}: ${what} is not supported for it (a snapshot never copies a volume)`,
+  );
 }
 
 /** How a state reads in messages to callers (suspended is E2B's paused). */

@@ -8,6 +8,8 @@ import { createApiKey } from "../store/api-keys.ts";
 import { registerNode } from "../store/nodes.ts";
 import { listExecutions } from "../store/executions.ts";
 import { getSandbox } from "../store/sandboxes.ts";
+import { latestRestorableSnapshot, type Snapshot } from "../store/snapshots.ts";
+import { SpaceError } from "../core/errors.ts";
 import { FakeSubstrate } from "../substrate/fake-substrate.ts";
 import { createSandboxLayer } from "./index.ts";
 import { StoreNodeDirectory, StoreTemplates } from "./queries.ts";
@@ -99,6 +101,117 @@ test("timeout enforcer kills within about a second of end_at", async () => {
     assert.equal((await s.sandboxes.get(s.tenant.id, keep.id)).state, "running");
   } finally {
     await enforcer.stop();
+    await s.drop();
+  }
+});
+
+/** The sandbox's newest restorable suspend snapshot, once `pred` holds for it (publication runs behind the pause). */
+async function snapshotWhen(db: Parameters<typeof latestRestorableSnapshot>[0], sandboxId: string, pred: (s: Snapshot | undefined) => boolean): Promise<Snapshot | undefined> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const s = await latestRestorableSnapshot(db, sandboxId, "suspend");
+    if (pred(s) || Date.now() > deadline) return s;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+test("pause answers once the capture is on the node (local), the parts are published behind it (durable)", async () => {
+  const s = await setup();
+  try {
+    let open!: () => void;
+    s.substrate.publishGate = new Promise<void>((r) => (open = r));
+    const sb = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+    const paused = await s.sandboxes.suspend(s.tenant.id, sb.id);
+    assert.equal(paused.state, "suspended");
+    const local = await latestRestorableSnapshot(s.db, sb.id, "suspend");
+    assert.equal(local?.state, "local");
+    assert.deepEqual(local?.parts, []);
+    assert.ok(s.substrate.calls.includes(`publish ${local!.id}`), "the publication started behind the answer");
+    open();
+    const durable = await snapshotWhen(s.db, sb.id, (x) => x?.state === "durable");
+    assert.equal(durable?.state, "durable");
+    assert.equal(durable?.id, local!.id);
+    assert.ok(durable!.parts.some((p) => p.kind === "memory") && durable!.parts.some((p) => p.kind === "disk"));
+    assert.ok(durable!.durableAt instanceof Date);
+    // Restorable anywhere now: the placement is not pinned.
+    await s.sandboxes.connect(s.tenant.id, sb.id, 60);
+    assert.equal(s.substrate.placements.at(-1)?.pinnedNodeId, undefined);
+  } finally {
+    await s.drop();
+  }
+});
+
+test("connect right after a pause: pinned to the snapshot's node; when that cannot run it, waits for durable and restores elsewhere", async () => {
+  const s = await setup();
+  try {
+    let open!: () => void;
+    s.substrate.publishGate = new Promise<void>((r) => (open = r));
+    const sb = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+    await s.sandboxes.suspend(s.tenant.id, sb.id);
+    const snap = (await latestRestorableSnapshot(s.db, sb.id, "suspend"))!;
+    s.substrate.nextRestoreError = new SpaceError("resource_exhausted", "node n1 is full");
+    const connecting = s.sandboxes.connect(s.tenant.id, sb.id, 60);
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await getSandbox(s.db, sb.id)).state, "resuming", "the connect waits for the publication");
+    open();
+    const { sandbox, resumed } = await connecting;
+    assert.equal(resumed, true);
+    assert.equal(sandbox.state, "running");
+    const [pinned, free] = s.substrate.placements.slice(-2);
+    assert.equal(pinned?.pinnedNodeId, snap.nodeId, "first: pinned to the node holding the local copy");
+    assert.equal(free?.pinnedNodeId, undefined, "then: anywhere, the snapshot being durable");
+    assert.equal((await latestRestorableSnapshot(s.db, sb.id, "suspend"))?.state, "durable");
+  } finally {
+    await s.drop();
+  }
+});
+
+test("a node lost between pause and durable: the sandbox stays paused, the connect is refused naming the local snapshot; it resumes once the node is back", async () => {
+  const s = await setup();
+  try {
+    s.substrate.failNextPublish = new SpaceError("unavailable", "node n1 is unreachable");
+    const sb = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+    await s.sandboxes.suspend(s.tenant.id, sb.id);
+    const snap = (await latestRestorableSnapshot(s.db, sb.id, "suspend"))!;
+    // The publication failed: the row stays local (its parts never reached the blob store).
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await latestRestorableSnapshot(s.db, sb.id, "suspend"))?.state, "local");
+    s.substrate.nextRestoreError = new SpaceError("unavailable", "node n1 is unreachable");
+    const before = s.substrate.calls.filter((c) => c.startsWith("restore")).length;
+    await assert.rejects(s.sandboxes.connect(s.tenant.id, sb.id, 60), (e: unknown) => {
+      assert.ok(e instanceof SpaceError);
+      assert.equal(e.code, "unavailable");
+      assert.match(e.message, new RegExp(`snapshot ${snap.id} is local to node`));
+      assert.deepEqual([e.details?.["durability"], e.details?.["snapshotId"]], ["local", snap.id]);
+      return true;
+    });
+    // Only the pinned node was tried: nothing was restored from anywhere else.
+    assert.equal(s.substrate.calls.filter((c) => c.startsWith("restore")).length, before + 1);
+    assert.ok(s.substrate.placements.slice(-1).every((p) => p.pinnedNodeId === snap.nodeId));
+    assert.equal((await getSandbox(s.db, sb.id)).state, "suspended");
+    // The node is back: the connect restores from its local copy.
+    const { sandbox } = await s.sandboxes.connect(s.tenant.id, sb.id, 60);
+    assert.equal(sandbox.state, "running");
+    assert.ok(s.substrate.calls.at(-1)?.startsWith(`restore ${sb.id} ${snap.id}`));
+  } finally {
+    await s.drop();
+  }
+});
+
+test("fork: the capture stays on its node (no upload) and forks restore there; a fork that node cannot take has it published once and restores anywhere", async () => {
+  const s = await setup();
+  try {
+    const sb = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+    const one = await s.sandboxes.fork(s.tenant.id, sb.id, { count: 2 });
+    assert.ok(one.every((o) => o.sandbox?.state === "running"), JSON.stringify(one.map((o) => o.error?.message)));
+    assert.equal(s.substrate.calls.filter((c) => c.startsWith("publish")).length, 0, "no upload before (or for) forks its node takes");
+    assert.ok(s.substrate.placements.slice(-2).every((p) => p.pinnedNodeId === sb.nodeId), "pinned to the capture's node");
+    s.substrate.nextRestoreError = new SpaceError("resource_exhausted", "node n1 is full");
+    const two = await s.sandboxes.fork(s.tenant.id, sb.id, { count: 1 });
+    assert.equal(two[0]?.sandbox?.state, "running", two[0]?.error?.message);
+    assert.equal(s.substrate.calls.filter((c) => c.startsWith("publish")).length, 1, "published once, for the fork its node could not take");
+    assert.equal(s.substrate.placements.at(-1)?.pinnedNodeId, undefined, "then placed anywhere");
+  } finally {
     await s.drop();
   }
 });

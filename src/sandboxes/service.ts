@@ -10,6 +10,7 @@
  * start).
  */
 import { EventEmitter } from "node:events";
+import type { SandboxVolumes } from "./volume-service.ts";
 import type { Logger } from "../core/log.ts";
 import { secondsSince, spaceMetrics, type SandboxLifecycleMetrics } from "../core/metrics.ts";
 import { inSpan } from "../core/tracing.ts";
@@ -60,6 +61,8 @@ export interface SandboxServiceDeps {
   pollMs?: number;
   /** Lifecycle latencies and failed creates; absent = unregistered families (tests). */
   metrics?: SandboxLifecycleMetrics;
+  /** Volumes over the store; absent = creates with volume mounts are refused. */
+  volumes?: SandboxVolumes;
 }
 
 export class SandboxService implements WarmMembers {
@@ -88,6 +91,7 @@ export class SandboxService implements WarmMembers {
       changes,
       pollMs: deps.pollMs ?? 5000,
       metrics: deps.metrics ?? spaceMetrics().sandboxes,
+      ...(deps.volumes ? { volumes: deps.volumes } : {}),
     };
     this.#lifecycle = new SandboxLifecycle(this.#r);
     this.#forks = new SandboxForks(this.#r);
@@ -104,6 +108,10 @@ export class SandboxService implements WarmMembers {
   }
   get substrate(): Substrate {
     return this.#r.substrate;
+  }
+  /** Volumes; absent where the service has no store. */
+  get volumes(): SandboxVolumes | undefined {
+    return this.#r.volumes;
   }
   get snapshots(): SnapshotRepo {
     return this.#r.snapshots;
@@ -154,6 +162,16 @@ export class SandboxService implements WarmMembers {
   }
   suspend(tenantId: TenantId, id: string, opts: { upload?: boolean; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
     return this.#timed("pause", id, () => this.#lifecycle.suspend(tenantId, id, opts), (s) => this.#r.metrics.pauseSeconds.observe({ path: "suspend" }, s));
+  }
+  /** Publishes a suspend snapshot left `local` (joins a publication in flight here); true once `durable`. */
+  publishLocal(sandboxId: string, nodeId: string, snapshotId: string): Promise<boolean> {
+    return this.#lifecycle.publishLocal(sandboxId, nodeId, snapshotId);
+  }
+  /** The snapshot a suspended sandbox resumes from and its durability (`local` → `durable`); null when it is not suspended. */
+  async resumeSnapshot(rec: SandboxRecord): Promise<{ id: string; durability: "local" | "durable" } | null> {
+    if (!(["suspended", "resuming"] as SandboxState[]).includes(rec.state)) return null;
+    const s = await this.#r.snapshots.latest(rec.id, "suspend");
+    return s && (s.state === "local" || s.state === "durable") ? { id: s.id, durability: s.state } : null;
   }
   connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
     return this.#lifecycle.connect(tenantId, id, timeoutSec, opts);

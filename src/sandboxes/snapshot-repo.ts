@@ -7,6 +7,7 @@
  * A snapshot is restorable only once `finish` recorded it: `durable` when every part is
  * in the blob store (any node), `local` when the node kept it on its disk only (pinned).
  */
+import { SpaceError } from "../core/errors.ts";
 import { createExecution } from "../store/executions.ts";
 import { findSandbox } from "../store/sandboxes.ts";
 import { admitNamedSnapshot, type QuotaLimits } from "../store/tenant-quotas.ts";
@@ -44,6 +45,12 @@ export interface SnapshotRepo {
   /** Records the node's descriptor: `durable` when its parts are in the blob store, else `local`. */
   finish(id: string, desc: SnapshotDescriptor): Promise<Snapshot>;
   fail(id: string, error: string): Promise<void>;
+  /**
+   * A `local` snapshot whose parts were published after it was recorded (a pause answered
+   * before its upload): `durable`, with the published descriptor. Null when it is no longer
+   * `local` (superseded, deleted or ended meanwhile).
+   */
+  published(id: string, desc: SnapshotDescriptor): Promise<Snapshot | null>;
   /** The newest restorable snapshot of `purpose` for a sandbox. */
   latest(sandboxId: string, purpose: SnapshotPurpose): Promise<Snapshot | null>;
   get(id: string): Promise<Snapshot | null>;
@@ -120,6 +127,22 @@ export class StoreSnapshotRepo implements SnapshotRepo {
     );
   }
 
+  async published(id: string, desc: SnapshotDescriptor): Promise<Snapshot | null> {
+    if (!isDurable(desc)) throw new SpaceError("internal", `snapshot ${id}: a publication without its parts`);
+    const { wrappedKey, timings: _t, ...kept } = desc;
+    try {
+      return await updateSnapshot(
+        this.db,
+        id,
+        { state: "durable", parts: desc.parts, sizeBytes: desc.sizeBytes, descriptor: { ...kept, timings: {} }, wrappedKey: wrappedKey ?? null },
+        { from: ["local"] },
+      );
+    } catch (e: unknown) {
+      if (e instanceof SpaceError && e.code === "failed_precondition") return null;
+      throw e;
+    }
+  }
+
   fail(id: string, error: string): Promise<void> {
     return failSnapshot(this.db, id, error);
   }
@@ -186,6 +209,16 @@ export class MemorySnapshotRepo implements SnapshotRepo {
     r.parts = structuredClone(desc.parts);
     r.sizeBytes = desc.sizeBytes;
     r.descriptor = structuredClone(desc);
+    return structuredClone(r);
+  }
+  async published(id: string, desc: SnapshotDescriptor): Promise<Snapshot | null> {
+    const r = this.rows.get(id);
+    if (!r || r.state !== "local") return null;
+    r.state = "durable";
+    r.parts = structuredClone(desc.parts);
+    r.sizeBytes = desc.sizeBytes;
+    r.descriptor = structuredClone(desc);
+    r.durableAt = new Date();
     return structuredClone(r);
   }
   async fail(id: string): Promise<void> {

@@ -151,6 +151,25 @@ export async function listNodes(q: Queryable, f: { status?: readonly NodeStatus[
   return q.query<NodeRecord>(`SELECT ${COLS} FROM nodes ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY name, id`, params);
 }
 
+/**
+ * The execution environments nodes in `status` report for `templateId` in their template
+ * inventory, each once, in the order of the first node (by name, id) reporting it. Read in
+ * the database: a create asks this, and shipping every node row to ask it costs O(fleet).
+ */
+export async function templateEnvironmentsOnNodes(q: Queryable, templateId: string, status: readonly NodeStatus[]): Promise<string[]> {
+  const rows = await q.query<{ environment: string }>(
+    `SELECT e.environment FROM (
+       SELECT t->>'environment' AS environment, min(n.name) AS first_name, min(n.id::text) AS first_id
+         FROM nodes n, jsonb_array_elements(CASE WHEN jsonb_typeof(n.templates) = 'array' THEN n.templates ELSE '[]'::jsonb END) t
+        WHERE n.status = ANY($2::text[]) AND jsonb_typeof(t) = 'object'
+          AND t->'templateId' = to_jsonb($1::text) AND jsonb_typeof(t->'environment') = 'string' AND t->>'environment' <> ''
+        GROUP BY 1) e
+     ORDER BY e.first_name, e.first_id`,
+    [templateId, [...status]],
+  );
+  return rows.map((r) => r.environment);
+}
+
 /** Absent = ok. */
 export async function deleteNode(q: Queryable, id: NodeId): Promise<void> {
   await q.execute(`DELETE FROM nodes WHERE id = $1`, [id]);

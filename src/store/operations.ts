@@ -182,7 +182,8 @@ export async function getOperation<Req = unknown, Res = unknown>(q: Queryable, i
 }
 
 export interface OperationListFilter {
-  tenantId: TenantId;
+  /** "any": every tenant's and the cluster's (the Admin API); never a default. */
+  tenantId: TenantId | "any";
   states?: readonly OperationState[];
   kind?: string;
   targetId?: string;
@@ -193,8 +194,12 @@ export interface OperationListFilter {
 
 /** Keyset pages over (queued_at, seq), like sandboxes. */
 export async function listOperations(q: Queryable, f: OperationListFilter): Promise<{ items: Operation[]; nextCursor: string | null }> {
-  const params: unknown[] = [f.tenantId];
-  const where = ["tenant_id = $1"];
+  const params: unknown[] = [];
+  const where: string[] = [];
+  if (f.tenantId !== "any") {
+    params.push(f.tenantId);
+    where.push("tenant_id = $1");
+  }
   if (f.states) {
     params.push([...f.states]);
     where.push(`state = ANY($${params.length}::text[])`);
@@ -217,7 +222,7 @@ export async function listOperations(q: Queryable, f: OperationListFilter): Prom
   params.push(limit + 1);
   const dir = desc ? "DESC" : "ASC";
   const rows = await q.query<Operation & { cursorAt: string }>(
-    `SELECT ${COLS}, queued_at::text AS "cursorAt" FROM operations WHERE ${where.join(" AND ")}
+    `SELECT ${COLS}, queued_at::text AS "cursorAt" FROM operations ${where.length ? `WHERE ${where.join(" AND ")}` : ""}
       ORDER BY queued_at ${dir}, seq ${dir} LIMIT $${params.length}`,
     params,
   );

@@ -139,6 +139,8 @@ const COLUMN_NAMES = [
   "started_at", "end_at", "created_at", "updated_at", "killed_at",
 ] as const;
 const COLS = columns(COLUMN_NAMES);
+/** The select list of a `SandboxRecord` (for a statement elsewhere in the store that returns one). */
+export const SANDBOX_COLUMNS = COLS;
 
 export interface NewSandbox {
   id?: SandboxId;

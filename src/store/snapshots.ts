@@ -309,6 +309,22 @@ export async function expireSnapshots(q: Queryable, minAgeMs: number): Promise<s
   return rows.map((r) => r.id);
 }
 
+/**
+ * Suspend snapshots still `local` at least `minAgeMs` after they were taken, newest of a
+ * sandbox that is suspended: their publication behind the pause was lost with its process
+ * (a control plane restarted) or failed, so no other node can restore them yet.
+ */
+export async function listUnpublishedSuspendSnapshots(q: Queryable, minAgeMs: number, limit: number): Promise<Array<{ id: string; sandboxId: string; nodeId: NodeId }>> {
+  return q.query(
+    `SELECT s.id, s.sandbox_id AS "sandboxId", s.node_id AS "nodeId" FROM snapshots s JOIN sandboxes x ON x.id = s.sandbox_id
+      WHERE s.state = 'local' AND s.purpose = 'suspend' AND s.node_id IS NOT NULL AND x.state = 'suspended' AND ${OLDER("s.created_at", "$1")}
+        AND NOT EXISTS (SELECT 1 FROM snapshots n WHERE n.sandbox_id = s.sandbox_id AND n.purpose = 'suspend'
+                          AND n.state IN ('local', 'durable') AND (n.created_at, n.id) > (s.created_at, s.id))
+      ORDER BY s.created_at LIMIT $2`,
+    [minAgeMs, limit],
+  );
+}
+
 export interface ReapingSnapshot {
   id: string;
   sandboxId: string;
@@ -343,4 +359,14 @@ export async function listReapingSnapshots(q: Queryable, limit: number): Promise
 
 export async function markSnapshotReaped(q: Queryable, id: string): Promise<void> {
   await q.execute(`UPDATE snapshots SET state = 'reaped' WHERE id = $1 AND state = 'reaping'`, [id]);
+}
+
+/** Snapshots whose data key is wrapped (encrypted at rest), with that wrapped key: what a key rotation re-wraps. */
+export async function listWrappedSnapshotKeys(q: Queryable): Promise<Array<{ id: string; wrappedKey: string }>> {
+  return q.query<{ id: string; wrappedKey: string }>(`SELECT id, wrapped_key AS "wrappedKey" FROM snapshots WHERE wrapped_key IS NOT NULL ORDER BY id`);
+}
+
+/** Replaces a snapshot's wrapped data key if it is still `from` (false: it changed meanwhile, or the row is gone). */
+export async function replaceWrappedSnapshotKey(q: Queryable, id: string, from: string, to: string): Promise<boolean> {
+  return (await q.execute(`UPDATE snapshots SET wrapped_key = $3 WHERE id = $1 AND wrapped_key = $2`, [id, from, to])) > 0;
 }

@@ -35,6 +35,9 @@ export interface QuotaLimits {
   memoryMib: number;
   diskMib: number;
   snapshots: number;
+  /** Volumes a tenant keeps, and their summed size (MiB). */
+  volumes: number;
+  volumeMib: number;
   createsPerS: number;
   createBurst: number;
   keyCreatesPerS: number;
@@ -42,19 +45,21 @@ export interface QuotaLimits {
 }
 export type QuotaName = keyof QuotaLimits;
 export const quotaNames = [
-  "sandboxes", "vcpu", "memoryMib", "diskMib", "snapshots", "createsPerS", "createBurst", "keyCreatesPerS", "keyCreateBurst",
+  "sandboxes", "vcpu", "memoryMib", "diskMib", "snapshots", "volumes", "volumeMib", "createsPerS", "createBurst", "keyCreatesPerS", "keyCreateBurst",
 ] as const satisfies readonly QuotaName[];
 
 /** A tenant's overrides: null = the default. */
 export type QuotaOverrides = { [K in QuotaName]: number | null };
 
-/** What a tenant holds live now (counted states, named snapshots). */
+/** What a tenant holds live now (counted states, named snapshots, volumes). */
 export interface QuotaUsage {
   sandboxes: number;
   vcpu: number;
   memoryMib: number;
   diskMib: number;
   snapshots: number;
+  volumes: number;
+  volumeMib: number;
 }
 
 /** The defaults of SPACE_QUOTA_* and SPACE_RATE_LIMIT_*. */
@@ -65,6 +70,8 @@ export function quotaDefaults(config: Config): QuotaLimits {
     memoryMib: config.SPACE_QUOTA_MEMORY_MIB,
     diskMib: config.SPACE_QUOTA_DISK_MIB,
     snapshots: config.SPACE_QUOTA_SNAPSHOTS,
+    volumes: config.SPACE_QUOTA_VOLUMES,
+    volumeMib: config.SPACE_QUOTA_VOLUME_MIB,
     createsPerS: config.SPACE_RATE_LIMIT_CREATES_PER_S,
     createBurst: config.SPACE_RATE_LIMIT_CREATE_BURST,
     keyCreatesPerS: config.SPACE_RATE_LIMIT_KEY_CREATES_PER_S,
@@ -78,6 +85,8 @@ const COLUMN: Record<QuotaName, string> = {
   memoryMib: "memory_mib",
   diskMib: "disk_mib",
   snapshots: "snapshots",
+  volumes: "volumes",
+  volumeMib: "volume_mib",
   createsPerS: "creates_per_s",
   createBurst: "create_burst",
   keyCreatesPerS: "key_creates_per_s",
@@ -119,18 +128,29 @@ export function effectiveQuotas(defaults: QuotaLimits, o: QuotaOverrides): Quota
 
 /** What the tenant holds now (no lock: for reads). */
 export async function quotaUsage(q: Queryable, tenantId: TenantId): Promise<QuotaUsage> {
-  return { ...(await liveUsage(q, tenantId, null)), snapshots: await namedSnapshotCount(q, tenantId) };
+  return { ...(await liveUsage(q, tenantId, null)), snapshots: await namedSnapshotCount(q, tenantId), ...(await volumeUsage(q, tenantId)) };
 }
 
+/** The tenant's volumes and their summed size. */
+export async function volumeUsage(q: Queryable, tenantId: TenantId): Promise<{ volumes: number; volumeMib: number }> {
+  const r = await q.one<{ volumes: unknown; volumeMib: unknown }>(
+    `SELECT count(*)::int AS volumes, coalesce(sum(size_mib), 0)::bigint AS "volumeMib" FROM volumes WHERE tenant_id = $1`,
+    [tenantId],
+  );
+  return { volumes: Number(r.volumes), volumeMib: Number(r.volumeMib) };
+}
+
+type LiveUsage = Pick<QuotaUsage, "sandboxes" | "vcpu" | "memoryMib" | "diskMib">;
+
 /** Sum over the tenant's sandboxes in counted states, `exceptSandbox` left out. */
-async function liveUsage(q: Queryable, tenantId: TenantId, exceptSandbox: string | null): Promise<Omit<QuotaUsage, "snapshots">> {
-  const r = await q.one<Record<keyof Omit<QuotaUsage, "snapshots">, unknown>>(
+async function liveUsage(q: Queryable, tenantId: TenantId, exceptSandbox: string | null): Promise<LiveUsage> {
+  const r = await q.one<Record<keyof LiveUsage, unknown>>(
     `SELECT count(*)::int AS sandboxes, coalesce(sum(vcpu), 0)::bigint AS vcpu, coalesce(sum(memory_mib), 0)::bigint AS "memoryMib",
             coalesce(sum(disk_mib), 0)::bigint AS "diskMib"
        FROM sandboxes WHERE tenant_id = $1 AND state = ANY($2::text[]) AND ($3::text IS NULL OR id <> $3)`,
     [tenantId, [...quotaStates], exceptSandbox],
   );
-  return numbers(r) as unknown as Omit<QuotaUsage, "snapshots">;
+  return numbers(r) as unknown as LiveUsage;
 }
 
 async function namedSnapshotCount(q: Queryable, tenantId: TenantId): Promise<number> {
@@ -151,9 +171,9 @@ export interface QuotaClaim {
 
 /** `tenant quota exceeded: sandboxes 3 of 3` (detail `quota_exceeded`, the limit and numbers in `details`). */
 export function quotaExceeded(limit: keyof QuotaUsage, used: number, adding: number, max: number): SpaceError {
-  const what = { sandboxes: "sandboxes", vcpu: "vcpu", memoryMib: "memory_mib", diskMib: "disk_mib", snapshots: "snapshots" }[limit];
+  const what = { sandboxes: "sandboxes", vcpu: "vcpu", memoryMib: "memory_mib", diskMib: "disk_mib", snapshots: "snapshots", volumes: "volumes", volumeMib: "volume_mib" }[limit];
   const msg =
-    limit === "sandboxes" || limit === "snapshots"
+    limit === "sandboxes" || limit === "snapshots" || limit === "volumes"
       ? `tenant quota exceeded: ${what} ${used} of ${max}`
       : `tenant quota exceeded: ${what} ${used} of ${max} in use, ${adding} more requested`;
   return new SpaceError("resource_exhausted", msg, { retryable: false, detail: "quota_exceeded", details: { limit: what, used, requested: adding, max } });
@@ -176,15 +196,49 @@ async function lockLimits(tx: Queryable, tenantId: TenantId, defaults: QuotaLimi
 /**
  * Admits one more live sandbox of `claim` for the tenant, or throws `resource_exhausted`
  * naming the first limit it would pass. `self`: the sandbox being admitted, when its row
- * exists already (a resume, a hand-over): it is not counted twice.
+ * exists already (a resume, a hand-over): it is not counted twice. One round trip: the
+ * lock and the sum run in `space_admit_live_sandbox` (migration 010), whose lock the
+ * calling transaction holds until it ends.
  */
+/**
+ * Locks the tenant's row and returns its limits (null = exempt or gone), for admissions
+ * other modules count under the same lock (volumes).
+ */
+export const lockQuotaLimits = lockLimits;
+
 export async function admitLiveSandbox(tx: Queryable, tenantId: TenantId, defaults: QuotaLimits, claim: QuotaClaim, self: string | null): Promise<void> {
-  const limits = await lockLimits(tx, tenantId, defaults);
-  if (!limits) return;
-  const usage = await liveUsage(tx, tenantId, self);
-  if (usage.sandboxes + 1 > limits.sandboxes) throw quotaExceeded("sandboxes", usage.sandboxes, 1, limits.sandboxes);
-  for (const k of ["vcpu", "memoryMib", "diskMib"] as const) {
-    if (usage[k] + claim[k] > limits[k]) throw quotaExceeded(k, usage[k], claim[k], limits[k]);
+  const call = admitLiveSandboxCall(1, { vcpu: "$9::bigint", memoryMib: "$10::bigint", diskMib: "$11::bigint" });
+  await refusing(tx.query(`SELECT ${call.sql}`, [...call.params(tenantId, defaults, self), claim.vcpu, claim.memoryMib, claim.diskMib]));
+}
+
+/**
+ * The admission as an expression for a statement that admits and writes at once (the warm
+ * hand-over): `sql` takes its parameters from `$first` on (eight of them, `params`), the
+ * claim from the given SQL expressions (columns of the row being admitted, or parameters).
+ * Run the statement through `refusing` so a refusal becomes `quota_exceeded`.
+ */
+export function admitLiveSandboxCall(first: number, claim: Record<keyof QuotaClaim, string>) {
+  const p = (i: number) => `$${first + i}`;
+  return {
+    sql: `space_admit_live_sandbox(${p(0)}::text, ${p(1)}::text[], ${p(2)}::text, ${p(3)}::text, ${p(4)}::bigint, ${p(5)}::bigint, ${p(6)}::bigint, ${p(7)}::bigint, ${claim.vcpu}, ${claim.memoryMib}, ${claim.diskMib})`,
+    params: (tenantId: TenantId, defaults: QuotaLimits, self: string | null): unknown[] => [
+      tenantId, [...quotaStates], WARM_POOL_TENANT_NAME, self, defaults.sandboxes, defaults.vcpu, defaults.memoryMib, defaults.diskMib,
+    ],
+  };
+}
+
+const REFUSED = "SPQ01";
+const LIMIT_OF: Record<string, keyof QuotaUsage> = { sandboxes: "sandboxes", vcpu: "vcpu", memory_mib: "memoryMib", disk_mib: "diskMib" };
+
+/** `p`, with the admission's refusal (SQLSTATE SPQ01, numbers in DETAIL) as `quota_exceeded`. */
+export async function refusing<T>(p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (e: unknown) {
+    const pe = e as { code?: unknown; detail?: unknown };
+    if (pe.code !== REFUSED || typeof pe.detail !== "string") throw e;
+    const d = JSON.parse(pe.detail) as { limit: string; used: number; requested: number; max: number };
+    throw quotaExceeded(LIMIT_OF[d.limit] ?? "sandboxes", Number(d.used), Number(d.requested), Number(d.max));
   }
 }
 

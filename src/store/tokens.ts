@@ -66,6 +66,10 @@ export async function listTokens(q: Queryable, tenantId: TenantId | null): Promi
   return q.query<Token>(`SELECT ${COLS} FROM tokens WHERE tenant_id IS NOT DISTINCT FROM $1 ORDER BY created_at, id`, [tenantId]);
 }
 
-export async function revokeToken(q: Queryable, id: string): Promise<Token> {
-  return q.one<Token>(`UPDATE tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING ${COLS}`, [id], `token ${id}`);
+export async function revokeToken(q: Queryable, tenantId: TenantId, id: string): Promise<Token> {
+  return q.one<Token>(
+    `UPDATE tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 AND tenant_id = $2 RETURNING ${COLS}`,
+    [id, tenantId],
+    `token ${id}`,
+  );
 }

@@ -10,10 +10,10 @@
  * resuming → ready; a suspended member is adopted (restored first) or retired like a ready one.
  */
 import { randomId, type NodeId, type TenantId } from "../core/ids.ts";
-import type { Db, Queryable } from "./db.ts";
+import type { Queryable } from "./db.ts";
 import { columns, json } from "./sql.ts";
-import type { SandboxLifecycle } from "./sandboxes.ts";
-import { admitLiveSandbox, type QuotaLimits } from "./tenant-quotas.ts";
+import { SANDBOX_COLUMNS, type SandboxLifecycle, type SandboxRecord } from "./sandboxes.ts";
+import { admitLiveSandboxCall, refusing, type QuotaLimits } from "./tenant-quotas.ts";
 
 /** What a pool's idle members do (controller/warm-pools/idle-policy.ts decides). */
 export const idlePolicies = ["running", "suspended", "suspend_when_memory_short"] as const;
@@ -253,34 +253,33 @@ export interface Handover {
 
 /**
  * Gives a running member sandbox to its adopter in one statement (only while it is still
- * the pool's and running); false when it is not (killed under us, lost node). With
- * `quotas`, the adopter's tenant quota admits it in the same transaction (it then counts
- * against the adopter; `resource_exhausted` when it would pass a limit).
+ * the pool's and running) and returns its row as handed over; null when it is not (killed
+ * under us, lost node). With
+ * `quotas`, the adopter's tenant quota admits it in the same statement (it then counts
+ * against the adopter; `resource_exhausted` when it would pass a limit): one round trip.
  */
-export async function handOverSandbox(db: Db, h: Handover, quotas?: QuotaLimits): Promise<boolean> {
-  const statement = async (q: Queryable) => {
-    const n = await q.execute(
-      `UPDATE sandboxes SET tenant_id = $2, alias = $3, metadata = $4::jsonb, env_vars = $5::jsonb, envd_access_token = $6::text,
+export async function handOverSandbox(db: Queryable, h: Handover, quotas?: QuotaLimits): Promise<SandboxRecord | null> {
+  const set = `UPDATE sandboxes SET tenant_id = $2, alias = $3, metadata = $4::jsonb, env_vars = $5::jsonb, envd_access_token = $6::text,
           traffic_access_token = $7, secure = ($6::text IS NOT NULL), allow_internet_access = $8, network = $9::jsonb, lifecycle = $10::jsonb,
           started_at = $11, end_at = $12, created_at = now(), generation = generation + 1, updated_at = now()
-        WHERE id = $1 AND tenant_id = $13 AND state = 'running'`,
-      [
-        h.sandboxId, h.toTenant, h.alias, json(h.metadata), json(h.envVars), h.envdAccessToken, h.trafficAccessToken,
-        h.allowInternetAccess, json(h.network), json(h.lifecycle), h.startedAt, h.endAt, h.fromTenant,
-      ],
-    );
-    return n > 0;
-  };
-  if (!quotas) return statement(db);
-  return db.transaction(async (tx) => {
-    const member = await tx.maybeOne<{ vcpu: number; memoryMib: number; diskMib: number }>(
-      `SELECT vcpu, memory_mib AS "memoryMib", disk_mib AS "diskMib" FROM sandboxes WHERE id = $1 AND tenant_id = $2 AND state = 'running'`,
-      [h.sandboxId, h.fromTenant],
-    );
-    if (!member) return false;
-    await admitLiveSandbox(tx, h.toTenant, quotas, member, h.sandboxId);
-    return statement(tx);
-  });
+        WHERE id = $1 AND tenant_id = $13 AND state = 'running'`;
+  const returning = `RETURNING ${SANDBOX_COLUMNS}`;
+  const params = [
+    h.sandboxId, h.toTenant, h.alias, json(h.metadata), json(h.envVars), h.envdAccessToken, h.trafficAccessToken,
+    h.allowInternetAccess, json(h.network), json(h.lifecycle), h.startedAt, h.endAt, h.fromTenant,
+  ];
+  if (!quotas) return (await db.maybeOne<SandboxRecord>(`${set} ${returning}`, params)) ?? null;
+  // The member's shape is read by the statement itself; no member (not the pool's, not running) = nothing admitted.
+  const admit = admitLiveSandboxCall(params.length + 1, { vcpu: "m.vcpu", memoryMib: "m.memory_mib", diskMib: "m.disk_mib" });
+  const row = await refusing(
+    db.maybeOne<SandboxRecord>(
+      `WITH m AS (SELECT vcpu::bigint, memory_mib::bigint, disk_mib::bigint FROM sandboxes WHERE id = $1 AND tenant_id = $13 AND state = 'running'),
+            admitted AS (SELECT ${admit.sql} FROM m)
+       ${set} AND EXISTS (SELECT 1 FROM admitted) ${returning}`,
+      [...params, ...admit.params(h.toTenant, quotas, h.sandboxId)],
+    ),
+  );
+  return row ?? null;
 }
 
 /** State, node and shape of the sandboxes behind slots (one query per reconcile). */

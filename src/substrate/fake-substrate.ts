@@ -4,6 +4,7 @@
  * `buildResult`) unless `buildsHang`; node templates are kept per node. Not for production use.
  */
 import { SpaceError } from "../core/errors.ts";
+import type { NodeVolume, VolumeSent } from "../contract/volume-wire.ts";
 import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
 import { selectLogs, type LogQuery, type SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import type {
@@ -25,8 +26,11 @@ export class FakeSubstrate implements Substrate {
   proxyBase = "http://127.0.0.1:9";
   startDelayMs = 0;
 
+  /** Every placement asked for, in order. */
+  readonly placements: PlacementRequest[] = [];
   async place(req: PlacementRequest): Promise<SandboxRef> {
     this.calls.push(`place ${req.sandboxId}`);
+    this.placements.push(req);
     return { sandboxId: req.sandboxId, nodeId: "00000000-0000-4000-8000-000000000001" };
   }
   async start(ref: SandboxRef, spec: SandboxSpec): Promise<SandboxStatus> {
@@ -134,12 +138,7 @@ export class FakeSubstrate implements Substrate {
       template: s.template,
       kind: opts.kind ?? "full",
       parentUuid: "00000000-0000-0000-0000-000000000000",
-      parts: opts.upload
-        ? [
-            { kind: "disk", key: `snapshots/${opts.snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) },
-            ...(opts.kind === "disk" ? [] : [{ kind: "memory" as const, key: `snapshots/${opts.snapshotId}/memory.tar`, sizeBytes: 1, sha256: "0".repeat(64) }]),
-          ]
-        : [],
+      parts: opts.upload ? partsOf(opts.snapshotId, opts.kind ?? "full") : [],
       sizeBytes: opts.upload ? (opts.kind === "disk" ? 1 : 2) : 0,
       timings: {},
     };
@@ -161,8 +160,14 @@ export class FakeSubstrate implements Substrate {
     this.calls.push(`capture ${ref.sandboxId}`);
     return this.#describe(ref, opts);
   }
+  nextRestoreError: SpaceError | null = null;
   async restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec): Promise<SandboxStatus> {
     this.calls.push(`restore ${ref.sandboxId} ${snapshot.snapshotId}`);
+    if (this.nextRestoreError) {
+      const e = this.nextRestoreError;
+      this.nextRestoreError = null;
+      throw e;
+    }
     if (this.restoreDelayMs) await new Promise((r) => setTimeout(r, this.restoreDelayMs));
     const s: SandboxStatus = {
       sandboxId: spec.sandboxId,
@@ -177,6 +182,23 @@ export class FakeSubstrate implements Substrate {
     };
     this.running.set(ref.sandboxId, s);
     return s;
+  }
+  /** A publication waits for this (when set) before it answers or fails: tests hold it between pause and durable. */
+  publishGate: Promise<void> | null = null;
+  failNextPublish: SpaceError | null = null;
+  async publishSnapshot(_nodeId: string, snapshotId: string): Promise<SnapshotDescriptor> {
+    this.calls.push(`publish ${snapshotId}`);
+    if (this.publishGate) await this.publishGate;
+    if (this.failNextPublish) {
+      const e = this.failNextPublish;
+      this.failNextPublish = null;
+      throw e;
+    }
+    const d = this.snapshots.get(snapshotId);
+    if (!d) throw new SpaceError("not_found", `snapshot ${snapshotId} has no local copy on this node`);
+    const published: SnapshotDescriptor = { ...d, parts: partsOf(snapshotId, d.kind), sizeBytes: d.kind === "disk" ? 1 : 2 };
+    this.snapshots.set(snapshotId, published);
+    return published;
   }
   async dropSnapshot(_nodeId: string, snapshotId: string): Promise<void> {
     this.calls.push(`drop ${snapshotId}`);
@@ -216,4 +238,38 @@ export class FakeSubstrate implements Substrate {
     this.calls.push(`drop template ${name} on ${nodeId}`);
     this.templates.delete(`${nodeId} ${name}`);
   }
+  /** Volumes: sizes per node and volume (no content: the content API needs a real node). */
+  readonly volumes = new Map<string, number>();
+  async placeVolume(): Promise<string> {
+    return "00000000-0000-4000-8000-000000000001";
+  }
+  async ensureVolume(nodeId: string, volumeId: string, sizeMib: number): Promise<NodeVolume> {
+    this.calls.push(`ensure volume ${volumeId} on ${nodeId}`);
+    this.volumes.set(`${nodeId} ${volumeId}`, sizeMib);
+    return { volumeId, sizeMib, usedBytes: 0 };
+  }
+  async dropVolume(nodeId: string, volumeId: string): Promise<void> {
+    this.calls.push(`drop volume ${volumeId} on ${nodeId}`);
+    this.volumes.delete(`${nodeId} ${volumeId}`);
+  }
+  async volumeTarget(): Promise<ProxyTarget> {
+    return { baseUrl: new URL(this.proxyBase), headers: {} };
+  }
+  async sendVolume(nodeId: string, volumeId: string, key: string): Promise<VolumeSent> {
+    this.calls.push(`send volume ${volumeId} from ${nodeId}`);
+    return { key, sizeBytes: 0, sha256: "", sizeMib: this.volumes.get(`${nodeId} ${volumeId}`) ?? 1 };
+  }
+  async receiveVolume(nodeId: string, volumeId: string, sent: VolumeSent): Promise<NodeVolume> {
+    this.calls.push(`receive volume ${volumeId} on ${nodeId}`);
+    this.volumes.set(`${nodeId} ${volumeId}`, sent.sizeMib);
+    return { volumeId, sizeMib: sent.sizeMib, usedBytes: 0 };
+  }
+}
+
+/** The parts a published snapshot of `kind` lists (the disk, and the memory unless it is a disk snapshot). */
+function partsOf(snapshotId: string, kind: SnapshotDescriptor["kind"]): SnapshotDescriptor["parts"] {
+  return [
+    { kind: "disk", key: `snapshots/${snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) },
+    ...(kind === "disk" ? [] : [{ kind: "memory" as const, key: `snapshots/${snapshotId}/memory.tar`, sizeBytes: 1, sha256: "0".repeat(64) }]),
+  ];
 }

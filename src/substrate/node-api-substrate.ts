@@ -7,6 +7,7 @@
 import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
 import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import { SpaceError } from "../core/errors.ts";
+import type { NodeVolume, VolumeSent } from "../contract/volume-wire.ts";
 import type { NodeClient } from "./node-client.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire, ProxyTarget, SandboxRef, SnapshotDescriptor, SnapshotOptions } from "./substrate.ts";
 
@@ -20,6 +21,10 @@ export abstract class NodeApiSubstrate {
 
   async capture(ref: SandboxRef, opts: SnapshotOptions, signal: AbortSignal): Promise<SnapshotDescriptor> {
     return (await this.client(ref.nodeId, signal)).capture(ref.sandboxId, opts, signal);
+  }
+
+  async publishSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    return (await this.client(nodeId, signal)).publishSnapshot(snapshotId, signal);
   }
 
   async dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void> {
@@ -83,6 +88,32 @@ export abstract class NodeApiSubstrate {
   async proxyTarget(ref: SandboxRef, port: number, signal: AbortSignal): Promise<ProxyTarget> {
     const client = await this.client(ref.nodeId, signal);
     return { baseUrl: client.proxyUrl(ref.sandboxId, port), headers: client.proxyHeaders() };
+  }
+
+  async ensureVolume(nodeId: string, volumeId: string, sizeMib: number, signal: AbortSignal): Promise<NodeVolume> {
+    return (await this.client(nodeId, signal)).ensureVolume(volumeId, sizeMib, signal);
+  }
+
+  async dropVolume(nodeId: string, volumeId: string, signal: AbortSignal): Promise<void> {
+    try {
+      await (await this.client(nodeId, signal)).deleteVolume(volumeId, signal);
+    } catch (e) {
+      if (e instanceof SpaceError && e.code === "not_found") return;
+      throw e;
+    }
+  }
+
+  async volumeTarget(nodeId: string, volumeId: string, signal: AbortSignal): Promise<ProxyTarget> {
+    const client = await this.client(nodeId, signal);
+    return { baseUrl: client.volumeUrl(volumeId), headers: client.authHeaders() };
+  }
+
+  async sendVolume(nodeId: string, volumeId: string, key: string, signal: AbortSignal): Promise<VolumeSent> {
+    return (await this.client(nodeId, signal)).sendVolume(volumeId, key, signal);
+  }
+
+  async receiveVolume(nodeId: string, volumeId: string, sent: VolumeSent, signal: AbortSignal): Promise<NodeVolume> {
+    return (await this.client(nodeId, signal)).receiveVolume(volumeId, sent, signal);
   }
 
   async startBuild(nodeId: string, req: NodeBuildRequest, signal: AbortSignal): Promise<void> {

@@ -21,6 +21,7 @@ import {
 import { SnapshotDescriptor, type SnapshotKind } from "../contract/snapshot-descriptor.ts";
 import { logQueryString, SandboxLogs, type LogQuery } from "../contract/sandbox-logs.ts";
 import { NodeBuildStatusSchema, type NodeBuildRequest } from "../contract/node-builds.ts";
+import { NodeVolume, VolumeSent } from "../contract/volume-wire.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../core/errors.ts";
 import { inChildSpan, SpanKind, withTraceHeaders } from "../core/tracing.ts";
 
@@ -119,6 +120,10 @@ export class NodeClient {
   restore(spec: SandboxSpec, snapshot: SnapshotDescriptor, signal: AbortSignal) {
     return this.#call("POST", "/v1/restores", { spec, snapshot }, SandboxStatus, signal, 600_000);
   }
+  /** Puts a local copy's parts in the blob store; the descriptor with them (durable). Upload may take minutes. */
+  publishSnapshot(snapshotId: string, signal: AbortSignal) {
+    return this.#call("POST", `/v1/snapshots/${enc(snapshotId)}/publish`, {}, SnapshotDescriptor, signal, 600_000);
+  }
   /** Idempotent: frees the node's local copy. */
   async dropSnapshot(snapshotId: string, signal: AbortSignal): Promise<void> {
     await this.#call("DELETE", `/v1/snapshots/${enc(snapshotId)}`, undefined, null, signal);
@@ -138,6 +143,29 @@ export class NodeClient {
   /** Idempotent: removes a node template (and its blob store catalog entry). */
   async dropTemplate(name: string, signal: AbortSignal): Promise<void> {
     await this.#call("DELETE", `/v1/templates/${enc(name)}`, undefined, null, signal, 120_000);
+  }
+  /** Makes the volume (exists = ok) with its quota. */
+  ensureVolume(id: string, sizeMib: number, signal: AbortSignal) {
+    return this.#call("PUT", `/v1/volumes/${enc(id)}`, { sizeMib }, NodeVolume, signal, 120_000);
+  }
+  volume(id: string, signal: AbortSignal) {
+    return this.#call("GET", `/v1/volumes/${enc(id)}`, undefined, NodeVolume, signal);
+  }
+  /** Idempotent: absent = ok. */
+  async deleteVolume(id: string, signal: AbortSignal): Promise<void> {
+    await this.#call("DELETE", `/v1/volumes/${enc(id)}`, undefined, null, signal, 120_000);
+  }
+  /** Sends a copy of the volume to the blob store at `key`. */
+  sendVolume(id: string, key: string, signal: AbortSignal) {
+    return this.#call("POST", `/v1/volumes/${enc(id)}/send`, { key }, VolumeSent, signal, 30 * 60_000);
+  }
+  /** Receives a sent volume from the blob store. */
+  receiveVolume(id: string, sent: VolumeSent, signal: AbortSignal) {
+    return this.#call("POST", `/v1/volumes/${enc(id)}/receive`, sent, NodeVolume, signal, 30 * 60_000);
+  }
+  /** Base of the volume's content routes (volume-wire.ts), which the API forwards to as they are. */
+  volumeUrl(id: string): URL {
+    return new URL(`${this.baseUrl}/v1/volumes/${enc(id)}`);
   }
   proxyUrl(id: string, port: number): URL {
     return new URL(`${this.baseUrl}/v1/sandboxes/${enc(id)}/proxy/${port}`);

@@ -125,6 +125,11 @@ export interface PlacementOptions {
    * may exceed the node's size by this factor. Network slots are a hard limit.
    */
   overcommit?: { vcpu?: number; memory?: number; disk?: number };
+  /**
+   * The admission check in place of the overcommit one (Direct placement over the
+   * capacity ledger: capacity.ts `admits`, with in-flight work already in `used`).
+   */
+  admit?: (n: PlacementNode, w: PlacementWork) => true | RejectReason;
 }
 
 export interface PlacementDecision {
@@ -171,7 +176,7 @@ export function decidePlacement(nodes: readonly PlacementNode[], work: Placement
       continue;
     }
     const inflight = opts.inflight?.get(n.id) ?? 0;
-    const fit = fits(n, work, inflight, oc);
+    const fit = opts.admit ? opts.admit(n, work) : fits(n, work, inflight, oc);
     if (fit !== true) {
       reject(fit, n.id);
       continue;
@@ -272,11 +277,15 @@ export function scoreNode(
   const cap = n.capacity;
   const used = n.used;
   if (!cap || !used) return 0.5 + locality - inflight * 0.01;
-  const frac = (total: number, u: number, extra: number) => (total > 0 ? Math.max(0, total - u - extra) / total : 0);
   const slots = frac(cap.networkSlots, used.networkSlots, inflight);
   const mem = frac(cap.memoryMib * oc.memory, used.memoryMib, inflight * w.memoryMib);
   const cpu = frac(cap.vcpu * oc.vcpu, used.vcpu, inflight * w.vcpu);
   return (slots + mem + cpu) / 3 + locality;
+}
+
+/** Free share of `total`; module-level so scoring a large fleet allocates no closure per node. */
+function frac(total: number, used: number, extra: number): number {
+  return total > 0 ? Math.max(0, total - used - extra) / total : 0;
 }
 
 const reasonText: Record<RejectReason, (n: number, w: PlacementWork) => string> = {

@@ -16,6 +16,7 @@ import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
 import type { SnapshotDescriptor, SnapshotKind } from "../contract/snapshot-descriptor.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../contract/node-builds.ts";
 import type { EnvironmentBinding } from "./placement.ts";
+import type { NodeVolume, VolumeSent } from "../contract/volume-wire.ts";
 
 export type { SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus, EnvironmentBinding, NodeBuildRequest, NodeBuildStatusWire, SnapshotDescriptor, SnapshotKind };
 export type { LogQuery, MetricsRange, SandboxLogEntry };
@@ -114,6 +115,12 @@ export interface Substrate {
    * snapshot (or a descriptor whose kind the caller set to `disk`) boots fresh from the disk.
    */
   restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus>;
+  /**
+   * Puts the parts of a node's local copy (taken with `upload: false`) in the blob store,
+   * encrypted as at capture; resolves with the durable descriptor. not_found when the node
+   * has no copy; unavailable when the node cannot be reached.
+   */
+  publishSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<SnapshotDescriptor>;
   /** Frees a node's local copy of a snapshot (absent = ok; the blob store keeps its parts). */
   dropSnapshot(nodeId: string, snapshotId: string, signal: AbortSignal): Promise<void>;
   /** Starts a template build on `nodeId` (idempotent by build id); it runs in the background. */
@@ -124,4 +131,20 @@ export interface Substrate {
   pointTemplate(nodeId: string, alias: string, name: string, signal: AbortSignal): Promise<void>;
   /** Removes node template `name` from `nodeId` (absent = ok). */
   dropTemplate(nodeId: string, name: string, signal: AbortSignal): Promise<void>;
+  /**
+   * A node for a volume that is on none yet (its first write with no sandbox): a ready node
+   * of `nodeGroup` (any when undefined) with the most free disk; `exclude`: nodes it must
+   * leave (a drain). resource_exhausted when none can hold `sizeMib`.
+   */
+  placeVolume(sizeMib: number, o: { exclude?: readonly string[] }, signal: AbortSignal): Promise<string>;
+  /** Makes the volume on `nodeId` (exists = ok) with its quota. */
+  ensureVolume(nodeId: string, volumeId: string, sizeMib: number, signal: AbortSignal): Promise<NodeVolume>;
+  /** Deletes the volume's data on `nodeId` (absent = ok). */
+  dropVolume(nodeId: string, volumeId: string, signal: AbortSignal): Promise<void>;
+  /** Where the volume content API is forwarded for a volume on `nodeId` (volume-wire.ts routes under it). */
+  volumeTarget(nodeId: string, volumeId: string, signal: AbortSignal): Promise<ProxyTarget>;
+  /** Sends a copy of the volume on `nodeId` to the blob store at `key` (encrypted like snapshots). */
+  sendVolume(nodeId: string, volumeId: string, key: string, signal: AbortSignal): Promise<VolumeSent>;
+  /** Receives a sent volume onto `nodeId`. */
+  receiveVolume(nodeId: string, volumeId: string, sent: VolumeSent, signal: AbortSignal): Promise<NodeVolume>;
 }

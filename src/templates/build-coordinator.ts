@@ -32,7 +32,8 @@ import {
   type Build,
   type Template,
 } from "../store/templates.ts";
-import { formatRegistryRef, IMAGE_TRANSPORTS, nodeTemplateName, parseRegistryRef, type BuildRecipeInput, type BuildStep, type RegistryAuth } from "../contract/build-recipe.ts";
+import { ecrRegistryAuth } from "./ecr-auth.ts";
+import { formatRegistryRef, IMAGE_TRANSPORTS, nodeTemplateName, parseOciRef, parseRegistryRef, type BuildRecipeInput, type BuildStep, type RegistryAuth } from "../contract/build-recipe.ts";
 import type { BuildLogEntry } from "../contract/node-builds.ts";
 import type { NodeBuildStatusWire, Substrate } from "../substrate/substrate.ts";
 import type { NodeDirectory } from "../substrate/node-directory.ts";
@@ -86,6 +87,8 @@ export interface BuildCoordinatorDeps {
   pollMs?: number;
   /** Build durations and layer cache results (core/metrics.ts); absent = unregistered. */
   metrics?: BuildMetrics;
+  /** Where `fromAWSRegistry` keys are exchanged for an ECR token (SPACE_REGISTRY_ECR_ENDPOINT); absent = the region's endpoint. */
+  ecrEndpoint?: string;
 }
 
 export interface BuildRequestInput {
@@ -203,6 +206,11 @@ export class BuildCoordinator {
       from = { kind: "template", name: resolved ? nodeTemplateName(resolved.build.id) : "base" };
     } else if (!body.fromImage || E2B_BASE_IMAGES.has(body.fromImage)) {
       from = { kind: "template", name: "base" };
+    } else if (body.fromImage.startsWith("oci://")) {
+      if (!parseOciRef(body.fromImage)) {
+        throw invalid(`fromImage ${JSON.stringify(body.fromImage)} is not an oci:// reference: use oci://<absolute path of an OCI layout or archive on the node>[:tag][@sha256:digest]`, { field: "fromImage" });
+      }
+      from = { kind: "image", ref: body.fromImage };
     } else if (IMAGE_TRANSPORTS.some((t) => body.fromImage!.startsWith(t))) {
       from = { kind: "image", ref: body.fromImage };
     } else if (body.fromImage.startsWith("rootfs-tar:")) {
@@ -215,7 +223,7 @@ export class BuildCoordinator {
           { field: "fromImage" },
         );
       }
-      const auth = registryAuth(body.fromImageRegistry);
+      const auth = await registryAuth(body.fromImageRegistry, body.fromImage, this.d.ecrEndpoint ?? "");
       from = { kind: "registry", image: formatRegistryRef(ref), ...(auth ? { auth } : {}) };
     }
     const steps: BuildStep[] = body.steps.map((s, i): BuildStep => {
@@ -343,7 +351,7 @@ export class BuildCoordinator {
         digest: result.digest,
         spec: {
           ...spec,
-          result: { cachedSteps: result.cachedSteps, builtSteps: result.builtSteps, durationMs: result.durationMs, config: result.config, ...(result.imageDigest ? { imageDigest: result.imageDigest } : {}) },
+          result: { cachedSteps: result.cachedSteps, builtSteps: result.builtSteps, durationMs: result.durationMs, config: result.config, ...(result.imageDigest ? { imageDigest: result.imageDigest, pulledBytes: result.pulledBytes ?? 0 } : {}) },
         },
       });
       const tenantId = spec.tenantId as TenantId;
@@ -354,6 +362,7 @@ export class BuildCoordinator {
     m.buildSeconds.observe({ result: "ready" }, result.durationMs / 1000);
     m.cacheSteps.inc({ result: "hit" }, result.cachedSteps);
     m.cacheSteps.inc({ result: "miss" }, result.builtSteps);
+    if (result.pulledBytes) m.registryPulledBytes.inc(result.pulledBytes);
   }
 
   #metrics(): BuildMetrics {
@@ -403,15 +412,21 @@ const nodeCall = () => AbortSignal.timeout(120_000);
 const FromImageRegistry = z.discriminatedUnion("type", [
   z.object({ type: z.literal("registry"), username: z.string().min(1), password: z.string().min(1) }),
   z.object({ type: z.literal("gcp"), serviceAccountJson: z.string().min(1) }),
-  z.object({ type: z.literal("aws"), awsAccessKeyId: z.string(), awsSecretAccessKey: z.string(), awsRegion: z.string() }),
+  z.object({ type: z.literal("aws"), awsAccessKeyId: z.string().min(1), awsSecretAccessKey: z.string().min(1), awsRegion: z.string().min(1) }),
 ]);
 
-/** The credentials of one pull, or undefined; 400 naming `fromImageRegistry` when malformed or unsupported. */
-export function registryAuth(raw: unknown): RegistryAuth | undefined {
+/**
+ * The credentials of one pull of `image`, or undefined; 400 naming `fromImageRegistry` when
+ * malformed, 403 when AWS refuses the keys (exchanged for an ECR token at `ecrEndpoint`, "" = the region's).
+ */
+export async function registryAuth(raw: unknown, image: string, ecrEndpoint: string): Promise<RegistryAuth | undefined> {
   if (raw === undefined || raw === null) return undefined;
   const r = FromImageRegistry.safeParse(raw);
   if (!r.success) {
-    throw invalid(`fromImageRegistry is not valid: ${r.error.issues[0]?.path.join(".") || "type"} ${r.error.issues[0]?.message ?? ""} (type registry with username and password, or gcp with serviceAccountJson)`.trim(), { field: "fromImageRegistry" });
+    throw invalid(
+      `fromImageRegistry is not valid: ${r.error.issues[0]?.path.join(".") || "type"} ${r.error.issues[0]?.message ?? ""} (type registry with username and password, gcp with serviceAccountJson, or aws with awsAccessKeyId, awsSecretAccessKey and awsRegion)`.trim(),
+      { field: "fromImageRegistry" },
+    );
   }
   switch (r.data.type) {
     case "registry":
@@ -420,10 +435,7 @@ export function registryAuth(raw: unknown): RegistryAuth | undefined {
       // Artifact Registry and GCR accept a service account key as basic auth under `_json_key`.
       return { username: "_json_key", password: r.data.serviceAccountJson };
     case "aws":
-      throw invalid(
-        "fromImageRegistry type aws is not supported: SPACE nodes do not exchange AWS keys for an ECR token; use fromImage(image, { username: 'AWS', password: <aws ecr get-login-password> }) or the operator's SPACE_REGISTRY_AUTH_FILE",
-        { field: "fromImageRegistry" },
-      );
+      return ecrRegistryAuth(r.data, image, ecrEndpoint, AbortSignal.timeout(20_000));
   }
 }
 

@@ -97,7 +97,7 @@ describe("the space CLI against space up", { skip, timeout: 30 * 60_000 }, () =>
   test("help: space --help and every command's help read well, with examples", async () => {
     const top = await space(["--help"], {});
     assert.equal(top.code, 0, top.stderr);
-    for (const c of ["sandbox", "template", "tenant", "key", "token", "pool", "operation", "config", "node", "up"]) assert.match(top.stdout, new RegExp(`\\n  ${c}\\b`), `space --help lists ${c}`);
+    for (const c of ["sandbox", "template", "tenant", "key", "token", "pool", "operation", "volume", "config", "node", "up"]) assert.match(top.stdout, new RegExp(`\\n  ${c}\\b`), `space --help lists ${c}`);
     assert.match(top.stdout, /Exit codes: 0 ok/);
     const groups: Record<string, string[]> = {
       sandbox: ["list", "info", "create", "kill", "pause", "resume", "fork", "snapshot", "timeout", "metrics", "logs", "exec", "shell", "cp"],
@@ -107,6 +107,7 @@ describe("the space CLI against space up", { skip, timeout: 30 * 60_000 }, () =>
       token: ["create", "list", "revoke"],
       pool: ["list", "info", "set", "delete"],
       operation: ["list", "get", "wait"],
+      volume: ["create", "list", "get", "delete"],
       node: ["list", "show", "drain", "fence", "ready", "delete"],
     };
     for (const [group, subs] of Object.entries(groups)) {
@@ -498,5 +499,48 @@ describe("the space CLI against space up", { skip, timeout: 30 * 60_000 }, () =>
     assert.ok(list.operations.some((o) => o.id === opId));
     const missing = await space(["operation", "get", "op_doesnotexist"], env);
     assert.equal(missing.code, 3, missing.stderr);
+  });
+
+  test("volume create, list, get, delete (Native API); refusals are one line with their exit codes", async () => {
+    const name = `cli-vol-${randomBytes(3).toString("hex")}`;
+    const v = json<{ id: string; name: string; size_mib: number; token: string; mounted_by: unknown[] }>(await space(["volume", "create", name, "--size-mib", "64", "--json"], env));
+    assert.match(v.id, /^vol_[a-z0-9]{16}$/);
+    assert.deepEqual([v.name, v.size_mib, v.mounted_by], [name, 64, []]);
+    assert.match(v.token, /^vt_/);
+    const listed = await space(["volume", "list"], env);
+    assert.equal(listed.code, 0, listed.stderr);
+    assert.match(listed.stdout, new RegExp(`${v.id}[\\s│]+${name}[\\s│]+64 MiB`));
+    assert.deepEqual(json<Array<{ id: string }>>(await space(["volume", "list", "--json"], env)).map((x) => x.id).filter((id) => id === v.id), [v.id]);
+
+    const bad = await space(["volume", "create", "bad name"], env);
+    assert.equal(bad.code, 2, bad.stderr);
+    oneLine(bad, /volume name "bad name" is not valid/);
+    const twice = await space(["volume", "create", name], env);
+    assert.equal(twice.code, 4, twice.stderr);
+    oneLine(twice, new RegExp(`volume '${name}' already exists`));
+
+    // Held by a sandbox (a Native create that mounts it): get names it, delete is refused naming it.
+    const r = await fetch(`${stack.apiUrl}/v1/sandboxes`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${stack.apiKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ template: "base", timeout_s: 600, volumes: [{ name, path: "/mnt/v" }] }),
+    });
+    assert.equal(r.status, 202);
+    const created = json<{ state: string; result: { id: string } }>(await space(["operation", "wait", ((await r.json()) as { id: string }).id, "--json"], env));
+    assert.equal(created.state, "succeeded");
+    sandboxes.push(created.result.id);
+    const held = json<{ mounted_by: unknown[] }>(await space(["volume", "get", name, "--json"], env));
+    assert.deepEqual(held.mounted_by, [{ sandbox_id: created.result.id, read_only: false }]);
+    const busy = await space(["volume", "delete", name], env);
+    assert.equal(busy.code, 4, busy.stderr);
+    oneLine(busy, new RegExp(`volume ${v.id} is in use by sandbox ${created.result.id}`));
+
+    assert.equal((await space(["sandbox", "kill", created.result.id], env)).code, 0);
+    const del = await space(["volume", "delete", name], env);
+    assert.equal(del.code, 0, del.stderr);
+    assert.match(del.stdout, new RegExp(`deleted volume ${v.id}`));
+    const gone = await space(["volume", "get", v.id], env);
+    assert.equal(gone.code, 3, gone.stderr);
+    oneLine(gone, new RegExp(`volume ${v.id} not found`));
   });
 });

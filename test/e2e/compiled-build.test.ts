@@ -11,6 +11,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox, type ConnectionOpts } from "e2b";
+import { findCodeInterpreterTarball } from "../../src/node/templates/code-interpreter-template.ts";
 import { startStack, type Stack } from "../support/stack.ts";
 import { baseEnv, spaceArgv } from "../support/space-process.ts";
 
@@ -36,7 +37,7 @@ describe("the compiled build", { skip, timeout: 20 * 60_000 }, () => {
   });
 
   test("npm run build emits dist/space apart from dist/envd, with the assets the code reads beside itself", () => {
-    for (const f of ["space.mjs", "main.mjs", "spawn-server.mjs", "migrations/001-initial.sql", "inputs.json"])
+    for (const f of ["space.mjs", "main.mjs", "spawn-server.mjs", "migrations/001-initial.sql", "inputs.json", "code-interpreter/server.py", "code-interpreter/requirements.txt"])
       assert.ok(existsSync(join("dist/space", f)), `dist/space/${f}`);
     // build:envd ran for this lane: its addon travels with the compiled node agent.
     assert.ok(existsSync("dist/envd/envd.mjs") && existsSync("dist/space/original-dst.node"));
@@ -75,5 +76,17 @@ describe("the compiled build", { skip, timeout: 20 * 60_000 }, () => {
       await sb.kill();
     }
     assert.equal(await sb.isRunning(), false);
+  });
+
+  // A compiled node reads the code-interpreter recipe beside itself: without it, it offered no
+  // code-interpreter-v1 and every later stack of the run (bin/space.mjs prefers a current build) answered 404.
+  test("space up from the build offers code-interpreter-v1 when the machine built its tarball", async (t) => {
+    if (!(await findCodeInterpreterTarball(join(".tools", "templates")))) return t.skip("no code-interpreter-v1 tarball in .tools/templates");
+    const sb = await Sandbox.create("code-interpreter-v1", { ...opts, metadata: { suite: "compiled" } });
+    try {
+      assert.equal((await sb.getInfo()).templateId, "code-interpreter-v1");
+    } finally {
+      await sb.kill();
+    }
   });
 });

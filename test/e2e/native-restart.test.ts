@@ -2,7 +2,9 @@
  * Native recovery end to end: kill -9 `space up` with queued work, restart it on the same
  * data directory, and the work completes (queued_create_survives_api_restart); a command
  * running across the restart is reattached (command_survives_data_plane_restart: in
- * `space up` the data plane restarts with everything else).
+ * `space up` the data plane restarts with everything else); a suspend whose publication
+ * behind the answer died with the process is published by the controller after the
+ * restart (its snapshot goes `local` → `durable`, #25), and the sandbox resumes.
  */
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -80,5 +82,44 @@ describe("Native recovery end to end", { skip, timeout: 20 * 60_000 }, () => {
     assert.equal(lop.state, "succeeded", `command across the restart: ${JSON.stringify(lop.failure)}`);
     const out = await c.output(sid, long.body.target.split("/")[3]);
     assert.match(out.stdout, /survived/);
+  });
+
+  test("a suspend's publication lost with the process (kill -9) is published after the restart, and the sandbox resumes", async (t) => {
+    await current?.proc.stop();
+    const ports = { SPACE_API_PORT: String(await freePort()), SPACE_GATEWAY_PORT: String(await freePort()), SPACE_NODE_PORT: String(await freePort()) };
+    const env = { ...scope, SPACE_SNAPSHOT_PUBLISH_RETRY_S: "1", ...ports };
+    current = await up(env);
+    const why = await nativeSkipReason(current.apiUrl);
+    if (why) return t.skip(why);
+    const { token } = await tenantWithToken(current.apiUrl, current.adminToken, "republish", ALL);
+    let c = new NativeClient(current.apiUrl, token);
+    const sid = await c.create();
+    // 200 MiB of random memory: its upload takes seconds, so the kill lands before it ends.
+    const hold = await c.req("POST", `/v1/sandboxes/${sid}/commands`, {
+      body: { cmd: "/bin/sh", args: ["-c", `nohup python3 -c "import os,time; b=os.urandom(200*1024*1024); open('/tmp/held','w').write('1'); time.sleep(3600)" >/dev/null 2>&1 & while [ ! -f /tmp/held ]; do sleep 0.1; done`] },
+    });
+    assert.equal((await c.wait(hold.body.id)).state, "succeeded");
+    const sus = await c.wait((await c.req("POST", `/v1/sandboxes/${sid}/suspend`, { body: {} })).body.id);
+    assert.equal(sus.state, "succeeded", JSON.stringify(sus.failure));
+    const paused = (await c.req("GET", `/v1/sandboxes/${sid}`)).body;
+    assert.equal(paused.snapshot?.durability, "local", `answered before its upload: ${JSON.stringify(paused.snapshot)}`);
+    await current.proc.stop("SIGKILL");
+
+    current = await up(env);
+    c = new NativeClient(current.apiUrl, token);
+    const deadline = Date.now() + 120_000;
+    let seen = "";
+    while (Date.now() < deadline) {
+      const got = (await c.req("GET", `/v1/sandboxes/${sid}`)).body;
+      seen = JSON.stringify(got.snapshot);
+      if (got.snapshot?.durability === "durable") break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    assert.match(seen, /"durable"/, "the controller published the snapshot the killed process left local");
+    const res = await c.wait((await c.req("POST", `/v1/sandboxes/${sid}/restore`, { body: {} })).body.id);
+    assert.equal(res.state, "succeeded", JSON.stringify(res.failure));
+    const check = await c.req("POST", `/v1/sandboxes/${sid}/commands`, { body: { cmd: "/bin/sh", args: ["-c", "pgrep -f os.urandom >/dev/null && echo alive"] } });
+    assert.equal((await c.wait(check.body.id)).state, "succeeded");
+    assert.match((await c.output(sid, check.body.target.split("/")[3])).stdout, /alive/, "the process holding the memory came back");
   });
 });

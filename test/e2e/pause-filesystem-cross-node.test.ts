@@ -56,8 +56,11 @@ describe("filesystem-only pause across nodes (space up + a standalone node)", { 
 
     assert.equal(await sb.pause({ keepMemory: false }), true);
     assert.equal((await Sandbox.getInfo(sb.sandboxId, opts)).state, "paused");
-    const blobs = snapshotBlobs();
-    assert.ok(blobs.some((f) => /\/disk\.btrfs\.enc$/.test(f)), `the disk part is published: ${blobs.join(", ")}`);
+    // Pause answers once the capture is safe on A; the upload follows it (durability local → durable, #25).
+    const blobs = await waitFor(() => {
+      const b = snapshotBlobs();
+      return b.some((f) => /\/disk\.btrfs\.enc$/.test(f)) ? b : undefined;
+    }, "the disk part is published", 60_000);
     assert.ok(!blobs.some((f) => /\/memory\.tar/.test(f)), `no memory image: ${blobs.join(", ")}`);
     await only("b");
 

@@ -9,7 +9,11 @@
  * snapshot or A's template: B fetches the encrypted parts and pulls the parent template
  * from the blob store (btrfs_send_restore_pulls_parent_template). Native: the same from B
  * back to A. Files, env and process memory survive both moves; no blob holds the
- * plaintext of a marker written in the sandboxes. Needs root.
+ * plaintext of a marker written in the sandboxes. Both connects follow the pause at once:
+ * a pause answers before its snapshot is durable, and a restore the paused node cannot
+ * take (it is drained) waits for the publication. Last, node B is killed between a pause
+ * and durable: the sandbox stays paused, its connect is refused naming the snapshot local
+ * to B, and nothing runs it elsewhere. Needs root.
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -122,6 +126,30 @@ describe(
       await new Promise((r) => setTimeout(r, 400));
       const c2 = await count();
       assert.ok(c1 >= before && c2 > c1, `the loop kept its count and runs on (${before} → ${c1} → ${c2})`);
+    });
+
+    test("node B killed between pause and durable: the sandbox stays paused, connect refused naming the local snapshot, nothing restored elsewhere", async () => {
+      await only("b");
+      // B holds nothing else when it dies (no host objects left behind by the kill).
+      await Promise.allSettled(created.splice(0).map((id) => Sandbox.kill(id, opts)));
+      const sb = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+      created.push(sb.sandboxId);
+      assert.ok(runcList(two.bRuntimeStateDir).includes(sb.sandboxId), "created on node B");
+      // Incompressible bytes on its disk: the publication takes seconds, a window for the kill.
+      await sb.commands.run("head -c 400M /dev/urandom > /home/user/big && sync", { timeoutMs: 300_000 });
+      assert.equal(await sb.pause(), true);
+      await two.killB();
+      await only("a").catch(() => undefined);
+      const r = await fetch(`${stack.apiUrl}/sandboxes/${sb.sandboxId}/connect`, {
+        method: "POST",
+        headers: { "x-api-key": stack.apiKey, "content-type": "application/json" },
+        body: JSON.stringify({ timeout: 600 }),
+      });
+      const body = (await r.json()) as { code: number; message: string };
+      assert.equal(r.status, 503, JSON.stringify(body));
+      assert.match(body.message, /is local to node .*not durable/);
+      assert.equal((await Sandbox.getInfo(sb.sandboxId, opts)).state, "paused");
+      assert.ok(!runcList(stateDirA()).includes(sb.sandboxId), "not restored on node A from anything");
     });
 
     test("encrypted: no blob holds the plaintext of the marker written in the sandboxes", () => {

@@ -22,7 +22,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox, type ConnectionOpts } from "e2b";
 import { counterScript } from "../support/counter.ts";
-import { startStack, type Stack } from "../support/stack.ts";
+import { startStack, waitFor, type Stack } from "../support/stack.ts";
 import { ALL, NativeClient, nativeSkipReason, tenantWithToken, type Res } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, CRIU, network namespaces, btrfs)" : false;
@@ -237,8 +237,10 @@ describe("restore races and repeated encrypted restores", { skip, timeout: 10 * 
       `the first snapshot's disk subvolume ${first[0]} is deleted`,
     );
     const parts = join(stack.dataDir, "blobs", "snapshots", second[0]!);
-    const stored = existsSync(parts) ? readdirSync(parts).sort() : [];
-    assert.deepEqual(stored, ["disk.btrfs.enc", "memory.tar.enc"], `the snapshot's parts are stored encrypted (${parts})`);
+    // The parts are published after the suspend answers (#25): wait until both are there.
+    const storedParts = () => (existsSync(parts) ? readdirSync(parts).sort() : []);
+    await waitFor(() => storedParts().length >= 2 || undefined, `the snapshot's parts are published (${parts})`, 60_000);
+    assert.deepEqual(storedParts(), ["disk.btrfs.enc", "memory.tar.enc"], `the snapshot's parts are stored encrypted (${parts})`);
     await op("restore");
     assertOneExecution(sid, c.path, "after the second restore");
     assert.equal(localSnapshotsOf(stack, sid).length, 1, "still one local snapshot");

@@ -5,8 +5,12 @@
  * e2b SDK builds `fromImage("127.0.0.1:<port>/…:tag")` and boots it; the private image
  * needs and accepts credentials and refuses wrong ones with a 4xx naming the registry; a
  * second template on the same image pulls nothing, one on an image sharing its base pulls
- * only the new layer (the build log's `pulled N bytes`); the digest is recorded; an
- * unreachable registry fails the build request; a mirror serves a registry that does not
+ * only the new layer (the build log's `pulled N bytes`, the Native build's `pulled_bytes` and
+ * `space_registry_pulled_bytes_total`); the digest is recorded; an
+ * unreachable registry fails the build request; `oci://` names a layout (by tag or
+ * digest) or an archive on the node; `fromAWSRegistry` keys become an ECR token (against
+ * test/support/fake-ecr.ts, which checks the SigV4 signature) that reaches the private
+ * registry as its credentials, `fromGCPRegistry`'s key reaches one as `_json_key`; a mirror serves a registry that does not
  * exist (SPACE_REGISTRY_MIRRORS); the operator's auth file admits a fourth, private one
  * (SPACE_REGISTRY_AUTH_FILE); `space template build` takes a
  * Dockerfile `FROM <registry image>`. The operator's CA (SPACE_EXTRA_CA_CERTS, a test CA
@@ -27,6 +31,7 @@ import { exec } from "../../src/core/exec.ts";
 import { freePort, startStack, type Stack } from "../support/stack.ts";
 import { localRegistrySkipReason, startLocalRegistry, type LocalRegistry } from "../support/local-registry.ts";
 import { makeOciArchive, type OciFixture } from "../templates/fixtures.ts";
+import { startFakeEcr, type FakeEcr } from "../support/fake-ecr.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : localRegistrySkipReason();
 
@@ -75,6 +80,12 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
   let tls: LocalRegistry;
   /** Behind basic auth too, its credentials only in the operator's auth file. */
   let operatorOnly: LocalRegistry;
+  /** Behind basic auth as Google's registries take a service account key (`_json_key`). */
+  let gcp: LocalRegistry;
+  /** ECR's token endpoint (a test double: AWS is not reachable), issuing `priv`'s credentials. */
+  let ecr: FakeEcr;
+  const awsKeys = { accessKeyId: "AKIDSPACEE2E", secretAccessKey: `aws-${randomBytes(6).toString("hex")}`, region: "eu-west-1" };
+  const serviceAccount = { type: "service_account", project_id: "space-e2e", k: randomBytes(4).toString("hex") };
   let tlsDir: string;
   let oci: OciFixture;
   let work: string;
@@ -91,6 +102,8 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     tls = await startLocalRegistry({ tls: { cert: join(tlsDir, "server.pem"), key: join(tlsDir, "server.key") } });
     const operatorCreds = { username: "operator", password: `op-${randomBytes(6).toString("hex")}` };
     operatorOnly = await startLocalRegistry({ auth: operatorCreds });
+    gcp = await startLocalRegistry({ auth: { username: "_json_key", password: JSON.stringify(serviceAccount) } });
+    ecr = await startFakeEcr(awsKeys, creds);
     // containers-auth.json as `skopeo login` writes it.
     await writeFile(join(work, "auth.json"), JSON.stringify({ auths: { [operatorOnly.host]: { auth: Buffer.from(`${operatorCreds.username}:${operatorCreds.password}`).toString("base64") } } }), { mode: 0o600 });
     oci = await makeOciArchive();
@@ -104,11 +117,13 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     await priv.push(`oci:${layout}:latest`, "private/app:v1");
     await tls.push(`oci:${layout}:latest`, "tls/app:v1");
     await operatorOnly.push(`oci:${layout}:latest`, "team/app:v1");
+    await gcp.push(`oci:${layout}:latest`, "gcp-project/app:v1");
     stack = await startStack({
       env: {
         ...HOST_SCOPE,
         SPACE_NODE_RUNTIME_STATE_DIR: `/run/space-e2e-reg-${randomBytes(3).toString("hex")}`,
-        SPACE_REGISTRY_INSECURE: `${open.host},${priv.host},${operatorOnly.host}`,
+        SPACE_REGISTRY_INSECURE: `${open.host},${priv.host},${operatorOnly.host},${gcp.host}`,
+        SPACE_REGISTRY_ECR_ENDPOINT: ecr.url,
         SPACE_REGISTRY_AUTH_FILE: join(work, "auth.json"),
         SPACE_REGISTRY_INSPECT_TIMEOUT_S: "10",
         // A registry that does not exist, served by its mirror (the open instance).
@@ -127,9 +142,26 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     await priv?.stop();
     await tls?.stop();
     await operatorOnly?.stop();
+    await gcp?.stop();
+    await ecr?.stop();
     await oci?.cleanup();
     if (work) await rm(work, { recursive: true, force: true });
   });
+
+  /** The Native build object of a finished build. */
+  async function nativeBuild(info: { templateId: string; buildId: string }): Promise<{ image_digest?: string | null; pulled_bytes?: number | null }> {
+    const r = await fetch(`${stack.apiUrl}/v1/templates/${info.templateId}/builds/${info.buildId}`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
+    assert.equal(r.status, 200, await r.clone().text());
+    return (await r.json()) as { image_digest?: string | null; pulled_bytes?: number | null };
+  }
+
+  /** space_registry_pulled_bytes_total on the stack's /metrics (the control plane counts each finished build's pull). */
+  async function pulledBytesMetric(): Promise<number> {
+    const text = await (await fetch(`${stack.apiUrl}/metrics`)).text();
+    const line = text.split("\n").find((l) => l.startsWith("space_registry_pulled_bytes_total"));
+    assert.ok(line, `no space_registry_pulled_bytes_total in /metrics:\n${text.slice(0, 2000)}`);
+    return Number(line.split(" ").at(-1));
+  }
 
   /** The digest the registry serves for `ref` (sha256 of the manifest bytes). */
   async function registryDigest(ref: string): Promise<string> {
@@ -153,28 +185,63 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     assert.equal((await sb.commands.run("cat /etc/from-registry; echo $FIXTURE")).stdout, "from layer 2\noci\n");
     await sb.kill();
 
-    // The Native build object carries the digest the pull was pinned to.
-    const native = await fetch(`${stack.apiUrl}/v1/templates/${info.templateId}/builds/${info.buildId}`, { headers: { authorization: `Bearer ${stack.apiKey}` } });
-    assert.equal(native.status, 200, await native.clone().text());
-    assert.equal(((await native.json()) as { image_digest?: string }).image_digest, digest);
+    // The Native build object carries the digest the pull was pinned to and the bytes it fetched.
+    const native = await nativeBuild(info);
+    assert.equal(native.image_digest, digest);
+    assert.equal(native.pulled_bytes, pulledBytes(logs));
   });
 
-  test("a second template on the same image pulls nothing; one on an image sharing its base pulls only the new layer", async () => {
+  test("a second template on the same image pulls nothing; one on an image sharing its base pulls only the new layer (build record and space_registry_pulled_bytes_total)", async () => {
+    const before = await pulledBytesMetric();
+    assert.ok(before > 1024 * 1024, `the first template's pull is counted (${before} bytes)`);
     const same: string[] = [];
-    await Template.build(Template().fromImage(`${open.host}/fixture/app:v1`).runCmd("echo second > /etc/second", { user: "root" }), "reg-same", {
+    const second = await Template.build(Template().fromImage(`${open.host}/fixture/app:v1`).runCmd("echo second > /etc/second", { user: "root" }), "reg-same", {
       ...opts,
       onBuildLogs: (e) => same.push(e.message),
     });
     assert.equal(pulledBytes(same), 0, same.join("\n"));
+    assert.equal((await nativeBuild(second)).pulled_bytes, 0);
+    assert.equal(await pulledBytesMetric(), before, "a template on an image the node holds fetches no byte");
 
     const shared: string[] = [];
-    await Template.build(Template().fromImage(`${open.host}/fixture/app:extra`), "reg-extra", { ...opts, onBuildLogs: (e) => shared.push(e.message) });
+    const extra = await Template.build(Template().fromImage(`${open.host}/fixture/app:extra`), "reg-extra", { ...opts, onBuildLogs: (e) => shared.push(e.message) });
     const bytes = pulledBytes(shared);
     assert.ok(bytes > 0 && bytes < 64 * 1024, `only the extra layer, config and manifest are fetched (pulled ${bytes} bytes):\n${shared.join("\n")}`);
+    assert.equal((await nativeBuild(extra)).pulled_bytes, bytes);
+    assert.equal(await pulledBytesMetric(), before + bytes);
     const sb = await Sandbox.create("reg-extra", opts);
     sandboxes.push(sb);
     assert.equal((await sb.commands.run("cat /opt/extra.txt /etc/layer2")).stdout, "extra layer\nfrom layer 2\n");
     await sb.kill();
+  });
+
+  test("oci:// references: a layout by tag and by digest, an archive; a missing path, a wrong digest and a relative path refused naming them", async () => {
+    const layout = join(oci.dir, "layout");
+    const index = JSON.parse(await readFile(join(layout, "index.json"), "utf8")) as { manifests: Array<{ digest: string; annotations?: Record<string, string> }> };
+    const latest = index.manifests.find((m) => m.annotations?.["org.opencontainers.image.ref.name"] === "latest")!.digest;
+
+    await Template.build(Template().fromImage(`oci://${layout}:extra`), "oci-tag", opts);
+    await Template.build(Template().fromImage(`oci://${layout}@${latest}`), "oci-digest", opts);
+    await Template.build(Template().fromImage(`oci://${oci.archive}`), "oci-archive", opts);
+    for (const [name, cmd, want] of [
+      ["oci-tag", "cat /opt/extra.txt /etc/layer2", "extra layer\nfrom layer 2\n"],
+      ["oci-digest", "cat /etc/layer2; test -e /opt/extra.txt || echo no-extra", "from layer 2\nno-extra\n"],
+      ["oci-archive", "cat /etc/layer2; echo $FIXTURE", "from layer 2\noci\n"],
+    ] as const) {
+      const sb = await Sandbox.create(name, opts);
+      sandboxes.push(sb);
+      assert.equal((await sb.commands.run(cmd)).stdout, want, name);
+      await sb.kill();
+    }
+
+    const missing = join(work, "no-such-layout");
+    await assert.rejects(Template.build(Template().fromImage(`oci://${missing}:v1`), "oci-missing", opts), (e: Error) => e.message.includes(`no OCI layout or archive at ${missing}`));
+    const wrong = `sha256:${"0".repeat(64)}`;
+    await assert.rejects(Template.build(Template().fromImage(`oci://${layout}@${wrong}`), "oci-wrong", opts), (e: Error) => e.message.includes(`has no manifest ${wrong}`));
+    await assert.rejects(Template.build(Template().fromImage("oci://relative/dir"), "oci-relative", opts), (e: Error & { status?: number }) => {
+      assert.match(e.message, /fromImage "oci:\/\/relative\/dir" is not an oci:\/\/ reference/);
+      return true;
+    });
   });
 
   test("a digest reference builds; an unknown digest is refused on the build request", async () => {
@@ -219,6 +286,37 @@ describe("templates from registry images with the e2b SDK", { skip, timeout: 20 
     // Nothing the build stored or logged holds the password.
     const logs = await Template.getBuildStatus({ templateId: info.templateId, buildId: info.buildId }, opts);
     assert.doesNotMatch(JSON.stringify(logs), new RegExp(creds.password));
+  });
+
+  test("fromAWSRegistry: the keys the SDK sends become an ECR token (SigV4) that reaches the registry as its basic auth; wrong keys are a 403 naming the region", async () => {
+    const image = `${priv.host}/private/app:v1`;
+    await assert.rejects(Template.build(Template().fromAWSRegistry(image, { ...awsKeys, secretAccessKey: "not-the-secret" }), "reg-aws", opts), (e: Error) => {
+      assert.match(e.message, /^403: .*AWS ECR in eu-west-1 refused the keys given for .*InvalidSignatureException/);
+      assert.doesNotMatch(e.message, /not-the-secret/);
+      return true;
+    });
+    await Template.build(Template().fromAWSRegistry(image, awsKeys).runCmd("echo aws > /etc/aws", { user: "root" }), "reg-aws", opts);
+    assert.deepEqual(ecr.seen.map((s) => [s.accessKeyId, s.region, s.ok]), [
+      [awsKeys.accessKeyId, "eu-west-1", false],
+      [awsKeys.accessKeyId, "eu-west-1", true],
+    ]);
+    const sb = await Sandbox.create("reg-aws", opts);
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("cat /etc/aws /etc/layer2")).stdout, "aws\nfrom layer 2\n");
+    await sb.kill();
+  });
+
+  test("fromGCPRegistry: the service account key the SDK sends reaches the registry as `_json_key` basic auth; a wrong key is a 4xx naming the registry", async () => {
+    const image = `${gcp.host}/gcp-project/app:v1`;
+    await assert.rejects(Template.build(Template().fromGCPRegistry(image, { serviceAccountJSON: { ...serviceAccount, k: "wrong" } }), "reg-gcp", opts), (e: Error) => {
+      assert.match(e.message, new RegExp(`^4\\d\\d: .*registry ${gcp.host.replace(/\./g, "\\.")} refused the credentials`));
+      return true;
+    });
+    await Template.build(Template().fromGCPRegistry(image, { serviceAccountJSON: serviceAccount }), "reg-gcp", opts);
+    const sb = await Sandbox.create("reg-gcp", opts);
+    sandboxes.push(sb);
+    assert.equal((await sb.commands.run("cat /etc/layer2")).stdout, "from layer 2\n");
+    await sb.kill();
   });
 
   test("the operator's auth file (SPACE_REGISTRY_AUTH_FILE) admits builds that bring no credentials", async () => {

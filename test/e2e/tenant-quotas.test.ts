@@ -78,7 +78,7 @@ describe("tenant quotas, rate limits and a full cluster (e2b SDK)", { skip, time
     const other = await create(stack.apiKey);
     assert.equal((await other.commands.run("echo ok")).stdout, "ok\n");
     const q = await adminRequest(stack, "GET", `/tenants/${full.id}/quotas`);
-    assert.deepEqual(q.body.usage, { sandboxes: 2, vcpu: 4, memory_mib: 2048, disk_mib: 4096, snapshots: 0 });
+    assert.deepEqual(q.body.usage, { sandboxes: 2, vcpu: 4, memory_mib: 2048, disk_mib: 4096, snapshots: 0, volumes: 0, volume_mib: 0 });
     assert.equal((q.body.limits as Record<string, number>).sandboxes, 2);
     await a.kill();
     const next = await create(full.apiKey);
@@ -149,15 +149,16 @@ describe("tenant quotas, rate limits and a full cluster (e2b SDK)", { skip, time
   });
 
   test("no node with room: 429 with Retry-After naming the resource (not 507)", async () => {
-    // 1000 vCPUs: within the tenant quota (SPACE_QUOTA_VCPU), beyond any node (2 cores × the overcommit).
-    const huge = { "space.resources": JSON.stringify({ vcpu: 1000 }) };
+    // 1 TiB of memory: within the tenant quota (SPACE_QUOTA_MEMORY_MIB), beyond any node's memory
+    // (docs/capacity.md: a memory limit larger than the node is refused there; a vCPU limit is not).
+    const huge = { "space.resources": JSON.stringify({ memory_mib: 1_048_576 }) };
     const raw = await rawCreate(stack, stack.apiKey, huge);
     assert.equal(raw.status, 429, JSON.stringify(raw.body));
     assert.equal(raw.retryAfter, "2");
-    assert.match(raw.body.message, /full \(vcpu\)/);
-    await assert.rejects(create(stack.apiKey, { retries: 0, metadata: huge }), isRateLimit(/full \(vcpu\)/));
+    assert.match(raw.body.message, /full \(memory\)/);
+    await assert.rejects(create(stack.apiKey, { retries: 0, metadata: huge }), isRateLimit(/full \(memory\)/));
     // Logged once per refusal, at warn, without a stack trace; never at error.
-    const lines = stack.output().split("\n").filter((l) => l.includes("1 node full (vcpu)"));
+    const lines = stack.output().split("\n").filter((l) => l.includes("1 node full (memory)"));
     assert.equal(lines.filter((l) => l.includes('"sandbox create refused: no capacity"')).length, 2, lines.join("\n"));
     assert.ok(lines.every((l) => l.includes('"level":40') && !l.includes('"stack"')), lines.join("\n"));
   });

@@ -177,6 +177,9 @@ export async function startLab(o: LabOptions): Promise<Lab> {
       SPACE_LOG_LEVEL: logLevel,
       SPACE_NODE_HEARTBEAT_MS: "1000",
       SPACE_NODE_HEARTBEAT_GRACE_MS: "4000",
+      // 0.1 CPU counted per vCPU (docs/capacity.md): a node's 2 CPUs admit 20 vCPUs, so a
+      // 12-vCPU sandbox fills one (the placement test) and default ones fit by the dozen.
+      SPACE_CAPACITY_CPU_REQUEST_MILLI: "100",
       ...o.env,
     };
     for (const a of o.apis) {

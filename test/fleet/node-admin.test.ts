@@ -217,6 +217,7 @@ for (const engine of testEngines()) {
               { sandboxId: "sbx_a", outcome: "moved", toNodeId: "node-b", snapshotId: "snp_1", durationMs: 12 },
               { sandboxId: "sbx_b", outcome: "stayed", reason: "restore on another node failed: no capacity", durationMs: 5 },
             ],
+            volumes: { moved: [], stayed: [] },
           };
         },
       });

@@ -2,8 +2,8 @@
  * A real Kubernetes control plane for tests: embedded etcd, kube-apiserver and
  * kube-scheduler from the binary `scripts/setup/k8s.sh` builds from the official Go
  * modules (.tools/k8s/<version>/space-k8s). No kubelet, controller-manager or images:
- * SPACE node agents are the kubelets. Tests skip with `k8sSkipReason` when the binary
- * is absent.
+ * SPACE node agents are the kubelets (`forKubelet` prepares it for the real ones of
+ * ./kubelet-node.ts instead). Tests skip with `k8sSkipReason` when the binary is absent.
  *
  *   const c = await startCluster();   // ~5 s
  *   c.kube (KubeApi, admin), c.kubeconfigPath
@@ -29,6 +29,11 @@ export interface TestCluster {
   kubeconfigPath: string;
   kube: KubeApi;
   dir: string;
+  /** The apiserver's CA (its self-signed certificate) and the admin bearer token. */
+  caPath: string;
+  token: string;
+  /** The service-account signing key (for kube-controller-manager). */
+  saKeyPath: string;
   /** Appends to the apiserver's and scheduler's logs (for failures). */
   logs(): string;
   stop(): Promise<void>;
@@ -36,7 +41,18 @@ export interface TestCluster {
 
 const TOKEN = "space-test-admin-token";
 
-export async function startCluster(opts: { scheduler?: boolean } = {}): Promise<TestCluster> {
+export interface ClusterOptions {
+  scheduler?: boolean;
+  /**
+   * For real kubelets and pods: the apiserver listens on and advertises `address` (an
+   * address pods reach; default 127.0.0.1), serves `serviceCidr` as ClusterIPs, keeps
+   * the `kubernetes` Service's endpoints (lease reconciler) and admits service accounts
+   * (kube-controller-manager makes them).
+   */
+  forKubelet?: { address: string; serviceCidr: string };
+}
+
+export async function startCluster(opts: ClusterOptions = {}): Promise<TestCluster> {
   const dir = mkdtempSync(join(tmpdir(), "space-k8s-"));
   const procs: ChildProcess[] = [];
   const logs: Record<string, string> = {};
@@ -62,6 +78,7 @@ export async function startCluster(opts: { scheduler?: boolean } = {}): Promise<
     }
     rmSync(dir, { recursive: true, force: true });
   };
+  const address = opts.forKubelet?.address ?? "127.0.0.1";
   try {
     const [etcdPort, peerPort, apiPort, schedPort] = await distinctFreePorts(4);
     const { publicKey, privateKey } = generateKeyPairSync("rsa", {
@@ -78,24 +95,27 @@ export async function startCluster(opts: { scheduler?: boolean } = {}): Promise<
       "apiserver",
       `--etcd-servers=http://127.0.0.1:${etcdPort}`,
       `--secure-port=${apiPort}`,
-      "--bind-address=127.0.0.1",
-      "--advertise-address=127.0.0.1",
+      `--bind-address=${address}`,
+      `--advertise-address=${address}`,
       `--cert-dir=${join(dir, "certs")}`,
       `--token-auth-file=${join(dir, "tokens.csv")}`,
       "--authorization-mode=RBAC",
       "--service-account-issuer=https://kubernetes.default.svc",
       `--service-account-key-file=${join(dir, "sa.pub")}`,
       `--service-account-signing-key-file=${join(dir, "sa.key")}`,
-      "--service-cluster-ip-range=10.250.0.0/24",
+      `--service-cluster-ip-range=${opts.forKubelet?.serviceCidr ?? "10.250.0.0/24"}`,
       // No controller-manager: no default service accounts to admit against, no endpoints,
       // and no node lifecycle controller to lift the not-ready taint admission would add.
-      "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-      "--endpoint-reconciler-type=none",
+      // With one (forKubelet), only the taint stays off: SPACE's virtual Nodes are Ready
+      // from their first status, so a not-ready taint would only delay their first pods.
+      ...(opts.forKubelet
+        ? ["--disable-admission-plugins=TaintNodesByCondition"]
+        : ["--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", "--endpoint-reconciler-type=none"]),
       "--event-ttl=10m",
       // As clusters that run node agents (privileged DaemonSets) are configured.
       "--allow-privileged=true",
     ]);
-    const server = `https://127.0.0.1:${apiPort}`;
+    const server = `https://${address}:${apiPort}`;
     const ca = join(dir, "certs", "apiserver.crt");
     await waitFor(() => existsSync(ca) || undefined, "apiserver certificate", 60_000, 200);
     const kubeconfigPath = join(dir, "kubeconfig");
@@ -130,10 +150,11 @@ export async function startCluster(opts: { scheduler?: boolean } = {}): Promise<
         `--secure-port=${schedPort}`,
       ]);
     }
-    // What `deploy/` installs in a real cluster: the namespaces and the RuntimeClass.
-    for (const ns of ["space-sandboxes", "kube-node-lease"]) await ensure(kube, "/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
-    await ensure(kube, "/apis/node.k8s.io/v1/runtimeclasses", { apiVersion: "node.k8s.io/v1", kind: "RuntimeClass", metadata: { name: "space" }, handler: "space" });
-    return { server, kubeconfigPath, kube, dir, logs: () => Object.entries(logs).map(([k, v]) => `--- ${k}\n${v.slice(-3000)}`).join("\n"), stop };
+    // What `deploy/` installs in a real cluster: the namespaces and the RuntimeClass
+    // (with real kubelets the chart under test installs them itself).
+    if (!opts.forKubelet) for (const ns of ["space-sandboxes", "kube-node-lease"]) await ensure(kube, "/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
+    if (!opts.forKubelet) await ensure(kube, "/apis/node.k8s.io/v1/runtimeclasses", { apiVersion: "node.k8s.io/v1", kind: "RuntimeClass", metadata: { name: "space" }, handler: "space" });
+    return { server, kubeconfigPath, kube, dir, caPath: ca, token: TOKEN, saKeyPath: join(dir, "sa.key"), logs: () => Object.entries(logs).map(([k, v]) => `--- ${k}\n${v.slice(-3000)}`).join("\n"), stop };
   } catch (e) {
     const tail = Object.entries(logs).map(([k, v]) => `--- ${k}\n${v.slice(-2000)}`).join("\n");
     await stop();

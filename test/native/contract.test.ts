@@ -331,6 +331,31 @@ for (const engine of testEngines()) {
       assert.equal((await h.req("GET", `/v1/sandboxes/${id}`)).body.state, "running");
     });
 
+    test("a suspended sandbox names its snapshot's durability: local while its parts are published behind the pause, then durable", async () => {
+      let open!: () => void;
+      h.substrate.publishGate = new Promise<void>((r) => (open = r));
+      try {
+        const id = await createSandbox(h);
+        assert.equal((await h.req("GET", `/v1/sandboxes/${id}`)).body.snapshot, null, "a running sandbox resumes from no snapshot");
+        const sus = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/suspend`, { body: {} })).body.id);
+        assert.equal(sus.state, "succeeded", JSON.stringify(sus.failure));
+        const local = (await h.req("GET", `/v1/sandboxes/${id}`)).body;
+        assert.equal(local.state, "suspended");
+        assert.equal(local.snapshot.durability, "local");
+        assert.match(local.snapshot.id, /^sn_/);
+        open();
+        let durable = local;
+        for (let i = 0; i < 200 && durable.snapshot.durability !== "durable"; i++) {
+          await new Promise((r) => setTimeout(r, 20));
+          durable = (await h.req("GET", `/v1/sandboxes/${id}`)).body;
+        }
+        assert.deepEqual(durable.snapshot, { id: local.snapshot.id, durability: "durable" });
+      } finally {
+        open?.();
+        h.substrate.publishGate = null;
+      }
+    });
+
     test("stopped_restart_preserves_rootfs (control plane): stop → stopped, start → running, commands refused while stopped", async () => {
       const id = await createSandbox(h);
       const s = await h.waitOp((await h.req("POST", `/v1/sandboxes/${id}/stop`, { body: {} })).body.id);

@@ -100,9 +100,13 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     assert.equal(res.status, 204);
   });
 
-  it("restore on a second node fed only from the blob store (parent template pulled)", async () => {
+  it("restore on a second node fed only from the blob store (parent template pulled), the parts published after the suspend answered", async () => {
     const c0 = await counter(a, id);
-    desc2 = await a.agent.snapshots!.suspend(id, newSnapshotId(), { upload: true }, AbortSignal.timeout(300_000));
+    const local = await a.agent.snapshots!.suspend(id, newSnapshotId(), { upload: false }, AbortSignal.timeout(300_000));
+    assert.deepEqual(local.parts, [], "answered with the capture on the node only");
+    desc2 = await a.agent.snapshots!.publish(local.snapshotId, AbortSignal.timeout(300_000));
+    assert.deepEqual(desc2.parts.map((p) => p.kind), ["disk", "memory"]);
+    assert.ok(desc2.wrappedKey, "published encrypted, as at capture");
     await a.agent.snapshots!.dropLocal(desc2.snapshotId); // not even node A keeps it
     const st = await b.agent.snapshots!.restore(restoreSpec(), desc2, AbortSignal.timeout(300_000));
     assert.equal(st.state, "running");

@@ -8,7 +8,7 @@ import type { Db } from "../../src/store/db.ts";
 import { loadMigrations, migrate, schemaVersion } from "../../src/store/migrate.ts";
 import { createTenant, ensureTenant, setTenantDisabled } from "../../src/store/tenants.ts";
 import { createApiKey, hashSecret, lookupApiKey, revokeApiKey } from "../../src/store/api-keys.ts";
-import { createToken, hasScope, verifyToken } from "../../src/store/tokens.ts";
+import { createToken, hasScope, revokeToken, verifyToken } from "../../src/store/tokens.ts";
 import * as sb from "../../src/store/sandboxes.ts";
 import * as ops from "../../src/store/operations.ts";
 import { createExecution, latestExecution, transitionExecution } from "../../src/store/executions.ts";
@@ -155,6 +155,11 @@ for (const engine of testEngines()) {
       assert.equal(await verifyToken(db, expired.plaintext), undefined);
       const admin = await createToken(db, { tenantId: null, scopes: ["*"] });
       assert.equal((await verifyToken(db, admin.plaintext))?.tenantId, null);
+      // A revoke names the tenant: another tenant's token is not found, and stays valid.
+      await assert.rejects(revokeToken(db, other, token.id), isCode("not_found"));
+      assert.equal((await verifyToken(db, plaintext))?.id, token.id);
+      assert.ok((await revokeToken(db, tenant, token.id)).revokedAt);
+      assert.equal(await verifyToken(db, plaintext), undefined);
     });
 
     // ------------------------------------------------------------ sandboxes

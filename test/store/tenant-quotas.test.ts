@@ -7,14 +7,15 @@ import { pino } from "pino";
 import { Registry } from "prom-client";
 import { SpaceError } from "../../src/core/errors.ts";
 import { newExecutionId, newSandboxId, type TenantId } from "../../src/core/ids.ts";
-import type { Db } from "../../src/store/db.ts";
+import type { Db, Queryable } from "../../src/store/db.ts";
 import { createTenant, ensureTenant } from "../../src/store/tenants.ts";
 import { insertSandbox, transitionSandbox } from "../../src/store/sandboxes.ts";
-import { takeBucketToken } from "../../src/store/rate-buckets.ts";
+import { takeBucketTokens } from "../../src/store/rate-buckets.ts";
 import { createSnapshot } from "../../src/store/snapshots.ts";
 import { handOverSandbox } from "../../src/store/warm-pools.ts";
 import {
   WARM_POOL_TENANT_NAME,
+  admitLiveSandbox,
   admitNamedSnapshot,
   getQuotaOverrides,
   putQuotaOverrides,
@@ -28,16 +29,29 @@ import { freshDb, testEngines, type TestDb } from "../support/db.ts";
 
 const log = pino({ level: "silent" });
 const DEFAULTS: QuotaLimits = {
-  sandboxes: 100, vcpu: 1000, memoryMib: 1_000_000, diskMib: 10_000_000, snapshots: 100,
+  sandboxes: 100, vcpu: 1000, memoryMib: 1_000_000, diskMib: 10_000_000, snapshots: 100, volumes: 2, volumeMib: 100,
   createsPerS: 0, createBurst: 1, keyCreatesPerS: 0, keyCreateBurst: 1,
 };
 const none: QuotaOverrides = {
-  sandboxes: null, vcpu: null, memoryMib: null, diskMib: null, snapshots: null,
+  sandboxes: null, vcpu: null, memoryMib: null, diskMib: null, snapshots: null, volumes: null, volumeMib: null,
   createsPerS: null, createBurst: null, keyCreatesPerS: null, keyCreateBurst: null,
 };
 const shape = { vcpu: 2, memoryMib: 512, diskMib: 1024 };
 const isQuota = (limit: string) => (e: unknown) =>
   e instanceof SpaceError && e.code === "resource_exhausted" && e.detail === "quota_exceeded" && e.message.startsWith(`tenant quota exceeded: ${limit} `);
+
+/** `db` counting the statements sent through it. */
+function counting(db: Db): Queryable & { statements: number } {
+  const c = {
+    statements: 0,
+    query: <T,>(sql: string, params?: readonly unknown[]) => (c.statements++, db.query<T>(sql, params)),
+    execute: (sql: string, params?: readonly unknown[]) => (c.statements++, db.execute(sql, params)),
+    one: <T,>(sql: string, params?: readonly unknown[], what?: string) => (c.statements++, db.one<T>(sql, params, what)),
+    maybeOne: <T,>(sql: string, params?: readonly unknown[]) => (c.statements++, db.maybeOne<T>(sql, params)),
+    script: (sql: string) => (c.statements++, db.script(sql)),
+  };
+  return c;
+}
 
 function newRow(tenantId: TenantId) {
   return { id: newSandboxId(), tenantId, ...shape };
@@ -131,8 +145,44 @@ for (const engine of testEngines()) {
       await assert.rejects(handOverSandbox(t.db, handover, DEFAULTS), isQuota("sandboxes"));
       assert.equal((await repo.getById(member.id))?.tenantId, pool, "still the pool's");
       const roomy = await tenantWith({ sandboxes: 1 });
-      assert.equal(await handOverSandbox(t.db, { ...handover, toTenant: roomy }, DEFAULTS), true);
+      const handed = await handOverSandbox(t.db, { ...handover, toTenant: roomy }, DEFAULTS);
+      assert.equal(handed?.tenantId, roomy, "the row as handed over");
+      assert.equal(handed?.id, member.id);
       assert.equal((await quotaUsage(t.db, roomy)).sandboxes, 1);
+    });
+
+    it("two warm hand-overs racing for the adopter's last slot: exactly one wins, in one round trip each", async () => {
+      const pool = (await ensureTenant(t.db, { name: WARM_POOL_TENANT_NAME })).id;
+      for (let round = 0; round < 5; round++) {
+        const adopter = await tenantWith({ sandboxes: 1 });
+        const members = [];
+        for (let i = 0; i < 2; i++) members.push((await insertSandbox(t.db, { tenantId: pool, state: "running", ...shape })).id);
+        const handover = (sandboxId: string) => ({
+          sandboxId, fromTenant: pool, toTenant: adopter, alias: null, metadata: {}, envVars: {}, envdAccessToken: null,
+          trafficAccessToken: null, allowInternetAccess: true, network: {}, lifecycle: { onTimeout: "kill" as const, autoResume: false },
+          startedAt: new Date(), endAt: new Date(Date.now() + 60_000),
+        });
+        const counted = counting(t.db);
+        const results = await Promise.allSettled([handOverSandbox(counted, handover(members[0]!), DEFAULTS), handOverSandbox(other, handover(members[1]!), DEFAULTS)]);
+        assert.equal(counted.statements, 1, "the admission and the hand-over are one statement");
+        assert.equal(results.filter((r) => r.status === "fulfilled" && r.value !== null).length, 1, `round ${round}: ${JSON.stringify(results)}`);
+        const lost = results.find((r) => r.status === "rejected") as PromiseRejectedResult;
+        assert.ok(isQuota("sandboxes")(lost.reason), String(lost.reason));
+        assert.equal((await quotaUsage(t.db, adopter)).sandboxes, 1);
+      }
+    });
+
+    it("an admission is one round trip and names the limit with its numbers", async () => {
+      const tenant = await tenantWith({ diskMib: 1500 });
+      const counted = counting(t.db);
+      await admitLiveSandbox(counted, tenant, DEFAULTS, shape, null);
+      assert.equal(counted.statements, 1);
+      await insertSandbox(t.db, { tenantId: tenant, state: "running", ...shape });
+      await assert.rejects(admitLiveSandbox(t.db, tenant, DEFAULTS, shape, null), (e: unknown) => {
+        assert.ok(isQuota("disk_mib")(e), String(e));
+        assert.deepEqual((e as SpaceError).details, { limit: "disk_mib", used: 1024, requested: 1024, max: 1500 });
+        return true;
+      });
     });
 
     it("named snapshots have their own quota", async () => {
@@ -148,14 +198,14 @@ for (const engine of testEngines()) {
     it("a bucket's last token goes to exactly one of two replicas; it refills from the database clock", async () => {
       for (let round = 0; round < 5; round++) {
         const key = `tenant:race-${round}-${newSandboxId()}`;
-        const r = await Promise.all([takeBucketToken(t.db, key, 0.001, 1), takeBucketToken(other, key, 0.001, 1)]);
-        assert.deepEqual(r.map((x) => x.allowed).sort(), [false, true]);
+        const r = await Promise.all([takeBucketTokens(t.db, key, 0.001, 1), takeBucketTokens(other, key, 0.001, 1)]);
+        assert.deepEqual(r.map((x) => x.granted).sort(), [0, 1]);
       }
       const key = `tenant:refill-${newSandboxId()}`;
-      assert.equal((await takeBucketToken(t.db, key, 1000, 1)).allowed, true);
+      assert.equal((await takeBucketTokens(t.db, key, 1000, 1)).granted, 1);
       // 1000 tokens per second: the next millisecond has one again.
       await new Promise((r) => setTimeout(r, 20));
-      assert.equal((await takeBucketToken(t.db, key, 1000, 1)).allowed, true);
+      assert.equal((await takeBucketTokens(t.db, key, 1000, 1)).granted, 1);
     });
 
     it("the limiter refuses with Retry-After from the bucket, per tenant and per key", async () => {
@@ -173,6 +223,66 @@ for (const engine of testEngines()) {
       await limiter.admit(keyed, "key-a");
       await assert.rejects(limiter.admit(keyed, "key-a"), /per API key/);
       await limiter.admit(keyed, "key-b");
+    });
+
+    it("the limiter leases tokens: a create waits on the bucket only at a key's first use", async () => {
+      const tenant = await tenantWith({ createsPerS: 200, createBurst: 1000, keyCreatesPerS: 0 });
+      const store = new DbBucketStore(t.db);
+      let takes = 0;
+      // While `gate` is pending, a take does not answer: a create that waits on one does not finish.
+      let open = () => {};
+      let gate = Promise.resolve();
+      const gated = { take: async (...a: Parameters<DbBucketStore["take"]>) => (takes++, await gate, store.take(...a)) };
+      const limiter = new CreateRateLimiter({ store: gated, db: t.db, defaults: DEFAULTS, metrics: new Registry(), log });
+      try {
+        await limiter.admit(tenant, null);
+        assert.equal(takes, 1, "the first create takes a lease (50: 200/s × 0.25 s)");
+        gate = new Promise((r) => (open = r));
+        const stuck = new Promise((r) => setTimeout(() => r("stuck"), 10_000).unref());
+        for (let i = 0; i < 40; i++) {
+          assert.notEqual(await Promise.race([limiter.admit(tenant, null), stuck]), "stuck", `create ${i} waited on the store`);
+        }
+        assert.equal(takes, 2, "one take ahead of need, in the background, once half the lease was spent");
+        open();
+        for (let i = 0; i < 60; i++) await limiter.admit(tenant, null);
+        assert.ok(takes <= 5, `takes ${takes}`);
+      } finally {
+        open();
+        await limiter.close();
+      }
+      // The held tokens went back: 1000 − 101 spent, give or take the refill (capped at the burst).
+      const left = await takeBucketTokens(t.db, `tenant:${tenant}`, 200, 1000, 0);
+      assert.ok(left.tokens >= 1000 - 101 - 1, `tokens ${left.tokens}`);
+    });
+
+    it("two replicas leasing one bucket admit no more than it allows", async () => {
+      const tenant = await tenantWith({ createsPerS: 40, createBurst: 20, keyCreatesPerS: 0 });
+      const replicas = [t.db, other].map((db) => new CreateRateLimiter({ store: new DbBucketStore(db), db, defaults: DEFAULTS, metrics: new Registry(), log }));
+      try {
+        const t0 = performance.now();
+        const admitted = await Promise.all(
+          replicas.map(async (r) => {
+            let n = 0;
+            for (;;) {
+              try {
+                await r.admit(tenant, null);
+                n++;
+              } catch (e: unknown) {
+                assert.ok(e instanceof SpaceError && e.detail === "rate_limited", String(e));
+                return n;
+              }
+            }
+          }),
+        );
+        const elapsedS = (performance.now() - t0) / 1000;
+        const total = admitted[0]! + admitted[1]!;
+        // Every token spent was granted by the shared bucket: its burst plus its refill meanwhile, never more.
+        assert.ok(total <= 20 + Math.ceil(40 * elapsedS), `admitted ${JSON.stringify(admitted)} in ${elapsedS} s`);
+        // And a lease (10) held by one replica is the most the other is kept from.
+        assert.ok(total >= 10, `admitted ${JSON.stringify(admitted)}`);
+      } finally {
+        await Promise.all(replicas.map((r) => r.close()));
+      }
     });
   });
 }

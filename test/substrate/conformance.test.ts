@@ -297,6 +297,17 @@ for (const lane of lanes) {
       await s().dropSnapshot(ref.nodeId, d.snapshotId, signal());
     });
 
+    it("a suspend kept local (no parts) is published later: the descriptor then lists its parts; an unknown copy is not found", async () => {
+      const ref = await running();
+      const d = await s().suspend(ref, { snapshotId: "sn_conformance00003", upload: false }, signal());
+      assert.deepEqual(d.parts, []);
+      const published = await s().publishSnapshot(ref.nodeId, d.snapshotId, signal());
+      assert.equal(published.snapshotId, d.snapshotId);
+      assert.ok(published.parts.some((p) => p.kind === "disk"));
+      await assert.rejects(s().publishSnapshot(ref.nodeId, "sn_conformance00009", signal()), (e: unknown) => e instanceof SpaceError && e.code === "not_found");
+      await s().dropSnapshot(ref.nodeId, d.snapshotId, signal());
+    });
+
     it("capture keeps the sandbox running; dropSnapshot is idempotent", async () => {
       const ref = await running();
       const d = await s().capture(ref, { snapshotId: "sn_conformance00002", upload: false }, signal());

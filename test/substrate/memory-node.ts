@@ -183,6 +183,13 @@ export class MemoryNode {
       if (!this.snapshots.has(snapshot.snapshotId)) throw new SpaceError("not_found", `snapshot ${snapshot.snapshotId} not on this node`);
       return this.#status(spec);
     },
+    publish: async (snapshotId: string) => {
+      const d = this.snapshots.get(snapshotId);
+      if (!d) throw new SpaceError("not_found", `snapshot ${snapshotId} has no local copy on this node`);
+      const published = { ...d, parts: [{ kind: "disk" as const, key: `snapshots/${snapshotId}/disk.btrfs`, sizeBytes: 1, sha256: "0".repeat(64) }], sizeBytes: 1 };
+      this.snapshots.set(snapshotId, published);
+      return published;
+    },
     listLocal: async () => [...this.snapshots.values()],
     dropLocal: async (snapshotId: string) => {
       this.snapshots.delete(snapshotId);

@@ -29,17 +29,18 @@ interface S3rverInstance {
   close(): Promise<void>;
 }
 
-export async function startS3Server(opts: { buckets?: string[] } = {}): Promise<TestS3Server> {
+/** `address`: where it listens (default 127.0.0.1; pods reach a host address instead). */
+export async function startS3Server(opts: { buckets?: string[]; address?: string } = {}): Promise<TestS3Server> {
   const directory = await mkdtemp(join(tmpdir(), "space-s3rver-"));
   const server = new (S3rver as new (o: unknown) => S3rverInstance)({
-    address: "127.0.0.1",
+    address: opts.address ?? "127.0.0.1",
     port: 0,
     silent: true,
     directory,
     configureBuckets: (opts.buckets ?? ["space-test"]).map((name) => ({ name, configs: [] })),
   });
   const addr = await server.run();
-  const endpoint = `http://127.0.0.1:${addr.port}`;
+  const endpoint = `http://${opts.address ?? "127.0.0.1"}:${addr.port}`;
   // s3rver accepts this fixed pair (its defaults).
   const accessKeyId = "S3RVER";
   const secretAccessKey = "S3RVER";

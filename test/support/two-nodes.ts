@@ -27,17 +27,28 @@ export interface TwoNodes {
   bRuntimeStateDir: string;
   /** Node B's output so far. */
   nodeBOutput(): string;
+  /** Node B lost: its process killed (SIGKILL), nothing shut down in order. */
+  killB(): Promise<void>;
   stop(): Promise<void>;
 }
 
-export async function startTwoNodes(name: string): Promise<TwoNodes> {
+export interface TwoNodesOptions {
+  /** More environment for `space up` (the control plane and node A). */
+  env?: Record<string, string>;
+  /** More environment for node B's `space node`, over its defaults (20 slots, an 8 GiB cache image). */
+  nodeBEnv?: Record<string, string>;
+}
+
+export async function startTwoNodes(name: string, opts: TwoNodesOptions = {}): Promise<TwoNodes> {
   const run = randomBytes(3).toString("hex");
   const internal = `int_${randomBytes(12).toString("hex")}`;
   const key = randomBytes(32).toString("hex");
   const bDir = mkdtempSync(join(tmpdir(), `space-${name}-b-`));
   const bScope = hostScopeFor(bDir);
   let nodeB: SpaceProcess | undefined;
-  const stack = await startStack({ env: { SPACE_INTERNAL_TOKEN: internal, SPACE_ENCRYPTION_KEY: key, SPACE_NODE_NAME: `${name}-a-${run}`, SPACE_NODE_HEARTBEAT_MS: "1000" } });
+  const stack = await startStack({
+    env: { ...opts.env, SPACE_INTERNAL_TOKEN: internal, SPACE_ENCRYPTION_KEY: key, SPACE_NODE_NAME: `${name}-a-${run}`, SPACE_NODE_HEARTBEAT_MS: "1000" },
+  });
   const stop = async () => {
     await nodeB?.stop();
     await stack.stop();
@@ -69,6 +80,7 @@ export async function startTwoNodes(name: string): Promise<TwoNodes> {
       SPACE_NODE_HEARTBEAT_MS: "1000",
       SPACE_NODE_MAX_SLOTS: "20",
       SPACE_NODE_BTRFS_IMAGE_GIB: "8",
+      ...opts.nodeBEnv,
     });
     await nodeB.waitFor("is up at", 150_000);
     const nodes = (await admin("GET", "/nodes")).body.nodes as { id: string; name: string }[];
@@ -86,6 +98,7 @@ export async function startTwoNodes(name: string): Promise<TwoNodes> {
     bDir,
     bRuntimeStateDir: bScope.SPACE_NODE_RUNTIME_STATE_DIR!,
     nodeBOutput: () => nodeB?.out() ?? "",
+    killB: async () => nodeB?.stop("SIGKILL"),
     stop,
     async only(on) {
       const off = on === "a" ? "b" : "a";

@@ -9,6 +9,7 @@ import { classifyRegistryError, registryAnswer } from "../../src/node/templates/
 import { registryAuth } from "../../src/templates/build-coordinator.ts";
 import { parseDockerfile } from "../../src/cli/template.ts";
 import { SpaceError } from "../../src/core/errors.ts";
+import { startFakeEcr } from "../support/fake-ecr.ts";
 import { loadRootfsTrust } from "../../src/node/templates/ca-trust.ts";
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -83,16 +84,48 @@ describe("registry errors", () => {
 });
 
 describe("E2B's fromImageRegistry", () => {
-  it("registry and gcp become credentials; aws and malformed bodies are 400s naming the field", () => {
-    assert.equal(registryAuth(undefined), undefined);
-    assert.deepEqual(registryAuth({ type: "registry", username: "u", password: "p" }), { username: "u", password: "p" });
-    assert.deepEqual(registryAuth({ type: "gcp", serviceAccountJson: '{"k":1}' }), { username: "_json_key", password: '{"k":1}' });
-    for (const bad of [{ type: "aws", awsAccessKeyId: "a", awsSecretAccessKey: "b", awsRegion: "c" }, { type: "registry", username: "u" }, { type: "other" }]) {
-      assert.throws(
-        () => registryAuth(bad),
+  const IMG = "127.0.0.1:5000/team/app:v1";
+  const keys = { accessKeyId: "AKIDSPACETEST", secretAccessKey: "secret/of+the+test" };
+
+  it("registry and gcp become credentials; malformed bodies are 400s naming the field", async () => {
+    assert.equal(await registryAuth(undefined, IMG, ""), undefined);
+    assert.deepEqual(await registryAuth({ type: "registry", username: "u", password: "p" }, IMG, ""), { username: "u", password: "p" });
+    assert.deepEqual(await registryAuth({ type: "gcp", serviceAccountJson: '{"k":1}' }, IMG, ""), { username: "_json_key", password: '{"k":1}' });
+    for (const bad of [
+      { type: "aws", awsAccessKeyId: "", awsSecretAccessKey: "b", awsRegion: "us-east-1" },
+      { type: "aws", awsAccessKeyId: "a", awsSecretAccessKey: "b", awsRegion: "not a region" },
+      { type: "registry", username: "u" },
+      { type: "other" },
+    ]) {
+      await assert.rejects(
+        registryAuth(bad, IMG, ""),
         (e: unknown) => e instanceof SpaceError && e.code === "invalid_argument" && /fromImageRegistry/.test(e.message),
+        JSON.stringify(bad),
       );
     }
+  });
+
+  it("aws: the keys are exchanged for an ECR token with a SigV4-signed GetAuthorizationToken; refused keys are 403 naming the region, never the secret", async () => {
+    const ecr = await startFakeEcr(keys, { username: "AWS", password: "ecr-token-1" });
+    try {
+      const aws = (secret: string, id = keys.accessKeyId) => ({ type: "aws", awsAccessKeyId: id, awsSecretAccessKey: secret, awsRegion: "eu-west-1" });
+      assert.deepEqual(await registryAuth(aws(keys.secretAccessKey), IMG, ecr.url), { username: "AWS", password: "ecr-token-1" });
+      assert.deepEqual(ecr.seen, [{ accessKeyId: keys.accessKeyId, region: "eu-west-1", ok: true }]);
+      for (const [secret, id, why] of [["wrong-secret", keys.accessKeyId, "InvalidSignatureException"], [keys.secretAccessKey, "AKIDUNKNOWN", "UnrecognizedClientException"]] as const) {
+        await assert.rejects(registryAuth(aws(secret, id), IMG, ecr.url), (e: unknown) => {
+          assert.ok(e instanceof SpaceError && e.code === "permission_denied", String(e));
+          assert.match(e.message, new RegExp(`AWS ECR in eu-west-1 refused the keys given for ${IMG}: ${why}`));
+          assert.ok(!e.message.includes(secret), e.message);
+          return true;
+        });
+      }
+    } finally {
+      await ecr.stop();
+    }
+    await assert.rejects(
+      registryAuth({ type: "aws", awsAccessKeyId: "a", awsSecretAccessKey: "b", awsRegion: "us-east-1" }, IMG, "http://127.0.0.1:9/"),
+      (e: unknown) => e instanceof SpaceError && e.code === "invalid_argument" && /AWS ECR in us-east-1 \(127\.0\.0\.1:9\) is unreachable/.test(e.message),
+    );
   });
   it("a Dockerfile FROM a registry image becomes fromImage; a template name stays fromTemplate", () => {
     assert.deepEqual(parseDockerfile("FROM 127.0.0.1:5000/team/app:v1\n", "/ctx").from, { fromImage: "127.0.0.1:5000/team/app:v1" });

@@ -89,8 +89,8 @@ export function registerAdminRoutes(app: FastifyInstance, deps: AdminDeps): void
   });
   app.delete(`${base}/tenants/:id/tokens/:childId`, async (req, reply) => {
     await admin(req);
-    const { childId } = parse(ChildParams, req.params, "path");
-    await revokeToken(deps.db, childId);
+    const { id, childId } = parse(ChildParams, req.params, "path");
+    await revokeToken(deps.db, id as TenantId, childId);
     forgetCredentials(deps.db);
     return reply.status(204).send();
   });

@@ -4,9 +4,7 @@
  */
 import { z } from "zod";
 import { idlePolicies } from "../../store/warm-pools.ts";
-import { tenantScopes } from "../auth.ts";
-
-export const TOKEN_MAX_LIFETIME_S = 10 * 365 * 86_400;
+import { TOKEN_MAX_LIFETIME_S, tenantScopes } from "../auth.ts";
 
 export const TenantBody = z.object({ name: z.string().min(1).max(100).regex(/^[A-Za-z0-9._-]+$/, "letters, digits, . _ -") }).strict();
 export const KeyBody = z.object({ name: z.string().max(100).optional() }).strict();
@@ -15,7 +13,6 @@ export const TokenBody = z
   .object({
     name: z.string().max(100).optional(),
     scopes: z.array(z.enum(scopeValues)).min(1),
-    // A Date holds ±8.64e15 ms; ten years is the longest a token may live.
     expires_in_s: z.number().int().positive().max(TOKEN_MAX_LIFETIME_S, `expires_in_s must be at most ${TOKEN_MAX_LIFETIME_S} (10 years)`).optional(),
   })
   .strict();
@@ -87,6 +84,8 @@ export const QuotaBody = z
     memory_mib: Count.nullable().optional(),
     disk_mib: Count.nullable().optional(),
     snapshots: Count.nullable().optional(),
+    volumes: Count.nullable().optional(),
+    volume_mib: Count.nullable().optional(),
     creates_per_s: Rate.nullable().optional(),
     create_burst: Burst.nullable().optional(),
     key_creates_per_s: Rate.nullable().optional(),
@@ -124,6 +123,8 @@ const QuotaValues = z.object({
   memory_mib: z.number(),
   disk_mib: z.number(),
   snapshots: z.number(),
+  volumes: z.number(),
+  volume_mib: z.number(),
   creates_per_s: z.number(),
   create_burst: z.number(),
   key_creates_per_s: z.number(),
@@ -135,7 +136,7 @@ export const TenantQuotas = z
     limits: QuotaValues.meta({ description: "what is enforced: the overrides over the process defaults" }),
     overrides: z.object(Object.fromEntries(Object.keys(QuotaValues.shape).map((k) => [k, z.number().nullable()]))).meta({ description: "the tenant's own values; null = the default" }),
     usage: z
-      .object({ sandboxes: z.number(), vcpu: z.number(), memory_mib: z.number(), disk_mib: z.number(), snapshots: z.number() })
-      .meta({ description: "live now: sandboxes creating, running or paused in memory (suspended and stopped ones do not count), named snapshots" }),
+      .object({ sandboxes: z.number(), vcpu: z.number(), memory_mib: z.number(), disk_mib: z.number(), snapshots: z.number(), volumes: z.number(), volume_mib: z.number() })
+      .meta({ description: "live now: sandboxes creating, running or paused in memory (suspended and stopped ones do not count), named snapshots, volumes" }),
   })
   .meta({ id: "TenantQuotas" });

@@ -16,6 +16,8 @@ export interface Evacuation {
   moved: number;
   stayed: number;
   sandboxes: EvacuationOutcome[];
+  /** Volumes moved off the node (unattached ones), and those left (held by a sandbox there, or failed). */
+  volumes: { moved: string[]; stayed: string[] };
 }
 
 const MOVABLE = new Set(["running", "paused"]);
@@ -45,6 +47,8 @@ export async function evacuateNode(
   };
   await Promise.all(Array.from({ length: Math.max(1, deps.concurrency ?? 3) }, worker));
   const moved = outcomes.filter((o) => o.outcome === "moved").length;
-  deps.log.info({ node: nodeId, moved, stayed: outcomes.length - moved }, "forced drain: evacuation finished");
-  return { moved, stayed: outcomes.length - moved, sandboxes: outcomes };
+  // Then the volumes no sandbox holds any more: through the blob store to other nodes.
+  const volumes = deps.sandboxes.volumes ? await deps.sandboxes.volumes.evacuate(nodeId, signal) : { moved: [], stayed: [] };
+  deps.log.info({ node: nodeId, moved, stayed: outcomes.length - moved, volumesMoved: volumes.moved.length, volumesStayed: volumes.stayed.length }, "forced drain: evacuation finished");
+  return { moved, stayed: outcomes.length - moved, sandboxes: outcomes, volumes };
 }

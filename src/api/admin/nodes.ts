@@ -251,6 +251,7 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
             ...(o.reason ? { reason: o.reason } : {}),
             duration_ms: o.durationMs,
           })),
+          volumes: { moved: ev.volumes.moved, stayed: ev.volumes.stayed },
         },
       });
     }

@@ -37,6 +37,8 @@ const WIRE: Record<QuotaName, keyof QuotaBody> = {
   memoryMib: "memory_mib",
   diskMib: "disk_mib",
   snapshots: "snapshots",
+  volumes: "volumes",
+  volumeMib: "volume_mib",
   createsPerS: "creates_per_s",
   createBurst: "create_burst",
   keyCreatesPerS: "key_creates_per_s",
@@ -56,7 +58,7 @@ export function registerTenantQuotaRoutes(app: FastifyInstance, deps: TenantQuot
       tenant_id: tenantId,
       limits: toWire(effectiveQuotas(deps.defaults, overrides)),
       overrides: toWire(overrides),
-      usage: { sandboxes: u.sandboxes, vcpu: u.vcpu, memory_mib: u.memoryMib, disk_mib: u.diskMib, snapshots: u.snapshots },
+      usage: { sandboxes: u.sandboxes, vcpu: u.vcpu, memory_mib: u.memoryMib, disk_mib: u.diskMib, snapshots: u.snapshots, volumes: u.volumes, volume_mib: u.volumeMib },
     };
   };
 

@@ -35,8 +35,9 @@ export function apiKeyOf(req: FastifyRequest): string | null {
 /**
  * Installs, in an encapsulated scope: tolerant JSON parsing, auth, the ECW error body.
  * `capacityRetryAfterS`: the `Retry-After` of a 429 for a full cluster (SPACE_CAPACITY_RETRY_AFTER_S).
+ * `auth` null: the scope authenticates its own way (the volume content API's volume tokens).
  */
-export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Logger, capacityRetryAfterS = 5): void {
+export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth | null, log: Logger, capacityRetryAfterS = 5): void {
   // The SDK sends chunked JSON, sometimes empty bodies with a JSON content type.
   scope.removeContentTypeParser("application/json");
   scope.addContentTypeParser("application/json", { parseAs: "string" }, (_req, body, done) => {
@@ -49,7 +50,7 @@ export function installEcwEdge(scope: FastifyInstance, auth: ApiKeyAuth, log: Lo
     }
   });
 
-  scope.addHook("onRequest", async (req, reply) => {
+  if (auth) scope.addHook("onRequest", async (req, reply) => {
     const raw = req.headers["x-api-key"];
     const key = Array.isArray(raw) ? raw[0] : raw;
     const tenant = key ? await auth.tenantForApiKey(key) : null;

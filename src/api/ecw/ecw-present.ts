@@ -3,6 +3,8 @@ import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { SandboxLogEntry } from "../../contract/sandbox-logs.ts";
 import { endAtOf, networkOf, startedAtOf, type SandboxRecord, type SandboxState } from "../../sandboxes/model.ts";
 import { assertNever } from "../../core/errors.ts";
+import type { VolumeMount } from "../../sandboxes/volume-service.ts";
+import { toEcwMount } from "./volume-mounts.ts";
 
 /** Any value >= 0.6.4 unlocks every SDK feature; < 0.1.0 makes the SDK kill the sandbox. */
 export const ENVD_VERSION = "0.6.13";
@@ -49,7 +51,8 @@ export function toSandbox(r: SandboxRecord, o: PresentOptions) {
   };
 }
 
-export function toListedSandbox(r: SandboxRecord) {
+/** `mounts`: the volumes the sandbox was created with (volume-mounts.ts). */
+export function toListedSandbox(r: SandboxRecord, mounts: readonly VolumeMount[] = []) {
   return {
     sandboxID: r.id,
     templateID: r.templateId ?? "",
@@ -63,13 +66,13 @@ export function toListedSandbox(r: SandboxRecord) {
     state: toEcwState(r.state),
     envdVersion: ENVD_VERSION,
     metadata: r.metadata,
-    volumeMounts: [] as unknown[],
+    volumeMounts: mounts.map(toEcwMount),
   };
 }
 
-export function toSandboxDetail(r: SandboxRecord, o: PresentOptions) {
+export function toSandboxDetail(r: SandboxRecord, mounts: readonly VolumeMount[], o: PresentOptions) {
   return {
-    ...toListedSandbox(r),
+    ...toListedSandbox(r, mounts),
     // SDK 1.x connect() takes the envd token from here (it has no connect endpoint).
     ...(r.envdAccessToken ? { envdAccessToken: r.envdAccessToken } : {}),
     allowInternetAccess: r.allowInternetAccess,

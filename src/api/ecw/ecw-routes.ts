@@ -13,6 +13,7 @@ import { registerSandboxLifecycle } from "./ecw-sandbox-lifecycle.ts";
 import { registerSandboxNetwork } from "./sandbox-network.ts";
 import { registerSandboxRead } from "./sandbox-read.ts";
 import { registerSandboxSnapshots } from "./sandbox-snapshots.ts";
+import { registerVolumeContentRoutes, registerVolumeRoutes } from "./ecw-volumes.ts";
 
 export interface EcwDeps {
   sandboxes: SandboxService;
@@ -24,9 +25,13 @@ export interface EcwDeps {
   limiter?: CreateRateLimiter;
   /** SPACE_CAPACITY_RETRY_AFTER_S: `Retry-After` of a 429 for a full cluster. */
   capacityRetryAfterS?: number;
+  /** The `domain` volume answers carry (ecw-volumes.ts); undefined = none. */
+  volumeDomain?: string | undefined;
 }
 
 export async function registerEcwRoutes(app: FastifyInstance, deps: EcwDeps): Promise<void> {
+  // Volumes live in the store: a service without one (unit tests' memory repo) has no volume routes.
+  const volumes = deps.sandboxes.volumes;
   await app.register(async (scope) => {
     installEcwEdge(scope, deps.apiKeys, deps.log, deps.capacityRetryAfterS);
     registerSandboxCreate(scope, deps);
@@ -34,5 +39,7 @@ export async function registerEcwRoutes(app: FastifyInstance, deps: EcwDeps): Pr
     registerSandboxLifecycle(scope, deps);
     registerSandboxNetwork(scope, deps);
     registerSandboxSnapshots(scope, deps);
+    if (volumes) registerVolumeRoutes(scope, { volumes, volumeDomain: deps.volumeDomain });
   });
+  if (volumes) await registerVolumeContentRoutes(app, { volumes, volumeDomain: deps.volumeDomain, log: deps.log });
 }

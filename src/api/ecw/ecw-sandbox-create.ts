@@ -9,6 +9,7 @@ import { parseMetadataJson } from "../../sandboxes/create-input.ts";
 import { idempotencyKey } from "../idempotency-key.ts";
 import { apiKeyOf, parse, tenantOf } from "./ecw-edge.ts";
 import { toSandbox } from "./ecw-present.ts";
+import { fromEcwMount } from "./volume-mounts.ts";
 import { NewSandbox, RESOURCES_METADATA_KEY, SpaceResources } from "./ecw-schemas.ts";
 import type { EcwDeps } from "./ecw-routes.ts";
 
@@ -77,8 +78,10 @@ export function toCreateInput(body: NewSandbox, version: 1 | 2): CreateInput {
     ...(body.autoPause && body.autoPauseMemory === false ? { pauseKind: "disk" as const } : {}),
     autoResume: body.autoResume?.enabled ?? false,
     resources: parseResources(metadata[RESOURCES_METADATA_KEY]),
+    ...(body.volumeMounts?.length ? { volumeMounts: body.volumeMounts.map(fromEcwMount) } : {}),
   };
 }
+
 
 export function parseResources(raw: string | undefined): ResourceRequest {
   if (raw === undefined) return {};

@@ -32,7 +32,8 @@ export const NewSandbox = z.looseObject({
   autoPauseMemory: z.boolean().optional(),
   autoResume: z.looseObject({ enabled: z.boolean() }).optional(),
   mcp: z.unknown().optional(),
-  volumeMounts: z.array(z.unknown()).optional(),
+  /** E2B's SandboxVolumeMount; a name ending in `:ro` mounts read-only (SPACE's extension: E2B's wire has no flag). */
+  volumeMounts: z.array(z.looseObject({ name: z.string().min(1).max(70), path: z.string().min(1).max(1024) })).max(16).optional(),
 });
 export type NewSandbox = z.infer<typeof NewSandbox>;
 

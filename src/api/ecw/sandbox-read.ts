@@ -12,7 +12,10 @@ export function registerSandboxRead(app: FastifyInstance, deps: EcwDeps) {
 
   app.get("/sandboxes/:sandboxID", async (req) => {
     const { sandboxID } = parse(IdParams, req.params, "path");
-    return toSandboxDetail(await sandboxes.get(tenantOf(req), sandboxID), { domain: deps.sandboxDomain });
+    const r = await sandboxes.get(tenantOf(req), sandboxID);
+    // A service without the store (the memory repo) has no volumes.
+    const mounts = (await sandboxes.volumes?.mountsOf(r.id)) ?? [];
+    return toSandboxDetail(r, mounts, { domain: deps.sandboxDomain });
   });
 
   for (const path of ["/sandboxes", "/v2/sandboxes"]) {
@@ -28,7 +31,8 @@ export function registerSandboxRead(app: FastifyInstance, deps: EcwDeps) {
         ...(q.nextToken ? { cursor: q.nextToken } : {}),
       });
       if (page.cursor) reply.header("x-next-token", page.cursor);
-      return page.items.map(toListedSandbox);
+      const mounts = (await sandboxes.volumes?.mountsOfMany(page.items.map((r) => r.id))) ?? new Map();
+      return page.items.map((r) => toListedSandbox(r, mounts.get(r.id)));
     });
   }
 

@@ -58,7 +58,7 @@ const SnapshotListQuery = z.looseObject({
   nextToken: z.string().regex(/^sn_[a-z0-9]{16}$/, "a token from X-Next-Token").optional(),
 });
 
-/** E2B SnapshotInfo. */
-export function toSnapshotInfo(s: Snapshot): { snapshotID: string; names: string[] } {
-  return { snapshotID: s.id, names: s.name ? [s.name] : [] };
+/** E2B SnapshotInfo, plus its durability (`local`: only on its node, no blob store there; `durable`: in the blob store). */
+export function toSnapshotInfo(s: Snapshot): { snapshotID: string; names: string[]; durability: "local" | "durable" } {
+  return { snapshotID: s.id, names: s.name ? [s.name] : [], durability: s.state === "durable" ? "durable" : "local" };
 }

@@ -91,6 +91,18 @@ test("gateway forwards by header with the node token, client auth untouched; 502
     const u = await fetch(`${s.base}/health`, { headers: { "e2b-sandbox-id": "zzzzzzzzzzzzzzzzzzzz", "e2b-sandbox-port": "49983" } });
     assert.equal(u.status, 502);
     assert.deepEqual(await u.json(), { message: "The sandbox was not found", sandboxId: "zzzzzzzzzzzzzzzzzzzz", code: 502 });
+    assert.equal(u.headers.get("access-control-allow-origin"), null, "no Origin, no CORS");
+    // A page's request (it sends Origin) can read the gateway's own refusal, on any port.
+    for (const port of ["49983", "8080"]) {
+      const fromPage = await fetch(`${s.base}/x`, { headers: { origin: "http://dashboard.test", "e2b-sandbox-id": "zzzzzzzzzzzzzzzzzzzz", "e2b-sandbox-port": port } });
+      assert.equal(fromPage.status, 502);
+      assert.equal(fromPage.headers.get("access-control-allow-origin"), "*", port);
+      await fromPage.body?.cancel();
+    }
+    const unrouted = await fetch(`${s.base}/x`, { headers: { origin: "http://dashboard.test" } });
+    assert.equal(unrouted.status, 400);
+    assert.equal(unrouted.headers.get("access-control-allow-origin"), "*");
+    await unrouted.body?.cancel();
     const p = await fetch(`${s.base}/sandboxes/${sb.id}/ports/8080/hello?q=1`);
     assert.deepEqual(await p.json(), { url: `/v1/sandboxes/${sb.id}/proxy/8080/hello?q=1`, body: "" });
   } finally {

@@ -26,6 +26,7 @@ import type { SandboxRecord } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
 import { abort, createListener, type GatewayRequest, type GatewayResponse } from "./listener.ts";
 import { NO_ROUTE, resolveRoute } from "./route.ts";
+import { preflightHeaders, responseCors } from "./cors.ts";
 import { RouteCache } from "./route-cache.ts";
 import { SecureSandboxes } from "./secure-sandboxes.ts";
 import { signatureMatches } from "./signature.ts";
@@ -172,17 +173,28 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const onRequest = (req: GatewayRequest, res: GatewayResponse) => {
     handle(req, res).catch((e: unknown) => {
       log.error({ err: e, url: req.url }, "gateway request failed");
-      if (!res.headersSent) sendJson(res, 500, { code: 500, message: "gateway error; see the server log" });
+      if (!res.headersSent) sendJson(res, 500, { code: 500, message: "gateway error; see the server log" }, responseCors(req.headers));
       else abort(req, res);
     });
   };
 
   async function handle(req: GatewayRequest, res: GatewayResponse) {
+    const preflight = preflightHeaders(req.method, req.headers);
+    if (preflight) {
+      const route = resolveRoute({ ...req.headers, host: hostOf(req) }, req.url ?? "/", deps.sandboxDomain);
+      // A preflight carries no credential: it is answered before the sandbox is looked up.
+      if (route.kind !== "none" && (!("port" in route) || route.port === ENVD_PORT)) {
+        req.resume();
+        res.writeHead(204, preflight);
+        res.end();
+        return;
+      }
+    }
     const r = await resolve(req);
     if ("status" in r) {
       metrics.requests.inc({ route: "unrouted", status: String(r.status) });
       req.resume();
-      return sendJson(res, r.status, r.body);
+      return sendJson(res, r.status, r.body, responseCors(req.headers));
     }
     const { rec } = r;
     // Route class, not the port: ports are the user's and unbounded.
@@ -204,6 +216,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       metrics.requests.inc({ route, status: String(up.statusCode ?? 502) });
       const out: http.OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !CONNECTION_HEADERS.has(k)) out[k] = v;
+      if (route === "envd") Object.assign(out, responseCors(req.headers));
       if (res instanceof http.ServerResponse) {
         res.socket?.setNoDelay(true);
         res.writeHead(up.statusCode ?? 502, up.statusMessage, out);
@@ -223,7 +236,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       routes.forget(rec.id);
       const nf = notFound(rec.id);
       metrics.requests.inc({ route, status: String(nf.status) });
-      sendJson(res, nf.status, nf.body);
+      sendJson(res, nf.status, nf.body, responseCors(req.headers));
     });
     req.pipe(upstream);
     // After the pipe, in the same tick: a data listener alone would start the flow and lose chunks.
@@ -309,9 +322,14 @@ function hostOf(req: GatewayRequest): string | undefined {
   return req.headers.host ?? (typeof authority === "string" ? authority : undefined);
 }
 
-function sendJson(res: GatewayResponse, status: number, body: unknown) {
+/**
+ * The gateway's own answers (no route, not found, refused) carry CORS for a page's request
+ * on every port: they hold no sandbox content, and without it the dashboard sees a network
+ * error instead of the status and message.
+ */
+function sendJson(res: GatewayResponse, status: number, body: unknown, cors: http.OutgoingHttpHeaders) {
   const text = JSON.stringify(body);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...cors });
   res.end(text);
 }
 

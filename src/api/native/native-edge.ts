@@ -9,7 +9,7 @@ import type { TenantId } from "../../core/ids.ts";
 import type { Queryable } from "../../store/db.ts";
 import { enqueueOperation, findReplay, type Operation as OperationRow } from "../../store/operations.ts";
 import { idempotencyKey } from "../idempotency-key.ts";
-import { requireScope, requireTenant, type Principal, type Scope } from "../auth.ts";
+import { requireScope, requireTenant, scopesLacking, type Principal, type Scope } from "../auth.ts";
 import type { OperationKind } from "../../operations/operation-kind.ts";
 import type { NativeDeps } from "./deps.ts";
 import { toOperation } from "./native-present.ts";
@@ -23,19 +23,16 @@ export async function tenantWith(deps: NativeDeps, req: FastifyRequest, scope: S
   return { principal, tenantId: requireTenant(principal) };
 }
 
-/** Any one of `scopes` (e.g. reading operations: whoever may create them). */
+/**
+ * Any one of `scopes` (e.g. reading operations: whoever may create them). A credential of
+ * no tenant (the admin token) is 400 as in tenantWith, not a missing scope.
+ */
 export async function tenantWithAny(deps: NativeDeps, req: FastifyRequest, scopes: readonly Scope[]): Promise<TenantId> {
   const principal = await deps.authenticate(req);
-  const errors: unknown[] = [];
-  for (const s of scopes) {
-    try {
-      requireScope(principal, s);
-      return requireTenant(principal);
-    } catch (e) {
-      errors.push(e);
-    }
+  if (scopesLacking(principal, scopes).length === scopes.length) {
+    throw new SpaceError("permission_denied", `missing scope: one of ${scopes.join(", ")} is required; this token has [${principal.scopes.join(", ")}]`);
   }
-  throw new SpaceError("permission_denied", `missing scope: one of ${scopes.join(", ")} is required; this token has [${principal.scopes.join(", ")}]`);
+  return requireTenant(principal);
 }
 
 export function sendIdempotencyConflict(reply: FastifyReply, key: string, existing?: { id: string; kind: string }): FastifyReply {

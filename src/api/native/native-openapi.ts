@@ -73,7 +73,29 @@ export function buildOpenApi(): Json {
     OutputChunk: schema(S.OutputChunk),
     OutputPage: schema(S.OutputPage),
     CancelCommand: schema(S.CancelCommandBody, "input"),
+    CreateVolume: schema(S.CreateVolumeBody, "input"),
+    Volume: schema(S.Volume),
+    VolumeList: schema(S.VolumeList),
+    CreateApiKey: schema(S.CreateApiKeyBody, "input"),
+    ApiKey: schema(S.ApiKey),
+    ApiKeyList: schema(S.ApiKeyList),
+    NewApiKey: schema(S.NewApiKey),
+    CreateToken: schema(S.CreateTokenBody, "input"),
+    Token: schema(S.Token),
+    TokenList: schema(S.TokenList),
+    NewToken: schema(S.NewToken),
   };
+  const created = (ref: string) => ({ "201": { description: "created; the secret is in this answer only", content: { "application/json": { schema: { $ref: `#/components/schemas/${ref}` } } } } });
+  const revoked = { "204": { description: "revoked: requests with it are refused from now on (401)" } };
+  const credentials = (noun: string, list: string, create: string, made: string, createSummary: string) => ({
+    [`/v1/${noun}`]: {
+      get: { summary: `list this tenant's ${noun === "tokens" ? "tokens" : "API keys"} (prefix, last use, revocation; never the secret)`, "x-required-scope": "credentials:read", responses: { ...ok(list), ...errors(401, 403) } },
+      post: { summary: createSummary, "x-required-scope": "credentials:write", requestBody: body(create, noun === "tokens"), responses: { ...created(made), ...errors(400, 401, 403) } },
+    },
+    [`/v1/${noun}/{id}`]: {
+      delete: { summary: `revoke one of this tenant's ${noun === "tokens" ? "tokens" : "API keys"} (at once)`, "x-required-scope": "credentials:write", parameters: [pathId("id")], responses: { ...revoked, ...errors(400, 401, 403, 404) } },
+    },
+  });
   return {
     openapi: "3.1.0",
     info: { title: "SPACE Native API", version: VERSION, description: "Every mutation answers 202 with a durable operation; poll GET /v1/operations/{id}?wait=30s." },
@@ -96,11 +118,11 @@ export function buildOpenApi(): Json {
       },
       "/v1/sandboxes/{id}/pause": lifecycle("pause", "freeze in memory (resident pause)"),
       "/v1/sandboxes/{id}/resume": lifecycle("resume", "resume a paused sandbox"),
-      "/v1/sandboxes/{id}/suspend": lifecycle("suspend", "checkpoint to storage (not yet available: 501)", true),
-      "/v1/sandboxes/{id}/restore": lifecycle("restore", "restore a suspended sandbox (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/suspend": lifecycle("suspend", "checkpoint to storage (memory and disk; answers once the capture is safe on the node, published to the blob store behind it)", true),
+      "/v1/sandboxes/{id}/restore": lifecycle("restore", "restore a suspended sandbox (on any node once its snapshot is durable)", true),
       "/v1/sandboxes/{id}/stop": lifecycle("stop", "stop: processes end, the rootfs is kept"),
       "/v1/sandboxes/{id}/start": lifecycle("start", "boot a stopped sandbox again from its kept rootfs"),
-      "/v1/sandboxes/{id}/fork": lifecycle("fork", "fork a running sandbox (not yet available: 501)", true),
+      "/v1/sandboxes/{id}/fork": lifecycle("fork", "fork a running sandbox", true),
       "/v1/sandboxes/{id}/commands": {
         post: { ...mutation("run a command", "commands:exec", { requestBody: body("RunCommand") }), parameters: [pathId("id"), idem] },
       },
@@ -118,6 +140,16 @@ export function buildOpenApi(): Json {
       "/v1/sandboxes/{id}/commands/{cid}/cancel": {
         post: { ...mutation("cancel (signal) a command", "commands:exec", { requestBody: body("CancelCommand", false) }), parameters: [pathId("id"), pathId("cid"), idem] },
       },
+      "/v1/volumes": {
+        post: mutation("create a volume (the name is a 409 at once when the tenant has it)", "volumes:write", { requestBody: body("CreateVolume") }),
+        get: { summary: "list volumes", "x-required-scope": "volumes:read", responses: { ...ok("VolumeList"), ...errors(401, 403) } },
+      },
+      "/v1/volumes/{id}": {
+        get: { summary: "get a volume by id or name, with its content token and the sandboxes holding it", "x-required-scope": "volumes:read", parameters: [pathId("id")], responses: { ...ok("Volume"), ...errors(400, 401, 403, 404) } },
+        delete: mutation("delete a volume (409 while a sandbox holds it)", "volumes:write", { parameters: [pathId("id")] }),
+      },
+      ...credentials("api-keys", "ApiKeyList", "CreateApiKey", "NewApiKey", "create an API key (it carries every tenant scope: the caller must hold them all)"),
+      ...credentials("tokens", "TokenList", "CreateToken", "NewToken", "create a scoped token (a token may grant only its own scopes, must give expires_in_s, and cannot outlive itself; admin is never granted)"),
       "/v1/operations": {
         get: { summary: "list operations (newest first)", parameters: query(S.ListOperationsQuery), responses: { ...ok("OperationList"), ...pageErrors() } },
       },

@@ -6,7 +6,9 @@
 import type { Operation as OperationRow } from "../../store/operations.ts";
 import { INTERNAL_MESSAGE } from "../../core/errors.ts";
 import type { Command as CommandRow, OutputChunk as OutputRow } from "../../store/commands.ts";
-import type { Command, Operation, OperationKind } from "./native-schemas.ts";
+import type { ApiKey as ApiKeyRow } from "../../store/api-keys.ts";
+import type { Token as TokenRow } from "../../store/tokens.ts";
+import type { ApiKey, Command, Operation, OperationKind, Token } from "./native-schemas.ts";
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
@@ -50,4 +52,21 @@ export function toCommand(c: CommandRow): Command {
 
 export function toChunk(o: OutputRow) {
   return { seq: o.seq, stream: o.stream, offset: o.offsetBytes, data: Buffer.from(o.data).toString("base64") };
+}
+
+export function toApiKey(k: ApiKeyRow): ApiKey {
+  return { id: k.id, name: k.name, prefix: k.prefix, created_at: k.createdAt.toISOString(), last_used_at: iso(k.lastUsedAt), revoked_at: iso(k.revokedAt) };
+}
+
+export function toToken(t: TokenRow): Token {
+  return {
+    id: t.id,
+    name: t.name,
+    prefix: t.prefix,
+    scopes: t.scopes,
+    created_at: t.createdAt.toISOString(),
+    expires_at: iso(t.expiresAt),
+    last_used_at: iso(t.lastUsedAt),
+    revoked_at: iso(t.revokedAt),
+  };
 }

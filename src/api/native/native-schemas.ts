@@ -9,11 +9,12 @@ import { NativeRule } from "../../sandboxes/egress-rules.ts";
 import { ObservedDestination } from "../../contract/egress-policy.ts";
 import { operationKinds } from "../../operations/operation-kind.ts";
 import { Metadata } from "../../operations/requests.ts";
-import { Sandbox } from "../../operations/results.ts";
+import { Sandbox, Volume } from "../../operations/results.ts";
+import { TOKEN_MAX_LIFETIME_S, tenantScopes } from "../auth.ts";
 
 // The bodies that are operation requests are defined with their kinds (src/operations).
-export { CreateSandboxBody, EnvVars, Metadata, NetworkSpec, RunCommandBody } from "../../operations/requests.ts";
-export { Sandbox } from "../../operations/results.ts";
+export { CreateSandboxBody, CreateVolumeBody, EnvVars, Metadata, NetworkSpec, RunCommandBody, VolumeMountSpec } from "../../operations/requests.ts";
+export { Sandbox, Volume } from "../../operations/results.ts";
 
 // ---------------------------------------------------------------- shared
 
@@ -39,7 +40,7 @@ export const Operation = z
     id: z.string(),
     kind: OperationKind,
     state: OperationState,
-    target: z.string().nullable().meta({ description: "resource the operation acts on, e.g. sandboxes/<id> or sandboxes/<id>/commands/<cid>" }),
+    target: z.string().nullable().meta({ description: "resource the operation acts on, e.g. sandboxes/<id>, sandboxes/<id>/commands/<cid> or volumes/<id>" }),
     queued_at: z.string(),
     claimed_at: z.string().nullable(),
     succeeded_at: z.string().nullable(),
@@ -98,6 +99,12 @@ export const ListSandboxesQuery = z
     state: z.string().optional().meta({ description: "comma-separated states (default: live states)" }),
   })
   .strict();
+
+// ---------------------------------------------------------------- volumes
+
+export const VolumeList = z.object({ volumes: z.array(Volume) }).meta({ id: "VolumeList" });
+
+export const VolumeIdParams = z.object({ id: z.string().min(1).max(256) }).strict();
 
 // ---------------------------------------------------------------- commands
 
@@ -188,3 +195,60 @@ export const ListOperationsQuery = z
     target: z.string().max(256).optional(),
   })
   .strict();
+
+// ---------------------------------------------------------------- credentials
+
+const Time = z.string().meta({ description: "ISO 8601 time" });
+const CredentialName = z.string().max(100).optional().meta({ description: "a label for people; not unique" });
+
+export const CreateApiKeyBody = z.object({ name: CredentialName }).strict().meta({ id: "CreateApiKey" });
+
+export const CreateTokenBody = z
+  .object({
+    name: CredentialName,
+    scopes: z
+      .array(z.enum(tenantScopes, { message: `scopes: each one of ${tenantScopes.join(", ")}` }))
+      .min(1)
+      .meta({ description: "a token may create a token only with scopes it has itself; admin is never granted here" }),
+    expires_in_s: z
+      .number()
+      .int()
+      .positive()
+      .max(TOKEN_MAX_LIFETIME_S, `expires_in_s must be at most ${TOKEN_MAX_LIFETIME_S} (10 years)`)
+      .optional()
+      .meta({ description: "lifetime in seconds; absent = never expires (API keys only: a token must give one, and no later than its own expiry)" }),
+  })
+  .strict()
+  .meta({ id: "CreateToken" });
+
+export const CredentialParams = z.object({ id: z.string().min(1).max(64) }).strict();
+
+export const ApiKey = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    prefix: z.string().meta({ description: "the key's first characters (e2b_1a2b3c), for recognising it; the key itself is never stored" }),
+    created_at: Time,
+    last_used_at: Time.nullable(),
+    revoked_at: Time.nullable(),
+  })
+  .meta({ id: "ApiKey" });
+export type ApiKey = z.infer<typeof ApiKey>;
+export const ApiKeyList = z.object({ api_keys: z.array(ApiKey) }).meta({ id: "ApiKeyList" });
+export const NewApiKey = ApiKey.extend({ key: z.string().meta({ description: "the key: returned by this answer only" }) }).meta({ id: "NewApiKey" });
+
+export const Token = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    prefix: z.string().meta({ description: "the token's first characters (spt_…)" }),
+    scopes: z.array(z.string()),
+    created_at: Time,
+    expires_at: Time.nullable(),
+    last_used_at: Time.nullable(),
+    revoked_at: Time.nullable(),
+  })
+  .meta({ id: "Token" });
+export type Token = z.infer<typeof Token>;
+export const TokenList = z.object({ tokens: z.array(Token) }).meta({ id: "TokenList" });
+export const NewToken = Token.extend({ token: z.string().meta({ description: "the token: returned by this answer only" }) }).meta({ id: "NewToken" });

@@ -9,9 +9,12 @@ import { parse, tenantWithAny } from "./native-edge.ts";
 import { toOperation } from "./native-present.ts";
 import { GetOperationQuery, ListOperationsQuery, OperationParams } from "./native-schemas.ts";
 import type { Scope } from "../auth.ts";
+import type { z } from "zod";
+import type { Db } from "../../store/db.ts";
+import type { TenantId } from "../../core/ids.ts";
 
 /** Whoever may cause or read operations may read them. */
-const READ_SCOPES: readonly Scope[] = ["sandboxes:read", "sandboxes:write", "commands:exec"];
+const READ_SCOPES: readonly Scope[] = ["sandboxes:read", "sandboxes:write", "commands:exec", "volumes:read", "volumes:write"];
 
 export function registerOperationRoutes(app: FastifyInstance, deps: NativeDeps): void {
   app.get("/v1/operations/:id", async (req, reply) => {
@@ -36,16 +39,20 @@ export function registerOperationRoutes(app: FastifyInstance, deps: NativeDeps):
 
   app.get("/v1/operations", async (req) => {
     const tenantId = await tenantWithAny(deps, req, READ_SCOPES);
-    const q = parse(ListOperationsQuery, req.query, "query");
-    const page = await listOperations(deps.db, {
-      tenantId,
-      order: "desc",
-      limit: q.limit,
-      ...(q.cursor ? { cursor: q.cursor } : {}),
-      ...(q.state ? { states: [q.state] } : {}),
-      ...(q.kind ? { kind: q.kind } : {}),
-      ...(q.target ? { targetId: q.target } : {}),
-    });
+    const page = await pageOfOperations(deps.db, tenantId, parse(ListOperationsQuery, req.query, "query"));
     return { operations: page.items.map(toOperation), next_cursor: page.nextCursor };
+  });
+}
+
+/** One page of operations, newest first, as `GET /v1/operations` filters them (the operator's list reads every tenant's). */
+export function pageOfOperations(db: Db, tenantId: TenantId | "any", q: z.infer<typeof ListOperationsQuery>) {
+  return listOperations(db, {
+    tenantId,
+    order: "desc",
+    limit: q.limit,
+    ...(q.cursor ? { cursor: q.cursor } : {}),
+    ...(q.state ? { states: [q.state] } : {}),
+    ...(q.kind ? { kind: q.kind } : {}),
+    ...(q.target ? { targetId: q.target } : {}),
   });
 }

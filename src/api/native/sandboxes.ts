@@ -9,9 +9,10 @@ import { sandboxStates, type SandboxState } from "../../store/sandboxes.ts";
 import { invalid } from "../../core/errors.ts";
 import { sandboxTarget } from "../../operations/requests.ts";
 import { toCreateInput } from "../../operations/sandbox-create.ts";
-import { toSandbox } from "../../operations/results.ts";
+import { toSandbox, toSandboxVolumes } from "../../operations/results.ts";
 import type { NativeDeps } from "./deps.ts";
 import { parse, submit, tenantWith } from "./native-edge.ts";
+import { admitMounts } from "./native-volumes.ts";
 import { compileNative, egressPolicyOf } from "../../sandboxes/egress-rules.ts";
 import { proposeAllowList } from "../../contract/egress-policy.ts";
 import { CreateSandboxBody, ListSandboxesQuery, SandboxIdParams } from "./native-schemas.ts";
@@ -27,6 +28,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
     const body = parse(CreateSandboxBody, req.body, "body");
     // A policy that does not compile (bad target, port range) is a 400 now, not a failed operation later.
     if (body.network) compileNative(body.network);
+    const input = toCreateInput(body);
     await deps.limiter?.admit(tenantId, req.headers.authorization ?? null);
     return submit(deps, req, reply, {
       tenantId,
@@ -35,9 +37,12 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
       target: sandboxTarget(newSandboxId()),
       request: body,
       deadlineMs: deps.createDeadlineMs ?? DEFAULT_CREATE_DEADLINE_MS,
-      // A warm member claimed now: the operation names it, and the create adopts it.
+      // Mounts with bad paths, or naming no volume of the tenant, are a 400/404 now too (after the replay check: a retried create replays).
+      admit: () => admitMounts(deps, tenantId, input.volumeMounts ?? []),
+      // A warm member claimed now: the operation names it, and the create adopts it (not one that mounts volumes: it is placed by them).
       reserve: async () => {
-        const id = await deps.sandboxes.reserveWarm(tenantId, toCreateInput(body), AbortSignal.timeout(10_000));
+        if (input.volumeMounts?.length) return null;
+        const id = await deps.sandboxes.reserveWarm(tenantId, input, AbortSignal.timeout(10_000));
         return id ? { target: sandboxTarget(id), release: () => deps.sandboxes.releaseWarm(tenantId, id) } : null;
       },
     });
@@ -50,7 +55,9 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
     // watchdog found it unhealthy); a killed one is not found, as every other route says.
     const rec = await deps.sandboxes.repo.get(tenantId, id as SandboxId);
     if (rec?.state === "failed") return toSandbox(rec);
-    return toSandbox(await deps.sandboxes.get(tenantId, id));
+    const live = await deps.sandboxes.get(tenantId, id);
+    const mounts = (await deps.sandboxes.volumes?.mountsOf(live.id)) ?? [];
+    return { ...toSandbox(live, await deps.sandboxes.resumeSnapshot(live)), volumes: toSandboxVolumes(mounts) };
   });
 
   app.get("/v1/sandboxes/:id/network", async (req) => {
@@ -73,7 +80,7 @@ export function registerSandboxRoutes(app: FastifyInstance, deps: NativeDeps): v
       limit: q.limit,
       ...(q.cursor ? { cursor: q.cursor } : {}),
     });
-    return { sandboxes: page.items.map(toSandbox), next_cursor: page.cursor };
+    return { sandboxes: page.items.map((r) => toSandbox(r)), next_cursor: page.cursor };
   });
 
   app.delete("/v1/sandboxes/:id", async (req, reply) => {

@@ -5,11 +5,12 @@
  */
 import type { Command } from "commander";
 import { SpaceError } from "../../core/errors.ts";
+import type { ApiClient } from "../client/api-client.ts";
 import { contextOf } from "../client/context.ts";
 import { printFields, printJson, printTable, withSpinner } from "../client/output.ts";
 import { positiveInt } from "./sandbox-commands.ts";
 
-interface Operation {
+export interface Operation {
   id: string;
   kind: string;
   state: "queued" | "claimed" | "succeeded" | "failed";
@@ -22,6 +23,23 @@ interface Operation {
 }
 
 const done = (op: Operation) => op.state === "succeeded" || op.state === "failed";
+
+/** Long-polls an operation until it ends or `deadline` (ms since the epoch) passes; `seen` hears each state. */
+export async function pollOperation(client: ApiClient, id: string, deadline: number, seen?: (op: Operation) => void): Promise<Operation> {
+  for (;;) {
+    const left = Math.max(1, Math.min(30_000, deadline - Date.now()));
+    const cur = await client.native<Operation>("GET", `/v1/operations/${encodeURIComponent(id)}`, undefined, { query: { wait: `${left}ms` } });
+    seen?.(cur);
+    if (done(cur) || Date.now() >= deadline) return cur;
+  }
+}
+
+/** A failed operation as the error its failure code names (so the exit code follows it, docs/cli.md). */
+export function operationFailure(op: Operation): SpaceError {
+  const code = op.failure?.code;
+  const taxonomy = code === "invalid_request" ? "invalid_argument" : code === "not_found" ? "not_found" : code === "conflict" ? "failed_precondition" : code === "unavailable" ? "unavailable" : code === "deadline_exceeded" ? "deadline_exceeded" : "internal";
+  return new SpaceError(taxonomy, `operation ${op.id} (${op.kind}) failed: ${op.failure?.message ?? "no reason given"}`);
+}
 
 export function registerOperationCommands(program: Command): void {
   const operation = program
@@ -69,14 +87,11 @@ export function registerOperationCommands(program: Command): void {
     .action(async (id: string, o: { timeout?: number }, cmd: Command) => {
       const ctx = contextOf(cmd);
       const deadline = Date.now() + (o.timeout ?? 600) * 1000;
-      const op = await withSpinner(ctx.out, `waiting for ${id}`, async (spinner) => {
-        for (;;) {
-          const left = Math.max(1, Math.min(30_000, deadline - Date.now()));
-          const cur = await ctx.client.native<Operation>("GET", `/v1/operations/${encodeURIComponent(id)}`, undefined, { query: { wait: `${left}ms` } });
+      const op = await withSpinner(ctx.out, `waiting for ${id}`, (spinner) =>
+        pollOperation(ctx.client, id, deadline, (cur) => {
           if (spinner) spinner.text = `waiting for ${id} (${cur.kind}: ${cur.state})`;
-          if (done(cur) || Date.now() >= deadline) return cur;
-        }
-      });
+        }),
+      );
       if (ctx.out.json) printJson(op);
       else printFields({ ...op });
       if (op.state === "failed") throw new SpaceError("internal", `operation ${id} failed: ${op.failure?.code ?? "?"}: ${op.failure?.message ?? ""}`);

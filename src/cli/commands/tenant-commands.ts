@@ -29,7 +29,7 @@ interface Token extends ApiKey {
 }
 
 /** The scopes a token may carry (src/api/auth.ts `tenantScopes`, plus `admin`). */
-export const TOKEN_SCOPES = ["sandboxes:read", "sandboxes:write", "commands:exec", "templates:read", "templates:write", "admin"] as const;
+export const TOKEN_SCOPES = ["sandboxes:read", "sandboxes:write", "commands:exec", "templates:read", "templates:write", "volumes:read", "volumes:write", "credentials:read", "credentials:write", "admin"] as const;
 
 async function tenantIdOf(ctx: CommandContext, ref: string): Promise<string> {
   const { tenants } = await ctx.client.admin<{ tenants: Tenant[] }>("GET", "/tenants");

@@ -312,7 +312,7 @@ export class WarmPoolAdoption implements WarmAdopter {
           : undefined,
       ]);
       const startedAt = this.#now();
-      const handed = await handOverSandbox(db, {
+      const rec = await handOverSandbox(db, {
         sandboxId,
         fromTenant: poolTenant,
         toTenant: tenantId,
@@ -327,11 +327,10 @@ export class WarmPoolAdoption implements WarmAdopter {
         startedAt,
         endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
       }, this.#d.quotas);
-      if (!handed) {
+      if (!rec) {
         log.warn({ slot: slot.id, sandboxId }, "warm member vanished before hand-over; trying another");
         return null;
       }
-      const rec = await sandboxes.repo.getById(sandboxId);
       metrics.adoptions.inc({ pool: slot.pool });
       metrics.adoptSeconds.observe({ pool: slot.pool }, (performance.now() - t0) / 1000);
       log.info({ sandboxId, pool: slot.pool, tenantId, ms: Math.round(performance.now() - t0) }, "warm member adopted");

@@ -17,6 +17,7 @@ import { LogQuerySchema } from "../../contract/sandbox-logs.ts";
 import { proxyToSandbox } from "./proxy.ts";
 import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
 import { registerSnapshotRoutes } from "../snapshots/snapshot-routes.ts";
+import { registerVolumeRoutes, type VolumeRouteDeps } from "./volume-routes.ts";
 import { parseInput as parse } from "../../core/validate.ts";
 import { installRequestSpans } from "../../core/tracing.ts";
 import { metricsAllowed } from "../../core/metrics.ts";
@@ -30,6 +31,8 @@ export interface NodeApiDeps {
   snapshots?: () => NodeSnapshots | undefined;
   /** A create restored from its template's capture after ready (node/templates/capture.ts); undefined = boot cold. */
   restoreCaptured?: (spec: SandboxSpec, signal: AbortSignal) => Promise<SandboxStatus | undefined>;
+  /** Volumes on this node (their routes answer 409 where the node has none). */
+  volumes?: VolumeRouteDeps;
   inventory: () => Promise<NodeInventory>;
   health: () => Promise<NodeHealth>;
   logger: Logger;
@@ -153,6 +156,7 @@ export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
   });
 
   registerSnapshotRoutes(app, deps.snapshots ?? (() => undefined), signalOf);
+  if (deps.volumes) registerVolumeRoutes(app, deps.volumes, signalOf);
 
   // The proxy lives in its own scope whose body parser leaves the body unread, so it can
   // be streamed as is.

@@ -27,6 +27,8 @@ export interface NodeCache {
   mountPath: string;
   templatesDir: string;
   sandboxesDir: string;
+  /** Volumes (node/disk/volume-disks.ts): one subvolume each, with its own quota. */
+  volumesDir: string;
   /**
    * A second view of `sandboxesDir` mounted without nosuid: sandbox root filesystems are
    * taken from here so `sudo` works inside sandboxes, while the cache itself stays nosuid
@@ -135,8 +137,10 @@ export async function quotaModeOf(mnt: string): Promise<QuotaMode | undefined> {
 async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: AbortSignal, imagePath?: string): Promise<NodeCache> {
   const templatesDir = join(mnt, "templates");
   const sandboxesDir = join(mnt, "sandboxes");
+  const volumesDir = join(mnt, "volumes");
   await mkdir(templatesDir, { recursive: true });
   await mkdir(sandboxesDir, { recursive: true });
+  await mkdir(volumesDir, { recursive: true });
   const rootsDir = resolve(join(nodeDir, "roots"));
   if (!(await isMountpoint(rootsDir))) {
     await mkdir(rootsDir, { recursive: true });
@@ -145,7 +149,7 @@ async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: 
   }
   const quotaMode = await quotaModeOf(mnt);
   if (!quotaMode) throw new SpaceError("failed_precondition", `btrfs quotas are off on ${mnt}: sandbox disks could not be limited`);
-  return { mountPath: mnt, templatesDir, sandboxesDir, rootsDir, imagePath, formatted, quotaMode };
+  return { mountPath: mnt, templatesDir, sandboxesDir, volumesDir, rootsDir, imagePath, formatted, quotaMode };
 }
 
 /** Unmounts a loop-image cache (tests; `space node` leaves it mounted across restarts). */

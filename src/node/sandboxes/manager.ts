@@ -80,6 +80,12 @@ export class SandboxManager {
   count(): number {
     return this.sandboxes.size;
   }
+  /** Sandboxes holding memory and an address (all but stopped ones). */
+  resident(): number {
+    let n = 0;
+    for (const s of this.sandboxes.values()) if (s.state !== "stopped") n++;
+    return n;
+  }
   /** Sum of requested resources of resident sandboxes (stopped ones hold only disk). */
   used(): { vcpu: number; memoryMib: number; diskMib: number } {
     let vcpu = 0;

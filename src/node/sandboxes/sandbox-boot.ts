@@ -17,6 +17,7 @@ import { inChildSpan } from "../../core/tracing.ts";
 import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
+import type { VolumeDisks } from "../disk/volume-disks.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-http-client.ts";
 import { READY_FD, ReadyFifo } from "./envd-ready.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
@@ -44,6 +45,8 @@ const BACKGROUND_CPU_SHARES = 128;
 export interface SandboxBootOptions {
   runtime: Runtime;
   disks: SandboxDisks;
+  /** Volumes bind-mounted into sandboxes; absent (the process runtime) = a spec with volumes is refused. */
+  volumes?: VolumeDisks;
   network: NetworkAttachments;
   /**
    * Init stdio on /dev/null instead of a log file (runc): CRIU cannot dump a host file the
@@ -100,6 +103,19 @@ export class SandboxBooter {
     this.logsDir = dirs.logs;
     this.readyDir = dirs.ready;
     this.envdLogEntries = envdLogEntries;
+  }
+
+  /** The spec's volumes as bind mounts, each made on this node first when it is new here. */
+  async #volumeMounts(spec: SandboxSpec, signal: AbortSignal): Promise<RunSpec["mounts"]> {
+    if (!spec.volumes?.length) return [];
+    const v = this.o.volumes;
+    if (!v) throw new SpaceError("failed_precondition", "volumes need the btrfs node cache (an isolated runtime) on this node");
+    const out: RunSpec["mounts"] = [];
+    for (const m of spec.volumes) {
+      await v.ensure(m.volumeId, m.sizeMib, signal);
+      out.push({ source: v.path(m.volumeId), destination: m.path, readonly: m.readOnly });
+    }
+    return out;
   }
 
   #logsDir(): Promise<void> {
@@ -170,6 +186,7 @@ export class SandboxBooter {
     if (fifo) env.SPACE_ENVD_READY_FD = String(READY_FD);
     this.launch ??= envdLaunch(this.o.envdDir, this.o.nodeBinary, this.o.logger);
     const args = (await this.launch).argv(s.envdPort);
+    const volumeMounts = await this.#volumeMounts(s.spec, signal);
     const run: RunSpec = {
       id,
       rootfs,
@@ -180,6 +197,7 @@ export class SandboxBooter {
       mounts: [
         { source: this.o.nodeBinary, destination: NODE_MOUNT, readonly: true },
         { source: this.o.envdDir, destination: ENVD_MOUNT, readonly: true },
+        ...volumeMounts,
       ],
       ...(netnsPath ? { netnsPath } : {}),
       resources: {

@@ -75,6 +75,8 @@ export interface NodeSnapshotsOptions {
   blob?: BlobStore;
   /** Cluster key (SPACE_ENCRYPTION_KEY); absent = no encryption at rest. */
   clusterKey?: Buffer;
+  /** The key before a rotation (SPACE_ENCRYPTION_KEY_PREVIOUS): unwraps what it wrapped, never wraps. */
+  previousKey?: Buffer;
   logger: Logger;
 }
 
@@ -86,12 +88,14 @@ const SNAP = /^sn_[a-z0-9]{16}$/;
 export class NodeSnapshots {
   private readonly o: NodeSnapshotsOptions;
   private readonly cp: Checkpointer;
-  private readonly fetching = new Map<string, Promise<void>>();
+  private readonly fetching = new Map<string, Promise<Record<string, number>>>();
   /** Parents being received (uuid → receive): concurrent restores of one parent share one `btrfs receive`. */
   private readonly receivingParents = new Map<string, Promise<void>>();
   /** Parents being published (uuid → publish): concurrent suspends of one template send it once. */
   private readonly publishingParents = new Map<string, Promise<void>>();
-  /** Restores using a local copy (snapshot id → count): the reaper never frees these. */
+  /** Publications in flight (snapshot id → its durable descriptor). */
+  private readonly publishing = new Map<string, Promise<SnapshotDescriptor>>();
+  /** Restores and publications using a local copy (snapshot id → count): the reaper never frees these. */
   private readonly users = new Map<string, number>();
   /** Local copies being reaped: a restore waits, then fetches the snapshot again. */
   private readonly reaping = new Map<string, Promise<void>>();
@@ -253,6 +257,32 @@ export class NodeSnapshots {
     }
   }
 
+  /**
+   * Publishes a local copy taken with `upload: false` (pause returns once the capture is
+   * safe here; the control plane publishes behind it): the same parts, checksums and
+   * encryption as an upload at capture time. Concurrent calls for one snapshot share one
+   * upload; the copy is held against the reaper meanwhile.
+   */
+  publish(snapshotId: string, signal: AbortSignal): Promise<SnapshotDescriptor> {
+    if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
+    if (!this.o.blob) throw new SpaceError("failed_precondition", `snapshot ${snapshotId} cannot be published: this node has no blob store`);
+    const running = this.publishing.get(snapshotId);
+    if (running) return running;
+    this.users.set(snapshotId, (this.users.get(snapshotId) ?? 0) + 1);
+    const p = (async () => {
+      const meta = await readFile(join(this.localDir(snapshotId), "meta.json"), "utf8").then((t) => JSON.parse(t) as LocalMeta, () => undefined);
+      if (!meta || !(await exists(this.diskPath(snapshotId)))) throw new SpaceError("not_found", `snapshot ${snapshotId} has no local copy on this node`);
+      return this.finish(meta, true, {}, signal);
+    })().finally(() => {
+      this.publishing.delete(snapshotId);
+      const n = (this.users.get(snapshotId) ?? 1) - 1;
+      if (n > 0) this.users.set(snapshotId, n);
+      else this.users.delete(snapshotId);
+    });
+    this.publishing.set(snapshotId, p);
+    return p;
+  }
+
   private async finish(meta: LocalMeta, upload: boolean, timings: Record<string, number>, signal: AbortSignal): Promise<SnapshotDescriptor> {
     const desc: SnapshotDescriptor = {
       snapshotId: meta.snapshotId,
@@ -262,6 +292,7 @@ export class NodeSnapshots {
       parentUuid: meta.parentUuid,
       parts: [],
       sizeBytes: 0,
+      ...(meta.diskBaseMib !== undefined ? { diskBaseMib: meta.diskBaseMib } : {}),
       timings,
     };
     if (!upload || !this.o.blob) return desc;
@@ -338,7 +369,7 @@ export class NodeSnapshots {
 
   private async restoreHeld(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal): Promise<SandboxStatus> {
     const t0 = performance.now();
-    await this.ensureLocal(desc, signal);
+    const fetched = await this.ensureLocal(desc, signal);
     // Last use, for the reaper's idle rule and least-recently-used order.
     const now = new Date();
     await utimes(join(this.localDir(desc.snapshotId), "meta.json"), now, now).catch(() => undefined);
@@ -367,7 +398,8 @@ export class NodeSnapshots {
     });
     await mkdir(join(this.o.nodeDir, "snapshots", "sandbox-parents"), { recursive: true });
     await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
-    return { ...st, timings: { ...(st.timings ?? {}), fetchMs, restoreTotalMs: ms(t0) } };
+    const fetchPhases = Object.fromEntries(Object.entries(fetched).map(([k, v]) => [`fetch.${k}`, v]));
+    return { ...st, timings: { ...(st.timings ?? {}), ...fetchPhases, fetchMs, restoreTotalMs: ms(t0) } };
   }
 
   /** Under simple quotas, a captured disk's whole size: the sandbox's base plus what it wrote. */
@@ -381,16 +413,18 @@ export class NodeSnapshots {
     return (await exists(join(this.localDir(snapshotId), "meta.json"))) && (await exists(this.diskPath(snapshotId)));
   }
 
-  private async ensureLocal(desc: SnapshotDescriptor, signal: AbortSignal): Promise<void> {
-    if (await this.hasLocal(desc.snapshotId)) return;
+  /** The fetch's phases (ms) when this call fetched it; {} when the copy was here or another restore fetched it. */
+  private async ensureLocal(desc: SnapshotDescriptor, signal: AbortSignal): Promise<Record<string, number>> {
+    if (await this.hasLocal(desc.snapshotId)) return {};
     const running = this.fetching.get(desc.snapshotId);
-    if (running) return running;
+    if (running) return running.then(() => ({}));
     const p = this.fetch(desc, signal).finally(() => this.fetching.delete(desc.snapshotId));
     this.fetching.set(desc.snapshotId, p);
     return p;
   }
 
-  private async fetch(desc: SnapshotDescriptor, signal: AbortSignal): Promise<void> {
+  private async fetch(desc: SnapshotDescriptor, signal: AbortSignal): Promise<Record<string, number>> {
+    const timings: Record<string, number> = {};
     const blob = this.o.blob;
     if (!blob) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is not on this node and the node has no blob store`);
     // The memory part whenever it was published, even for a restore asked for as `disk`: the local copy is the snapshot's, whole.
@@ -400,7 +434,7 @@ export class NodeSnapshots {
     let dataKey: Buffer | undefined;
     if (desc.wrappedKey) {
       if (!this.o.clusterKey) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} is encrypted and this node has no SPACE_ENCRYPTION_KEY`);
-      dataKey = unwrapKey(this.o.clusterKey, desc.wrappedKey);
+      dataKey = unwrapKey(this.o.clusterKey, desc.wrappedKey, this.o.previousKey);
     }
     const dir = this.localDir(desc.snapshotId);
     await rm(dir, { recursive: true, force: true });
@@ -413,11 +447,13 @@ export class NodeSnapshots {
       //    All settle before anything fails (the parent receive may serve other restores).
       const memFile = join(scratch, "memory");
       const diskFile = join(scratch, "disk");
+      const t0 = performance.now();
       await settleAll([
-        mem ? this.download(mem, memFile, signal) : Promise.resolve(),
-        this.download(disk, diskFile, signal),
-        this.ensureParent(desc.parentUuid, scratch, signal),
+        mem ? this.download(mem, memFile, signal).then(() => (timings.downloadMemoryMs = ms(t0))) : Promise.resolve(),
+        this.download(disk, diskFile, signal).then(() => (timings.downloadDiskMs = ms(t0))),
+        this.ensureParent(desc.parentUuid, scratch, signal).then(() => (timings.parentMs = ms(t0))),
       ]);
+      const t1 = performance.now();
       // 2. Unpack both at once (decrypting: a failed tag aborts the pipeline, and the partial result is dropped).
       const target = join(this.cacheSnaps, desc.snapshotId);
       await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
@@ -429,7 +465,15 @@ export class NodeSnapshots {
         await btrfs.subvolumeDelete(join(target, "disk")).catch(() => undefined);
         throw e;
       });
+      timings.unpackMs = ms(t1);
+      const t2 = performance.now();
+      // A received disk owns only what it changed from its parent: its whole size is the
+      // source's measure when the descriptor carries it, else the tree walked (seconds on a large disk).
+      const diskBaseMib = this.o.disks.cache.quotaMode === "simple" ? (desc.diskBaseMib ?? (await treeSizeMib(join(target, "disk"), signal))) : undefined;
+      timings.measureMs = ms(t2);
+      const t3 = performance.now();
       const parentPath = await this.findParent(desc.parentUuid);
+      timings.findParentMs = ms(t3);
       const checkpoint = mem ? ((JSON.parse(await readFile(join(dir, "image", "space-checkpoint.json"), "utf8").catch(() => "null")) as CheckpointMeta | null) ?? NO_LOG) : undefined;
       const meta: LocalMeta = {
         snapshotId: desc.snapshotId,
@@ -440,11 +484,11 @@ export class NodeSnapshots {
         ...(checkpoint ? { checkpoint } : {}),
         createdAt: new Date().toISOString(),
         durable: true,
-        // A received disk owns only what it changed from its parent: measure it whole.
-        diskBaseMib: this.o.disks.cache.quotaMode === "simple" ? await treeSizeMib(join(target, "disk"), signal) : undefined,
+        diskBaseMib,
       };
       await this.writeLocalMeta(meta);
-      this.o.logger.info({ snapshotId: desc.snapshotId }, "snapshot fetched from the blob store");
+      this.o.logger.info({ snapshotId: desc.snapshotId, timings }, "snapshot fetched from the blob store");
+      return timings;
     } catch (e) {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw e;
@@ -488,7 +532,7 @@ export class NodeSnapshots {
     let dataKey: Buffer | undefined;
     if (rec) {
       if (!this.o.clusterKey) throw new SpaceError("failed_precondition", `the parent subvolume ${uuid} is encrypted and this node has no SPACE_ENCRYPTION_KEY`);
-      dataKey = unwrapKey(this.o.clusterKey, rec.wrappedKey);
+      dataKey = unwrapKey(this.o.clusterKey, rec.wrappedKey, this.o.previousKey);
     }
     const part: SnapshotPartInfo = rec ? { kind: "disk", key: rec.key, sizeBytes: rec.sizeBytes, sha256: rec.sha256 } : { kind: "disk", key: plainKey, sizeBytes: head!.sizeBytes, sha256: head!.sha256 };
     const file = join(scratch, "parent");

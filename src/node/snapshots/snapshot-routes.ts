@@ -32,6 +32,10 @@ export function registerSnapshotRoutes(app: FastifyInstance, snapshots: () => No
     const st = await snaps().restore(body.spec, body.snapshot, signalOf(req));
     return reply.status(201).send(st);
   });
+  app.post("/v1/snapshots/:snapshotId/publish", async (req) => {
+    const { snapshotId } = parse(SnapParams, req.params, "path");
+    return snaps().publish(snapshotId, signalOf(req));
+  });
   app.get("/v1/snapshots", async () => ({ snapshots: await snaps().listLocal() }));
   app.delete("/v1/snapshots/:snapshotId", async (req, reply) => {
     const { snapshotId } = parse(SnapParams, req.params, "path");

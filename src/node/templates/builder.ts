@@ -73,6 +73,8 @@ export interface BuildResult {
   config: LayerConfig;
   /** The registry manifest the build's image was pinned to. */
   imageDigest?: string;
+  /** Bytes of image blobs a registry-image build fetched (0: every layer was on this node already). */
+  pulledBytes?: number;
 }
 
 export type NodeBuildState = "building" | "ready" | "failed";
@@ -268,7 +270,7 @@ export class TemplateBuilder {
         builtSteps,
         durationMs: Date.now() - started,
         config,
-        ...(src.kind === "registry" && src.digest ? { imageDigest: src.digest } : {}),
+        ...(src.kind === "registry" && src.digest ? { imageDigest: src.digest, pulledBytes: source.pulledBytes ?? 0 } : {}),
       };
       r.status = "ready";
       this.log(r, "info", `build ${r.buildId} ready: ${info.rootfsSizeMib} MiB, ${cachedSteps} cached / ${builtSteps} built layers, ${((Date.now() - started) / 1000).toFixed(1)} s`, step);
@@ -320,7 +322,7 @@ export class TemplateBuilder {
     }
   }
 
-  private async sourceLayer(r: Run, scratch: string, signal: AbortSignal): Promise<{ key: string; config: LayerConfig; cached: boolean }> {
+  private async sourceLayer(r: Run, scratch: string, signal: AbortSignal): Promise<{ key: string; config: LayerConfig; cached: boolean; pulledBytes?: number }> {
     const src = r.recipe.from;
     const force = r.recipe.force;
     switch (src.kind) {
@@ -349,7 +351,7 @@ export class TemplateBuilder {
           const config = configFromImage(p.image.config);
           this.log(r, "info", `unpacking image ${p.image.manifestDigest} (umoci)`, "base");
           await this.buildLayer(null, key, config, (work) => unpackImage(p.image, work, signal), signal);
-          return { key, config, cached: false };
+          return { key, config, cached: false, pulledBytes: p.pulledBytes };
         });
       }
       case "template": {

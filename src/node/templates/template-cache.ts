@@ -76,6 +76,8 @@ export interface TemplateCacheOptions {
   disks: Disks;
   blob?: BlobStore;
   clusterKey?: Buffer;
+  /** The key before a rotation (SPACE_ENCRYPTION_KEY_PREVIOUS): unwraps what it wrapped, never wraps. */
+  previousKey?: Buffer;
   /** Templates of the sandboxes on this node (never evicted nor dropped). */
   inUse: () => Set<string>;
   /** Cache size (MiB of template rootfs) above which the LRU evicts. */
@@ -230,7 +232,7 @@ export class TemplateCache {
     let dataKey: Buffer | undefined;
     if (m.stream.wrappedKey) {
       if (!this.o.clusterKey) throw new SpaceError("failed_precondition", `template ${name} is encrypted and this node has no SPACE_ENCRYPTION_KEY`);
-      dataKey = unwrapKey(this.o.clusterKey, m.stream.wrappedKey);
+      dataKey = unwrapKey(this.o.clusterKey, m.stream.wrappedKey, this.o.previousKey);
     }
     const work = join(this.dir, `.pull-${name}`);
     const file = join(this.o.scratchDir, `pull-${name}-${randomId(6)}`);

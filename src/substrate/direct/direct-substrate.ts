@@ -3,23 +3,35 @@
  * its node-api. Placement (../placement.ts) filters nodes by status, node group,
  * selectors (the request's plus the operator's extras), the environment gate and free
  * capacity (published by node-ctl), scores by free capacity and template-cache
- * locality, and counts its own in-flight placements so a burst of creates spreads
- * instead of piling on one node. A failed placement says why, per node class.
+ * locality. With a capacity ledger (the store; docs/capacity.md) a node's use is the
+ * capacity model's estimate from what the store holds there, and the placement is
+ * reserved in the store under the node's lock, so a burst never overfills a node and a
+ * sandbox that ends frees its room at once. Without one it counts its own in-flight
+ * placements against the published usage. A failed placement says why, per node class.
  */
 import { NodeApiSubstrate } from "../node-api-substrate.ts";
 import type { PlacementRequest, SandboxRef, SnapshotDescriptor, Substrate } from "../substrate.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import { NodeClient } from "../node-client.ts";
+import { CachedNodeDirectory } from "../cached-node-directory.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import type { NodeDirectory, NodeEntry } from "../node-directory.ts";
+import { admits, DEFAULT_CAPACITY, NOTHING_HELD, withEstimate, type CapacityLedger, type CapacitySettings, type NodeHeld } from "../capacity.ts";
 import {
+  explain,
   placementWork,
   requirePlacement,
   type GateMode,
   type GateObservation,
   type PlacementDecision,
   type PlacementOptions,
+  type PlacementWork,
+  type RejectReason,
+  countRejected,
 } from "../placement.ts";
+
+/** How long a released claim is kept for reads that began before its reservation ended. */
+const CLAIM_LINGER_MS = 2_000;
 
 export interface DirectSubstrateDeps {
   nodes: NodeDirectory;
@@ -29,6 +41,9 @@ export interface DirectSubstrateDeps {
   /** SPACE_PLACEMENT_NODE_SELECTOR: labels every sandbox requires in addition to its own. */
   selectorExtras?: Record<string, string>;
   overcommit?: PlacementOptions["overcommit"];
+  /** Where placements reserve capacity (the store); absent = in-flight counting over heartbeats. */
+  ledger?: CapacityLedger;
+  capacity?: Partial<CapacitySettings>;
   /** Called for every placement under shadow/on (the census and logs read it). */
   onGate?: (o: GateObservation) => void;
 }
@@ -40,9 +55,21 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   readonly #extras: Record<string, string>;
   readonly #overcommit: PlacementOptions["overcommit"];
   readonly #onGate: ((o: GateObservation) => void) | undefined;
+  readonly #ledger: CapacityLedger | undefined;
+  readonly #capacity: Readonly<CapacitySettings>;
   readonly #clients = new Map<string, NodeClient>();
-  /** node id → placements handed out and not yet started (or failed). */
+  /**
+   * This replica's placements ranked on a node (ledger only; ranking only): counted until a
+   * `held` read that began after their reservation ended, then dropped after CLAIM_LINGER_MS.
+   */
+  readonly #pending = new Set<{ nodeId: string; releasedAt?: number }>();
+  /**
+   * node id → placements handed out and not yet started (or failed); on a snapshot
+   * directory, also those started after the snapshot's read began (`#started`).
+   */
   readonly #inflight = new Map<string, number>();
+  /** Placements started on a node, oldest first, that the current snapshot may not show yet. */
+  readonly #started: Array<{ nodeId: string; at: number }> = [];
 
   constructor(deps: DirectSubstrateDeps) {
     super();
@@ -52,6 +79,8 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     this.#extras = deps.selectorExtras ?? {};
     this.#overcommit = deps.overcommit;
     this.#onGate = deps.onGate;
+    this.#ledger = deps.ledger;
+    this.#capacity = { ...DEFAULT_CAPACITY, ...deps.capacity };
   }
 
   get gate(): GateMode {
@@ -60,19 +89,97 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
 
   /** The decision without side effects (admin "why not here?" and benchmarks). */
   async decide(req: PlacementRequest, signal: AbortSignal): Promise<PlacementDecision & { nodeId: string }> {
-    const nodes = await this.#nodes.list(signal);
+    return (await this.#decide(req, signal)).decision;
+  }
+
+  /**
+   * `claim`: the top-ranked node counts this placement as pending (ranking only) until
+   * `release`, so concurrent creates of this replica spread instead of all ranking the
+   * node they read as emptiest; taken in the same synchronous step as the ranking.
+   */
+  async #decide(req: PlacementRequest, signal: AbortSignal, claim = false) {
     const work = placementWork(req, this.#extras);
-    const opts: PlacementOptions = {
-      gate: this.#gate,
-      inflight: this.#inflight,
-      ...(this.#overcommit ? { overcommit: this.#overcommit } : {}),
+    let claimed: { nodeId: string; releasedAt?: number } | undefined;
+    const release = () => {
+      if (claimed === undefined) return;
+      const now = performance.now();
+      claimed.releasedAt = now;
+      claimed = undefined;
+      for (const c of this.#pending) if (c.releasedAt !== undefined && now - c.releasedAt > CLAIM_LINGER_MS) this.#pending.delete(c);
     };
-    if (req.pinnedNodeId !== undefined) return this.#pinned(req, nodes, work, opts);
-    return requirePlacement(nodes, work, opts);
+    const on = async (listed: readonly NodeEntry[]) => {
+      let nodes: readonly NodeEntry[] = listed;
+      let opts: PlacementOptions;
+      if (this.#ledger) {
+        // The ledger is the authority (`#reserve` re-checks under the node's lock), so a
+        // snapshot directory's age costs at most a retry, never an overfill.
+        const readAt = performance.now();
+        const held = await this.#ledger.held(signal);
+        const s = this.#capacity;
+        const heldOn = (id: string): Readonly<NodeHeld> => held.get(id) ?? NOTHING_HELD;
+        // A claim counts until a read that began after its reservation ended (which shows it).
+        const pending = new Map<string, number>();
+        for (const c of this.#pending) if (c.releasedAt === undefined || c.releasedAt > readAt) pending.set(c.nodeId, (pending.get(c.nodeId) ?? 0) + 1);
+        const ranking = (id: string): NodeHeld => {
+          const h = heldOn(id);
+          const p = pending.get(id) ?? 0;
+          return { slots: h.slots + p, vcpu: h.vcpu + p * work.vcpu, disk: h.disk + p };
+        };
+        const measured = new Map(listed.map((n) => [n.id, n.measured ?? {}]));
+        // Scores compare the estimate (with this replica's pending placements) with the budget;
+        // admission counts only what the store holds (`#reserve` re-checks it under the lock).
+        nodes = listed.map((n) => ({ ...withEstimate(n, n.measured ?? {}, ranking(n.id), s), url: n.url }));
+        opts = {
+          gate: this.#gate,
+          overcommit: { vcpu: 1, memory: s.memoryTargetPercent / 100, disk: 1 },
+          admit: (n, w) => admits({ capacity: n.capacity, measured: measured.get(n.id) ?? {} }, heldOn(n.id), w, s),
+        };
+      } else {
+        opts = { gate: this.#gate, inflight: this.#inflight, ...(this.#overcommit ? { overcommit: this.#overcommit } : {}) };
+      }
+      const decision = req.pinnedNodeId !== undefined ? this.#pinned(req, nodes, work, opts) : requirePlacement(nodes, work, opts);
+      if (claim && this.#ledger) {
+        release();
+        claimed = { nodeId: decision.nodeId };
+        this.#pending.add(claimed);
+      }
+      return { decision, work, nodes, release };
+    };
+    try {
+      return await this.#decideOn(on, signal);
+    } catch (e) {
+      release();
+      throw e;
+    }
+  }
+
+  async #decideOn<D extends { decision: PlacementDecision & { nodeId: string } }>(on: (nodes: readonly NodeEntry[]) => Promise<D>, signal: AbortSignal): Promise<D> {
+    const dir = this.#nodes;
+    if (!(dir instanceof CachedNodeDirectory)) return on(await dir.list(signal));
+    const onSnapshot = async (fresh: boolean) => {
+      const s = await dir.snapshot(signal, { fresh });
+      // Starts the snapshot's read began after are still counted; older ones it shows as the store does.
+      while (this.#started.length && this.#started[0]!.at < s.at) this.#release(this.#started.shift()!.nodeId);
+      const d = await on(s.nodes);
+      return { d, status: s.byId.get(d.decision.nodeId)?.status };
+    };
+    let cached: Awaited<ReturnType<typeof onSnapshot>>;
+    try {
+      cached = await onSnapshot(false);
+    } catch (e) {
+      // The snapshot may predate the room a kill just freed: refuse only on fresh rows.
+      if (!(e instanceof SpaceError)) throw e;
+      return (await onSnapshot(true)).d;
+    }
+    // A drain, fence or loss since the snapshot must be obeyed at once (an operator's
+    // `drain` is followed by creates that expect to avoid the node): the chosen node's own
+    // row is read fresh (one primary-key read, not O(fleet)), and a changed status decides again.
+    const row = await dir.get(cached.d.decision.nodeId, signal, { fresh: true });
+    return row?.status === cached.status ? cached.d : (await onSnapshot(true)).d;
   }
 
   async place(req: PlacementRequest, signal: AbortSignal): Promise<SandboxRef> {
-    const d = await this.decide(req, signal);
+    const { decision: d, work, nodes, release } = await this.#decide(req, signal, true);
     if (this.#gate !== "off" && d.gatePlacement) {
       this.#onGate?.({
         sandboxId: req.sandboxId,
@@ -82,8 +189,32 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
         ...(d.shadowWouldFail ? { wouldFail: d.shadowWouldFail } : {}),
       });
     }
+    if (this.#ledger) {
+      try {
+        return { sandboxId: req.sandboxId, nodeId: await this.#reserve(req, d, work, nodes, signal) };
+      } finally {
+        release();
+      }
+    }
     this.#inflight.set(d.nodeId, (this.#inflight.get(d.nodeId) ?? 0) + 1);
     return { sandboxId: req.sandboxId, nodeId: d.nodeId };
+  }
+
+  /**
+   * Binds the sandbox to the best candidate that still admits it under the store's lock
+   * (another replica may have filled a node since it was ranked); none → the same
+   * capacity refusal placement gives, naming what stood in the way.
+   */
+  async #reserve(req: PlacementRequest, d: PlacementDecision & { nodeId: string }, work: PlacementWork, nodes: readonly NodeEntry[], signal: AbortSignal): Promise<string> {
+    // A restore pinned to a node the directory lacks keeps its pin: the node itself decides.
+    if (req.pinnedNodeId !== undefined && !nodes.some((n) => n.id === req.pinnedNodeId)) return req.pinnedNodeId;
+    const s = this.#capacity;
+    const candidates = d.ranked.length ? d.ranked.map((r) => r.nodeId) : [d.nodeId];
+    const r = await this.#ledger!.reserve(req.sandboxId, candidates, (n, held) => admits(n, held, work, s), signal);
+    if ("nodeId" in r) return r.nodeId;
+    const rejected = { ...d.rejected };
+    for (const [reason, ids] of Object.entries(r.rejected) as Array<[RejectReason, string[]]>) (rejected[reason] ??= []).push(...ids);
+    throw new SpaceError("resource_exhausted", explain(nodes.length, rejected, work), { retryable: true, details: { rejected: countRejected(rejected) } });
   }
 
   /**
@@ -125,28 +256,57 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     };
   }
 
+  async placeVolume(sizeMib: number, o: { exclude?: readonly string[] }, signal: AbortSignal): Promise<string> {
+    const free = (n: NodeEntry) => (n.capacity && n.used ? n.capacity.diskMib - n.used.diskMib : 0);
+    // Thin provisioning: free disk ranks nodes, the node's quota is what holds the volume to its size.
+    const pick = (nodes: readonly NodeEntry[]) =>
+      nodes.filter((n) => n.status === "ready" && !o.exclude?.includes(n.id)).sort((a, b) => free(b) - free(a))[0];
+    const cached = pick(await this.#nodes.list(signal));
+    // As `decide`: the snapshot may predate a drain of the chosen node or a node readied
+    // since (a forced drain right after a ready), so the choice is confirmed on its fresh
+    // row, and an empty or stale choice is made again on fresh rows before refusing.
+    if (cached && (await this.#nodes.get(cached.id, signal, { fresh: true }))?.status === "ready") return cached.id;
+    const chosen = pick(await this.#nodes.list(signal, { fresh: true }));
+    if (!chosen) throw new SpaceError("resource_exhausted", `no ready node to hold a ${sizeMib} MiB volume`);
+    return chosen.id;
+  }
+
   async start(ref: SandboxRef, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+    let started = false;
     try {
       const client = await this.client(ref.nodeId, signal);
-      return await client.createSandbox(spec, signal);
+      const s = await client.createSandbox(spec, signal);
+      started = true;
+      return s;
     } finally {
-      this.#settled(ref.nodeId);
+      if (!this.#ledger) this.#settled(ref.nodeId, started);
     }
   }
 
-  /** A placement handed out by `place` is started (or failed): it no longer counts as in flight. */
-  #settled(nodeId: string): void {
+  /**
+   * A placement handed out by `place` is started (or failed): it no longer counts as in
+   * flight, except a start on a snapshot directory, counted until a newer snapshot.
+   */
+  #settled(nodeId: string, started: boolean): void {
+    if (started && this.#nodes instanceof CachedNodeDirectory) this.#started.push({ nodeId, at: this.#nodes.now() });
+    else this.#release(nodeId);
+  }
+
+  #release(nodeId: string): void {
     const n = (this.#inflight.get(nodeId) ?? 1) - 1;
     if (n <= 0) this.#inflight.delete(nodeId);
     else this.#inflight.set(nodeId, n);
   }
 
   async restore(ref: SandboxRef, snapshot: SnapshotDescriptor, spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus> {
+    let started = false;
     try {
       const client = await this.client(ref.nodeId, signal);
-      return await client.restore(spec, snapshot, signal);
+      const s = await client.restore(spec, snapshot, signal);
+      started = true;
+      return s;
     } finally {
-      this.#settled(ref.nodeId);
+      if (!this.#ledger) this.#settled(ref.nodeId, started);
     }
   }
 

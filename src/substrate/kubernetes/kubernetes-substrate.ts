@@ -14,7 +14,7 @@
  * the execution (marks the create failed).
  */
 import { NodeApiSubstrate } from "../node-api-substrate.ts";
-import { SpaceError, notFound } from "../../core/errors.ts";
+import { SpaceError, notFound, unimplemented } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import { environmentLabel } from "../../contract/execution-environment.ts";
@@ -82,6 +82,11 @@ export class KubernetesSubstrate extends NodeApiSubstrate implements Substrate {
 
   get gate(): GateMode {
     return this.#d.gate;
+  }
+
+  /** Volumes are placed by SPACE on Direct nodes; kube-scheduler has no notion of them yet. */
+  async placeVolume(): Promise<string> {
+    throw unimplemented("volumes need the direct substrate (SPACE_SUBSTRATE=direct)");
   }
 
   async place(req: PlacementRequest, signal: AbortSignal): Promise<SandboxRef> {

@@ -1,0 +1,71 @@
+/**
+ * Bursts (issue 24; the method of the ComputeSDK burst benchmark): N SDK creates at once,
+ * each followed by its first `commands.run('echo hi')`; "all ready" is the wall time until
+ * the last of the N answered. For each N, cold (no pool) and warm (a pool of N, waited full
+ * before the burst), side by side in one run on one stack, with the per-sandbox median and
+ * p99 and the warm/cold ratio.
+ *
+ *   npm run bench -- burst [--n 20,50,100] [--json]
+ *
+ * Starts the real stack (`space up` in a temp data dir) with defaults plus BENCH_ENV
+ * (k=v,k=v); every sandbox is killed after its burst (not timed), the pool removed.
+ */
+import { parseArgs } from "node:util";
+import { Sandbox } from "e2b";
+import { adminRequest, startStack, waitFor, type Stack } from "../test/support/stack.ts";
+
+function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+const round = (x: number) => Math.round(x);
+
+async function burst(stack: Stack, n: number) {
+  const opts = { apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, apiKey: stack.apiKey, requestTimeoutMs: 300_000 };
+  const t0 = performance.now();
+  const results = await Promise.allSettled(
+    Array.from({ length: n }, async () => {
+      const sb = await Sandbox.create("base", opts);
+      const r = await sb.commands.run("echo hi");
+      if (r.stdout !== "hi\n") throw new Error(`unexpected stdout ${JSON.stringify(r.stdout)}`);
+      return { sb, ms: performance.now() - t0 };
+    }),
+  );
+  const allReadyMs = performance.now() - t0;
+  const ok = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+  const failed = results.filter((r) => r.status === "rejected").map((r) => String((r as PromiseRejectedResult).reason).slice(0, 160));
+  await Promise.allSettled(ok.map((o) => o.sb.kill()));
+  const each = ok.map((o) => o.ms).sort((a, b) => a - b);
+  return { allReadyMs: round(allReadyMs), p50Ms: round(percentile(each, 50)), p99Ms: round(percentile(each, 99)), failed: failed.length, firstFailure: failed[0] ?? "" };
+}
+
+async function main() {
+  const { values } = parseArgs({ options: { n: { type: "string", default: "20,50,100" }, json: { type: "boolean", default: false } } });
+  const sizes = values.n.split(",").map(Number);
+  const env = Object.fromEntries((process.env.BENCH_ENV ?? "").split(",").filter(Boolean).map((kv) => kv.split("=", 2) as [string, string]));
+  const stack = await startStack({ env });
+  const rows: Array<Record<string, string | number>> = [];
+  const ready = async () =>
+    ((await adminRequest(stack, "GET", "/warm-pools/base")).body as { members?: Array<{ state: string }> }).members?.filter((m) => m.state === "ready").length ?? 0;
+  try {
+    for (const n of sizes) {
+      const cold = await burst(stack, n);
+      const put = await adminRequest(stack, "PUT", "/warm-pools/base", { size: n });
+      if (put.status !== 200) throw new Error(`warm pool of ${n}: ${put.status} ${JSON.stringify(put.body)}`);
+      await waitFor(async () => (await ready()) >= n, `${n} ready members`, 600_000, 500);
+      const warm = await burst(stack, n);
+      await adminRequest(stack, "DELETE", "/warm-pools/base");
+      rows.push({ n, phase: "cold", ...cold });
+      rows.push({ n, phase: `warm pool of ${n}`, ...warm, vsCold: Math.round((warm.allReadyMs / cold.allReadyMs) * 100) / 100 });
+    }
+  } finally {
+    await stack.stop();
+  }
+  if (values.json) console.log(JSON.stringify(rows, null, 2));
+  else {
+    console.log(`${"N".padEnd(5)}${"phase".padEnd(18)}${"all ready ms".padEnd(14)}${"p50 ms".padEnd(9)}${"p99 ms".padEnd(9)}${"failed".padEnd(8)}warm/cold`);
+    for (const r of rows) console.log(`${String(r.n).padEnd(5)}${String(r.phase).padEnd(18)}${String(r.allReadyMs).padEnd(14)}${String(r.p50Ms).padEnd(9)}${String(r.p99Ms).padEnd(9)}${String(r.failed).padEnd(8)}${r.vsCold ?? ""}${r.firstFailure ? `  first failure: ${r.firstFailure}` : ""}`);
+  }
+}
+
+await main();

@@ -1,0 +1,114 @@
+/**
+ * Density on one node with the defaults (docs/capacity.md): idle sandboxes created
+ * (`--batch` at a time) until the node refuses (429) or `--max`; host memory per sandbox
+ * (MemAvailable before − after, over the count); command round trips (`commands.run('true')`,
+ * `--commands` spread over the held sandboxes) p50/p99 beside the same on one sandbox before the
+ * fill (the baseline, same run); create after kills on the full node (kill `--kills`, then as
+ * many creates at once: admitted and how long); overfill past the cap (`--overfill` creates at
+ * once on the full node: how many got in beyond the refusal).
+ *
+ *   npm run bench -- density [--max 600] [--batch 10] [--commands 200] [--kills 5] [--overfill 20] [--json]
+ *
+ * Starts the real stack (`space up` in a temp data dir) with the node's defaults — the test
+ * harness's 200-slot /24 replaced by the default SPACE_NODE_MAX_SLOTS on a /22 of its own —
+ * plus what BENCH_ENV (k=v,k=v) sets; every sandbox is killed at the end.
+ */
+import { mkdtempSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { RateLimitError, Sandbox } from "e2b";
+import { hostScopeFor, removeDataDir, startStack } from "../test/support/stack.ts";
+import { pickSlotRange } from "../test/support/node-network-cleanup.ts";
+
+function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+const round = (x: number) => Math.round(x * 10) / 10;
+const memAvailableMib = async () => Number(/^MemAvailable:\s+(\d+)/m.exec(await readFile("/proc/meminfo", "utf8"))?.[1] ?? 0) / 1024;
+
+async function main() {
+  const { values } = parseArgs({
+    options: {
+      max: { type: "string", default: "600" },
+      batch: { type: "string", default: "10" },
+      commands: { type: "string", default: "200" },
+      kills: { type: "string", default: "5" },
+      overfill: { type: "string", default: "20" },
+      json: { type: "boolean", default: false },
+    },
+  });
+  const max = Number(values.max);
+  const batch = Number(values.batch);
+  const env = Object.fromEntries((process.env.BENCH_ENV ?? "").split(",").filter(Boolean).map((kv) => kv.split("=", 2) as [string, string]));
+  const dataDir = mkdtempSync(join(tmpdir(), "space-bench-density-"));
+  const bridge = hostScopeFor(dataDir).SPACE_NODE_BRIDGE!;
+  const stack = await startStack({ dataDir, env: { SPACE_NODE_MAX_SLOTS: "1000", SPACE_NODE_SLOT_CIDR: pickSlotRange(dataDir, bridge, 22), ...env } });
+  const opts = { apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, apiKey: stack.apiKey, requestTimeoutMs: 300_000 };
+  const held: Sandbox[] = [];
+  const create = () => Sandbox.create("base", { ...opts, timeoutMs: 3_600_000 });
+  const roundTrips = async (pool: readonly Sandbox[], n: number) => {
+    const ms: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const sb = pool[i % pool.length]!;
+      const t0 = performance.now();
+      await sb.commands.run("true");
+      ms.push(performance.now() - t0);
+    }
+    return ms.sort((a, b) => a - b);
+  };
+  const rows: Array<Record<string, string | number>> = [];
+  try {
+    // Baseline: one sandbox on an empty node.
+    const first = await create();
+    held.push(first);
+    const baseline = await roundTrips([first], Number(values.commands));
+    const before = await memAvailableMib();
+
+    let refusal = "";
+    const t0 = performance.now();
+    while (held.length < max && !refusal) {
+      const results = await Promise.allSettled(Array.from({ length: Math.min(batch, max - held.length) }, create));
+      for (const r of results) {
+        if (r.status === "fulfilled") held.push(r.value);
+        else if (r.reason instanceof RateLimitError) refusal ||= r.reason.message;
+        else throw r.reason;
+      }
+    }
+    const fillS = (performance.now() - t0) / 1000;
+    await new Promise((r) => setTimeout(r, 5_000)); // settle: envd and the page cache after the boots
+    const perSandboxMib = (before - (await memAvailableMib())) / Math.max(1, held.length - 1);
+    const loaded = await roundTrips(held, Number(values.commands));
+    rows.push({ row: "idle sandboxes held (defaults)", value: held.length, note: refusal ? `refused: ${refusal}` : `stopped at --max ${max}` });
+    rows.push({ row: "fill time (s)", value: round(fillS), note: `${batch} at a time` });
+    rows.push({ row: "host memory per idle sandbox (MiB)", value: round(perSandboxMib), note: "MemAvailable delta" });
+    rows.push({ row: "commands p50 / p99 (ms), full node", value: `${round(percentile(loaded, 50))} / ${round(percentile(loaded, 99))}`, note: `baseline 1 sandbox: ${round(percentile(baseline, 50))} / ${round(percentile(baseline, 99))}` });
+
+    if (refusal) {
+      // Create after kills on the full node: each kill's room is free at once.
+      const kills = Number(values.kills);
+      await Promise.all(held.splice(0, kills).map((s) => s.kill()));
+      const k0 = performance.now();
+      const after = await Promise.allSettled(Array.from({ length: kills }, create));
+      const admitted = after.filter((r) => r.status === "fulfilled").length;
+      for (const r of after) if (r.status === "fulfilled") held.push(r.value);
+      rows.push({ row: "create after kills on a full node", value: `${admitted} of ${kills} admitted`, note: `all done in ${round(performance.now() - k0)} ms after the kills` });
+
+      // Overfill: a burst on the full node; anything admitted beyond the refusal is overfill.
+      const burst = await Promise.allSettled(Array.from({ length: Number(values.overfill) }, create));
+      const over = burst.filter((r) => r.status === "fulfilled").length;
+      for (const r of burst) if (r.status === "fulfilled") held.push(r.value);
+      rows.push({ row: "overfill past the cap", value: over, note: `${values.overfill} creates at once on the full node` });
+    }
+  } finally {
+    await Promise.allSettled(held.map((s) => s.kill()));
+    await stack.stop();
+    removeDataDir(dataDir);
+  }
+  if (values.json) console.log(JSON.stringify(rows, null, 2));
+  else for (const r of rows) console.log(`${String(r.row).padEnd(42)} ${String(r.value).padEnd(16)} ${r.note}`);
+}
+
+await main();
