@@ -190,6 +190,25 @@ test("placement: in-flight placements spread a burst", () => {
   for (const n of ["n1", "n2", "n3"]) assert.equal(chosen.filter((c) => c === n).length, 3, chosen.join(","));
 });
 
+test("placement: near-equal nodes spread by sandboxes held, not by measurement noise", () => {
+  // The ledger path: each placement shows up as one more slot (and 32 MiB) in `used`, while
+  // the host memory the nodes measured differs by a few hundred MiB.
+  const cap = { vcpu: 2, memoryMib: 24_000, diskMib: 100_000, networkSlots: 256 };
+  const used = { a: 8_000, b: 8_300, c: 8_600 } as Record<string, number>;
+  const held = new Map<string, number>();
+  const chosen: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const nodes = Object.keys(used).map((id) => {
+      const h = held.get(id) ?? 0;
+      return node(id, { capacity: cap, used: { vcpu: 0, memoryMib: used[id]! + 32 * h, diskMib: 0, networkSlots: h } });
+    });
+    const d = requirePlacement(nodes, work(), { gate: "off" });
+    held.set(d.nodeId, (held.get(d.nodeId) ?? 0) + 1);
+    chosen.push(d.nodeId);
+  }
+  assert.deepEqual([...chosen].sort(), ["a", "b", "c"], chosen.join(","));
+});
+
 test("placement: in-flight counts against slots", () => {
   const nodes = [node("n1", { capacity: { vcpu: 8, memoryMib: 16384, diskMib: 100_000, networkSlots: 2 } })];
   const inflight = new Map([["n1", 2]]);

@@ -154,7 +154,7 @@ export function decidePlacement(nodes: readonly PlacementNode[], work: Placement
   const binding = work.environment ?? { kind: "none" };
   const enforceEnv = opts.gate === "on" && binding.kind === "bound";
   const oc: Overcommit = { ...DEFAULT_OVERCOMMIT, ...opts.overcommit };
-  const ranked: Array<{ nodeId: string; score: number; envOk: boolean }> = [];
+  const ranked: Array<{ nodeId: string; score: number; load: number; envOk: boolean }> = [];
   // Nodes that pass everything except the environment (for shadow: what `on` would say).
   for (const n of nodes) {
     const statusReason = statusReject(n.status);
@@ -181,9 +181,10 @@ export function decidePlacement(nodes: readonly PlacementNode[], work: Placement
       reject(fit, n.id);
       continue;
     }
-    ranked.push({ nodeId: n.id, score: scoreNode(n, work, inflight, oc), envOk });
+    ranked.push({ nodeId: n.id, score: scoreNode(n, work, inflight, oc), load: (n.used?.networkSlots ?? 0) + inflight, envOk });
   }
   ranked.sort((a, b) => b.score - a.score || (a.nodeId < b.nodeId ? -1 : 1));
+  spreadNearEqual(ranked);
   const best = ranked[0];
   const decision: PlacementDecision = {
     nodeId: best?.nodeId ?? null,
@@ -264,6 +265,25 @@ function fits(n: PlacementNode, w: PlacementWork, inflight: number, oc: Readonly
   if (cap.vcpu * oc.vcpu - used.vcpu - (inflight + 1) * w.vcpu < 0) return "no_vcpu";
   if (cap.diskMib > 0 && cap.diskMib * oc.disk - used.diskMib - (inflight + 1) * w.diskMib < 0) return "no_disk";
   return true;
+}
+
+/**
+ * How far below the best score a node still counts as near-equal. Scores carry measured host
+ * memory, which moves by hundreds of MiB between heartbeats, while one more sandbox moves a
+ * score by a fraction of a percent: ranked by score alone, a burst would chase that noise onto
+ * one node. Template locality (0.25) stays decisive.
+ */
+const SPREAD_BAND = 0.05;
+
+/** Reorders the near-equal head of a best-first ranking by sandboxes held (fewest first), in place. */
+function spreadNearEqual(ranked: Array<{ score: number; load: number; nodeId: string }>): void {
+  const top = ranked[0]?.score;
+  if (top === undefined) return;
+  let end = 1;
+  while (end < ranked.length && ranked[end]!.score >= top - SPREAD_BAND) end++;
+  if (end === 1) return;
+  const head = ranked.slice(0, end).sort((a, b) => a.load - b.load || b.score - a.score || (a.nodeId < b.nodeId ? -1 : 1));
+  for (let i = 0; i < end; i++) ranked[i] = head[i]!;
 }
 
 /** Higher is better. Free fractions in [0,1] each; locality adds 0.25. */
