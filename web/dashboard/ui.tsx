@@ -1,4 +1,4 @@
-// Small shared pieces: the hash route, a confirmation dialog, an error line, a chart.
+// Small shared pieces: the hash route, a confirmation dialog, an error line, a read's states, a chart.
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { ComponentChildren } from "preact";
 
@@ -18,6 +18,23 @@ export function ErrorLine({ error }: { error: string | null }) {
       {error}
     </p>
   ) : null;
+}
+
+/** What a read gave: its error, then "Loading…" until the first value, then `children` of it; `refresh` adds a button that reads again. */
+export function Loaded<T>(props: { value: T | null; error: string | null; refresh?: () => void; children: (value: T) => ComponentChildren }) {
+  return (
+    <>
+      {props.refresh ? (
+        <div class="row">
+          <button type="button" onClick={props.refresh}>
+            Refresh
+          </button>
+        </div>
+      ) : null}
+      <ErrorLine error={props.error} />
+      {props.value === null ? <p aria-busy="true">Loading…</p> : props.children(props.value)}
+    </>
+  );
 }
 
 /** An action behind a confirmation: a modal dialog the keyboard can answer (Escape cancels). */
@@ -80,7 +97,9 @@ export function Chart(props: { title: string; unit: string; points: Array<{ t: n
   const max = props.max ?? Math.max(1, ...pts.map((p) => p.v));
   const t0 = pts[0]?.t ?? 0;
   const span = Math.max(1, (pts.at(-1)?.t ?? 1) - t0);
-  const d = pts.map((p, i) => `${i ? "L" : "M"}${(((p.t - t0) / span) * w).toFixed(1)},${(h - (p.v / max) * h).toFixed(1)}`).join(" ");
+  const d = pts
+    .map((p, i) => `${i ? "L" : "M"}${(((p.t - t0) / span) * w).toFixed(1)},${(h - (p.v / max) * h).toFixed(1)}`)
+    .join(" ");
   const summary = last === undefined ? "no samples yet" : `latest ${last.toFixed(1)} ${props.unit}, ${pts.length} samples`;
   return (
     <figure class="chart">

@@ -1,7 +1,7 @@
 // The sandbox's files: list a directory, upload into it, download a file (envd /files).
 import { useEffect, useState } from "preact/hooks";
 import { download, listDir, upload, type EnvdTarget, type Entry } from "../envd.ts";
-import { ErrorLine } from "../ui.tsx";
+import { Loaded } from "../ui.tsx";
 
 export function Files({ target }: { target: EnvdTarget }) {
   const [dir, setDir] = useState("/home/user");
@@ -66,57 +66,56 @@ export function Files({ target }: { target: EnvdTarget }) {
         />
       </label>
       <p role="status">{notice}</p>
-      <ErrorLine error={error} />
-      {entries === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <table aria-label={`Files in ${dir}`}>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Size</th>
-              <th scope="col">Permissions</th>
-              <th scope="col">Action</th>
-            </tr>
-          </thead>
-          <tbody>
-            {dir !== "/" ? (
-              <tr>
-                <td>
-                  <button type="button" class="link" onClick={() => (setDir(parent), setTyped(parent))}>
-                    ..
-                  </button>
-                </td>
-                <td />
-                <td />
-                <td />
-              </tr>
-            ) : null}
-            {entries.map((f) => (
-              <tr key={f.path} data-file={f.name}>
-                <td>
-                  {f.type === "FILE_TYPE_DIRECTORY" ? (
-                    <button type="button" class="link" onClick={() => (setDir(f.path), setTyped(f.path))}>
-                      {f.name}/
-                    </button>
-                  ) : (
-                    f.name
-                  )}
-                </td>
-                <td>{String(f.size)}</td>
-                <td>{f.permissions}</td>
-                <td>
-                  {f.type === "FILE_TYPE_DIRECTORY" ? null : (
-                    <button type="button" onClick={() => save(f.path, f.name).catch((e: Error) => setError(e.message))} aria-label={`Download ${f.name}`}>
-                      Download
-                    </button>
-                  )}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Loaded value={entries} error={error}>
+        {(entries) => (
+            <table aria-label={`Files in ${dir}`}>
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">Size</th>
+                  <th scope="col">Permissions</th>
+                  <th scope="col">Action</th>
+                </tr>
+              </thead>
+              <tbody>
+                {dir !== "/" ? (
+                  <tr>
+                    <td>
+                      <button type="button" class="link" onClick={() => (setDir(parent), setTyped(parent))}>
+                        ..
+                      </button>
+                    </td>
+                    <td />
+                    <td />
+                    <td />
+                  </tr>
+                ) : null}
+                {entries.map((f) => (
+                  <tr key={f.path} data-file={f.name}>
+                    <td>
+                      {f.type === "FILE_TYPE_DIRECTORY" ? (
+                        <button type="button" class="link" onClick={() => (setDir(f.path), setTyped(f.path))}>
+                          {f.name}/
+                        </button>
+                      ) : (
+                        f.name
+                      )}
+                    </td>
+                    <td>{String(f.size)}</td>
+                    <td>{f.permissions}</td>
+                    <td>
+                      {f.type === "FILE_TYPE_DIRECTORY" ? null : (
+                        <button type="button" onClick={() => save(f.path, f.name).catch((e: Error) => setError(e.message))} aria-label={`Download ${f.name}`}>
+                          Download
+                        </button>
+                      )}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+        )}
+      </Loaded>
     </section>
   );
 }

@@ -2,7 +2,7 @@
 // the environment placement census. Both are read on demand (a Refresh button, no polling).
 import { useEffect, useState } from "preact/hooks";
 import { call, type Session } from "../api.ts";
-import { ErrorLine, Section, fmtTime } from "../ui.tsx";
+import { Loaded, Section, fmtTime } from "../ui.tsx";
 
 interface Operation {
   id: string;
@@ -39,20 +39,14 @@ export function AdminOperations({ session }: { session: Session }) {
   });
   return (
     <Section title="Operations">
-      <div class="row">
-        <button type="button" onClick={refresh}>
-          Refresh
-        </button>
-      </div>
-      <ErrorLine error={error} />
-      {data === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <>
-          <OperationTable title="Queue" caption={`${data.queue.length} queued or claimed`} ops={data.queue} />
-          <OperationTable title="Recent failures" caption={`the last ${FAILURES_SHOWN} at most, newest first`} ops={data.failed} failures />
-        </>
-      )}
+      <Loaded value={data} error={error} refresh={refresh}>
+        {(data) => (
+            <>
+              <OperationTable title="Queue" caption={`${data.queue.length} queued or claimed`} ops={data.queue} />
+              <OperationTable title="Recent failures" caption={`the last ${FAILURES_SHOWN} at most, newest first`} ops={data.failed} failures />
+            </>
+        )}
+      </Loaded>
     </Section>
   );
 }
@@ -120,29 +114,23 @@ export function PlacementCensus({ session }: { session: Session }) {
   const { data, error, refresh } = useRead(session, () => call<Census>(session, "GET", "/admin/api/v1/placement/census"));
   return (
     <Section title="Placement census">
-      <div class="row">
-        <button type="button" onClick={refresh}>
-          Refresh
-        </button>
-      </div>
-      <ErrorLine error={error} />
-      {data === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <>
-          <dl class="facts">
-            <dt>Environment gate</dt>
-            <dd data-gate={data.gate}>{data.gate}</dd>
-            <dt>Computed</dt>
-            <dd>{fmtTime(data.computed_at)}</dd>
-          </dl>
-          {data.gate === "off" ? (
-            <p class="hint">The gate is off: placement ignores environments and the leader does not report these as metrics; the figures are computed here anyway.</p>
-          ) : null}
-          <CensusTable title="Running sandboxes" label="Placement" counts={data.running} />
-          <CensusTable title="Pending sandboxes" label="Reason" counts={data.pending} />
-        </>
-      )}
+      <Loaded value={data} error={error} refresh={refresh}>
+        {(data) => (
+            <>
+              <dl class="facts">
+                <dt>Environment gate</dt>
+                <dd data-gate={data.gate}>{data.gate}</dd>
+                <dt>Computed</dt>
+                <dd>{fmtTime(data.computed_at)}</dd>
+              </dl>
+              {data.gate === "off" ? (
+                <p class="hint">The gate is off: placement ignores environments and the leader does not report these as metrics; the figures are computed here anyway.</p>
+              ) : null}
+              <CensusTable title="Running sandboxes" label="Placement" counts={data.running} />
+              <CensusTable title="Pending sandboxes" label="Reason" counts={data.pending} />
+            </>
+        )}
+      </Loaded>
     </Section>
   );
 }

@@ -2,7 +2,7 @@
 // (each with its keys and tokens: keys.tsx).
 import { useEffect, useState } from "preact/hooks";
 import { call, live, type FleetNode, type Session, type WarmPool } from "../api.ts";
-import { Confirm, ErrorLine, Section, fmtTime } from "../ui.tsx";
+import { Confirm, ErrorLine, Loaded, Section, fmtTime } from "../ui.tsx";
 
 interface Fleet {
   nodes: FleetNode[];
@@ -24,60 +24,59 @@ export function Nodes({ session }: { session: Session }) {
   const keys = [...new Set((fleet?.nodes ?? []).flatMap((n) => Object.keys(n.capacity)))].sort();
   return (
     <Section title="Nodes">
-      <ErrorLine error={error} />
-      {fleet === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <table aria-label="Nodes">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Status</th>
-              <th scope="col">Sandboxes</th>
-              {keys.map((k) => (
-                <th scope="col">{k} used / capacity</th>
-              ))}
-              <th scope="col">Heartbeat</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {fleet.nodes.map((n) => (
-              <tr key={n.id} data-node={n.name}>
-                <td title={n.id}>
-                  {n.name}
-                  <br />
-                  <small>
-                    {n.address} · {n.node_group} · {n.version}
-                  </small>
-                </td>
-                <td>
-                  <span class={`state ${n.status}`} data-status={n.status}>
-                    {n.status}
-                    {n.drain_mode ? ` (${n.drain_mode})` : ""}
-                  </span>
-                  {n.status_reason ? <small> {n.status_reason}</small> : null}
-                </td>
-                <td>{n.resident_sandboxes}</td>
-                {keys.map((k) => (
-                  <td>{usage(n, k)}</td>
+      <Loaded value={fleet} error={error}>
+        {(fleet) => (
+            <table aria-label="Nodes">
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">Status</th>
+                  <th scope="col">Sandboxes</th>
+                  {keys.map((k) => (
+                    <th scope="col">{k} used / capacity</th>
+                  ))}
+                  <th scope="col">Heartbeat</th>
+                  <th scope="col">Actions</th>
+                </tr>
+              </thead>
+              <tbody>
+                {fleet.nodes.map((n) => (
+                  <tr key={n.id} data-node={n.name}>
+                    <td title={n.id}>
+                      {n.name}
+                      <br />
+                      <small>
+                        {n.address} · {n.node_group} · {n.version}
+                      </small>
+                    </td>
+                    <td>
+                      <span class={`state ${n.status}`} data-status={n.status}>
+                        {n.status}
+                        {n.drain_mode ? ` (${n.drain_mode})` : ""}
+                      </span>
+                      {n.status_reason ? <small> {n.status_reason}</small> : null}
+                    </td>
+                    <td>{n.resident_sandboxes}</td>
+                    {keys.map((k) => (
+                      <td>{usage(n, k)}</td>
+                    ))}
+                    <td>{fmtTime(n.last_heartbeat_at)}</td>
+                    <td class="row">
+                      {n.status === "ready" ? (
+                        <>
+                          <Confirm label="Drain" question={`Drain node ${n.name}? No new sandboxes are placed on it; its residents stay.`} onConfirm={() => act(n.id, "drain", { mode: "gentle" })} />
+                          <Confirm label="Fence" danger question={`Fence node ${n.name}? It is treated as lost: nothing is placed on it and it may not register.`} onConfirm={() => act(n.id, "fence", { reason: "fenced from the dashboard" })} />
+                        </>
+                      ) : (
+                        <Confirm label="Ready" question={`Mark node ${n.name} ready (clear its drain or fence)?`} onConfirm={() => act(n.id, "ready", {})} />
+                      )}
+                    </td>
+                  </tr>
                 ))}
-                <td>{fmtTime(n.last_heartbeat_at)}</td>
-                <td class="row">
-                  {n.status === "ready" ? (
-                    <>
-                      <Confirm label="Drain" question={`Drain node ${n.name}? No new sandboxes are placed on it; its residents stay.`} onConfirm={() => act(n.id, "drain", { mode: "gentle" })} />
-                      <Confirm label="Fence" danger question={`Fence node ${n.name}? It is treated as lost: nothing is placed on it and it may not register.`} onConfirm={() => act(n.id, "fence", { reason: "fenced from the dashboard" })} />
-                    </>
-                  ) : (
-                    <Confirm label="Ready" question={`Mark node ${n.name} ready (clear its drain or fence)?`} onConfirm={() => act(n.id, "ready", {})} />
-                  )}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+              </tbody>
+            </table>
+        )}
+      </Loaded>
     </Section>
   );
 }
@@ -138,35 +137,34 @@ export function Tenants({ session }: { session: Session }) {
   }, [session]);
   return (
     <Section title="Tenants">
-      <ErrorLine error={error} />
-      {tenants === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <table aria-label="Tenants">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">ID</th>
-              <th scope="col">State</th>
-              <th scope="col">Credentials</th>
-            </tr>
-          </thead>
-          <tbody>
-            {tenants.map((t) => (
-              <tr key={t.id} data-tenant={t.name}>
-                <td>{t.name}</td>
-                <td>{t.id}</td>
-                <td>{t.disabledAt ? "disabled" : "active"}</td>
-                <td>
-                  <a href={`#/tenants/${t.id}`} aria-label={`Keys and tokens of ${t.name}`}>
-                    Keys and tokens
-                  </a>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Loaded value={tenants} error={error}>
+        {(tenants) => (
+            <table aria-label="Tenants">
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">ID</th>
+                  <th scope="col">State</th>
+                  <th scope="col">Credentials</th>
+                </tr>
+              </thead>
+              <tbody>
+                {tenants.map((t) => (
+                  <tr key={t.id} data-tenant={t.name}>
+                    <td>{t.name}</td>
+                    <td>{t.id}</td>
+                    <td>{t.disabledAt ? "disabled" : "active"}</td>
+                    <td>
+                      <a href={`#/tenants/${t.id}`} aria-label={`Keys and tokens of ${t.name}`}>
+                        Keys and tokens
+                      </a>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+        )}
+      </Loaded>
     </Section>
   );
 }

@@ -2,7 +2,7 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import type { ComponentType } from "preact";
 import { call, live, type Sandbox, type Session } from "../api.ts";
-import { Chart, Confirm, ErrorLine, Section, fmtTime } from "../ui.tsx";
+import { Chart, Confirm, ErrorLine, Loaded, Section, fmtTime } from "../ui.tsx";
 import type { EnvdTarget } from "../envd.ts";
 import { Files } from "./files.tsx";
 
@@ -61,50 +61,49 @@ export function SandboxList({ session }: { session: Session }) {
           <input value={meta} onInput={(e) => setMeta(e.currentTarget.value)} placeholder="key=value, key" />
         </label>
       </form>
-      <ErrorLine error={error} />
-      {list === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <table aria-label="Sandboxes" data-count={shown.length}>
-          <caption>
-            {shown.length} of {list.length} live sandboxes
-          </caption>
-          <thead>
-            <tr>
-              <th scope="col">ID</th>
-              <th scope="col">State</th>
-              <th scope="col">Template</th>
-              <th scope="col">vCPU / MiB</th>
-              <th scope="col">Metadata</th>
-              <th scope="col">Started</th>
-              <th scope="col">Ends</th>
-            </tr>
-          </thead>
-          <tbody>
-            {shown.map((s) => (
-              <tr key={s.id} data-sandbox={s.id}>
-                <td>
-                  <a href={`#/sandboxes/${s.id}`}>{s.id}</a>
-                </td>
-                <td>
-                  <span class={`state ${s.state}`}>{s.state}</span>
-                </td>
-                <td>{s.alias ?? s.template}</td>
-                <td>
-                  {s.vcpu} / {s.memory_mib}
-                </td>
-                <td>
-                  {Object.entries(s.metadata)
-                    .map(([k, v]) => `${k}=${v}`)
-                    .join(", ")}
-                </td>
-                <td>{fmtTime(s.started_at)}</td>
-                <td>{fmtTime(s.end_at)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Loaded value={list} error={error}>
+        {(list) => (
+            <table aria-label="Sandboxes" data-count={shown.length}>
+              <caption>
+                {shown.length} of {list.length} live sandboxes
+              </caption>
+              <thead>
+                <tr>
+                  <th scope="col">ID</th>
+                  <th scope="col">State</th>
+                  <th scope="col">Template</th>
+                  <th scope="col">vCPU / MiB</th>
+                  <th scope="col">Metadata</th>
+                  <th scope="col">Started</th>
+                  <th scope="col">Ends</th>
+                </tr>
+              </thead>
+              <tbody>
+                {shown.map((s) => (
+                  <tr key={s.id} data-sandbox={s.id}>
+                    <td>
+                      <a href={`#/sandboxes/${s.id}`}>{s.id}</a>
+                    </td>
+                    <td>
+                      <span class={`state ${s.state}`}>{s.state}</span>
+                    </td>
+                    <td>{s.alias ?? s.template}</td>
+                    <td>
+                      {s.vcpu} / {s.memory_mib}
+                    </td>
+                    <td>
+                      {Object.entries(s.metadata)
+                        .map(([k, v]) => `${k}=${v}`)
+                        .join(", ")}
+                    </td>
+                    <td>{fmtTime(s.started_at)}</td>
+                    <td>{fmtTime(s.end_at)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+        )}
+      </Loaded>
     </Section>
   );
 }

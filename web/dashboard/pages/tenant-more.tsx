@@ -1,7 +1,7 @@
 // Tenant view: templates with their builds and build logs, and operations.
 import { useEffect, useState } from "preact/hooks";
 import { call, type Session } from "../api.ts";
-import { ErrorLine, Section, fmtTime } from "../ui.tsx";
+import { Loaded, Section, fmtTime } from "../ui.tsx";
 
 interface Build {
   id: string;
@@ -32,45 +32,44 @@ export function Templates({ session }: { session: Session }) {
   };
   return (
     <Section title="Templates">
-      <ErrorLine error={error} />
-      {templates === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <table aria-label="Templates">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">ID</th>
-              <th scope="col">Owner</th>
-              <th scope="col">Builds</th>
-            </tr>
-          </thead>
-          <tbody>
-            {templates.map((t) => (
-              <tr key={t.id}>
-                <td>{t.name}</td>
-                <td>{t.id}</td>
-                <td>
-                  {t.owner}
-                  {t.public ? ", public" : ""}
-                </td>
-                <td>
-                  <ul class="plain">
-                    {t.builds.slice(0, 5).map((b) => (
-                      <li>
-                        <span class={`state ${b.status}`}>{b.status}</span> {fmtTime(b.created_at)} {b.error ? `— ${b.error}` : ""}{" "}
-                        <button type="button" onClick={() => showLogs(t, b).catch((e: Error) => setError(e.message))}>
-                          Logs
-                        </button>
-                      </li>
-                    ))}
-                  </ul>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Loaded value={templates} error={error}>
+        {(templates) => (
+            <table aria-label="Templates">
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">ID</th>
+                  <th scope="col">Owner</th>
+                  <th scope="col">Builds</th>
+                </tr>
+              </thead>
+              <tbody>
+                {templates.map((t) => (
+                  <tr key={t.id}>
+                    <td>{t.name}</td>
+                    <td>{t.id}</td>
+                    <td>
+                      {t.owner}
+                      {t.public ? ", public" : ""}
+                    </td>
+                    <td>
+                      <ul class="plain">
+                        {t.builds.slice(0, 5).map((b) => (
+                          <li>
+                            <span class={`state ${b.status}`}>{b.status}</span> {fmtTime(b.created_at)} {b.error ? `— ${b.error}` : ""}{" "}
+                            <button type="button" onClick={() => showLogs(t, b).catch((e: Error) => setError(e.message))}>
+                              Logs
+                            </button>
+                          </li>
+                        ))}
+                      </ul>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+        )}
+      </Loaded>
       {logs ? (
         <Section title={`Logs: ${logs.title}`}>
           <pre class="logs" tabIndex={0}>
@@ -99,35 +98,34 @@ export function Operations({ session }: { session: Session }) {
   }, [session]);
   return (
     <Section title="Operations">
-      <ErrorLine error={error} />
-      {ops === null ? (
-        <p aria-busy="true">Loading…</p>
-      ) : (
-        <table aria-label="Operations">
-          <thead>
-            <tr>
-              <th scope="col">Queued</th>
-              <th scope="col">Kind</th>
-              <th scope="col">Target</th>
-              <th scope="col">State</th>
-              <th scope="col">Failure</th>
-            </tr>
-          </thead>
-          <tbody>
-            {ops.map((o) => (
-              <tr key={o.id}>
-                <td>{fmtTime(o.queued_at)}</td>
-                <td>{o.kind}</td>
-                <td>{o.target}</td>
-                <td>
-                  <span class={`state ${o.state}`}>{o.state}</span>
-                </td>
-                <td>{o.failure ? `${o.failure.code}: ${o.failure.message}` : ""}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      )}
+      <Loaded value={ops} error={error}>
+        {(ops) => (
+            <table aria-label="Operations">
+              <thead>
+                <tr>
+                  <th scope="col">Queued</th>
+                  <th scope="col">Kind</th>
+                  <th scope="col">Target</th>
+                  <th scope="col">State</th>
+                  <th scope="col">Failure</th>
+                </tr>
+              </thead>
+              <tbody>
+                {ops.map((o) => (
+                  <tr key={o.id}>
+                    <td>{fmtTime(o.queued_at)}</td>
+                    <td>{o.kind}</td>
+                    <td>{o.target}</td>
+                    <td>
+                      <span class={`state ${o.state}`}>{o.state}</span>
+                    </td>
+                    <td>{o.failure ? `${o.failure.code}: ${o.failure.message}` : ""}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+        )}
+      </Loaded>
     </Section>
   );
 }
