@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -187,6 +187,34 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     } finally {
       await b.agent.manager!.kill(d.sandboxId, AbortSignal.timeout(60_000));
     }
+  });
+
+  it("a drop while the copy is being published stops the publication and frees the copy (btrfs refuses to delete a subvolume being sent)", async () => {
+    const d = spec({ memoryMib: 256, diskMib: 2048 });
+    await a.agent.manager!.create(d, AbortSignal.timeout(120_000));
+    // 1 GiB of incompressible data: the disk part's send lasts seconds, so the drop lands inside it.
+    const w = await sh(a, d.sandboxId, "head -c 1G /dev/urandom > /home/user/big; echo rc=$?", "user", 120_000);
+    assert.match(w.stdout, /rc=0/, w.stderr);
+    const local = await a.agent.snapshots!.suspend(d.sandboxId, newSnapshotId(), { upload: false }, AbortSignal.timeout(300_000));
+    const publishing = a.agent.snapshots!.publish(local.snapshotId, AbortSignal.timeout(300_000));
+    publishing.catch(() => undefined);
+    const tmp = join(blobDir, ".tmp");
+    const written = async () => {
+      let n = 0;
+      for (const f of await readdir(tmp).catch(() => [] as string[])) if (f.endsWith(".part")) n += (await stat(join(tmp, f)).catch(() => ({ size: 0 }))).size;
+      return n;
+    };
+    const t0 = Date.now();
+    while ((await written()) < 64 * 1048576) {
+      assert.ok(Date.now() - t0 < 60_000, "the publication never started writing");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await a.agent.snapshots!.dropLocal(local.snapshotId);
+    await assert.rejects(publishing, "the publication of a dropped copy fails");
+    assert.equal(await a.agent.snapshots!.hasLocal(local.snapshotId), false, "the copy is gone");
+    const subvolumes = await exec("btrfs", ["subvolume", "list", a.agent.disks!.cache.mountPath], { timeoutMs: 30_000 });
+    assert.doesNotMatch(subvolumes.stdout, new RegExp(`snapshots/${local.snapshotId}/`), "its disk subvolume is deleted");
+    assert.equal(await written(), 0, "no part is left half-written in the blob store");
   });
 
     it("refuses a stream that fails its checksum (rejects_corrupted_stream)", async () => {

@@ -7,10 +7,11 @@ import { PassThrough } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { SpaceError } from "../../core/errors.ts";
 
-/** A running command's stdout; `done` rejects naming the command and its stderr tail. */
+/** A running command's stdout; `done` rejects naming the command and its stderr tail; `kill` ends it when its reader gave up. */
 export interface SpawnedStream {
   stdout: NodeJS.ReadableStream;
   done: Promise<void>;
+  kill(): void;
 }
 
 /** Runs argv; its stdout as a stream. */
@@ -24,7 +25,7 @@ export function spawnStream(argv: string[], signal: AbortSignal): SpawnedStream 
   });
   const out = new PassThrough();
   child.stdout!.pipe(out);
-  return { stdout: out, done };
+  return { stdout: out, done, kill: () => void child.kill("SIGKILL") };
 }
 
 /** Feeds `src` to argv's stdin; rejects (failed_precondition) when the command refuses it. */

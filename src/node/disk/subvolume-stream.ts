@@ -25,8 +25,18 @@ export interface BlobPart {
 /** A command's output stored at `key`, encrypted under `dataKey` when given. */
 export async function putOutput(blob: BlobStore, key: string, src: SpawnedStream, dataKey: Buffer | undefined, signal: AbortSignal): Promise<BlobPart> {
   const body = dataKey ? src.stdout.pipe(encryptStream(dataKey, key)) : src.stdout;
-  const [info] = await Promise.all([blob.put(key, body as Readable, signal), src.done]);
-  return { key, sizeBytes: info.sizeBytes, sha256: info.sha256 };
+  // A failed or aborted put answers only once the producer has exited (nothing reads it any
+  // more, so it is ended): the caller may then free what it was reading.
+  const [info, done] = await Promise.allSettled([
+    blob.put(key, body as Readable, signal).catch((e: unknown) => {
+      src.kill();
+      throw e;
+    }),
+    src.done,
+  ]);
+  if (info.status === "rejected") throw info.reason;
+  if (done.status === "rejected") throw done.reason;
+  return { key, sizeBytes: info.value.sizeBytes, sha256: info.value.sha256 };
 }
 
 /** `btrfs send` of the read-only subvolume `path` (against `parent` when given) stored at `key`. */

@@ -93,8 +93,8 @@ export class NodeSnapshots {
   private readonly receivingParents = new Map<string, Promise<void>>();
   /** Parents being published (uuid → publish): concurrent suspends of one template send it once. */
   private readonly publishingParents = new Map<string, Promise<void>>();
-  /** Publications in flight (snapshot id → its durable descriptor). */
-  private readonly publishing = new Map<string, Promise<SnapshotDescriptor>>();
+  /** Publications in flight (snapshot id → its durable descriptor, and the abort a drop of the copy pulls). */
+  private readonly publishing = new Map<string, { done: Promise<SnapshotDescriptor>; abort: AbortController }>();
   /** Restores and publications using a local copy (snapshot id → count): the reaper never frees these. */
   private readonly users = new Map<string, number>();
   /** Local copies being reaped: a restore waits, then fetches the snapshot again. */
@@ -267,23 +267,26 @@ export class NodeSnapshots {
     if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
     if (!this.o.blob) throw new SpaceError("failed_precondition", `snapshot ${snapshotId} cannot be published: this node has no blob store`);
     const running = this.publishing.get(snapshotId);
-    if (running) return running;
+    if (running) return running.done;
     this.users.set(snapshotId, (this.users.get(snapshotId) ?? 0) + 1);
+    const abort = new AbortController();
+    const sig = AbortSignal.any([signal, abort.signal]);
     const p = (async () => {
       const meta = await readFile(join(this.localDir(snapshotId), "meta.json"), "utf8").then((t) => JSON.parse(t) as LocalMeta, () => undefined);
       if (!meta || !(await exists(this.diskPath(snapshotId)))) throw new SpaceError("not_found", `snapshot ${snapshotId} has no local copy on this node`);
-      return this.finish(meta, true, {}, signal);
+      return this.finish(meta, true, {}, sig, signal);
     })().finally(() => {
       this.publishing.delete(snapshotId);
       const n = (this.users.get(snapshotId) ?? 1) - 1;
       if (n > 0) this.users.set(snapshotId, n);
       else this.users.delete(snapshotId);
     });
-    this.publishing.set(snapshotId, p);
+    this.publishing.set(snapshotId, { done: p, abort });
     return p;
   }
 
-  private async finish(meta: LocalMeta, upload: boolean, timings: Record<string, number>, signal: AbortSignal): Promise<SnapshotDescriptor> {
+  /** `parentSignal`: the template parent's upload is shared by every snapshot of it, so only the caller's own signal may stop it. */
+  private async finish(meta: LocalMeta, upload: boolean, timings: Record<string, number>, signal: AbortSignal, parentSignal = signal): Promise<SnapshotDescriptor> {
     const desc: SnapshotDescriptor = {
       snapshotId: meta.snapshotId,
       sourceSandboxId: meta.sourceSandboxId,
@@ -301,7 +304,7 @@ export class NodeSnapshots {
     const dataKey = this.o.clusterKey ? newDataKey() : undefined;
     if (dataKey) desc.wrappedKey = wrapKey(this.o.clusterKey!, dataKey);
     const ext = dataKey ? ".enc" : "";
-    await this.publishParent(meta.parentPath, meta.parentUuid, signal);
+    await this.publishParent(meta.parentPath, meta.parentUuid, parentSignal);
     const put = async (kind: "memory" | "disk", stored: Promise<BlobPart>) => {
       const part = await stored;
       desc.parts.push({ kind, ...part });
@@ -309,10 +312,11 @@ export class NodeSnapshots {
     };
     const base = `snapshots/${meta.snapshotId}`;
     const memoryKey = `${base}/memory.tar${ext}`;
-    await Promise.all([
+    // Settled, not raced: after a failure (or a drop's abort) no tar or send of the copy still runs.
+    await settleAll([
       meta.checkpoint
         ? put("memory", putOutput(blob, memoryKey, spawnStream(["tar", "-C", join(this.localDir(meta.snapshotId), "image"), "-cf", "-", "."], signal), dataKey, signal))
-        : undefined,
+        : Promise.resolve(),
       put("disk", putSubvolume(blob, `${base}/disk.btrfs${ext}`, this.diskPath(meta.snapshotId), { parent: meta.parentPath, dataKey }, signal)),
     ]);
     desc.parts.sort((a, b) => a.kind.localeCompare(b.kind));
@@ -545,9 +549,18 @@ export class NodeSnapshots {
     this.o.logger.info({ parentUuid: uuid, encrypted: Boolean(rec) }, "snapshot parent received from the blob store");
   }
 
-  /** Frees the local copy (memory image and disk snapshot). Absent = ok. */
+  /**
+   * Frees the local copy (memory image and disk snapshot). Absent = ok. A publication of it
+   * still running is stopped first: btrfs refuses to delete a subvolume while it is being
+   * sent, and a dropped snapshot's upload has no reader.
+   */
   async dropLocal(snapshotId: string): Promise<void> {
     if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
+    const publishing = this.publishing.get(snapshotId);
+    if (publishing) {
+      publishing.abort.abort(new SpaceError("not_found", `snapshot ${snapshotId} was dropped while it was being published`));
+      await publishing.done.catch(() => undefined);
+    }
     await btrfs.subvolumeDelete(this.diskPath(snapshotId)).catch(() => undefined);
     await rm(join(this.cacheSnaps, snapshotId), { recursive: true, force: true });
     await rm(this.localDir(snapshotId), { recursive: true, force: true });
