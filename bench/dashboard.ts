@@ -13,7 +13,7 @@
  * N does not fit, a second node on the same host joins (test/support/two-nodes.ts), so a
  * 2-CPU machine still lists 200 real sandboxes; the output says how many nodes there were.
  */
-import { cpus } from "node:os";
+import { cpus, loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
 import { Sandbox } from "e2b";
 import type { Page } from "playwright-core";
@@ -52,6 +52,9 @@ try {
     if (failed) throw failed.reason;
   }
   process.stdout.write(`created ${made.length} sandboxes in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+  // What else the host runs while the pages load (the sandboxes' own settling after a burst shows here).
+  const load = () => loadavg().map((x) => x.toFixed(1)).join(" ");
+  process.stdout.write(`host load average before the loads: ${load()}\n`);
 
   const session = (role: string, secret: string) => JSON.stringify({ role, secret, sandboxUrl: stack.sandboxUrl });
   const timed = async (role: string, secret: string, hash: string, ready: (p: Page) => Promise<unknown>) => {
@@ -78,7 +81,7 @@ try {
     const ms: number[] = [];
     for (let r = 0; r < ROUNDS; r++) ms.push(await run());
     ms.sort((a, b) => a - b);
-    process.stdout.write(`${name.padEnd(22)} median ${ms[Math.floor(ms.length / 2)]!.toFixed(0)} ms  max ${ms.at(-1)!.toFixed(0)} ms  (${ROUNDS} cold loads)\n`);
+    process.stdout.write(`${name.padEnd(22)} median ${ms[Math.floor(ms.length / 2)]!.toFixed(0)} ms  max ${ms.at(-1)!.toFixed(0)} ms  (${ROUNDS} cold loads; load average ${load()})\n`);
   }
 } finally {
   await browser.close();
