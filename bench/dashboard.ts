@@ -4,7 +4,9 @@
  * e2b SDK, then in chromium (test/support/browser.ts) times, per round, a cold load of
  * each page until its content is on screen: the sandboxes list with all N rows (the first
  * event of the live stream), one sandbox's detail with its charts, the operator's nodes.
- * Run: npm run bench -- dashboard [--count N] [--rounds R]   (N defaults to 200, R to 5)
+ * Run: npm run bench -- dashboard [--count N] [--rounds R] [--settle S]   (N defaults to 200, R to 5)
+ * `--settle S` waits S seconds after the burst before timing (default 0: right after it, while
+ * the new sandboxes still settle); the host's load average is printed either way.
  *
  * Placement counts 1 vCPU, 128 MiB and the default 2 GiB disk per sandbox against the host
  * times the overcommit (disk: the node's cache image ×4, so each node's sparse image is made
@@ -27,6 +29,7 @@ const argOf = (name: string, d: number) => {
 };
 const COUNT = argOf("--count", 200);
 const ROUNDS = argOf("--rounds", 5);
+const SETTLE_S = argOf("--settle", 0);
 
 const VCPU_OVERCOMMIT = 64;
 const nodeEnv = { SPACE_NODE_MAX_SLOTS: String(COUNT + 20), SPACE_NODE_BTRFS_IMAGE_GIB: "256" };
@@ -54,6 +57,7 @@ try {
   process.stdout.write(`created ${made.length} sandboxes in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
   // What else the host runs while the pages load (the sandboxes' own settling after a burst shows here).
   const load = () => loadavg().map((x) => x.toFixed(1)).join(" ");
+  if (SETTLE_S > 0) await new Promise((r) => setTimeout(r, SETTLE_S * 1000));
   process.stdout.write(`host load average before the loads: ${load()}\n`);
 
   const session = (role: string, secret: string) => JSON.stringify({ role, secret, sandboxUrl: stack.sandboxUrl });
