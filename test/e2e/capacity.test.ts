@@ -44,9 +44,23 @@ describe("capacity: reserved at placement, freed at once (e2b SDK)", { skip, tim
 
     const gone = created.shift()!;
     await gone.kill();
-    const next = await Sandbox.create("base", { ...base, timeoutMs: 300_000 });
+    // One raw create, no retry (an SDK that retries a 429 could hide a refusal window): 201 at once.
+    const rawCreate = () =>
+      fetch(`${stack.apiUrl}/sandboxes`, {
+        method: "POST",
+        headers: { "X-API-Key": stack.apiKey, "content-type": "application/json" },
+        body: JSON.stringify({ templateID: "base", timeout: 300 }),
+      });
+    const admitted = await rawCreate();
+    assert.equal(admitted.status, 201, await admitted.clone().text());
+    const next = await Sandbox.connect(((await admitted.json()) as { sandboxID: string }).sandboxID, base);
     created.push(next);
     assert.equal((await next.commands.run("echo next")).stdout.trim(), "next");
+    // Full again: E2B's answer, 429 with Retry-After, naming the resource.
+    const full = await rawCreate();
+    assert.equal(full.status, 429, await full.clone().text());
+    assert.equal(full.headers.get("retry-after"), "1");
+    assert.match(await full.text(), /full \(network slots\)/);
     await assert.rejects(Sandbox.create("base", { ...base, timeoutMs: 300_000 }), (e: unknown) => e instanceof RateLimitError && /full \(network slots\)/.test(e.message));
   });
 
