@@ -17,6 +17,7 @@ import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { newSnapshotId } from "../../src/store/snapshots.ts";
 import type { SnapshotDescriptor } from "../../src/contract/snapshot-descriptor.ts";
 import { hasRealEnvd, isRoot, sh, spec, startTestNode, type TestNode } from "../node/helpers.ts";
+import { waitFor } from "../support/wait.ts";
 
 const criu = join(process.cwd(), ".tools", "criu", "criu");
 const skip = !isRoot ? "needs root" : !hasRealEnvd ? "needs dist/envd (npm run build:envd)" : false;
@@ -206,11 +207,7 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     };
     // The memory part stored (so the template parent was too) and the disk part under way: the send runs.
     const memoryStored = () => readdir(join(blobDir, "snapshots", local.snapshotId)).then((f) => f.some((n) => n.startsWith("memory.tar")), () => false);
-    const t0 = Date.now();
-    while (!(await memoryStored()) || (await written()) < 16 * 1048576) {
-      assert.ok(Date.now() - t0 < 120_000, "the publication never reached the disk part");
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await waitFor(async () => (await memoryStored()) && (await written()) >= 16 * 1048576, "the publication to reach the disk part", 120_000, 20);
     await a.agent.snapshots!.dropLocal(local.snapshotId);
     await assert.rejects(publishing, "the publication of a dropped copy fails");
     assert.equal(await a.agent.snapshots!.hasLocal(local.snapshotId), false, "the copy is gone");
