@@ -143,6 +143,7 @@ const vars = {
   SPACE_NODE_DISK_RESERVE_MIB: [int(0, 10_000_000), "8192", "disk kept free by admission"],
   SPACE_NODE_SLOT_CIDR: [z.string().regex(/^\d+\.\d+\.\d+\.\d+\/\d+$/, "a CIDR such as 10.200.0.0/16"), "10.200.0.0/16", "sandbox address range"],
   SPACE_NODE_MAX_SLOTS: [int(1, 60_000), "1000", "max network slots (advertised capacity)"],
+  SPACE_NODE_BOOT_CONCURRENCY: [int(0, 1024), "0", "sandboxes a node starts at once (runtime start to envd ready; the rest wait their turn, creates before warm-pool refills); 0 = twice the CPUs"],
   SPACE_NODE_DNS_UPSTREAM: [dnsServer(), "", "where the node resolver forwards sandboxes' DNS queries (ip or ip:port); empty = the first nameserver of /etc/resolv.conf"],
   SPACE_NODE_GUARDRAILS: [cidrList(), "", "extra destinations no sandbox may reach whatever its policy (e.g. the control plane, the machine network), comma-separated IPv4/CIDRs"],
   SPACE_NODE_GUARDRAIL_EXCEPTIONS: [cidrList(), "", "destinations exempt from the platform guardrails (then judged by each sandbox's policy like any other), comma-separated IPv4/CIDRs; e.g. a metadata service the operator wants reachable"],

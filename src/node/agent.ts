@@ -305,6 +305,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           ...(volumes ? { volumes } : {}),
           network: slots ? new SlotAttachments(slots) : new HostAttachments(),
           discardInitOutput: runtime.kind === "runc",
+          bootConcurrency: config.SPACE_NODE_BOOT_CONCURRENCY,
           envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
           nodeBinary: deps.nodeBinary ?? process.execPath,
           ...(trust ? { trust } : {}),

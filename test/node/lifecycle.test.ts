@@ -51,7 +51,7 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     assert.equal(st.state, "running");
     // A slot address of this node's range (the harness picks a range no host route overlaps).
     assert.ok(inCidr(st.address, node.agent.slots!.range.cidr) && st.address !== node.agent.slots!.range.gateway, st.address);
-    for (const k of ["diskMs", "slotMs", "runtimeMs", "envdMs", "totalMs"]) assert.equal(typeof st.timings[k], "number", k);
+    for (const k of ["diskMs", "slotMs", "bootWaitMs", "runtimeMs", "envdMs", "totalMs"]) assert.equal(typeof st.timings[k], "number", k);
     // Readiness came by envd's word on the readiness FIFO, not by polling /health.
     assert.equal(typeof st.timings.envdEventMs, "number", JSON.stringify(st.timings));
     assert.equal(st.timings.envdPollMs, undefined, JSON.stringify(st.timings));

@@ -18,6 +18,7 @@ import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 import type { VolumeDisks } from "../disk/volume-disks.ts";
+import { BootGate } from "./boot-gate.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-http-client.ts";
 import { READY_FD, ReadyFifo } from "./envd-ready.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
@@ -61,6 +62,8 @@ export interface SandboxBootOptions {
   /** The operator's CAs, appended to each rootfs's trust store (SPACE_EXTRA_CA_CERTS_IN_SANDBOXES); absent = none. */
   trust?: RootfsTrust;
   envdReadyTimeoutMs?: number;
+  /** Boots from the runtime start to envd's readiness at once (boot-gate.ts); 0 or absent = twice the CPUs. */
+  bootConcurrency?: number;
   /** Bound on a template's ready command after its start command (default 30 s; past it the sandbox runs anyway). */
   templateReadyTimeoutMs?: number;
   logger: Logger;
@@ -92,6 +95,7 @@ export class SandboxBooter {
   /** Where the readiness FIFOs are made (the node's, never a sandbox's filesystem). */
   private readonly readyDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
+  readonly gate: BootGate;
   /** The logs dir, made once (again after a failure). */
   #logsMade: Promise<void> | undefined;
   /** The bound of envd's log ring (src/envd/log-ring.ts). */
@@ -103,6 +107,7 @@ export class SandboxBooter {
     this.logsDir = dirs.logs;
     this.readyDir = dirs.ready;
     this.envdLogEntries = envdLogEntries;
+    this.gate = new BootGate(o.bootConcurrency ?? 0);
   }
 
   /** The spec's volumes as bind mounts, each made on this node first when it is new here. */
@@ -210,48 +215,53 @@ export class SandboxBooter {
     };
     await Promise.all([identity, this.#logsDir(), this.o.runtime.prepare(run, signal)]);
     // runtimeMs = bundleMs (identity files, template info, FIFO, bundle) + the start itself.
-    timings.bundleMs = ms(t);
-    const tRun = performance.now();
-    if (via?.start) {
-      // A memory checkpoint comes back with its sockets: its addresses must be in place.
-      // (Measured: restoring while the slot or the disk quota is still being set up won under
-      // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
-      await slotConfigured;
-      await inChildSpan("runtime restore", "runtime", { "space.sandbox.id": id }, () => via.start!(id, signal));
-    } else
-      await inChildSpan("runtime start", "runtime", { "space.sandbox.id": id, "space.runtime": this.o.runtime.kind }, () =>
-        this.o.runtime.start(id, signal, fifo ? { readyFifo: fifo.path } : {}),
-      );
-    timings.runtimeStartMs = ms(tRun);
-    timings.runtimeMs = ms(t);
-    // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
-    const tSlot = performance.now();
-    await slotConfigured;
-    timings.slotWaitMs = ms(tSlot);
-    const tEnvd = performance.now();
-    await inChildSpan("node envd ready", "node", { "space.sandbox.id": id }, async () => {
-      const deadlineMs = this.o.envdReadyTimeoutMs ?? 15_000;
-      const alive = async () => (await this.o.runtime.state(id, signal))?.status === "running";
-      const failed = async (e: unknown): Promise<never> => {
-        const tail = await readFile(run.logPath, "utf8")
-          .then((x) => x.slice(-1500))
-          .catch(() => "");
-        throw new SpaceError(
-          "unavailable",
-          `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`,
+    const bundleMs = (timings.bundleMs = ms(t));
+    // From the start to envd's word: at most the gate's number of boots at once (boot-gate.ts).
+    const tGate = performance.now();
+    await this.gate.run(s.spec.background === true, signal, async () => {
+      timings.bootWaitMs = ms(tGate);
+      const tRun = performance.now();
+      if (via?.start) {
+        // A memory checkpoint comes back with its sockets: its addresses must be in place.
+        // (Measured: restoring while the slot or the disk quota is still being set up won under
+        // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
+        await slotConfigured;
+        await inChildSpan("runtime restore", "runtime", { "space.sandbox.id": id }, () => via.start!(id, signal));
+      } else
+        await inChildSpan("runtime start", "runtime", { "space.sandbox.id": id, "space.runtime": this.o.runtime.kind }, () =>
+          this.o.runtime.start(id, signal, fifo ? { readyFifo: fifo.path } : {}),
         );
-      };
-      const word = fifo ? await fifo.wait(Math.min(READY_EVENT_GRACE_MS, deadlineMs), signal).catch(failed) : undefined;
-      if (word === "ready") timings.envdEventMs = ms(tEnvd);
-      else {
-        // Every writer gone without the word: the init died, or it does not signal.
-        if (word === "closed" && !(await alive())) await failed(new Error("the sandbox's init exited before envd was ready"));
-        const left = Math.max(1, deadlineMs - (performance.now() - tEnvd));
-        await waitEnvdHealthy(s.address, s.envdPort, { deadlineMs: left, signal, alive }).catch(failed);
-        timings.envdPollMs = ms(tEnvd);
-      }
+      timings.runtimeStartMs = ms(tRun);
+      timings.runtimeMs = Math.round((bundleMs + timings.runtimeStartMs) * 10) / 10;
+      // The slot's setup overlapped the disk and the runtime start; what is left of it is on the path.
+      const tSlot = performance.now();
+      await slotConfigured;
+      timings.slotWaitMs = ms(tSlot);
+      const tEnvd = performance.now();
+      await inChildSpan("node envd ready", "node", { "space.sandbox.id": id }, async () => {
+        const deadlineMs = this.o.envdReadyTimeoutMs ?? 15_000;
+        const alive = async () => (await this.o.runtime.state(id, signal))?.status === "running";
+        const failed = async (e: unknown): Promise<never> => {
+          const tail = await readFile(run.logPath, "utf8")
+            .then((x) => x.slice(-1500))
+            .catch(() => "");
+          throw new SpaceError(
+            "unavailable",
+            `${e instanceof Error ? e.message : String(e)}${tail ? `; init log: ${tail.trim()}` : ""}`,
+          );
+        };
+        const word = fifo ? await fifo.wait(Math.min(READY_EVENT_GRACE_MS, deadlineMs), signal).catch(failed) : undefined;
+        if (word === "ready") timings.envdEventMs = ms(tEnvd);
+        else {
+          // Every writer gone without the word: the init died, or it does not signal.
+          if (word === "closed" && !(await alive())) await failed(new Error("the sandbox's init exited before envd was ready"));
+          const left = Math.max(1, deadlineMs - (performance.now() - tEnvd));
+          await waitEnvdHealthy(s.address, s.envdPort, { deadlineMs: left, signal, alive }).catch(failed);
+          timings.envdPollMs = ms(tEnvd);
+        }
+      });
+      timings.envdMs = ms(tEnvd);
     });
-    timings.envdMs = ms(tEnvd);
     if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
       const tInit = performance.now();
       await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
