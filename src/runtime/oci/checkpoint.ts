@@ -101,15 +101,14 @@ class RuncCheckpointer implements Checkpointer {
     await writeFile(conf, DUMP_CONFIG);
     const args = [...(await this.base()), "checkpoint", "--image-path", imageDir, "--work-path", work, "--tcp-established", "--file-locks"];
     if (opts.leaveRunning) args.push("--leave-running");
-    // With --leave-running the container keeps writing its log: record the size CRIU saw.
-    // The init is frozen during the dump; the size read right before is what it records
-    // unless the init writes in between (envd logs little), so the restore side pads/truncates.
+    // CRIU records the log's size; the restore recreates the file at a size (prepareLog). Read
+    // just after the dump: the init was frozen through it and, left running, envd logs little.
     const r = await exec("runc", [...args, id], { timeoutMs: T, signal: opts.signal, allowFailure: true, env: { ...process.env, CRIU_CONFIG_FILE: conf } });
     if (r.exitCode !== 0) {
       const tail = await readFile(join(work, "dump.log"), "utf8").then((t) => t.split("\n").filter((l) => /Error|error/.test(l)).slice(-6).join("\n"), () => "");
       throw new SpaceError("internal", `runc checkpoint ${id} failed: ${r.stderr.trim().slice(-800)}${tail ? `\n${tail}` : ""}`);
     }
-    const logSize = await sizeInImage(imageDir, logPath).catch(async () => (logPath ? (await stat(logPath)).size : 0));
+    const logSize = logPath ? (await stat(logPath)).size : 0;
     return { logPath, logSize, config };
   }
 
@@ -158,11 +157,6 @@ export async function prepareLog(meta: CheckpointMeta, _currentLogPath: string):
   } finally {
     await fh.close();
   }
-}
-
-/** The size CRIU recorded for `path` (reg-files image, via `crit`-free parsing is not available): fall back to stat. */
-async function sizeInImage(_imageDir: string, _path: string): Promise<number> {
-  throw new Error("not parsed");
 }
 
 export async function writeMeta(dir: string, meta: CheckpointMeta): Promise<void> {
