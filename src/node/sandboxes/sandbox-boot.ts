@@ -18,7 +18,7 @@ import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 import type { VolumeDisks } from "../disk/volume-disks.ts";
-import { BootGate } from "./boot-gate.ts";
+import { BootQueue } from "./boot-queue.ts";
 import { httpStatusOf, waitEnvdHealthy } from "./envd-http-client.ts";
 import { READY_FD, ReadyFifo } from "./envd-ready.ts";
 import { ENVD_MOUNT, envdLaunch, NODE_MOUNT, type EnvdLaunch } from "./envd-launch.ts";
@@ -62,7 +62,7 @@ export interface SandboxBootOptions {
   /** The operator's CAs, appended to each rootfs's trust store (SPACE_EXTRA_CA_CERTS_IN_SANDBOXES); absent = none. */
   trust?: RootfsTrust;
   envdReadyTimeoutMs?: number;
-  /** Boots from the runtime start to envd's readiness at once (boot-gate.ts); 0 or absent = twice the CPUs. */
+  /** Boots from the runtime start to envd's readiness at once (boot-queue.ts); 0 or absent = twice the CPUs. */
   bootConcurrency?: number;
   /** Bound on a template's ready command after its start command (default 30 s; past it the sandbox runs anyway). */
   templateReadyTimeoutMs?: number;
@@ -95,7 +95,7 @@ export class SandboxBooter {
   /** Where the readiness FIFOs are made (the node's, never a sandbox's filesystem). */
   private readonly readyDir: string;
   private launch: Promise<EnvdLaunch> | undefined;
-  readonly gate: BootGate;
+  readonly #boots: BootQueue;
   /** The logs dir, made once (again after a failure). */
   #logsMade: Promise<void> | undefined;
   /** The bound of envd's log ring (src/envd/log-ring.ts). */
@@ -107,7 +107,7 @@ export class SandboxBooter {
     this.logsDir = dirs.logs;
     this.readyDir = dirs.ready;
     this.envdLogEntries = envdLogEntries;
-    this.gate = new BootGate(o.bootConcurrency ?? 0);
+    this.#boots = new BootQueue(o.bootConcurrency ?? 0);
   }
 
   /** The spec's volumes as bind mounts, each made on this node first when it is new here. */
@@ -216,9 +216,9 @@ export class SandboxBooter {
     await Promise.all([identity, this.#logsDir(), this.o.runtime.prepare(run, signal)]);
     // runtimeMs = bundleMs (identity files, template info, FIFO, bundle) + the start itself.
     const bundleMs = (timings.bundleMs = ms(t));
-    // From the start to envd's word: at most the gate's number of boots at once (boot-gate.ts).
+    // From the start to envd's word: at most the boot queue.s number of boots at once (boot-queue.ts).
     const tGate = performance.now();
-    await this.gate.run(s.spec.background === true, signal, async () => {
+    await this.#boots.run(s.spec.background === true, signal, async () => {
       timings.bootWaitMs = ms(tGate);
       const tRun = performance.now();
       if (via?.start) {

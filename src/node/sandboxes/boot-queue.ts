@@ -3,11 +3,11 @@
  * restore) to envd's readiness, the CPU-heavy part of a boot (a Node.js start is ~90 ms of
  * CPU). A burst of 100 cold creates on a 2-core node started all 100 inits together: each
  * got 1/50 of a core, none was ready before most were, and some missed envd's ready
- * deadline (503). Gated, they are ready in arrival order at the same total CPU, and the
+ * deadline (503). Queued, they are ready in arrival order at the same total CPU, and the
  * deadline counts from a boot's own start.
  *
  * Requests someone waits for go first; background boots (warm pool refills) take what is
- * left. The disk and network set-up before the gate stay concurrent (I/O and short execs).
+ * left. The disk and network set-up before the queue stay concurrent (I/O and short execs).
  */
 import { availableParallelism } from "node:os";
 import PQueue from "p-queue";
@@ -15,7 +15,7 @@ import PQueue from "p-queue";
 const FOREGROUND = 1;
 const BACKGROUND = 0;
 
-export class BootGate {
+export class BootQueue {
   readonly #queue: PQueue;
 
   /** `limit` 0 = twice the CPUs this process may use. */

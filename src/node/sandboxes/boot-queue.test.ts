@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { availableParallelism } from "node:os";
 import { describe, it } from "node:test";
-import { BootGate } from "./boot-gate.ts";
+import { BootQueue } from "./boot-queue.ts";
 
-/** A boot that runs until `finish()` is called; `started` says whether the gate let it start. */
+/** A boot that runs until `finish()` is called; `started` says whether the queue let it start. */
 function heldBoot(order: string[], name: string) {
   let finish!: () => void;
   const done = new Promise<void>((r) => (finish = r));
@@ -18,15 +18,15 @@ function heldBoot(order: string[], name: string) {
 
 const tick = () => new Promise((r) => setImmediate(r));
 
-describe("boot gate", () => {
+describe("boot queue", () => {
   it("starts at most its limit at once; the next starts when one ends", async () => {
-    const gate = new BootGate(2);
+    const queue = new BootQueue(2);
     const order: string[] = [];
     const boots = ["a", "b", "c"].map((n) => heldBoot(order, n));
-    const results = boots.map((b) => gate.run(false, AbortSignal.timeout(10_000), b.run));
+    const results = boots.map((b) => queue.run(false, AbortSignal.timeout(10_000), b.run));
     await tick();
     assert.deepEqual(order, ["a", "b"]);
-    assert.equal(gate.waiting, 1);
+    assert.equal(queue.waiting, 1);
     boots[0]!.finish();
     assert.equal(await results[0], "a");
     await tick();
@@ -37,17 +37,17 @@ describe("boot gate", () => {
   });
 
   it("a waiting create goes before waiting warm-pool refills, whatever their arrival order", async () => {
-    const gate = new BootGate(1);
+    const queue = new BootQueue(1);
     const order: string[] = [];
     const first = heldBoot(order, "first");
     const refill1 = heldBoot(order, "refill1");
     const refill2 = heldBoot(order, "refill2");
     const create = heldBoot(order, "create");
     const all = [
-      gate.run(false, AbortSignal.timeout(10_000), first.run),
-      gate.run(true, AbortSignal.timeout(10_000), refill1.run),
-      gate.run(true, AbortSignal.timeout(10_000), refill2.run),
-      gate.run(false, AbortSignal.timeout(10_000), create.run),
+      queue.run(false, AbortSignal.timeout(10_000), first.run),
+      queue.run(true, AbortSignal.timeout(10_000), refill1.run),
+      queue.run(true, AbortSignal.timeout(10_000), refill2.run),
+      queue.run(false, AbortSignal.timeout(10_000), create.run),
     ];
     for (const b of [first, create, refill1, refill2]) {
       await tick();
@@ -59,15 +59,15 @@ describe("boot gate", () => {
   });
 
   it("a boot whose caller gave up while it waited never runs, and frees its turn", async () => {
-    const gate = new BootGate(1);
+    const queue = new BootQueue(1);
     const order: string[] = [];
     const running = heldBoot(order, "running");
     const abandoned = heldBoot(order, "abandoned");
     const next = heldBoot(order, "next");
     const caller = new AbortController();
-    const r1 = gate.run(false, AbortSignal.timeout(10_000), running.run);
-    const r2 = gate.run(false, caller.signal, abandoned.run);
-    const r3 = gate.run(false, AbortSignal.timeout(10_000), next.run);
+    const r1 = queue.run(false, AbortSignal.timeout(10_000), running.run);
+    const r2 = queue.run(false, caller.signal, abandoned.run);
+    const r3 = queue.run(false, AbortSignal.timeout(10_000), next.run);
     await tick();
     caller.abort(new Error("create cancelled"));
     await assert.rejects(r2, /create cancelled/);
@@ -79,13 +79,13 @@ describe("boot gate", () => {
   });
 
   it("a failed boot frees its place", async () => {
-    const gate = new BootGate(1);
-    await assert.rejects(gate.run(false, AbortSignal.timeout(10_000), () => Promise.reject(new Error("runc run failed"))), /runc run failed/);
-    assert.equal(await gate.run(false, AbortSignal.timeout(10_000), async () => "after"), "after");
+    const queue = new BootQueue(1);
+    await assert.rejects(queue.run(false, AbortSignal.timeout(10_000), () => Promise.reject(new Error("runc run failed"))), /runc run failed/);
+    assert.equal(await queue.run(false, AbortSignal.timeout(10_000), async () => "after"), "after");
   });
 
   it("0 means twice the CPUs", () => {
-    assert.equal(new BootGate(0).concurrency, 2 * availableParallelism());
-    assert.equal(new BootGate(3).concurrency, 3);
+    assert.equal(new BootQueue(0).concurrency, 2 * availableParallelism());
+    assert.equal(new BootQueue(3).concurrency, 3);
   });
 });
