@@ -4,7 +4,7 @@
  * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
  * waited full before each phase), and the cold/warm ratio.
  *
- *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--postgres] [--json]
+ *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--phases 7] [--bare 20] [--postgres] [--json]
  *
  * Then a per-phase trace of one cold and one warm create and their first command (SDK → API →
  * store → node → envd → command): the SDK's times, and, when this bench started the stack, the
@@ -12,7 +12,15 @@
  * what the create took beyond the node is the API, the store, placement and the hops between.
  * And the command round trip (`commands.run('true')`, `--commands` times on one sandbox) through
  * the gateway and the node's proxy, beside its bare equivalent: the SDK straight to the
- * sandbox's envd (no gateway, no proxy). The node's bare runc + envd baseline is `bench -- node`.
+ * sandbox's envd (no gateway, no proxy).
+ *
+ * `--phases K` (a stack this bench started; 0 skips): the per-phase medians of K cold creates,
+ * K warm creates and K first commands, read from the platform's own OpenTelemetry spans: a
+ * second stack exports them (OTEL_EXPORTER_OTLP_ENDPOINT) to a receiver in this bench. That
+ * stack pays the tracing's own cost, so its totals sit a little above the rows measured first.
+ *
+ * `--bare N` (root; 0 skips): the bare baseline of a cold create in the same run: `bench -- node
+ * --n N`, which times `runc run` of the same rootfs until envd says it is ready, without SPACE.
  *
  * `--podman N` (a stack this bench started, podman installed): N × `podman run -d` of the same
  * rootfs (the node's `base` template, overlaid, `--network none`) + `podman exec … echo hi`, and
@@ -36,6 +44,7 @@ import { Sandbox } from "e2b";
 import { exec } from "../src/core/exec.ts";
 import { freshDb, type TestDb } from "../test/support/db.ts";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
+import { phasesOf, startOtlpReceiver, type Phase, type ReceivedSpan } from "../test/support/otlp-receiver.ts";
 
 /** Nearest-rank percentile. */
 function percentile(sorted: readonly number[], p: number): number {
@@ -66,6 +75,47 @@ function summarize(name: string, samples: Sample[], wallMs: number, failed: numb
   };
 }
 
+/** `bench -- node --n N`'s bare baseline: `runc run` of the same rootfs until envd's word, and the node's own create. */
+async function bareBaseline(n: number): Promise<{ runcToEnvdReadyMs: number; nodeCreateToReadyMs: number; runcRunMs: number }> {
+  const r = await exec(process.execPath, ["--import", "tsx", join(import.meta.dirname, "node.ts"), "--n", String(n)], { timeoutMs: 30 * 60_000 });
+  const out = JSON.parse(r.stdout.slice(r.stdout.indexOf("\n{") + 1)) as {
+    nodeCreateToReadyMs: { median: number };
+    baselineBareRunc: { runcRunMs: { median: number }; runcRunToEnvdReadyEventMs: { median: number } };
+  };
+  return {
+    runcToEnvdReadyMs: out.baselineBareRunc.runcRunToEnvdReadyEventMs.median,
+    runcRunMs: out.baselineBareRunc.runcRunMs.median,
+    nodeCreateToReadyMs: out.nodeCreateToReadyMs.median,
+  };
+}
+
+interface PhaseRow {
+  path: string[];
+  medianMs: number;
+  p99Ms: number;
+  /** In how many of the samples the phase appeared. */
+  seen: number;
+}
+
+/** Per-phase medians over samples (each one trace's phases), in the first sample's order. */
+function phaseMedians(samples: Phase[][]): PhaseRow[] {
+  const byPath = new Map<string, { path: string[]; ms: number[]; order: number }>();
+  samples.forEach((phases, i) =>
+    phases.forEach((p, j) => {
+      const key = p.path.join("\u0000");
+      const row = byPath.get(key) ?? { path: p.path, ms: [], order: i * 1000 + j };
+      row.ms.push(p.durationMs);
+      byPath.set(key, row);
+    }),
+  );
+  return [...byPath.values()]
+    .sort((a, b) => a.order - b.order)
+    .map((r) => {
+      const sorted = r.ms.sort((a, b) => a - b);
+      return { path: r.path, medianMs: percentile(sorted, 50), p99Ms: percentile(sorted, 99), seen: sorted.length };
+    });
+}
+
 async function main() {
   const { values } = parseArgs({
     options: {
@@ -75,6 +125,8 @@ async function main() {
       size: { type: "string", default: "50" },
       commands: { type: "string", default: "50" },
       podman: { type: "string", default: "0" },
+      phases: { type: "string", default: "7" },
+      bare: { type: "string", default: "20" },
       postgres: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
@@ -85,30 +137,31 @@ async function main() {
   let apiKey = process.env.E2B_API_KEY;
   let adminToken = process.env.SPACE_ADMIN_TOKEN;
   let pg: TestDb | undefined;
+  // 1 vCPU sandboxes so pool + adopted + refills fit a small machine (members count against capacity).
+  // 20 concurrent creates plus a full pool exceed this 2-core node at the default 8x vCPU overcommit.
+  const stackEnv: Record<string, string> = {
+    SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1",
+    SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32",
+  };
   if (!apiUrl || !sandboxUrl || !apiKey || !adminToken) {
     if (values.postgres) pg = await freshDb("postgres", { migrate: false });
-    // 1 vCPU sandboxes so pool + adopted + refills fit a small machine (members count against capacity).
-    // 20 concurrent creates plus a full pool exceed this 2-core node at the default 8x vCPU overcommit.
-    stack = await startStack({
-      env: {
-        SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1",
-        SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32",
-        ...(pg ? { SPACE_DATABASE_URL: pg.url } : {}),
-      },
-    });
+    if (pg) stackEnv.SPACE_DATABASE_URL = pg.url;
+    stack = await startStack({ env: stackEnv });
     ({ apiUrl, sandboxUrl, apiKey, adminToken } = stack);
   }
   const opts = { apiUrl, sandboxUrl, apiKey, requestTimeoutMs: 300_000 };
-  const admin = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${apiUrl}/admin/api/v1${path}`, {
+  const adminOf = (url: string, token: string) => async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${url}/admin/api/v1${path}`, {
       method,
-      headers: { authorization: `Bearer ${adminToken}`, ...(body ? { "content-type": "application/json" } : {}) },
+      headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
       ...(body ? { body: JSON.stringify(body) } : {}),
     });
     if (!res.ok && res.status !== 404) throw new Error(`admin ${method} ${path}: ${res.status} ${await res.text()}`);
     return res.status === 204 || res.status === 404 ? null : ((await res.json()) as { members?: Array<{ state: string }> });
   };
-  const ready = async () => ((await admin("GET", "/warm-pools/base"))?.members ?? []).filter((m) => m.state === "ready").length;
+  const admin = adminOf(apiUrl, adminToken);
+  const readyOf = (a: typeof admin) => async () => ((await a("GET", "/warm-pools/base"))?.members ?? []).filter((m) => m.state === "ready").length;
+  const ready = readyOf(admin);
   const adoptions = async () => {
     const text = await (await fetch(`${apiUrl}/metrics`)).text();
     return text
@@ -237,6 +290,68 @@ async function main() {
     return { out, failed: n * rounds - out.length, wallMs };
   };
 
+  /**
+   * `k` cold creates, `k` warm creates and their first commands on a second stack exporting
+   * its spans to this bench: per-phase medians, and the SDK's own times around them.
+   */
+  const phaseRuns = async (k: number, env: Record<string, string>) => {
+    const receiver = await startOtlpReceiver();
+    const traced = await startStack({ env: { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: "50" } });
+    const o = { apiUrl: traced.apiUrl, sandboxUrl: traced.sandboxUrl, apiKey: traced.apiKey, requestTimeoutMs: 300_000 };
+    const tAdmin = adminOf(traced.apiUrl, traced.adminToken);
+    const tReady = readyOf(tAdmin);
+    /** The root span named `name` that started in [from, to] (wall clock), once exported. */
+    const rootIn = (test: (s: ReceivedSpan) => boolean, from: number, to: number) =>
+      waitFor(() => receiver.spans.find((s) => !s.parentSpanId && test(s) && s.startMs >= from - 1 && s.startMs <= to + 1), "the sample's root span", 30_000, 20);
+    const isCreate = (s: ReceivedSpan) => /^api POST \/(v2\/)?sandboxes$/.test(s.name);
+    const isCommand = (s: ReceivedSpan) => s.name.startsWith("gateway ");
+    const sample = async () => {
+      const w0 = Date.now();
+      const t0 = performance.now();
+      const sb = await Sandbox.create(o);
+      const t1 = performance.now();
+      const w1 = Date.now();
+      try {
+        await sb.commands.run("true");
+        const t2 = performance.now();
+        const w2 = Date.now();
+        const [create, command] = await Promise.all([rootIn(isCreate, w0, w1), rootIn(isCommand, w1, w2)]);
+        // Settle: the node's span ends with the response's close, after the SDK has its answer.
+        await new Promise((r) => setTimeout(r, 150));
+        return { createMs: t1 - t0, commandMs: t2 - t1, create: phasesOf(receiver.spans, create), command: phasesOf(receiver.spans, command) };
+      } finally {
+        await sb.kill().catch(() => {});
+      }
+    };
+    type S = Awaited<ReturnType<typeof sample>>;
+    const summarise = (xs: S[]) => ({
+      sdkCreateMs: percentile(xs.map((x) => x.createMs).sort((a, b) => a - b), 50),
+      sdkCommandMs: percentile(xs.map((x) => x.commandMs).sort((a, b) => a - b), 50),
+      create: phaseMedians(xs.map((x) => x.create)),
+      command: phaseMedians(xs.map((x) => x.command)),
+    });
+    try {
+      await tAdmin("DELETE", "/warm-pools/base");
+      await sample(); // warm-up (template cache, JIT), not counted
+      const cold: S[] = [];
+      for (let i = 0; i < k; i++) cold.push(await sample());
+      await tAdmin("PUT", "/warm-pools/base", { size: 3 });
+      const full = () => waitFor(async () => (await tReady()) >= 3, "traced warm pool full", 10 * 60_000, 100);
+      await full();
+      await sample(); // warm-up of the adoption path
+      const warm: S[] = [];
+      for (let i = 0; i < k; i++) {
+        await full();
+        warm.push(await sample());
+      }
+      await tAdmin("DELETE", "/warm-pools/base");
+      return { cold: summarise(cold), warm: summarise(warm) };
+    } finally {
+      await traced.stop();
+      receiver.server.close();
+    }
+  };
+
   const nSeq = Number(values.sequential);
   const nConc = Number(values.concurrent);
   const rounds = Number(values.rounds);
@@ -247,6 +362,9 @@ async function main() {
   const results: Array<ReturnType<typeof summarize>> = [];
   const traces: string[] = [];
   const trips: Array<{ name: string; median: number; p99: number; n: number }> = [];
+  let phases: Awaited<ReturnType<typeof phaseRuns>> | undefined;
+  let stackStopped = false;
+  let tracedPg: TestDb | undefined;
   try {
     await admin("DELETE", "/warm-pools/base");
     await one(); // warm-up (template cache, JIT), not counted
@@ -290,10 +408,21 @@ async function main() {
     results.push(summarize(`warm concurrent x${nConc}${rounds > 1 ? ` x${rounds} rounds` : ""}`, wc.out, wc.wallMs, wc.failed, { adopted: (await adoptions()) - a0 }));
     await admin("DELETE", "/warm-pools/base");
     if (nPodman > 0 && stack) podmanRows.push(...(await podman(join(stack.dataDir, "node", "cache", "templates", "base"), nPodman)));
-  } finally {
     await stack?.stop();
+    stackStopped = true;
+    const nPhases = Number(values.phases);
+    if (stack && nPhases > 0) {
+      // The traced stack's store is of the same kind: a fresh Postgres database, or its own PGlite.
+      if (pg) tracedPg = await freshDb("postgres", { migrate: false });
+      phases = await phaseRuns(nPhases, tracedPg ? { ...stackEnv, SPACE_DATABASE_URL: tracedPg.url } : stackEnv);
+    }
+  } finally {
+    if (!stackStopped) await stack?.stop();
     await pg?.drop();
+    await tracedPg?.drop();
   }
+  const nBare = Number(values.bare);
+  const bare = nBare > 0 && process.getuid?.() === 0 ? await bareBaseline(nBare) : undefined;
   const ratio = (cold: string, warm: string) => {
     const c = results.find((r) => r.name.startsWith(cold))!;
     const w = results.find((r) => r.name.startsWith(warm))!;
@@ -301,6 +430,9 @@ async function main() {
   };
   const ratios = { sequentialMedian: ratio("cold sequential", "warm sequential"), concurrentMedian: ratio("cold concurrent", "warm concurrent") };
   const store = stack ? (pg ? "postgres" : "pglite") : "external stack";
+  const coldSeq = results.find((r) => r.name.startsWith("cold sequential"));
+  const coldOverBare = bare && coldSeq ? { ttfc: Math.round((coldSeq.ttfcMedianMs / bare.runcToEnvdReadyMs) * 100) / 100, node: Math.round((bare.nodeCreateToReadyMs / bare.runcToEnvdReadyMs) * 100) / 100 } : undefined;
+  const phaseLine = (r: PhaseRow) => `${"  ".repeat(r.path.length - 1)}${r.path[r.path.length - 1]!.padEnd(Math.max(8, 44 - 2 * r.path.length))} ${f(r.medianMs).padStart(9)}  (p99 ${f(r.p99Ms)}${r.seen < Number(values.phases) ? `, in ${r.seen} of ${values.phases}` : ""})`;
   const r1 = (t: { name: string; median: number; p99: number; n: number }) => ({ ...t, median: Math.round(t.median * 10) / 10, p99: Math.round(t.p99 * 10) / 10 });
   const roundTrip = trips.map(r1);
   const podmanOut = podmanRows.map(r1);
@@ -312,7 +444,21 @@ async function main() {
     : undefined;
   if (values.json)
     process.stdout.write(
-      JSON.stringify({ bench: "ttfc", store, results, coldOverWarm: ratios, trace: traces, commandRoundTripMs: roundTrip, ...(overPodman ? { podman: podmanOut, podmanOverSpace: overPodman } : {}) }, null, 2) + "\n",
+      JSON.stringify(
+        {
+          bench: "ttfc",
+          store,
+          results,
+          coldOverWarm: ratios,
+          trace: traces,
+          commandRoundTripMs: roundTrip,
+          ...(phases ? { phases } : {}),
+          ...(bare ? { bareBaseline: bare, coldOverBare } : {}),
+          ...(overPodman ? { podman: podmanOut, podmanOverSpace: overPodman } : {}),
+        },
+        null,
+        2,
+      ) + "\n",
     );
   else {
     process.stdout.write(`TTFC: Sandbox.create → first commands.run('echo hi'), cold vs warm pool (same stack, store: ${store})\n`);
@@ -327,6 +473,23 @@ async function main() {
     for (const l of traces) process.stdout.write(`${l}\n`);
     process.stdout.write(`Command round trip: commands.run('true') on one sandbox\n`);
     for (const t of roundTrip) process.stdout.write(`  ${t.name.padEnd(24)} median ${t.median} ms  p99 ${t.p99} ms  (n ${t.n})\n`);
+    if (phases) {
+      process.stdout.write(`Phases: medians of ${values.phases} samples from the platform's own OpenTelemetry spans (a second stack, tracing on)\n`);
+      for (const [kind, p] of [["cold", phases.cold], ["warm", phases.warm]] as const) {
+        const api = p.create[0];
+        process.stdout.write(`  ${kind} create: SDK Sandbox.create → 201 ${f(p.sdkCreateMs)}; outside the API's span (SDK, connection, JSON) ${f(p.sdkCreateMs - (api?.medianMs ?? NaN))}\n`);
+        for (const r of p.create) process.stdout.write(`    ${phaseLine(r)}\n`);
+        const gw = p.command[0];
+        process.stdout.write(`  its first command, commands.run('true'): SDK ${f(p.sdkCommandMs)}; outside the gateway's span ${f(p.sdkCommandMs - (gw?.medianMs ?? NaN))}\n`);
+        for (const r of p.command) process.stdout.write(`    ${phaseLine(r)}\n`);
+      }
+      process.stdout.write(`  (the node's proxy span holds envd and the command: its bare figure is "straight to envd" above)\n`);
+    }
+    if (bare && coldOverBare) {
+      process.stdout.write(`Bare baseline, same run: bench -- node --n ${values.bare} (the same rootfs, no SPACE)\n`);
+      process.stdout.write(`  runc run ${f(bare.runcRunMs)}; runc run → envd ready (its word on the FIFO) ${f(bare.runcToEnvdReadyMs)}; the node's create-to-ready ${f(bare.nodeCreateToReadyMs)}\n`);
+      process.stdout.write(`  cold sequential TTFC over bare runc + envd: ${coldOverBare.ttfc}x; the node's create-to-ready over it: ${coldOverBare.node}x\n`);
+    }
     if (overPodman) {
       process.stdout.write(`Podman, same rootfs (overlaid), --network none, same run\n`);
       for (const t of podmanOut) process.stdout.write(`  ${t.name.padEnd(28)} median ${t.median} ms  p99 ${t.p99} ms  (n ${t.n})\n`);

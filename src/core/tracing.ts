@@ -146,3 +146,26 @@ export function installRequestSpans(app: FastifyInstance, component: Component, 
     else done();
   });
 }
+
+/** A request's server span outside Fastify (the gateway): it ends with the response. */
+export interface ServerSpan {
+  /** Adds this span's `traceparent` to the headers of the request it forwards. */
+  inject(headers: Record<string, unknown>): void;
+  end(status: number): void;
+}
+
+/** A server span continuing the request's `traceparent`; null when tracing is off. */
+export function startServerSpan(name: string, component: Component, headers: Record<string, unknown>, attributes: Attributes = {}): ServerSpan | null {
+  if (!enabled) return null;
+  const parent = propagation.extract(ROOT_CONTEXT, headers);
+  const span = tracer().startSpan(name, { kind: SpanKind.SERVER, attributes: { "space.component": component, ...attributes } }, parent);
+  const ctx = trace.setSpan(parent, span);
+  return {
+    inject: (out) => propagation.inject(ctx, out),
+    end(status) {
+      span.setAttribute("http.response.status_code", status);
+      if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+      span.end();
+    },
+  };
+}

@@ -7,7 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { SpaceError, invalid, notFound, publicMessage, unimplemented } from "../core/errors.ts";
 import { secondsSince, type CreatePath } from "../core/metrics.ts";
-import { inSpan } from "../core/tracing.ts";
+import { inChildSpan, inSpan } from "../core/tracing.ts";
 import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantId } from "../core/ids.ts";
 import type { SandboxSpec } from "../contract/node-api.ts";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -111,7 +111,7 @@ export class SandboxCreation {
     const restored = (rec: SandboxRecord) => ({ rec, path: "restore" as const });
     const fromSnapshot = !input.resolvedTemplate && input.template.startsWith("sn_") ? await this.#r.snapshots.findNamed(tenantId, input.template) : null;
     if (fromSnapshot) return restored(await this.#forks.createFromSnapshot(tenantId, fromSnapshot, input));
-    const plan = await this.#plan(tenantId, input);
+    const plan = await inChildSpan("sandboxes.plan", "sandboxes", {}, () => this.#plan(tenantId, input));
     if (!plan) {
       // E2B: `Sandbox.create(snapshotName)` starts from a named snapshot too.
       const named = input.resolvedTemplate ? null : await this.#r.snapshots.findNamed(tenantId, input.template);
@@ -121,7 +121,7 @@ export class SandboxCreation {
     const { template, vcpu, memoryMib, diskMib, placement } = plan;
     if (this.#warm && input.adopt !== false && !mounts.length && (input.id !== undefined || (await this.#warm.hasPools()))) {
       // A ready member personalised in place; none (or any doubt) → the cold path below.
-      const adopted = await this.#warm.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal);
+      const adopted = await inChildSpan("sandboxes.adopt", "sandboxes", {}, () => this.#warm!.adopt(tenantId, { template, vcpu, memoryMib, diskMib, placement, input }, signal));
       if (adopted) {
         // The hand-over rewrote the row (tenant, tokens) outside this repo: publish it as the repo does.
         this.#r.events.emit("started", adopted);
@@ -133,7 +133,7 @@ export class SandboxCreation {
     const id = input.id ?? newSandboxId();
     const secure = input.secure;
     const executionId = newExecutionId();
-    const rec = await this.#r.repo.insert(
+    const rec = await inChildSpan("sandboxes.insert", "sandboxes", { "space.sandbox.id": id }, () => this.#r.repo.insert(
       {
         id,
         tenantId,
@@ -155,14 +155,14 @@ export class SandboxCreation {
         endAt: new Date(now.getTime() + input.timeoutSec * 1000),
       },
       executionId,
-    );
+    ));
 
     let ref: SandboxRef | null = null;
     try {
       const attached = mounts.length ? await this.#r.volumes!.attach(tenantId, id, mounts) : [];
       const pin = attached.length ? this.#r.volumes!.pinOf(attached) : undefined;
       const environment = this.#r.templates.binding ? await this.#r.templates.binding(template.templateId) : undefined;
-      ref = await this.#place(
+      ref = await inChildSpan("sandboxes.place", "sandboxes", { "space.sandbox.id": id }, () => this.#place(
         input.waitForCapacity === true,
         {
           sandboxId: id,
@@ -177,7 +177,7 @@ export class SandboxCreation {
           ...(pin ? { pinnedNodeId: pin } : {}),
         },
         signal,
-      );
+      ));
       await this.#r.repo.update(id, { nodeId: ref.nodeId as NodeId });
       const volumes = attached.length ? await this.#r.volumes!.settle(attached, ref.nodeId) : [];
       const spec: SandboxSpec = {
@@ -197,12 +197,14 @@ export class SandboxCreation {
       const status = await this.#r.substrate.start(ref, spec, signal);
       // The timeout counts from when the sandbox is usable, like E2B's.
       const startedAt = this.#r.now();
-      const running = await this.#r.repo.transition(id, ["creating"], "running", {
-        nodeId: ref.nodeId as NodeId,
-        address: status.address,
-        startedAt,
-        endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
-      });
+      const running = await inChildSpan("sandboxes.running", "sandboxes", { "space.sandbox.id": id }, () =>
+        this.#r.repo.transition(id, ["creating"], "running", {
+          nodeId: ref!.nodeId as NodeId,
+          address: status.address,
+          startedAt,
+          endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
+        }),
+      );
       if (!running) {
         // Killed while it was being created: the kill found nothing on the node yet.
         await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch((e: unknown) =>

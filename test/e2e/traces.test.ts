@@ -10,79 +10,12 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
 import { Sandbox, type ConnectionOpts } from "e2b";
 import { startStack, waitFor, type Stack } from "../support/stack.ts";
+import { startOtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.ts";
 import { ALL, NativeClient, tenantWithToken } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
-
-interface ReceivedSpan {
-  traceId: string;
-  spanId: string;
-  parentSpanId: string;
-  name: string;
-  component: string;
-  service: string;
-  attributes: Record<string, unknown>;
-}
-
-type AnyValue = { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
-type KeyValue = { key: string; value: AnyValue };
-
-/** OTLP/JSON ids are hex (the spec); a base64 id (protobuf-JSON mapping) is converted. */
-function hexId(id: string | undefined): string {
-  if (!id) return "";
-  return /^[0-9a-f]+$/i.test(id) ? id.toLowerCase() : Buffer.from(id, "base64").toString("hex");
-}
-
-function attrs(kvs: KeyValue[] | undefined): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  // OTLP/JSON writes 64-bit integers as strings or numbers.
-  for (const kv of kvs ?? []) out[kv.key] = kv.value.stringValue ?? (kv.value.intValue !== undefined ? Number(kv.value.intValue) : undefined) ?? kv.value.boolValue ?? kv.value.doubleValue;
-  return out;
-}
-
-/** An OTLP/HTTP traces receiver (POST /v1/traces, application/json). */
-async function startReceiver(): Promise<{ url: string; spans: ReceivedSpan[]; server: Server }> {
-  const spans: ReceivedSpan[] = [];
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (c: Buffer) => chunks.push(c));
-    req.on("end", () => {
-      if (req.method !== "POST" || req.url !== "/v1/traces" || !String(req.headers["content-type"]).startsWith("application/json")) {
-        res.writeHead(415).end();
-        return;
-      }
-      const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as {
-        resourceSpans?: Array<{
-          resource?: { attributes?: KeyValue[] };
-          scopeSpans?: Array<{ spans?: Array<{ traceId: string; spanId: string; parentSpanId?: string; name: string; attributes?: KeyValue[] }> }>;
-        }>;
-      };
-      for (const rs of body.resourceSpans ?? []) {
-        const service = String(attrs(rs.resource?.attributes)["service.name"] ?? "");
-        for (const ss of rs.scopeSpans ?? [])
-          for (const s of ss.spans ?? []) {
-            const a = attrs(s.attributes);
-            spans.push({
-              traceId: hexId(s.traceId),
-              spanId: hexId(s.spanId),
-              parentSpanId: hexId(s.parentSpanId),
-              name: s.name,
-              component: String(a["space.component"] ?? ""),
-              service,
-              attributes: a,
-            });
-          }
-      }
-      res.writeHead(200, { "content-type": "application/json" }).end("{}");
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, spans, server };
-}
 
 /** From `leaf` up to the root: each span's parent, as long as the trace holds it. */
 function ancestry(spans: ReceivedSpan[], leaf: ReceivedSpan): ReceivedSpan[] {
@@ -99,12 +32,12 @@ function ancestry(spans: ReceivedSpan[], leaf: ReceivedSpan): ReceivedSpan[] {
 
 describe("traces: an SDK create arrives at an OTLP receiver as one trace", { skip, timeout: 10 * 60_000 }, () => {
   let stack: Stack;
-  let receiver: Awaited<ReturnType<typeof startReceiver>>;
+  let receiver: Awaited<ReturnType<typeof startOtlpReceiver>>;
   let opts: ConnectionOpts & { sandboxUrl: string };
   const created: Sandbox[] = [];
 
   before(async () => {
-    receiver = await startReceiver();
+    receiver = await startOtlpReceiver();
     stack = await startStack({
       env: {
         OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,

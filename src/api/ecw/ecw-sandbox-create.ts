@@ -6,6 +6,7 @@ import type { SandboxId, TenantId } from "../../core/ids.ts";
 import { isLive, type SandboxRecord } from "../../sandboxes/model.ts";
 import type { CreateInput, ResourceRequest } from "../../sandboxes/service.ts";
 import { parseMetadataJson } from "../../sandboxes/create-input.ts";
+import { inChildSpan } from "../../core/tracing.ts";
 import { idempotencyKey } from "../idempotency-key.ts";
 import { apiKeyOf, parse, tenantOf } from "./ecw-edge.ts";
 import { toSandbox } from "./ecw-present.ts";
@@ -27,13 +28,13 @@ export function registerSandboxCreate(app: FastifyInstance, deps: EcwDeps) {
         for (let attempt = 0; input.id === undefined; attempt++) {
           if (attempt === MAX_KEY_ATTEMPTS) throw conflict(`Idempotency-Key ${JSON.stringify(key)} was used ${attempt} times; use a new key`);
           const id = idempotentSandboxId(tenant, key, attempt);
-          const prior = await settled(deps, tenant, id);
+          const prior = await inChildSpan("api.idempotency", "api", {}, () => settled(deps, tenant, id));
           if (!prior) input.id = id;
           else if (isLive(prior.state)) return reply.code(201).send(toSandbox(prior, { domain: deps.sandboxDomain }));
         }
       }
       // After the replay check: answering a retried create takes no token.
-      await deps.limiter?.admit(tenant, apiKeyOf(req));
+      if (deps.limiter) await inChildSpan("api.rate-limit", "api", {}, () => deps.limiter!.admit(tenant, apiKeyOf(req)));
       // A caller that goes away does not abort a create half-way: the service
       // finishes or cleans up, so no half state is left behind.
       const rec = await deps.sandboxes.create(tenant, input, AbortSignal.timeout(600_000));

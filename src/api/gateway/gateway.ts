@@ -24,6 +24,7 @@ import type { SandboxId } from "../../core/ids.ts";
 import { ENVD_PORT, NODE_TOKEN_HEADER } from "../../contract/node-api.ts";
 import type { SandboxRecord } from "../../sandboxes/model.ts";
 import type { SandboxService } from "../../sandboxes/service.ts";
+import { startServerSpan, type ServerSpan } from "../../core/tracing.ts";
 import { abort, createListener, type GatewayRequest, type GatewayResponse } from "./listener.ts";
 import { NO_ROUTE, resolveRoute } from "./route.ts";
 import { preflightHeaders, responseCors } from "./cors.ts";
@@ -157,7 +158,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     return { rec, port, path };
   }
 
-  async function target(rec: SandboxRecord, port: number, path: string, req: GatewayRequest) {
+  async function target(rec: SandboxRecord, port: number, path: string, req: GatewayRequest, span: ServerSpan | null = null) {
     const t = await sandboxes.substrate.proxyTarget({ sandboxId: rec.id, nodeId: rec.nodeId! }, port, AbortSignal.timeout(5000));
     const url = new URL(t.baseUrl.href + path);
     const headers: http.OutgoingHttpHeaders = {};
@@ -167,6 +168,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     headers["x-forwarded-for"] = req.socket.remoteAddress ?? "";
     headers["x-forwarded-proto"] = deps.tls ? "https" : "http";
     for (const [k, v] of Object.entries(t.headers)) headers[k.toLowerCase()] = v;
+    span?.inject(headers);
     return { url, headers };
   }
 
@@ -190,6 +192,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
         return;
       }
     }
+    const span = startServerSpan(`gateway ${req.method ?? "GET"}`, "api", req.headers, { "http.request.method": req.method ?? "GET" });
+    if (span) res.once("close", () => span.end(res.statusCode));
     const r = await resolve(req);
     if ("status" in r) {
       metrics.requests.inc({ route: "unrouted", status: String(r.status) });
@@ -199,7 +203,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
     const { rec } = r;
     // Route class, not the port: ports are the user's and unbounded.
     const route = r.port === ENVD_PORT ? "envd" : "port";
-    const { url, headers } = await target(rec, r.port, r.path, req);
+    const { url, headers } = await target(rec, r.port, r.path, req, span);
     const upstream = http.request(url, { method: req.method, headers, agent });
     const untrack = track(rec.id, {
       destroy() {

@@ -46,6 +46,7 @@ import { ensureTenant } from "../../store/tenants.ts";
 import { admitLiveSandbox, WARM_POOL_TENANT_NAME, type QuotaLimits } from "../../store/tenant-quotas.ts";
 import { anyWarmPool } from "../../store/any-warm-pool.ts";
 import { Recent } from "../../core/recent.ts";
+import { inChildSpan } from "../../core/tracing.ts";
 import type { WarmPoolMetrics } from "./metrics.ts";
 
 /** The tenant warm members belong to until adopted (no API key: nobody sees them; exempt from quotas). */
@@ -139,7 +140,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     const poolTenant = await this.poolTenant();
     if (tenantId === poolTenant) return null; // refills never adopt
     // Refused before any member is claimed or personalised: a quota refusal costs no member.
-    if (this.#d.quotas) await admitLiveSandbox(db, tenantId, this.#d.quotas, req, null);
+    if (this.#d.quotas) await inChildSpan("warm.quota", "controller", {}, () => admitLiveSandbox(db, tenantId, this.#d.quotas!, req, null));
     const t0 = performance.now();
     // A caller-chosen id (Native) adopts only the member reserved for it at admission.
     if (req.input.id !== undefined) {
@@ -164,7 +165,7 @@ export class WarmPoolAdoption implements WarmAdopter {
       return rec;
     }
     for (let i = 0; i < MAX_CLAIMS; i++) {
-      const claimed = await this.#claim(tenantId, req, "adopted", signal);
+      const claimed = await inChildSpan("warm.claim", "controller", {}, () => this.#claim(tenantId, req, "adopted", signal));
       if (!claimed) return null;
       if (claimed.slot.claimedFrom === "suspended" && !(await this.#restore(poolTenant, claimed.slot))) return null;
       const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, req, t0, signal);
@@ -296,7 +297,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     try {
       // envd (env, token) and the node's firewall (egress) are independent: both at once.
       const policy = egressPolicyOf(input.allowInternetAccess, input.network);
-      await Promise.all([
+      await inChildSpan("warm.personalise", "controller", { "space.sandbox.id": sandboxId }, () => Promise.all([
         // Always: besides env and token, init gives the member (booted in the background) its normal CPU priority.
         (this.#d.personaliser ?? sandboxes.substrate).init(
           ref,
@@ -310,9 +311,9 @@ export class WarmPoolAdoption implements WarmAdopter {
               signal,
             )
           : undefined,
-      ]);
+      ]));
       const startedAt = this.#now();
-      const rec = await handOverSandbox(db, {
+      const rec = await inChildSpan("warm.hand-over", "controller", { "space.sandbox.id": sandboxId }, () => handOverSandbox(db, {
         sandboxId,
         fromTenant: poolTenant,
         toTenant: tenantId,
@@ -326,7 +327,7 @@ export class WarmPoolAdoption implements WarmAdopter {
         lifecycle: { onTimeout: input.onTimeout, autoResume: input.autoResume, ...(input.pauseKind ? { pauseKind: input.pauseKind } : {}) },
         startedAt,
         endAt: new Date(startedAt.getTime() + input.timeoutSec * 1000),
-      }, this.#d.quotas);
+      }, this.#d.quotas));
       if (!rec) {
         log.warn({ slot: slot.id, sandboxId }, "warm member vanished before hand-over; trying another");
         return null;
