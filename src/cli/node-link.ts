@@ -11,6 +11,9 @@ import { listSandboxesOnNode } from "../store/sandboxes.ts";
 import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../sandboxes/node-reports.ts";
 import type { Logger } from "../core/log.ts";
 import { VERSION } from "../core/version.ts";
+import { SpaceError } from "../core/errors.ts";
+import type { LocalNode } from "../api/gateway/gateway.ts";
+import type { NodeAgent } from "../node/agent.ts";
 
 export function storePublisher(db: Db, address: () => string, nodeGroup: string, labels: Record<string, string>) {
   let registered = false;
@@ -67,5 +70,23 @@ export function unhealthyOnNode(svc: ReportTarget, nodeId: () => string | undefi
   return async (sandboxId: string, reason: string): Promise<boolean> => {
     const id = nodeId();
     return id ? failUnhealthy(svc, id, sandboxId, reason, log) : false;
+  };
+}
+
+/** The gateway's way straight into this process's node: its sandboxes' addresses and deaths. */
+export function localNodeRoute(agent: Pick<NodeAgent, "nodeId" | "manager">): LocalNode {
+  const manager = () => {
+    const m = agent.manager;
+    if (!m) throw new SpaceError("not_found", "the node is not started");
+    return m;
+  };
+  return {
+    nodeId: () => agent.nodeId,
+    target: (sandboxId, port) => manager().target(sandboxId, port),
+    onDead(sandboxId, fn) {
+      const events = manager().events;
+      events.once(`dead:${sandboxId}`, fn);
+      return () => events.off(`dead:${sandboxId}`, fn);
+    },
   };
 }

@@ -33,7 +33,7 @@ import { capacitySettings, storeCapacityLedger } from "../substrate/capacity.ts"
 import type { Substrate } from "../substrate/substrate.ts";
 import { registerEcwRoutes } from "../api/ecw/ecw-routes.ts";
 import { registerNativeRoutes } from "../api/native/native-routes.ts";
-import { createGateway, type Gateway } from "../api/gateway/gateway.ts";
+import { createGateway, type Gateway, type LocalNode } from "../api/gateway/gateway.ts";
 import { registerEcwTemplateRoutes } from "../api/ecw/ecw-templates.ts";
 import { BuildCoordinator } from "../templates/build-coordinator.ts";
 import { createCensusMetrics, readCensus, type CensusMetrics } from "../controller/census.ts";
@@ -176,12 +176,19 @@ async function assertSubstrate(db: Db, substrate: Config["SPACE_SUBSTRATE"]): Pr
  */
 export async function startApiServer(
   cp: ControlPlane,
-  opts: { localSandboxDomain?: boolean } = {},
+  opts: { localSandboxDomain?: boolean; localNode?: LocalNode } = {},
 ): Promise<{ app: FastifyInstance; url: string; gateway: Gateway; gatewayUrl: string; sandboxDomain: string | null; stop(): Promise<void> }> {
   const { config, db, log, layer } = cp;
   // The gateway first: the default sandbox domain names its port.
   const tls = gatewayTls(config);
-  const gateway = createGateway({ sandboxes: layer.sandboxes, sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null, log, tls, metrics: spaceMetrics(cp.metrics).gateway });
+  const gateway = createGateway({
+    sandboxes: layer.sandboxes,
+    sandboxDomain: config.SPACE_SANDBOX_DOMAIN || null,
+    log,
+    tls,
+    metrics: spaceMetrics(cp.metrics).gateway,
+    ...(opts.localNode ? { localNode: opts.localNode } : {}),
+  });
   const gatewayPort = await gateway.listen(config.SPACE_GATEWAY_PORT, config.SPACE_API_HOST);
   const sandboxDomain = config.SPACE_SANDBOX_DOMAIN || (opts.localSandboxDomain ? defaultSandboxDomain(gatewayPort) : null);
   const gatewayUrl = config.SPACE_PUBLIC_GATEWAY_URL || `${tls ? "https" : "http"}://${config.SPACE_API_HOST}:${gatewayPort}`;

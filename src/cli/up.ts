@@ -13,7 +13,7 @@ import { openControlPlane, serveMetrics, startApiServer } from "./processes.ts";
 import { controllerLoops, startController } from "./controller.ts";
 import { createNodeAgent } from "../node/agent.ts";
 import { hostScopeOf } from "../node/ctl/standalone.ts";
-import { reconciledOnNode, storePublisher, unhealthyOnNode, wantedOnNode } from "./node-link.ts";
+import { localNodeRoute, reconciledOnNode, storePublisher, unhealthyOnNode, wantedOnNode } from "./node-link.ts";
 import { parseSelector } from "../core/selector.ts";
 import type { ControlPlane } from "./processes.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./client/connection.ts";
@@ -60,7 +60,7 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
       stops.push(() => metrics.close());
     }
 
-    const api = await startApiServer(cp, { localSandboxDomain: true });
+    const api = await startApiServer(cp, { localSandboxDomain: true, localNode: localNodeRoute(node.agent) });
     stops.push(() => api.stop());
 
     const apiUrl = config.SPACE_PUBLIC_API_URL || `http://${config.SPACE_API_HOST}:${portOf(api.url)}`;

@@ -5,7 +5,9 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
 import { pino } from "pino";
-import { createGateway } from "./gateway.ts";
+import { EventEmitter } from "node:events";
+import { createGateway, type LocalNode } from "./gateway.ts";
+import { SpaceError } from "../../core/errors.ts";
 import { resolveRoute } from "./route.ts";
 import { fileSignature } from "./signature.ts";
 import { SandboxService, type CreateInput } from "../../sandboxes/service.ts";
@@ -32,7 +34,7 @@ test("route resolution", () => {
   assert.equal(resolveRoute({ "e2b-sandbox-id": id, "e2b-sandbox-port": "99999" }, "/", null).kind, "none");
 });
 
-async function setup() {
+async function setup(opts: { localNode?: (nodePort: number) => LocalNode } = {}) {
   // A stand-in for the node's proxy route: echoes what it got; /stream streams forever.
   const seen: Array<{ url: string; headers: http.IncomingHttpHeaders; body: string }> = [];
   const node = http.createServer((req, res) => {
@@ -61,7 +63,8 @@ async function setup() {
   substrate.proxyBase = `http://127.0.0.1:${(node.address() as AddressInfo).port}`;
   const repo = new MemorySandboxRepo();
   const sandboxes = new SandboxService({ repo, templates: new MemoryTemplates(), substrate, defaults: { vcpu: 1, memoryMib: 256, diskMib: 1024 }, log: pino({ level: "silent" }) });
-  const gw = createGateway({ sandboxes, sandboxDomain: null, log: pino({ level: "silent" }) });
+  const nodePort = (node.address() as AddressInfo).port;
+  const gw = createGateway({ sandboxes, sandboxDomain: null, log: pino({ level: "silent" }), ...(opts.localNode ? { localNode: opts.localNode(nodePort) } : {}) });
   const port = await gw.listen(0, "127.0.0.1");
   const base = `http://127.0.0.1:${port}`;
   return {
@@ -105,6 +108,58 @@ test("gateway forwards by header with the node token, client auth untouched; 502
     await unrouted.body?.cancel();
     const p = await fetch(`${s.base}/sandboxes/${sb.id}/ports/8080/hello?q=1`);
     assert.deepEqual(await p.json(), { url: `/v1/sandboxes/${sb.id}/proxy/8080/hello?q=1`, body: "" });
+  } finally {
+    await s.close();
+  }
+});
+
+test("a sandbox on the gateway's own node: straight to its address, no node token; cut when the node says it died; 502 once not running", async () => {
+  const dead = new EventEmitter();
+  const running = new Set<string>();
+  let nodeId: string | undefined;
+  const s = await setup({
+    localNode: (port) => ({
+      nodeId: () => nodeId,
+      target(id) {
+        if (!running.has(id)) throw new SpaceError("failed_precondition", `sandbox ${id} is paused, not running`);
+        return { host: "127.0.0.1", port };
+      },
+      onDead(id, fn) {
+        dead.once(id, fn);
+        return () => dead.off(id, fn);
+      },
+    }),
+  });
+  try {
+    const sb = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    nodeId = sb.nodeId!;
+    running.add(sb.id);
+    const h = { "e2b-sandbox-id": sb.id, "e2b-sandbox-port": "49983", authorization: "Basic dXNlcjo=" };
+    const r = await fetch(`${s.base}/process.Process/List?x=1`, { method: "POST", headers: h, body: "{}" });
+    assert.deepEqual(await r.json(), { url: "/process.Process/List?x=1", body: "{}" }, "the sandbox's own path: no node proxy route");
+    const got = s.seen.at(-1)!;
+    assert.equal(got.headers["x-space-node-token"], undefined, "the node's token never goes to a sandbox");
+    assert.equal(got.headers.authorization, "Basic dXNlcjo=");
+
+    const stream = await fetch(`${s.base}/stream`, { headers: h });
+    const reader = stream.body!.getReader();
+    assert.equal(Buffer.from((await reader.read()).value!).toString().startsWith("first"), true);
+    dead.emit(sb.id);
+    await assert.rejects(async () => {
+      for (;;) if ((await reader.read()).done) throw new Error("ended cleanly");
+    });
+    assert.equal(dead.listenerCount(sb.id), 0, "a finished request leaves no listener behind");
+
+    running.delete(sb.id);
+    const gone = await fetch(`${s.base}/health`, { headers: h });
+    assert.equal(gone.status, 502);
+    assert.deepEqual(await gone.json(), { message: "The sandbox was not found", sandboxId: sb.id, code: 502 });
+
+    // Another node's sandbox still goes through that node's proxy.
+    nodeId = "elsewhere";
+    running.add(sb.id);
+    const via = await fetch(`${s.base}/x`, { headers: h });
+    assert.deepEqual(await via.json(), { url: `/v1/sandboxes/${sb.id}/proxy/49983/x`, body: "" });
   } finally {
     await s.close();
   }
