@@ -169,15 +169,17 @@ export class SandboxLifecycle {
   }
 
   /**
-   * The sandbox's newest suspend snapshot once a publication of it in flight in this
-   * process settled (`durable`, or still `local` when the publication failed); as it is
-   * otherwise. What a restore that cannot run on the snapshot's node waits for.
+   * The sandbox's newest suspend snapshot, published first when it is `local`: `durable`,
+   * or still `local` when its node could not publish it. What a restore that cannot run on
+   * the snapshot's node waits for. The publication is joined, not repeated: one in flight
+   * in this process is awaited, and the node shares its upload with one another process
+   * (the replica that paused, the controller) started, so a connect through any replica
+   * waits for the same upload.
    */
   async settledSnapshot(sandboxId: string): Promise<Snapshot | null> {
     const snap = await this.#r.snapshots.latest(sandboxId, "suspend");
-    const publishing = snap && this.#publishing.get(snap.id);
-    if (!publishing) return snap;
-    await publishing;
+    if (snap?.state !== "local" || !snap.nodeId) return snap;
+    await this.publishLocal(sandboxId, snap.nodeId, snap.id);
     return this.#r.snapshots.latest(sandboxId, "suspend");
   }
 
