@@ -15,7 +15,7 @@
  */
 import { mkdtempSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { RateLimitError, Sandbox } from "e2b";
@@ -70,7 +70,10 @@ async function main() {
     let refusal = "";
     const t0 = performance.now();
     while (held.length < max && !refusal) {
+      const b0 = performance.now();
       const results = await Promise.allSettled(Array.from({ length: Math.min(batch, max - held.length) }, create));
+      // Progress on stderr: a fill of hundreds takes minutes.
+      process.stderr.write(`density: ${held.length + results.filter((r) => r.status === "fulfilled").length} held, batch ${Math.round(performance.now() - b0)} ms, load ${loadavg()[0]!.toFixed(1)}\n`);
       for (const r of results) {
         if (r.status === "fulfilled") held.push(r.value);
         else if (r.reason instanceof RateLimitError) refusal ||= r.reason.message;

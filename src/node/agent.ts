@@ -328,7 +328,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             intervalMs: config.SPACE_NODE_HEALTH_INTERVAL_MS,
             threshold: config.SPACE_NODE_HEALTH_THRESHOLD,
             running: () => m.running(),
-            probe: (o) => m.telemetry.probe(o),
+            probe: (o) => m.telemetry.probe(o, config.SPACE_NODE_HEALTH_INTERVAL_MS),
             // Killed only once its record is failed: one killed behind the control plane's back would be a phantom.
             unhealthy: async (id, reason) => {
               if (report && (await report(id, reason))) await m.kill(id, AbortSignal.timeout(120_000));

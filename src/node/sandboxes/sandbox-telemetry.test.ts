@@ -158,6 +158,38 @@ describe("the node's telemetry", () => {
     assert.deepEqual(await t.metrics(OTHER, {}, undefined), []);
   });
 
+  it("a probe within the age of the tick's answered pull makes no call of its own; an older one, or after a failed pull, asks envd", async () => {
+    let now = 1_000_000;
+    let fail = false;
+    const e = envds();
+    const live: Observed = { id: ID, running: true, envd: target };
+    const t = new SandboxTelemetry({
+      dir: tmp(),
+      options: { intervalMs: 5000, metricsSamples: 10, logEntries: 100, retentionMs: 60_000 },
+      observed: () => [live],
+      sample: async () => sample(now),
+      logger,
+      fetchPage: async (tg, after) => {
+        if (fail) throw Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
+        return e.fetchPage(tg, after);
+      },
+      now: () => now,
+    });
+    await t.tick();
+    const afterTick = e.asked.length;
+    assert.ok(afterTick > 0, "the tick pulled");
+    now += 4000;
+    assert.equal(await t.probe(live, 5000), true);
+    assert.equal(e.asked.length, afterTick, "answered 4 s ago: no second call");
+    now += 2000;
+    assert.equal(await t.probe(live, 5000), true);
+    assert.equal(e.asked.length, afterTick + 1, "6 s ago: the probe asks envd itself");
+    fail = true;
+    now += 10_000;
+    await t.tick();
+    assert.equal(await t.probe(live, 5000), false, "a failed pull is no answer: the probe asks, and hears nothing");
+  });
+
   it("a quiesced sandbox is not pulled by the tick until resumed", async () => {
     const e = envds();
     const live: Observed = { id: ID, running: true, envd: target };

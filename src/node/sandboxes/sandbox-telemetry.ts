@@ -76,6 +76,8 @@ export class SandboxTelemetry {
   readonly #firsts = new Map<string, NodeJS.Timeout>();
   readonly #rounds: Periodic;
   readonly #now: () => number;
+  /** When envd last answered a pull, by sandbox: a probe within its age needs no call of its own. */
+  readonly #answered = new Map<string, number>();
 
   constructor(d: SandboxTelemetryDeps) {
     this.#d = d;
@@ -116,8 +118,13 @@ export class SandboxTelemetry {
   async #observe(o: Observed): Promise<void> {
     await Promise.all([
       this.#sample(o.id).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "metrics sample failed")),
-      this.logs.pull(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "envd log pull failed")),
+      this.#pull(o).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "envd log pull failed")),
     ]);
+  }
+
+  async #pull(o: Observed): Promise<void> {
+    await this.logs.pull(o.id, o.envd);
+    this.#answered.set(o.id, this.#now());
   }
 
   async #sample(id: string): Promise<SandboxMetrics> {
@@ -164,6 +171,7 @@ export class SandboxTelemetry {
   /** Before a checkpoint or an end: no more pulls until `resumed`; the last lines are read now. */
   async quiesce(o: Observed): Promise<void> {
     this.#quiet.add(o.id);
+    this.#answered.delete(o.id);
     this.#cancelFirst(o.id);
     if (!o.running) return; // frozen (resident pause): envd cannot answer
     await this.logs.pullFresh(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
@@ -172,12 +180,16 @@ export class SandboxTelemetry {
   /**
    * Whether envd answers: a log pull, so it waits like the tick's for a checkpoint's
    * quiesce. undefined while quiet (being checkpointed or ended) or not running; false
-   * only when no answer came (timeout, refused, unreachable), not for a refusal.
+   * only when no answer came (timeout, refused, unreachable), not for a refusal. A pull
+   * envd answered in the last `answeredWithinMs` (the tick's) is the answer: an idle node
+   * makes one call per sandbox per interval, not two.
    */
-  async probe(o: Observed): Promise<boolean | undefined> {
+  async probe(o: Observed, answeredWithinMs = 0): Promise<boolean | undefined> {
     if (!o.running || this.#quiet.has(o.id)) return undefined;
+    const last = this.#answered.get(o.id);
+    if (last !== undefined && this.#now() - last < answeredWithinMs) return true;
     try {
-      await this.logs.pull(o.id, o.envd);
+      await this.#pull(o);
       return true;
     } catch (e) {
       if (this.#quiet.has(o.id)) return undefined;
@@ -193,6 +205,7 @@ export class SandboxTelemetry {
   /** The sandbox left the node (killed, suspended, stopped): kept for the retention. */
   async left(id: string): Promise<void> {
     this.#quiet.delete(id);
+    this.#answered.delete(id);
     this.#cancelFirst(id);
     const h = this.#history.get(id);
     if (h) h.endedAt = this.#now();
