@@ -5,9 +5,10 @@
  * `--commands` spread over the held sandboxes) p50/p99 beside the same on one sandbox before the
  * fill (the baseline, same run); create after kills on the full node (kill `--kills`, then as
  * many creates at once: admitted and how long); overfill past the cap (`--overfill` creates at
- * once on the full node: how many got in beyond the refusal).
+ * once on the full node: how many got in beyond the refusal). The commands run `--settle` seconds
+ * after the fill: idle sandboxes, not ones still booting.
  *
- *   npm run bench -- density [--max 600] [--batch 10] [--commands 200] [--kills 5] [--overfill 20] [--json]
+ *   npm run bench -- density [--max 600] [--batch 10] [--commands 200] [--kills 5] [--overfill 20] [--settle 30] [--json]
  *
  * Starts the real stack (`space up` in a temp data dir) with the node's defaults — the test
  * harness's 200-slot /24 replaced by the default SPACE_NODE_MAX_SLOTS on a /22 of its own —
@@ -37,6 +38,7 @@ async function main() {
       commands: { type: "string", default: "200" },
       kills: { type: "string", default: "5" },
       overfill: { type: "string", default: "20" },
+      settle: { type: "string", default: "30" },
       json: { type: "boolean", default: false },
     },
   });
@@ -81,13 +83,15 @@ async function main() {
       }
     }
     const fillS = (performance.now() - t0) / 1000;
-    await new Promise((r) => setTimeout(r, 5_000)); // settle: envd and the page cache after the boots
+    // Idle means after the boots: envd's first pulls and samples, the page cache, the load they left.
+    await new Promise((r) => setTimeout(r, Number(values.settle) * 1000));
+    const settledLoad = loadavg()[0]!;
     const perSandboxMib = (before - (await memAvailableMib())) / Math.max(1, held.length - 1);
     const loaded = await roundTrips(held, Number(values.commands));
     rows.push({ row: "idle sandboxes held (defaults)", value: held.length, note: refusal ? `refused: ${refusal}` : `stopped at --max ${max}` });
     rows.push({ row: "fill time (s)", value: round(fillS), note: `${batch} at a time` });
     rows.push({ row: "host memory per idle sandbox (MiB)", value: round(perSandboxMib), note: "MemAvailable delta" });
-    rows.push({ row: "commands p50 / p99 (ms), full node", value: `${round(percentile(loaded, 50))} / ${round(percentile(loaded, 99))}`, note: `baseline 1 sandbox: ${round(percentile(baseline, 50))} / ${round(percentile(baseline, 99))}` });
+    rows.push({ row: "commands p50 / p99 (ms), full node", value: `${round(percentile(loaded, 50))} / ${round(percentile(loaded, 99))}`, note: `${values.settle} s after the fill, load ${settledLoad.toFixed(1)}; baseline 1 sandbox: ${round(percentile(baseline, 50))} / ${round(percentile(baseline, 99))}` });
 
     if (refusal) {
       // Create after kills on the full node: each kill's room is free at once.
