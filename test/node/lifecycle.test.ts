@@ -9,6 +9,7 @@ import { after, before, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { inCidr } from "../../src/core/cidr.ts";
 import { httpStatusOf } from "../../src/node/sandboxes/envd-http-client.ts";
+import { qgroupUsage } from "../../src/node/disk/btrfs.ts";
 import { isRoot, sh, spec, startTestNode, type TestNode } from "./helpers.ts";
 
 const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
@@ -133,6 +134,14 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     assert.equal(m.memTotal, 256 * 1024 * 1024);
     assert.ok(m.diskUsed > 100 * 1024 * 1024);
     assert.equal(m.diskTotal, 1024 * 1024 * 1024);
+    // Read from the qgroup's sysfs files: the same bytes `btrfs qgroup show` reports.
+    const disks = node.agent.disks!;
+    await writeFile(join(disks.sandboxPath(s.sandboxId), "tmp", "usage-probe"), Buffer.alloc(8 * 1048576, 7));
+    await exec("btrfs", ["filesystem", "sync", disks.sandboxPath(s.sandboxId)]);
+    const shown = (await qgroupUsage(disks.sandboxPath(s.sandboxId)))!.referencedBytes + (await disks.baseMib(s.sandboxId)) * 1048576;
+    const read = (await disks.usage(s.sandboxId, AbortSignal.timeout(30_000)))!.referencedBytes;
+    assert.equal(read, shown);
+    assert.ok(read >= m.diskUsed + 8 * 1048576, `the 8 MiB written are counted (${m.diskUsed} → ${read})`);
   });
 
   it("applies the egress hook per slot", async () => {

@@ -5,7 +5,7 @@
  * qgroup counts only what its subvolume wrote: the disk's limit and usage are then offset by
  * its base, the size of what it was snapshotted from, recorded beside it.
  */
-import { readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
 import { invalid, notFound, SpaceError } from "../../core/errors.ts";
@@ -180,6 +180,7 @@ export class Disks implements SandboxDisks {
 
   /** Absent = ok. */
   async releaseSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
+    this.#subvolumes.delete(id);
     const simple = this.cache.quotaMode === "simple";
     await btrfs.subvolumeDelete(this.sandboxPath(id), signal, { kernelDropsQgroup: simple });
     await rm(this.basePath(id), { force: true });
@@ -220,9 +221,30 @@ export class Disks implements SandboxDisks {
     await this.reaping?.catch(() => undefined);
   }
 
-  async usage(id: string, signal: AbortSignal): Promise<btrfs.QgroupUsage | undefined> {
-    const [u, base] = await Promise.all([btrfs.qgroupUsage(this.sandboxPath(id), signal).catch(() => undefined), this.baseMib(id)]);
-    return u && { ...u, referencedBytes: u.referencedBytes + base * 1048576 };
+  /**
+   * The disk's referenced bytes, read from its qgroup's sysfs files: the node samples every
+   * sandbox's disk (sandbox-metrics.ts), and a `btrfs qgroup show` process per sample was
+   * most of an idle node's cost. The subvolume's id takes one `btrfs` call per disk; it is
+   * kept while the subvolume at the path is the same one (its device number: each btrfs
+   * subvolume has its own), and forgotten when the disk is released.
+   */
+  async usage(id: string, signal: AbortSignal): Promise<{ referencedBytes: number } | undefined> {
+    const [referenced, base] = await Promise.all([this.#referenced(id, signal).catch(() => undefined), this.baseMib(id)]);
+    return referenced === undefined ? undefined : { referencedBytes: referenced + base * 1048576 };
+  }
+
+  readonly #subvolumes = new Map<string, { dev: number; subvolumeId: number }>();
+
+  async #referenced(id: string, signal: AbortSignal): Promise<number> {
+    const path = this.sandboxPath(id);
+    const { dev } = await stat(path);
+    let known = this.#subvolumes.get(id);
+    if (known?.dev !== dev) {
+      known = { dev, subvolumeId: await btrfs.subvolumeId(path, signal) };
+      this.#subvolumes.set(id, known);
+    }
+    const text = await readFile(join(this.cache.qgroupsDir, `0_${known.subvolumeId}`, "referenced"), "utf8");
+    return Number(text.trim());
   }
 
   async listSandboxDisks(): Promise<string[]> {

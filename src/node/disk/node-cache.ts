@@ -40,6 +40,8 @@ export interface NodeCache {
   /** True when this call formatted the filesystem (templates must be imported again). */
   formatted: boolean;
   quotaMode: QuotaMode;
+  /** `/sys/fs/btrfs/<fsid>/qgroups`: each qgroup's counters as files (`0_<subvolume id>/referenced`). */
+  qgroupsDir: string;
 }
 
 export interface NodeCacheOptions {
@@ -77,7 +79,7 @@ export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
       throw new SpaceError("failed_precondition", `SPACE_NODE_BTRFS_PATH=${o.btrfsPath} is not a btrfs filesystem`);
     }
     // Data already there was written without owners: simple quotas would not count it.
-    if (!(await quotaModeOf(mnt))) await quotaEnable(mnt, o.signal);
+    if (!(await quotasOf(mnt))) await quotaEnable(mnt, o.signal);
     return layout(mnt, false, o.nodeDir, o.signal);
   }
   const imagePath = resolve(join(o.nodeDir, "cache.img"));
@@ -125,13 +127,13 @@ async function enableQuotas(mnt: string, o: NodeCacheOptions): Promise<void> {
   await quotaEnable(mnt, o.signal);
 }
 
-/** The quota mode the kernel reports for the filesystem at `mnt`; undefined when quotas are off. */
-export async function quotaModeOf(mnt: string): Promise<QuotaMode | undefined> {
+/** The quota mode the kernel reports for the filesystem at `mnt`, and its qgroups in sysfs; undefined when quotas are off. */
+export async function quotasOf(mnt: string): Promise<{ mode: QuotaMode; qgroupsDir: string } | undefined> {
   const uuid = (await exec("findmnt", ["-n", "-o", "UUID", "--mountpoint", mnt], { timeoutMs: 10_000 })).stdout.trim();
   const dir = `/sys/fs/btrfs/${uuid}/qgroups`;
   if (!uuid || (await readFile(join(dir, "enabled"), "utf8").catch(() => "0")).trim() !== "1") return undefined;
   const mode = (await readFile(join(dir, "mode"), "utf8").catch(() => "qgroup")).trim();
-  return mode === "squota" ? "simple" : "classic";
+  return { mode: mode === "squota" ? "simple" : "classic", qgroupsDir: dir };
 }
 
 async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: AbortSignal, imagePath?: string): Promise<NodeCache> {
@@ -147,9 +149,9 @@ async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: 
     await exec("mount", ["--bind", sandboxesDir, rootsDir], { timeoutMs: 60_000, signal });
     await exec("mount", ["-o", "remount,bind,suid,nodev,noatime", rootsDir], { timeoutMs: 60_000, signal });
   }
-  const quotaMode = await quotaModeOf(mnt);
-  if (!quotaMode) throw new SpaceError("failed_precondition", `btrfs quotas are off on ${mnt}: sandbox disks could not be limited`);
-  return { mountPath: mnt, templatesDir, sandboxesDir, volumesDir, rootsDir, imagePath, formatted, quotaMode };
+  const quotas = await quotasOf(mnt);
+  if (!quotas) throw new SpaceError("failed_precondition", `btrfs quotas are off on ${mnt}: sandbox disks could not be limited`);
+  return { mountPath: mnt, templatesDir, sandboxesDir, volumesDir, rootsDir, imagePath, formatted, quotaMode: quotas.mode, qgroupsDir: quotas.qgroupsDir };
 }
 
 /** Unmounts a loop-image cache (tests; `space node` leaves it mounted across restarts). */
