@@ -210,7 +210,7 @@ async function main() {
       lines.push(`      API, store, placement, hops        ${f(t.createMs - n.totalMs!)} (create − node)`);
     } else if (n) lines.push(`      a warm member adopted (its boot, ${f(n.totalMs)} on the node, happened before, off this path)`);
     else lines.push(`      (node breakdown: only for a stack this bench started)`);
-    lines.push(`    first command (echo hi)               ${f(t.commandMs)}  SDK → gateway → node proxy → envd → bash -l`);
+    lines.push(`    first command (echo hi)               ${f(t.commandMs)}  SDK → gateway → envd → bash -l (the node's proxy between when the node is another process)`);
     lines.push(`    TTFC                                  ${f(t.ttfcMs)}`);
     return lines;
   };
@@ -483,7 +483,7 @@ async function main() {
         process.stdout.write(`  its first command, commands.run('true'): SDK ${f(p.sdkCommandMs)}; outside the gateway's span ${f(p.sdkCommandMs - (gw?.medianMs ?? NaN))}\n`);
         for (const r of p.command) process.stdout.write(`    ${phaseLine(r)}\n`);
       }
-      process.stdout.write(`  (the node's proxy span holds envd and the command: its bare figure is "straight to envd" above)\n`);
+      process.stdout.write(`  (the gateway's span, and the node proxy's under it when the node is another process, hold envd and the command: their bare figure is "straight to envd" above)\n`);
     }
     if (bare && coldOverBare) {
       process.stdout.write(`Bare baseline, same run: bench -- node --n ${values.bare} (the same rootfs, no SPACE)\n`);
