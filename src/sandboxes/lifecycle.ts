@@ -169,21 +169,15 @@ export class SandboxLifecycle {
   }
 
   /**
-   * The sandbox's newest suspend snapshot once a publication of it settled: `durable`, or
-   * still `local` when its node could not publish it. What a restore that cannot run on the
-   * snapshot's node waits for. With `publish`, a `local` one is published now; the
-   * publication is joined, not repeated: one in flight in this process is awaited, and the
-   * node shares its upload with one another process (the replica that paused, the
-   * controller) started, so a connect through any replica waits for the same upload.
-   * Without, only a publication in flight in this process is awaited.
+   * The sandbox's newest suspend snapshot once a publication of it in flight in this
+   * process settled (`durable`, or still `local` when the publication failed); as it is
+   * otherwise. What a restore that cannot run on the snapshot's node waits for.
    */
-  async settledSnapshot(sandboxId: string, publish: boolean): Promise<Snapshot | null> {
+  async settledSnapshot(sandboxId: string): Promise<Snapshot | null> {
     const snap = await this.#r.snapshots.latest(sandboxId, "suspend");
-    if (snap?.state !== "local" || !snap.nodeId) return snap;
-    const inflight = this.#publishing.get(snap.id);
-    if (inflight) await inflight;
-    else if (publish) await this.publishLocal(sandboxId, snap.nodeId, snap.id);
-    else return snap;
+    const publishing = snap && this.#publishing.get(snap.id);
+    if (!publishing) return snap;
+    await publishing;
     return this.#r.snapshots.latest(sandboxId, "suspend");
   }
 
@@ -308,11 +302,9 @@ export class SandboxLifecycle {
         if (snap.state === "durable") throw e;
         if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
         ref = null;
-        // A refusal of the pinned node itself (the environment gate's drain hint) says more
-        // than "not durable", and what to do: that refusal publishes nothing on its own.
-        const refusedByGate = e instanceof SpaceError && e.code === "failed_precondition";
-        const settled = await this.settledSnapshot(rec.id, !refusedByGate);
-        if (settled?.id !== snap.id || settled.state !== "durable") throw refusedByGate ? e : notDurable(rec.id, snap, e);
+        const settled = await this.settledSnapshot(rec.id);
+        // A refusal of the pinned node itself (the environment gate's drain hint) says more than "not durable".
+        if (settled?.id !== snap.id || settled.state !== "durable") throw e instanceof SpaceError && e.code === "failed_precondition" ? e : notDurable(rec.id, snap, e);
         ref = await place(settled);
         status = await restoreHeld(this.#r, ref, descOf(settled), spec, signal);
       }

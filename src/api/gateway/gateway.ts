@@ -98,12 +98,13 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const routes = new RouteCache(repo, cacheMs);
   const secure = new SecureSandboxes(repo);
   const inflight = new Map<string, Set<Live>>();
-  // Kept-alive connections straight into a local sandbox, one agent per sandbox: its address
-  // is reused by a later sandbox, which must never receive a connection kept from this one.
+  // Connections straight into a local sandbox, one agent per sandbox: its address is reused
+  // by a later sandbox. Not kept alive: a socket envd closes as idle while the gateway reuses
+  // it answers a request with a reset (a 502 for a running sandbox), as the node's proxy avoided.
   const localAgents = new Map<string, http.Agent>();
   const localAgent = (id: string) => {
     let a = localAgents.get(id);
-    if (!a) localAgents.set(id, (a = new http.Agent({ keepAlive: true, maxFreeSockets: 8 })));
+    if (!a) localAgents.set(id, (a = new http.Agent({ keepAlive: false })));
     return a;
   };
   const dropLocalAgent = (id: string) => {
