@@ -98,22 +98,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const routes = new RouteCache(repo, cacheMs);
   const secure = new SecureSandboxes(repo);
   const inflight = new Map<string, Set<Live>>();
-  // Connections straight into a local sandbox, one agent per sandbox: its address is reused
-  // by a later sandbox. Not kept alive: a socket envd closes as idle while the gateway reuses
-  // it answers a request with a reset (a 502 for a running sandbox), as the node's proxy avoided.
-  const localAgents = new Map<string, http.Agent>();
-  const localAgent = (id: string) => {
-    let a = localAgents.get(id);
-    if (!a) localAgents.set(id, (a = new http.Agent({ keepAlive: false })));
-    return a;
-  };
-  const dropLocalAgent = (id: string) => {
-    localAgents.get(id)?.destroy();
-    localAgents.delete(id);
-  };
-
   const onEnded = (id: SandboxId) => {
-    dropLocalAgent(id);
     routes.forget(id);
     secure.forget(id);
     const set = inflight.get(id);
@@ -204,16 +189,15 @@ export function createGateway(deps: GatewayDeps): Gateway {
     let url: URL;
     let extra: Record<string, string> = {};
     let onDead: ((fn: () => void) => () => void) | undefined;
-    let via = agent;
+    // Into a local sandbox, a connection per request (as the node's proxy makes): its address
+    // is reused by later sandboxes, and a socket envd closed as idle would answer a reused
+    // request with a reset (a 502 for a running sandbox).
+    let via: http.Agent | false = agent;
     if (local && rec.nodeId === local.nodeId()) {
       const at = local.target(rec.id, port);
       url = new URL(`http://${at.host}:${at.port}${path}`);
-      via = localAgent(rec.id);
-      onDead = (fn) =>
-        local.onDead(rec.id, () => {
-          dropLocalAgent(rec.id);
-          fn();
-        });
+      via = false;
+      onDead = (fn) => local.onDead(rec.id, fn);
     } else {
       const t = await sandboxes.substrate.proxyTarget({ sandboxId: rec.id, nodeId: rec.nodeId! }, port, AbortSignal.timeout(5000));
       url = new URL(t.baseUrl.href + path);
@@ -378,7 +362,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
       sandboxes.events.off("started", onStarted);
       for (const set of inflight.values()) for (const l of set) l.destroy();
       inflight.clear();
-      for (const id of [...localAgents.keys()]) dropLocalAgent(id);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         listener.closeAll();
