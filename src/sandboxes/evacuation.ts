@@ -68,7 +68,7 @@ export class SandboxEvacuation {
       return out({ outcome: "stayed", reason: `suspend failed (the sandbox was brought back on its node): ${err.code}: ${err.message}` });
     }
     // The pause answers before its publication: a move elsewhere waits for it (durable, or it failed).
-    const snap = await this.#lifecycle.settledSnapshot(rec.id);
+    const snap = await this.#lifecycle.settledSnapshot(rec.id, true);
     if (!snap?.descriptor) return out({ outcome: "failed", reason: "suspended but no restorable snapshot was recorded" });
     if (snap.state !== "durable") {
       const back = await this.#restoreOn(suspended, fromNodeId, snap.descriptor);

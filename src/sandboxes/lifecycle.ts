@@ -15,6 +15,7 @@ import type { Snapshot } from "./snapshot-repo.ts";
 import { dropSnapshots, liveSandbox, placeFor, refuseWithVolumes, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
 
 export type ConnectResult = { sandbox: SandboxRecord; resumed: boolean };
+export type ConnectOptions = { memory?: boolean; pinned?: boolean };
 
 export class SandboxLifecycle {
   readonly #r: SandboxResources;
@@ -169,15 +170,21 @@ export class SandboxLifecycle {
   }
 
   /**
-   * The sandbox's newest suspend snapshot once a publication of it in flight in this
-   * process settled (`durable`, or still `local` when the publication failed); as it is
-   * otherwise. What a restore that cannot run on the snapshot's node waits for.
+   * The sandbox's newest suspend snapshot once a publication of it settled: `durable`, or
+   * still `local` when its node could not publish it. What a restore that cannot run on the
+   * snapshot's node waits for. With `publish`, a `local` one is published now; the
+   * publication is joined, not repeated: one in flight in this process is awaited, and the
+   * node shares its upload with one another process (the replica that paused, the
+   * controller) started, so a connect through any replica waits for the same upload.
+   * Without, only a publication in flight in this process is awaited.
    */
-  async settledSnapshot(sandboxId: string): Promise<Snapshot | null> {
+  async settledSnapshot(sandboxId: string, publish: boolean): Promise<Snapshot | null> {
     const snap = await this.#r.snapshots.latest(sandboxId, "suspend");
-    const publishing = snap && this.#publishing.get(snap.id);
-    if (!publishing) return snap;
-    await publishing;
+    if (snap?.state !== "local" || !snap.nodeId) return snap;
+    const inflight = this.#publishing.get(snap.id);
+    if (inflight) await inflight;
+    else if (publish) await this.publishLocal(sandboxId, snap.nodeId, snap.id);
+    else return snap;
     return this.#r.snapshots.latest(sandboxId, "suspend");
   }
 
@@ -215,8 +222,11 @@ export class SandboxLifecycle {
    * wait for it to be running. A connect during a pause waits for the pause, then restores.
    * `memory: false` (E2B's connect option, SDK `onResume: "reboot"`) restores a suspended
    * sandbox's disk only: it boots fresh, the snapshot's memory is left as it is.
+   * `pinned` (a warm member's adoption) restores a `local` snapshot on its node or not at
+   * all: publishing it to restore elsewhere would take longer than the cold create the
+   * adopter falls back to.
    */
-  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
+  async connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: ConnectOptions = {}): Promise<ConnectResult> {
     if (timeoutSec !== undefined) validateTimeout(timeoutSec);
     const rec = await liveSandbox(this.#r, tenantId, id);
     switch (rec.state) {
@@ -244,7 +254,7 @@ export class SandboxLifecycle {
       case "resuming": {
         const start = performance.now();
         const running = await inSpan("sandboxes.resume", "sandboxes", { "space.sandbox.id": rec.id, "space.resume.path": "restore" }, () =>
-          this.#restore(rec, opts.memory === false ? "disk" : undefined),
+          this.#restore(rec, { ...(opts.memory === false ? { kind: "disk" as const } : {}), pinned: opts.pinned === true }),
         );
         this.#r.metrics.resumeSeconds.observe({ path: "restore" }, secondsSince(start));
         return { sandbox: await this.extend(running, timeoutSec ?? 300), resumed: true };
@@ -255,13 +265,13 @@ export class SandboxLifecycle {
   }
 
   /** One restore per sandbox in this process; across processes the guarded transition decides. */
-  #restore(rec: SandboxRecord, kind: SnapshotKind | undefined): Promise<SandboxRecord> {
+  #restore(rec: SandboxRecord, opts: { kind?: SnapshotKind; pinned: boolean }): Promise<SandboxRecord> {
     const inflight = this.#restores.get(rec.id);
     if (inflight) return inflight;
     const p = (async () => {
       if (rec.state === "suspended") {
         const claimed = await this.#r.repo.transition(rec.id, ["suspended"], "resuming");
-        if (claimed) return this.restoreClaimed(claimed, kind ? { kind } : {});
+        if (claimed) return this.restoreClaimed(claimed, opts);
       }
       // Another process restores it: wait for the outcome.
       const settled = await this.#awaitSettled(rec.id, ["resuming"]);
@@ -272,8 +282,11 @@ export class SandboxLifecycle {
     return p;
   }
 
-  /** `kind: "disk"` restores the snapshot's disk only (a fresh boot), whatever it holds. */
-  async restoreClaimed(rec: SandboxRecord, opts: { avoidNodeId?: string; kind?: SnapshotKind } = {}): Promise<SandboxRecord> {
+  /**
+   * `kind: "disk"` restores the snapshot's disk only (a fresh boot), whatever it holds.
+   * `pinned`: a `local` snapshot is never published here to restore elsewhere.
+   */
+  async restoreClaimed(rec: SandboxRecord, opts: { avoidNodeId?: string; kind?: SnapshotKind; pinned?: boolean } = {}): Promise<SandboxRecord> {
     const signal = AbortSignal.timeout(SNAPSHOT_CALL_MS);
     const snap = await this.#r.snapshots.latest(rec.id, "suspend");
     if (!snap?.descriptor) {
@@ -302,9 +315,11 @@ export class SandboxLifecycle {
         if (snap.state === "durable") throw e;
         if (ref) await this.#r.substrate.kill(ref, AbortSignal.timeout(30_000)).catch(() => undefined);
         ref = null;
-        const settled = await this.settledSnapshot(rec.id);
-        // A refusal of the pinned node itself (the environment gate's drain hint) says more than "not durable".
-        if (settled?.id !== snap.id || settled.state !== "durable") throw e instanceof SpaceError && e.code === "failed_precondition" ? e : notDurable(rec.id, snap, e);
+        // A refusal of the pinned node itself (the environment gate's drain hint) says more
+        // than "not durable", and what to do: that refusal publishes nothing on its own.
+        const refusedByGate = e instanceof SpaceError && e.code === "failed_precondition";
+        const settled = await this.settledSnapshot(rec.id, !refusedByGate && opts.pinned !== true);
+        if (settled?.id !== snap.id || settled.state !== "durable") throw refusedByGate ? e : notDurable(rec.id, snap, e);
         ref = await place(settled);
         status = await restoreHeld(this.#r, ref, descOf(settled), spec, signal);
       }

@@ -176,7 +176,11 @@ test("a node lost between pause and durable: the sandbox stays paused, the conne
     // The publication failed: the row stays local (its parts never reached the blob store).
     await new Promise((r) => setTimeout(r, 100));
     assert.equal((await latestRestorableSnapshot(s.db, sb.id, "suspend"))?.state, "local");
+    // Still lost at the connect: the restore there fails, and so does the publication the
+    // connect asks it for (the node is unreachable for every call).
     s.substrate.nextRestoreError = new SpaceError("unavailable", "node n1 is unreachable");
+    s.substrate.failNextPublish = new SpaceError("unavailable", "node n1 is unreachable");
+    const publishes = s.substrate.calls.filter((c) => c.startsWith("publish")).length;
     const before = s.substrate.calls.filter((c) => c.startsWith("restore")).length;
     await assert.rejects(s.sandboxes.connect(s.tenant.id, sb.id, 60), (e: unknown) => {
       assert.ok(e instanceof SpaceError);
@@ -187,6 +191,7 @@ test("a node lost between pause and durable: the sandbox stays paused, the conne
     });
     // Only the pinned node was tried: nothing was restored from anywhere else.
     assert.equal(s.substrate.calls.filter((c) => c.startsWith("restore")).length, before + 1);
+    assert.equal(s.substrate.calls.filter((c) => c.startsWith("publish")).length, publishes + 1, "the connect asked the node to publish, once");
     assert.ok(s.substrate.placements.slice(-1).every((p) => p.pinnedNodeId === snap.nodeId));
     assert.equal((await getSandbox(s.db, sb.id)).state, "suspended");
     // The node is back: the connect restores from its local copy.

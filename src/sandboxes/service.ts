@@ -24,7 +24,7 @@ import { SandboxCreation } from "./creation.ts";
 import { SandboxEvacuation, type EvacuationOutcome } from "./evacuation.ts";
 import { SandboxExpiry } from "./expiry.ts";
 import { SandboxForks, type ForkOutcome } from "./forks.ts";
-import { SandboxLifecycle, type ConnectResult } from "./lifecycle.ts";
+import { SandboxLifecycle, type ConnectOptions, type ConnectResult } from "./lifecycle.ts";
 import type { ListPage, ListQuery, NetworkPolicy, SandboxRecord, SandboxRepo, SandboxState, TemplateResolver } from "./model.ts";
 import { SandboxNetwork } from "./network.ts";
 import { SandboxResidency } from "./residency.ts";
@@ -173,7 +173,7 @@ export class SandboxService implements WarmMembers {
     const s = await this.#r.snapshots.latest(rec.id, "suspend");
     return s && (s.state === "local" || s.state === "durable") ? { id: s.id, durability: s.state } : null;
   }
-  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { memory?: boolean } = {}): Promise<ConnectResult> {
+  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: ConnectOptions = {}): Promise<ConnectResult> {
     return this.#lifecycle.connect(tenantId, id, timeoutSec, opts);
   }
 

@@ -38,6 +38,6 @@ export interface WarmAdopter {
 export interface WarmMembers {
   readonly repo: SandboxRepo;
   readonly substrate: Substrate;
-  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined): Promise<ConnectResult>;
+  connect(tenantId: TenantId, id: string, timeoutSec: number | undefined, opts: { pinned: true }): Promise<ConnectResult>;
   kill(tenantId: TenantId, id: string, reason?: string): Promise<void>;
 }

@@ -375,6 +375,36 @@ describe("direct fleet: a 3-node lab", { skip, timeout: 900_000 }, () => {
     await sb.kill();
   });
 
+  test("paused through one replica, connected through another at once while its node drains: the connect waits for the upload and restores on the other node", async (t) => {
+    const opts = { apiKey, apiUrl: lab.api("off").url, sandboxUrl: lab.api("off").gatewayUrl, requestTimeoutMs: 120_000 };
+    // Put it on a (b and c drained for the create); c stays drained: crun cannot restore a runc checkpoint.
+    for (const n of [b, c]) assert.equal((await lab.admin("POST", `/nodes/${n.id}/drain`, { mode: "gentle" })).status, 200);
+    t.after(async () => {
+      for (const n of [a, b, c]) await lab.admin("POST", `/nodes/${n.id}/ready`, {});
+    });
+    const sb = await Sandbox.create({ ...opts, timeoutMs: 600_000 });
+    assert.equal((await lab.admin("POST", `/nodes/${b.id}/ready`, {})).body.status, "ready");
+    assert.equal(await nodeOf(sb.sandboxId), a.id);
+    // Incompressible bytes: the upload behind the pause takes seconds, the window for the connect.
+    await sb.commands.run("head -c 400M /dev/urandom > /home/user/big && sync", { timeoutMs: 300_000 });
+    assert.equal(await sb.pause(), true);
+    assert.equal((await lab.admin("POST", `/nodes/${a.id}/drain`, { mode: "gentle" })).status, 200);
+    const snap = await db.db.one<{ id: string; state: string }>(`SELECT id, state FROM snapshots WHERE sandbox_id = $1 AND purpose = 'suspend' AND state IN ('local', 'durable')`, [sb.sandboxId]);
+    t.diagnostic(`snapshot ${snap.id} was ${snap.state} when the connect went to the other replica`);
+    // The replica that paused publishes; this one has no publication of its own to wait for.
+    const r = await fetch(`${lab.api("shadow").url}/sandboxes/${sb.sandboxId}/connect`, {
+      method: "POST",
+      headers: { "x-api-key": apiKey, "content-type": "application/json" },
+      body: JSON.stringify({ timeout: 600 }),
+    });
+    assert.equal(r.status, 201, await r.clone().text());
+    assert.equal(await nodeOf(sb.sandboxId), b.id, "restored on the node that is not draining");
+    assert.equal((await db.db.one<{ state: string }>(`SELECT state FROM snapshots WHERE id = $1`, [snap.id])).state, "durable");
+    const again = await Sandbox.connect(sb.sandboxId, { ...opts, apiUrl: lab.api("shadow").url, sandboxUrl: lab.api("shadow").gatewayUrl });
+    assert.equal((await again.commands.run("stat -c %s /home/user/big")).stdout, `${400 * 1024 * 1024}\n`);
+    await again.kill();
+  });
+
   test("a node killed with kill -9 goes unavailable and its sandboxes are reported lost; back, it reclaims them", async (t) => {
     const onB = await running(b.id!);
     assert.ok(onB.length > 0);

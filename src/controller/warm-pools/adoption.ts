@@ -204,7 +204,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     const { db, sandboxes, metrics, log } = this.#d;
     const t0 = performance.now();
     try {
-      await sandboxes.connect(poolTenant, slot.sandboxId!, undefined);
+      await sandboxes.connect(poolTenant, slot.sandboxId!, undefined, { pinned: true });
       log.debug({ slot: slot.id, sandboxId: slot.sandboxId, ms: Math.round(performance.now() - t0) }, "suspended warm member restored");
       return true;
     } catch (e: unknown) {
