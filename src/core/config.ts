@@ -186,6 +186,8 @@ const vars = {
     "what idle warm members do, for pools that do not set it: stay running, stay suspended on their node, or be suspended while their node is short of memory",
   ],
   SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT: [int(0, 100), "20", "suspend_when_memory_short: a node with less free memory than this share of its budget (memory × overcommit) is short"],
+  SPACE_WARM_POOL_REFILL_QUIET_MS: [int(0, 60_000), "500", "a pool's refill starts once no member was adopted for this long (a burst's adoptions keep the cores; 0 = refill at once)"],
+  SPACE_WARM_POOL_REFILL_MAX_DEFER_MS: [int(0, 600_000), "3000", "the longest a refill waits for adoptions to be quiet (a steady stream of creates still gets members)"],
   SPACE_DEBIAN_MIRROR: [url(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
   SPACE_REGISTRY_AUTH_FILE: [z.string(), "", "credentials a node uses for registry pulls (containers-auth.json, as `skopeo login` or `docker login` write it); a build's own fromImage credentials win for their registry; empty = none"],
   SPACE_REGISTRY_INSECURE: [hostList(), "", "registries pulled over plain HTTP or unverified TLS, e.g. 127.0.0.1:5000,registry.lan; empty = none"],

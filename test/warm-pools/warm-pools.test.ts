@@ -75,7 +75,7 @@ class RecordingPersonaliser implements MemberPersonaliser {
   }
 }
 
-async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?: number } = {}) {
+async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?: number; refillQuietMs?: number } = {}) {
   const t = await freshDb(engine);
   const tenant = await createTenant(t.db, { name: "a" });
   for (const [id, name, envs] of [[N1, "n1", [ENV]], [N2, "n2", []]] as const) {
@@ -100,6 +100,7 @@ async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?:
   });
   const reconciler = createWarmPoolReconciler({
     db: t.db, sandboxes: layer.sandboxes, templates, nodes, gate, metrics, log, poolTenant: () => adoption.poolTenant(), maxParallelCreates: 10,
+    ...(o.refillQuietMs ? { refillQuietMs: o.refillQuietMs, refillMaxDeferMs: 60_000 } : {}),
   });
   await upsertWarmPool(t.db, { name: "base", size: o.size ?? 3, ...SHAPE });
   /** Reconcile until the pool holds `n` ready members (level-triggered: a few passes). */
@@ -188,6 +189,26 @@ for (const engine of testEngines()) {
         assert.ok(!after.some((x) => x.sandboxId === sb.id), "the adopted member left the pool");
         // Killing the adopted sandbox is the caller's business now.
         await s.sandboxes.kill(s.tenant.id, sb.id);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
+    test("a refill waits until the pool's adoptions are quiet: none starts during a burst, one starts after it", async () => {
+      const s = await setup(engine.name, { refillQuietMs: 400 });
+      const starts = () => s.substrate.calls.filter((c) => c.startsWith("start")).length;
+      try {
+        await s.fill();
+        const before = starts();
+        for (let i = 0; i < 2; i++) await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        await s.reconciler.reconcileAll();
+        await s.reconciler.settle();
+        assert.equal(starts(), before, "no refill right after the adoptions");
+        assert.equal((await listSlots(s.db, "base")).filter((x) => x.state === "ready").length, 1);
+        await new Promise((r) => setTimeout(r, 450));
+        await s.fill(3);
+        assert.equal(starts(), before + 2, "refilled once the adoptions were quiet");
       } finally {
         await s.reconciler.stop();
         await s.drop();
@@ -569,10 +590,29 @@ describe("warm pools: pure parts", () => {
       slots: [], sandboxes: new Map(), nodes: new Map([[N1, { status: "ready", usableEnvironments: [ENV] }]]),
       gate: "off", binding: { kind: "none" }, poolTenant: "pool", inflight: new Set(), moving: new Set(),
       idle: { policy: "running", minFreeMemoryPercent: 20 }, idleSettleMs: 10_000, now,
-      creatingTimeoutMs: 60_000, reservationTtlMs: 60_000, maxAgeMs: 3_600_000, maxParallelCreates: 4, ...o,
+      creatingTimeoutMs: 60_000, reservationTtlMs: 60_000, maxAgeMs: 3_600_000, maxParallelCreates: 4,
+      refill: { quietMs: 0, maxDeferMs: 0, shortSince: null }, ...o,
     });
+    const ago = (ms: number) => new Date(now.getTime() - ms);
+    const adoptedAgo = (ms: number) => ({ slots: [slot("9", "adopted", { adoptedAt: ago(ms) })], sandboxes: new Map([["sb9", sb({ tenantId: "t1" })]]) });
     const cases: Array<[string, Partial<PlanInput>, (p: ReturnType<typeof planPool>) => void]> = [
       ["empty pool creates size", {}, (p) => assert.equal(p.create, 3)],
+      [
+        "an adoption within the quiet window holds the refill back",
+        { ...adoptedAgo(200), refill: { quietMs: 500, maxDeferMs: 3000, shortSince: null } },
+        (p) => assert.deepEqual([p.create, p.deferred], [0, 3]),
+      ],
+      [
+        "adoptions quiet for the window: the refill starts",
+        { ...adoptedAgo(600), refill: { quietMs: 500, maxDeferMs: 3000, shortSince: ago(700) } },
+        (p) => assert.deepEqual([p.create, p.deferred], [3, 0]),
+      ],
+      [
+        "a steady stream of adoptions defers the refill no longer than maxDeferMs",
+        { ...adoptedAgo(10), refill: { quietMs: 500, maxDeferMs: 3000, shortSince: ago(3000) } },
+        (p) => assert.deepEqual([p.create, p.deferred], [3, 0]),
+      ],
+      ["no quiet window (0): refill at once", { ...adoptedAgo(10) }, (p) => assert.deepEqual([p.create, p.deferred], [3, 0])],
       ["parallel cap", { target: { size: 10, templateId: "t", buildId: "b1", ...SHAPE } }, (p) => assert.equal(p.create, 4)],
       [
         "build changed retires",

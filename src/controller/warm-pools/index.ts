@@ -30,6 +30,8 @@ type WarmPoolConfig = Pick<
   | "SPACE_DEFAULT_DISK_MIB"
   | "SPACE_WARM_POOL_IDLE_POLICY"
   | "SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT"
+  | "SPACE_WARM_POOL_REFILL_QUIET_MS"
+  | "SPACE_WARM_POOL_REFILL_MAX_DEFER_MS"
   | "SPACE_ENVIRONMENT_PLACEMENT_GATE"
   | "SPACE_WARM_POOLS"
   | "SPACE_NODE_HEARTBEAT_MS"
@@ -95,5 +97,7 @@ export function warmPoolLoop(cp: WarmPoolHost): WarmPoolReconciler {
     configPools: parseWarmPoolsConfig(c.SPACE_WARM_POOLS, warmPoolDefaults(c)),
     // Published memory is as old as the last heartbeat: judge a node only after a couple.
     idleSettleMs: 2 * c.SPACE_NODE_HEARTBEAT_MS + 1000,
+    refillQuietMs: c.SPACE_WARM_POOL_REFILL_QUIET_MS,
+    refillMaxDeferMs: c.SPACE_WARM_POOL_REFILL_MAX_DEFER_MS,
   });
 }

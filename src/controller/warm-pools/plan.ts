@@ -81,6 +81,13 @@ export interface PlanInput {
   maxAgeMs: number;
   /** Members created concurrently per pool. */
   maxParallelCreates: number;
+  /**
+   * Refills yield to a burst of adoptions: none starts while the pool's latest adoption is
+   * more recent than `quietMs`, for at most `maxDeferMs` after `shortSince` (when this
+   * leader first deferred). A refill is a cold create (~270 ms of CPU on a 2-core node);
+   * started during a burst it takes the cores the adoptions' first commands wait for.
+   */
+  refill: { quietMs: number; maxDeferMs: number; shortSince: Date | null };
 }
 
 export interface Plan {
@@ -102,6 +109,8 @@ export interface Plan {
   resume: string[];
   /** Members to start now. */
   create: number;
+  /** Members wanted but held back: the pool's adoptions are not quiet yet (`refill`). */
+  deferred: number;
   status: PoolStatus;
 }
 
@@ -126,18 +135,20 @@ export interface PoolStatus {
 const LIVE = new Set(["creating", "running", "suspending", "suspended", "resuming"]);
 
 export function planPool(i: PlanInput): Plan {
-  const plan: Plan = { forget: [], retire: [], kill: [], fail: [], unreserve: [], settle: [], suspend: [], resume: [], create: 0, status: emptyStatus(i) };
+  const plan: Plan = { forget: [], retire: [], kill: [], fail: [], unreserve: [], settle: [], suspend: [], resume: [], create: 0, deferred: 0, status: emptyStatus(i) };
   const t = i.target;
   const keep: WarmSlot[] = [];
   let creating = 0;
   let reserved = 0;
   let moving = 0;
+  let lastAdoption = 0;
   const busyNodes = new Set<string>();
   for (const s of i.slots) {
     const sb = s.sandboxId ? i.sandboxes.get(s.sandboxId) : undefined;
     const ours = sb !== undefined && sb.tenantId === i.poolTenant;
     switch (s.state) {
       case "adopted":
+        lastAdoption = Math.max(lastAdoption, new Date(s.adoptedAt ?? s.updatedAt).getTime());
         // History once its sandbox was handed over (or vanished); a fresh claim may still be checking it.
         if (!ours || age(i.now, s.adoptedAt ?? s.updatedAt) > 60_000) plan.forget.push(s.id);
         break;
@@ -188,7 +199,12 @@ export function planPool(i: PlanInput): Plan {
   const ready = idle.filter((s) => s.state === "ready").length;
   const suspended = idle.length - ready;
   if (t) {
-    plan.create = Math.max(0, Math.min(size - idle.length - moving - creating, i.maxParallelCreates - creating));
+    const wanted = Math.max(0, Math.min(size - idle.length - moving - creating, i.maxParallelCreates - creating));
+    const now = i.now.getTime();
+    const { quietMs, maxDeferMs, shortSince } = i.refill;
+    const defer = now - lastAdoption < quietMs && (shortSince === null || now - shortSince.getTime() < maxDeferMs);
+    if (defer) plan.deferred = wanted;
+    else plan.create = wanted;
     const members: IdleMember[] = idle.map((s) => ({
       slotId: s.id,
       state: s.state as "ready" | "suspended",

@@ -63,6 +63,10 @@ export interface WarmPoolReconcilerDeps {
   maxParallelCreates?: number;
   /** A node whose members were suspended or resumed more recently than this is not judged on its published memory yet (≥ a heartbeat). Default 10 s. */
   idleSettleMs?: number;
+  /** Refills wait for the pool's adoptions to be quiet this long (plan.ts `refill`). Default 0: no wait. */
+  refillQuietMs?: number;
+  /** ...but never longer than this after the first deferral. */
+  refillMaxDeferMs?: number;
   now?: () => Date;
 }
 
@@ -90,6 +94,8 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
   const backoff = new Map<string, { until: number; delayMs: number }>();
   /** Per pool: idle moves paused after a failed suspend/resume (a substrate that cannot suspend is not asked every pass). */
   const idleBackoff = new Map<string, { until: number; delayMs: number }>();
+  /** Per pool: when this leader first held its refill back for a burst of adoptions. */
+  const deferredSince = new Map<string, Date>();
   const abort = new AbortController();
   let configApplied = false;
   let lastOrphanSweep = 0;
@@ -143,7 +149,10 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
       reservationTtlMs: RESERVATION_TTL_MS,
       maxAgeMs: MAX_AGE_MS,
       maxParallelCreates: deps.maxParallelCreates ?? 4,
+      refill: { quietMs: deps.refillQuietMs ?? 0, maxDeferMs: deps.refillMaxDeferMs ?? 0, shortSince: deferredSince.get(name) ?? null },
     });
+    if (plan.deferred === 0) deferredSince.delete(name);
+    else if (!deferredSince.has(name)) deferredSince.set(name, now());
 
     const errors: unknown[] = [];
     const attempt = async (what: string, fn: () => Promise<unknown>) => {
