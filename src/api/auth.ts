@@ -52,23 +52,42 @@ export const invalidApiKey = () => new SpaceError("unauthenticated", "Invalid AP
  */
 const CACHE_MS = 1000;
 const verified = new WeakMap<Queryable, Recent<Principal>>();
+/** Lookups in flight, per database: a burst of requests with one key (cache expired) pays one. */
+const verifying = new WeakMap<Queryable, Map<string, Promise<Principal | undefined>>>();
+/** Per database: how many times its credentials were forgotten (a lookup older than that is not remembered). */
+const forgotten = new WeakMap<Queryable, number>();
 
 /** Only what verified is kept: a key made a moment ago works at once. */
-async function cached(db: Queryable, kind: string, secret: string, lookup: () => Promise<{ principal: Principal; expiresAt?: Date | null } | undefined>): Promise<Principal | undefined> {
+function cached(db: Queryable, kind: string, secret: string, lookup: () => Promise<{ principal: Principal; expiresAt?: Date | null } | undefined>): Promise<Principal | undefined> {
   const key = `${kind}:${createHash("sha256").update(secret).digest("hex")}`;
-  let recent = verified.get(db);
-  const hit = recent?.get(key);
-  if (hit) return hit;
-  const found = await lookup();
-  if (!found) return undefined;
-  if (!recent) verified.set(db, (recent = new Recent<Principal>(CACHE_MS, 10_000)));
-  recent.set(key, found.principal, found.expiresAt ? found.expiresAt.getTime() - Date.now() : CACHE_MS);
-  return found.principal;
+  const hit = verified.get(db)?.get(key);
+  if (hit) return Promise.resolve(hit);
+  let inflight = verifying.get(db);
+  if (!inflight) verifying.set(db, (inflight = new Map()));
+  const joined = inflight.get(key);
+  if (joined) return joined;
+  const gen = forgotten.get(db) ?? 0;
+  const p = (async () => {
+    const found = await lookup();
+    if (!found) return undefined;
+    // Forgotten while it was read: answer this request, remember nothing.
+    if ((forgotten.get(db) ?? 0) !== gen) return found.principal;
+    let recent = verified.get(db);
+    if (!recent) verified.set(db, (recent = new Recent<Principal>(CACHE_MS, 10_000)));
+    recent.set(key, found.principal, found.expiresAt ? found.expiresAt.getTime() - Date.now() : CACHE_MS);
+    return found.principal;
+  })().finally(() => {
+    if (inflight.get(key) === p) inflight.delete(key);
+  });
+  inflight.set(key, p);
+  return p;
 }
 
 /** Drops every remembered credential of `db` (a key or token revoked, a tenant disabled). */
 export function forgetCredentials(db: Queryable): void {
   verified.get(db)?.clear();
+  verifying.get(db)?.clear();
+  forgotten.set(db, (forgotten.get(db) ?? 0) + 1);
 }
 
 const apiKeyPrincipal = (db: Queryable, key: string) =>
