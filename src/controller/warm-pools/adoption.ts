@@ -231,25 +231,21 @@ export class WarmPoolAdoption implements WarmAdopter {
     const templateId = req.template.templateId;
     const pools = await this.#matchingPools(templateId, req, tenantId);
     if (!pools.length) return null; // creates without a pool pay one read
-    // Independent reads: one round trip's wait on Postgres instead of two.
-    const [binding, nodeList] = await Promise.all([
-      this.#d.gate === "on" && this.#d.templates.binding ? this.#d.templates.binding(templateId) : ({ kind: "none" } as EnvironmentBinding),
-      this.#d.nodes.list(signal),
-    ]);
+    const binding: EnvironmentBinding = this.#d.gate === "on" && this.#d.templates.binding ? await this.#d.templates.binding(templateId) : { kind: "none" };
     const names = pools.map((p) => p.name);
     const label = names[0]!;
     if (this.#d.gate === "on" && binding.kind === "unreadable") {
       metrics.misses.inc({ pool: label, reason: "binding_unreadable" });
       return null; // the cold path fails it with the placement error
     }
-    const nodes = new Map(nodeList.map((n) => [n.id, n]));
     const tried: string[] = [];
     const reservedFor = to === "reserved" ? tenantId : null;
     for (let i = 0; i < MAX_CLAIMS; i++) {
       const slot = await claimReadySlot(db, names, templateId, tried, to, reservedFor);
       if (!slot) break;
       tried.push(slot.id);
-      const node = slot.nodeId ? nodes.get(slot.nodeId) : undefined;
+      // The member's own node row, not every node's: O(1) per create whatever the fleet's size.
+      const node = slot.nodeId ? ((await this.#d.nodes.get(slot.nodeId, signal, { fresh: true })) ?? undefined) : undefined;
       const verdict = checkMember(node, this.#d.gate, binding, req.placement);
       if (verdict.kind === "adopt") return { slot };
       if (verdict.kind === "back") {
