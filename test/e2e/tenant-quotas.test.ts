@@ -8,7 +8,7 @@
 import { after, afterEach, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { RateLimitError, Sandbox, type ConnectionOpts, type SandboxOpts } from "e2b";
-import { adminRequest, freePort, metricSum, startStack, type Stack } from "../support/stack.ts";
+import { adminRequest, freePort, metricSum, startStack, waitFor, type Stack } from "../support/stack.ts";
 import { NativeClient } from "./native-client.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
@@ -157,8 +157,11 @@ describe("tenant quotas, rate limits and a full cluster (e2b SDK)", { skip, time
     assert.equal(raw.retryAfter, "2");
     assert.match(raw.body.message, /full \(memory\)/);
     await assert.rejects(create(stack.apiKey, { retries: 0, metadata: huge }), isRateLimit(/full \(memory\)/));
-    // Logged once per refusal, at warn, without a stack trace; never at error.
-    const lines = stack.output().split("\n").filter((l) => l.includes("1 node full (memory)"));
+    // Logged once per refusal, at warn, without a stack trace; never at error. The log reaches
+    // this process through the child's stdout pipe, which may trail the 429 it answered.
+    const refusals = () => stack.output().split("\n").filter((l) => l.includes("1 node full (memory)"));
+    await waitFor(async () => refusals().filter((l) => l.includes('"sandbox create refused: no capacity"')).length >= 2, "two refusals logged", 5000, 50).catch(() => undefined);
+    const lines = refusals();
     assert.equal(lines.filter((l) => l.includes('"sandbox create refused: no capacity"')).length, 2, lines.join("\n"));
     assert.ok(lines.every((l) => l.includes('"level":40') && !l.includes('"stack"')), lines.join("\n"));
   });
