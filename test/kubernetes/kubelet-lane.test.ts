@@ -169,7 +169,12 @@ describe("the Helm chart on a real kubelet: pods for migrate, api, controller an
       assert.equal(p.status.containerStatuses?.[0]?.image, `docker.io/library/space:${imageTag}`);
     }
     // Ready once the agent formatted its node cache and imported the base template (minutes on a busy machine).
-    const node = await waitFor(async () => (await pods(NS, "app.kubernetes.io/name=space-node")).find(ready), "the space-node pod Ready", 600_000, 1000);
+    const node = await waitFor(async () => (await pods(NS, "app.kubernetes.io/name=space-node")).find(ready), "the space-node pod Ready", 600_000, 1000).catch(async (e: unknown) => {
+      // Say why: the pod's status and the agent's last log lines.
+      const [p] = await pods(NS, "app.kubernetes.io/name=space-node").catch(() => []);
+      const log = p ? await kube().request<string>("GET", `/api/v1/namespaces/${NS}/pods/${p.metadata.name}/log`, { query: { tailLines: "60" } }).catch((x: unknown) => String(x)) : "no pod";
+      throw new Error(`${(e as Error).message}\nstatus: ${JSON.stringify(p?.status)}\nlog:\n${log}`);
+    });
     assert.equal(node.spec.nodeName, lane.nodeName);
     assert.equal(node.spec.hostNetwork, true);
     // The agent in that pod registered its own virtual Node (its sandboxes' pods go there).
