@@ -147,11 +147,14 @@ export function planPool(i: PlanInput): Plan {
     const sb = s.sandboxId ? i.sandboxes.get(s.sandboxId) : undefined;
     const ours = sb !== undefined && sb.tenantId === i.poolTenant;
     switch (s.state) {
-      case "adopted":
-        lastAdoption = Math.max(lastAdoption, new Date(s.adoptedAt ?? s.updatedAt).getTime());
-        // History once its sandbox was handed over (or vanished); a fresh claim may still be checking it.
-        if (!ours || age(i.now, s.adoptedAt ?? s.updatedAt) > 60_000) plan.forget.push(s.id);
+      case "adopted": {
+        const at = s.adoptedAt ?? s.updatedAt;
+        lastAdoption = Math.max(lastAdoption, new Date(at).getTime());
+        // History once its sandbox was handed over (or vanished) and the refill's quiet window
+        // it dates has passed; a fresh claim may still be checking it.
+        if ((!ours && age(i.now, at) >= i.refill.quietMs) || age(i.now, at) > 60_000) plan.forget.push(s.id);
         break;
+      }
       case "failed":
       case "retiring":
         plan.kill.push({ slotId: s.id, sandboxId: ours && LIVE.has(sb.state) ? s.sandboxId : null });
