@@ -72,6 +72,10 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     await writeFile(join(a.agent.disks!.sandboxRoot(id), "home/user/count.py"), py);
     const started = await sh(a, id, `nohup python3 /home/user/count.py >/dev/null 2>&1 & echo ${MARKER} > /home/user/note.txt`);
     assert.equal(started.exitCode, 0, started.stderr);
+    // tmpfs mounts: one with a file, one empty but no longer as mounted (an empty one as
+    // mounted is recreated by its mount alone, without an archive in the image).
+    const tmpfs = await sh(a, id, `echo ${MARKER} > /dev/shm/note && chmod 0710 /run`, "root");
+    assert.equal(tmpfs.exitCode, 0, tmpfs.stderr);
     await new Promise((r) => setTimeout(r, 700));
     const before = await counter(a, id);
     assert.ok(before > 0);
@@ -94,6 +98,10 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     const c2 = await counter(a, id);
     assert.ok(c2 > c1, `counter moves on after restore (${c1} → ${c2})`);
     assert.equal((await sh(a, id, "cat /home/user/note.txt")).stdout.trim(), MARKER);
+    assert.equal((await sh(a, id, "cat /dev/shm/note; stat -c %a /run; find /proc/acpi /sys/firmware -mindepth 1 | wc -l", "root")).stdout, `${MARKER}\n710\n0\n`);
+    // The init is back in its own cgroup namespace: it sees its cgroups as roots, not the host's paths.
+    const cgroups = (await sh(a, id, "cat /proc/1/cgroup")).stdout.trim().split("\n");
+    assert.ok(cgroups.length > 0 && cgroups.every((l) => l.endsWith(":/")), cgroups.join(" | "));
     const ps = await sh(a, id, "ps -eo user,args");
     assert.match(ps.stdout, /user\s+python3 \/home\/user\/count.py/);
     // envd answers through the node's proxy path (health over the new slot)

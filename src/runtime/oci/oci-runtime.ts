@@ -10,7 +10,7 @@ import { exec, ExecError } from "../../core/exec.ts";
 import { internal, notFound, SpaceError, unavailable } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec, RuntimeState, RuntimeStatus, StartOptions } from "../runtime.ts";
-import { buildOciSpec, sandboxCapabilities } from "./spec.ts";
+import { buildOciSpec, criuAnnotation, sandboxCapabilities } from "./spec.ts";
 
 export interface OciRuntimeOptions {
   kind: "runc" | "crun";
@@ -69,6 +69,7 @@ export class OciRuntime implements Runtime {
     const dir = this.bundleDir(spec.id);
     await mkdir(dir, { recursive: true });
     const config = buildOciSpec(spec, { cgroupsPath: `${this.cgroupParent}/${spec.id}` });
+    config.annotations = { ...(config.annotations as Record<string, string> | undefined), ...criuAnnotation(dir) };
     await writeFile(join(dir, "config.json"), JSON.stringify(config));
     await writeFile(join(dir, "log-path"), spec.logPath);
     this.logPaths.set(spec.id, spec.logPath);

@@ -8,6 +8,7 @@
  * CAP_MKNOD, CAP_NET_ADMIN...), the seccomp profile, the namespaces, masked /proc paths
  * and the cgroup limits. A spec for untrusted-only workloads can set noNewPrivileges.
  */
+import { join } from "node:path";
 import type { RunSpec } from "../runtime.ts";
 import { defaultSeccompProfile } from "./seccomp.ts";
 
@@ -39,6 +40,15 @@ export interface OciSpecOptions {
   /** cgroups path, e.g. `space/<id>` (relative to each v1 controller root). */
   cgroupsPath: string;
   noNewPrivileges?: boolean;
+}
+
+/**
+ * The container's CRIU RPC config file, in its bundle: runc hands it to CRIU on checkpoint
+ * and restore (runtime/oci/checkpoint.ts writes it), and its options override runc's own.
+ */
+export const CRIU_CONF = "criu.conf";
+export function criuAnnotation(bundleDir: string): Record<string, string> {
+  return { "org.criu.config": join(bundleDir, CRIU_CONF) };
 }
 
 export function buildOciSpec(spec: RunSpec, opts: OciSpecOptions): Record<string, unknown> {
