@@ -240,7 +240,7 @@ describe("restore races and repeated encrypted restores", { skip, timeout: 10 * 
     // The parts are published after the suspend answers (#25): wait until both are there.
     const storedParts = () => (existsSync(parts) ? readdirSync(parts).sort() : []);
     await waitFor(() => storedParts().length >= 2 || undefined, `the snapshot's parts are published (${parts})`, 60_000);
-    assert.deepEqual(storedParts(), ["disk.btrfs.enc", "memory.tar.enc"], `the snapshot's parts are stored encrypted (${parts})`);
+    assert.deepEqual(storedParts(), ["disk.btrfs.enc", "memory.tar.zst.enc"], `the snapshot's parts are stored encrypted (${parts})`);
     await op("restore");
     assertOneExecution(sid, c.path, "after the second restore");
     assert.equal(localSnapshotsOf(stack, sid).length, 1, "still one local snapshot");

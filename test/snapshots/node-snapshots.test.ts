@@ -8,10 +8,15 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { spawn } from "node:child_process";
+import { createReadStream } from "node:fs";
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pipeline } from "node:stream/promises";
 import { after, before, describe, it } from "node:test";
+import { FsBlobStore } from "../../src/blob/open.ts";
+import { decryptStream, encryptStream, parseClusterKey, unwrapKey } from "../../src/core/envelope.ts";
 import { exec } from "../../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { newSnapshotId } from "../../src/store/snapshots.ts";
@@ -245,6 +250,29 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
       a.agent.snapshots!.restore(restoreSpec(newSandboxId()), orphan, AbortSignal.timeout(300_000)),
       (e: Error & { code?: string }) => e.code === "failed_precondition" && /parent/.test(e.message),
     );
+  });
+
+  it("a memory part stored before compression (a plain tar) still restores", async () => {
+    const mem = desc2.parts.find((p) => p.kind === "memory")!;
+    assert.match(mem.key, /\/memory\.tar\.zst\.enc$/, "published zstd-compressed, then encrypted");
+    // The same image as an earlier version stored it: plain tar, encrypted under the snapshot's data key.
+    const dataKey = unwrapKey(parseClusterKey(KEY)!, desc2.wrappedKey!);
+    const oldKey = mem.key.replace(/\.tar\.zst\.enc$/, ".tar.enc");
+    const zstd = spawn("zstd", ["-d", "-c"], { stdio: ["pipe", "pipe", "inherit"] });
+    const stored = new FsBlobStore(blobDir).put(oldKey, zstd.stdout.pipe(encryptStream(dataKey, oldKey)));
+    await pipeline(createReadStream(join(blobDir, mem.key)), decryptStream(dataKey, mem.key), zstd.stdin);
+    const info = await stored;
+    const old = { ...desc2, parts: desc2.parts.map((p) => (p.kind === "memory" ? { kind: "memory" as const, key: oldKey, sizeBytes: info.sizeBytes, sha256: info.sha256 } : p)) };
+    const fid = newSandboxId();
+    await a.agent.snapshots!.restore(restoreSpec(fid), old, AbortSignal.timeout(300_000));
+    try {
+      const c1 = await counter(a, fid);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.ok((await counter(a, fid)) > c1, "the restored process counts on");
+    } finally {
+      await a.agent.manager!.kill(fid, AbortSignal.timeout(60_000));
+      await a.agent.snapshots!.dropLocal(desc2.snapshotId);
+    }
   });
 
   it("encrypted parts and parent (template) streams hold no plaintext: no marker, no btrfs stream header", async () => {
