@@ -20,7 +20,8 @@
 #                            space0 also while a `space up`/`space node` with the default scope runs
 #   nft table (space*)       its inet rules name a kept bridge, or a live process names it
 #                            (SPACE_NODE_NFT_TABLE=); a bridge-family table follows its inet twin
-#   netns (sandbox ids, pool<n>, space-*, sp*)  it has processes, a live process names it
+#   netns (<bridge>-<sandbox id or pool<n>>, and from earlier versions sandbox ids, pool<n>,
+#         space-*, sp*)  it has processes, a live process names it
 #                            (nsenter --net=/run/netns/<name>), a port of a kept bridge leads
 #                            into it, or it is younger than a minute (a slot being set up)
 #   mounts of a /tmp data dir  a live process has a file, cwd or argv/env under it, a
@@ -173,7 +174,7 @@ done
 now=$(date +%s)
 min_age=${CLEAN_LEFTOVERS_MIN_AGE_S:-60}
 for ns in $(ip netns list | awk '{print $1}'); do
-  [[ $ns =~ ^([a-z0-9]{20}|pool[0-9]+|space-.*|sp.*)$ ]] && only "$ns" || continue
+  [[ $ns =~ ^([a-z0-9]{20}|pool[0-9]+|space-.*|sp.*|(sx|slb)[a-z0-9]*-([a-z0-9]{20}|pool[0-9]+))$ ]] && only "$ns" || continue
   why=""
   ns_has_procs "$ns" && why="it has processes"
   [[ -z $why ]] && named "/run/netns/$ns" && why="a live process names it"

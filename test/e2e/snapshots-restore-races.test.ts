@@ -20,6 +20,7 @@ import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { isDeepStrictEqual } from "node:util";
 import { Sandbox, type ConnectionOpts } from "e2b";
 import { counterScript } from "../support/counter.ts";
 import { startStack, waitFor, type Stack } from "../support/stack.ts";
@@ -48,7 +49,7 @@ function hostProcesses(script: string): number[] {
   return pids;
 }
 
-/** What the stack's node holds of sandbox `id` (every host object is named after the sandbox id). */
+/** What the stack's node holds of sandbox `id` (every host object is named after the sandbox id; its network namespace after the node's bridge and the id). */
 function nodeHolds(stack: Stack, id: string) {
   const node = join(stack.dataDir, "node");
   const runc = spawnSync("runc", ["--root", join(stack.dataDir, "runc"), "list", "-f", "json"], { encoding: "utf8" });
@@ -56,7 +57,7 @@ function nodeHolds(stack: Stack, id: string) {
   const netns = spawnSync("ip", ["netns", "list"], { encoding: "utf8" })
     .stdout.split("\n")
     .map((l) => l.split(" ")[0])
-    .filter((n) => n === id);
+    .filter((n) => n?.endsWith(`-${id}`));
   const slots = existsSync(join(node, "slots")) ? readdirSync(join(node, "slots")).filter((f) => f === `${id}.json`) : [];
   const subvolumes = spawnSync("btrfs", ["subvolume", "list", join(node, "cache")], { encoding: "utf8" })
     .stdout.split("\n")
@@ -102,11 +103,15 @@ describe("restore races and repeated encrypted restores", { skip, timeout: 10 * 
     const pids = hostProcesses(script);
     assert.equal(pids.length, 1, `${when}: the counting process runs once on the host, not ${pids.length} times (pids ${pids.join(", ")})`);
   };
-  /** Nothing of `id` runs on the node (suspended: only its snapshot is kept). */
-  const assertNothingRuns = (id: string, script: string, when: string) => {
-    const held = nodeHolds(stack, id);
-    assert.deepEqual(held, { containers: [], netns: [], slots: [], subvolumes: [] }, `${when}: the node holds nothing of ${id}`);
+  /**
+   * Nothing of `id` runs on the node (suspended: only its snapshot is kept). The processes
+   * are gone when the pause answers; the container, slot and disk are released behind it.
+   */
+  const assertNothingRuns = async (id: string, script: string, when: string) => {
     assert.deepEqual(hostProcesses(script), [], `${when}: the counting process is not running anywhere`);
+    const empty = { containers: [], netns: [], slots: [], subvolumes: [] };
+    await waitFor(() => isDeepStrictEqual(nodeHolds(stack, id), empty), `${when}: the node to release what it held of ${id}`).catch(() => undefined);
+    assert.deepEqual(nodeHolds(stack, id), empty, `${when}: the node holds nothing of ${id}`);
   };
 
   before(async () => {
@@ -144,7 +149,7 @@ describe("restore races and repeated encrypted restores", { skip, timeout: 10 * 
 
     // Round 1: two SDK connects at once.
     assert.equal(await sb.pause(), true);
-    assertNothingRuns(id, c.path, "paused");
+    await assertNothingRuns(id, c.path, "paused");
     const both = await Promise.allSettled([
       Sandbox.connect(id, { ...opts, timeoutMs: 600_000 }),
       Sandbox.connect(id, { ...opts, timeoutMs: 600_000 }),
@@ -164,7 +169,7 @@ describe("restore races and repeated encrypted restores", { skip, timeout: 10 * 
     // Round 2: an SDK connect and a Native restore at once. The Native operation either
     // joins the restore (succeeded) or finds the sandbox already running: a clear conflict.
     assert.equal(await sb.pause(), true);
-    assertNothingRuns(id, c.path, "paused again");
+    await assertNothingRuns(id, c.path, "paused again");
     const nativeRestore = async () => {
       const r: Res = await n.req("POST", `/v1/sandboxes/${id}/restore`, { body: {} });
       assert.equal(r.status, 202, JSON.stringify(r.body));
@@ -217,7 +222,7 @@ describe("restore races and repeated encrypted restores", { skip, timeout: 10 * 
 
     // First cycle.
     await op("suspend");
-    assertNothingRuns(sid, c.path, "after the first suspend");
+    await assertNothingRuns(sid, c.path, "after the first suspend");
     const first = localSnapshotsOf(stack, sid);
     assert.equal(first.length, 1, `one local snapshot after the first suspend: ${first.join(", ")}`);
     await op("restore");
@@ -228,7 +233,7 @@ describe("restore races and repeated encrypted restores", { skip, timeout: 10 * 
 
     // Second cycle: the first execution and its snapshot are retired.
     await op("suspend");
-    assertNothingRuns(sid, c.path, "after the second suspend");
+    await assertNothingRuns(sid, c.path, "after the second suspend");
     const second = localSnapshotsOf(stack, sid);
     assert.equal(second.length, 1, `only the latest suspend snapshot is kept: ${second.join(", ")}`);
     assert.notDeepEqual(second, first, "the first snapshot was superseded and freed");

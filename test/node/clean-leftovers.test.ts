@@ -27,6 +27,7 @@ describe("clean-leftovers.sh", { skip: isRoot ? false : "root needed (bridges, n
     const stale = { bridge: `spcls${tag}`, table: `space_cls${tag}`, netns: `spcls${tag}` };
     const live = { bridge: `spcll${tag}`, table: `space_cll${tag}`, netns: `spcll${tag}`, named: `spcln${tag}` };
     const orphan = { bridge: `spclo${tag}`, table: `space_clo${tag}`, netns: `spclo${tag}`, veth: `spclv${tag}` };
+    const staleSlot = `sxcls${tag}-${"a".repeat(14)}${tag}`;
     const address = (bridge: string) => pickSlotRange(bridge, bridge).replace(/0\/24$/, "1/24");
     const run = (...args: string[]) => {
       const r = spawnSync("bash", ["scripts/clean-leftovers.sh", ...args], {
@@ -47,6 +48,8 @@ describe("clean-leftovers.sh", { skip: isRoot ? false : "root needed (bridges, n
         sh("ip", ["netns", "add", x.netns]);
       }
       sh("ip", ["netns", "add", live.named]);
+      // A slot's namespace of a node whose bridge is an sx* one (test stacks): `<bridge>-<sandbox id>`.
+      sh("ip", ["netns", "add", staleSlot]);
       sh("ip", ["link", "add", orphan.veth, "type", "veth", "peer", "name", "eth0", "netns", orphan.netns]);
       sh("ip", ["link", "set", orphan.veth, "master", orphan.bridge, "up"]);
       await new Promise<void>((r) => server.listen(0, address(live.bridge).split("/")[0], r));
@@ -59,6 +62,7 @@ describe("clean-leftovers.sh", { skip: isRoot ? false : "root needed (bridges, n
       assert.match(dry, new RegExp(`would remove bridge ${stale.bridge} `));
       assert.match(dry, new RegExp(`would remove nft table inet ${stale.table}\\n`));
       assert.match(dry, new RegExp(`would remove netns ${stale.netns}\\n`));
+      assert.match(dry, new RegExp(`would remove netns ${staleSlot}\\n`));
       assert.match(dry, new RegExp(`kept bridge ${live.bridge} \\(a process listens on `));
       assert.match(dry, new RegExp(`kept nft table inet ${live.table} \\(its rules name live bridge ${live.bridge}\\)`));
       assert.match(dry, new RegExp(`kept netns ${live.netns} \\(it has processes\\)`));
@@ -74,6 +78,7 @@ describe("clean-leftovers.sh", { skip: isRoot ? false : "root needed (bridges, n
         assert.ok(!exists(["nft", "list", "table", "inet", x.table]), `${x.table} still there:\n${out}`);
         assert.ok(!sh("ip", ["netns", "list"]).includes(x.netns), `${x.netns} still there:\n${out}`);
       }
+      assert.ok(!sh("ip", ["netns", "list"]).includes(staleSlot), `${staleSlot} still there:\n${out}`);
       assert.notEqual(await new Promise((r) => (inOrphan.exitCode !== null || inOrphan.signalCode !== null ? r(inOrphan.signalCode) : inOrphan.once("exit", (_c, s) => r(s)))), null);
       assert.ok(exists(["ip", "link", "show", live.bridge]) && exists(["nft", "list", "table", "inet", live.table]));
       assert.ok(sh("ip", ["netns", "list"]).includes(live.netns) && sh("ip", ["netns", "list"]).includes(live.named));
@@ -87,6 +92,7 @@ describe("clean-leftovers.sh", { skip: isRoot ? false : "root needed (bridges, n
         spawnSync("ip", ["netns", "delete", x.netns]);
       }
       spawnSync("ip", ["netns", "delete", live.named]);
+      spawnSync("ip", ["netns", "delete", staleSlot]);
     }
   });
 });

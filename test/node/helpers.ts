@@ -117,12 +117,14 @@ export async function sh(node: TestNode, id: string, script: string, user: "root
 
 /** Host objects a sandbox may leak, counted for leak tests. */
 export async function hostObjects(node: TestNode, ids?: Set<string>): Promise<Record<string, number>> {
-  const mine = (name: string) => (ids ? ids.has(name) : true);
+  // This node's namespaces: named after its bridge, then the slot's owner (slots.ts netnsOf).
+  const netnsPrefix = `${testScope(node.dir).scope.bridge}-`;
+  const mine = (name: string) => name.startsWith(netnsPrefix) && (ids ? ids.has(name.slice(netnsPrefix.length)) : true);
   const count = async (argv: string[], filter: (l: string) => boolean) => {
     const r = await exec(argv[0]!, argv.slice(1), { allowFailure: true, timeoutMs: 30_000 });
     return r.stdout.split("\n").filter((l) => l.trim() && filter(l)).length;
   };
-  const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((l) => l.includes(node.dir) || [...(ids ?? [])].some((id) => l.includes(`/run/netns/${id}`))).length;
+  const mounts = (await readFile("/proc/self/mountinfo", "utf8")).split("\n").filter((l) => l.includes(node.dir) || [...(ids ?? [])].some((id) => l.includes(`/run/netns/${netnsPrefix}${id}`))).length;
   const dirs = node.agent.runtime?.cgroupDirs("x") ?? {};
   const cg = async (ctrl: string) => (dirs[ctrl] ? (await readdir(dirname(dirs[ctrl]!)).catch(() => [] as string[])).filter((n) => /^[a-z0-9]{20}$/.test(n)).length : 0);
   const runc = node.agent.runtime ? (await node.agent.runtime.list(AbortSignal.timeout(30_000))).length : 0;

@@ -31,9 +31,10 @@ describe("no leaks", { skip, timeout: 900_000 }, () => {
     for (let i = 0; i < 3; i++) {
       const s = spec();
       ids.add(s.sandboxId);
-      await exec("ip", ["netns", "add", s.sandboxId]);
+      const netns = node.agent.slots!.netnsOf(s.sandboxId);
+      await exec("ip", ["netns", "add", netns]);
       await assert.rejects(m.create(s, AbortSignal.timeout(60_000)));
-      await exec("ip", ["netns", "delete", s.sandboxId], { allowFailure: true }); // the failed claim may have reclaimed it (named after the id)
+      await exec("ip", ["netns", "delete", netns], { allowFailure: true }); // the failed claim may have reclaimed it (named after the id)
     }
     // Fault 2: the runtime fails after disk and slot exist (a bind source is missing).
     const o = (m as unknown as { o: { envdDir: string } }).o;

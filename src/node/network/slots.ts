@@ -1,6 +1,7 @@
 /**
- * Network slots: each sandbox gets its own network namespace (named after the sandbox
- * id), a veth pair whose host end is an isolated port of the node bridge, an address from
+ * Network slots: each sandbox gets its own network namespace (named after the node's
+ * bridge and the sandbox id: namespaces are host-wide, and two agents on one host may hold
+ * the same sandbox id at once, one releasing it while the other restores it), a veth pair whose host end is an isolated port of the node bridge, an address from
  * the node's slot range, NAT egress and the guardrails of nft.ts. Slots are set up on
  * claim and torn down on release; an optional warm pool (all knobs default 0) keeps
  * pre-built slots. The number of slots is the node's advertised capacity.
@@ -239,6 +240,11 @@ export class LinuxNetworkSlots implements NetworkSlots {
     return { slot, configured };
   }
 
+  /** The network namespace of a slot's owner: this node's (its bridge), not another agent's on the host. */
+  netnsOf(owner: string): string {
+    return `${this.bridge}-${owner}`;
+  }
+
   private allocIndex(): number {
     for (let i = 0; i < this.o.maxSlots; i++) {
       if (!this.usedIndexes.has(i)) {
@@ -264,8 +270,8 @@ export class LinuxNetworkSlots implements NetworkSlots {
       address: this.range.address(index),
       gateway: this.range.gateway,
       prefix: this.range.prefix,
-      netns: owner,
-      netnsPath: `/run/netns/${owner}`,
+      netns: this.netnsOf(owner),
+      netnsPath: `/run/netns/${this.netnsOf(owner)}`,
       hostVeth: `${this.vethPrefix}${index}`,
       policy,
     };
@@ -399,7 +405,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     const s = this.slots.get(sandboxId);
     if (!s) {
       // Not known in memory: still clear whatever a crash may have left under this name.
-      await exec("ip", ["netns", "delete", sandboxId], { timeoutMs: T, signal, allowFailure: true });
+      await exec("ip", ["netns", "delete", this.netnsOf(sandboxId)], { timeoutMs: T, signal, allowFailure: true });
       await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, sandboxId, undefined) });
       await rm(this.recordPath(sandboxId), { force: true });
       return;

@@ -41,6 +41,8 @@ interface Live extends LocalSandboxRecord {
 
 /** The periodic sampling reads a sandbox's disk usage (a btrfs exec) at most this often. */
 const DISK_SAMPLE_MAX_AGE_MS = 30_000;
+/** Bound on releasing a suspended sandbox's host objects behind the suspend's answer. */
+const RECLAIM_MS = 120_000;
 
 export class SandboxManager {
   private readonly o: SandboxManagerOptions;
@@ -164,9 +166,13 @@ export class SandboxManager {
     if (spec.background && !isBackground()) return inBackground(() => this.create(spec, signal, via));
     const t0 = performance.now();
     const id = spec.sandboxId;
+    const ending = this.sandboxes.get(id);
+    // Still being released (a suspend answers before that, a kill may be under way): wait for it.
+    if (ending?.state === "killing") await ending.lock.catch(() => undefined);
     const existing = this.sandboxes.get(id);
+    if (existing?.state === "killing") throw new SpaceError("unavailable", `sandbox ${id} is still being released on this node`);
     if (existing) {
-      if (existing.spec.executionId === spec.executionId && existing.state !== "killing") {
+      if (existing.spec.executionId === spec.executionId) {
         await existing.lock.catch(() => undefined);
         return this.get(id);
       }
@@ -283,10 +289,18 @@ export class SandboxManager {
    * Suspend (node/snapshots): `snapshot` checkpoints the memory (the processes end) and
    * snapshots the disk; then everything the sandbox holds here is released. When that
    * fails the sandbox is left running (CRIU resumes the processes on a failed dump).
+   *
+   * Answered once the capture is safe and the sandbox has left (`killing`: no longer on this
+   * node for get, list or telemetry); its container, slot and disk are released behind the
+   * answer (~50-150 ms of process runs), under its lock: a create of the same id, such as a
+   * restore here at once, waits for them. Its slot's namespace is this node's own
+   * (slots.ts), so another agent on the host may restore the id meanwhile.
    */
   async suspend(id: string, capture: () => Promise<void>, signal: AbortSignal): Promise<void> {
     const s = this.mustGet(id);
-    await this.withLock(s, async () => {
+    let answer!: () => void;
+    const left = new Promise<void>((r) => (answer = r));
+    const done = this.withLock(s, async () => {
       if (s.state === "paused") {
         await this.o.runtime.resume(id, signal);
         s.state = "running";
@@ -302,9 +316,15 @@ export class SandboxManager {
       s.state = "killing";
       this.events.emit(`dead:${id}`);
       await this.telemetry.left(id);
-      await this.reclaim(id, signal);
-      this.sandboxes.delete(id);
+      answer();
+      // Not the caller's signal: its request has been answered.
+      await this.reclaim(id, AbortSignal.timeout(RECLAIM_MS)).then(
+        () => this.sandboxes.delete(id),
+        // Left in the map as `killing`: a kill retries, a create of the id refuses.
+        (e: unknown) => this.o.logger.error({ sandboxId: id, err: e }, "releasing a suspended sandbox's host objects failed"),
+      );
     });
+    await Promise.race([left, done]);
   }
 
   /** Runs `fn` (a capture: fork, named snapshot) while no other lifecycle call runs on `id`. */
