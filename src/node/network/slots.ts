@@ -1,8 +1,9 @@
 /**
  * Network slots: each sandbox gets its own network namespace (named after the node's
  * bridge and the sandbox id: namespaces are host-wide, and two agents on one host may hold
- * the same sandbox id at once, one releasing it while the other restores it), a veth pair whose host end is an isolated port of the node bridge, an address from
- * the node's slot range, NAT egress and the guardrails of nft.ts. Slots are set up on
+ * the same sandbox id at once, one releasing it while the other restores it), a veth pair
+ * whose host end is an isolated port of the node bridge, an address from the node's slot
+ * range, NAT egress and the guardrails of nft.ts. Slots are set up on
  * claim and torn down on release; an optional warm pool (all knobs default 0) keeps
  * pre-built slots. The number of slots is the node's advertised capacity.
  */

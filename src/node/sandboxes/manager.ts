@@ -314,6 +314,8 @@ export class SandboxManager {
         throw e;
       }
       s.state = "killing";
+      // Recorded so: an agent restarted before the release below reclaims it (reconcile).
+      await this.records.save(s);
       this.events.emit(`dead:${id}`);
       await this.telemetry.left(id);
       answer();
