@@ -19,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # 1. Debian packages (installed only when missing, so a set-up machine pays nothing).
-PKGS=(runc crun btrfs-progs nftables iproute2 util-linux debootstrap postgresql xz-utils zstd ca-certificates
+PKGS=(runc crun btrfs-progs nftables iproute2 util-linux debootstrap postgresql xz-utils zstd libarchive-tools ca-certificates
       build-essential pkg-config libbsd-dev libcap-dev libnet1-dev libnl-3-dev libprotobuf-c-dev
       libprotobuf-dev protobuf-c-compiler protobuf-compiler python3-protobuf uuid-dev
       libnftables-dev libgnutls28-dev libaio-dev umoci skopeo libnss-myhostname)

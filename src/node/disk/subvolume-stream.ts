@@ -3,11 +3,12 @@
  * `btrfs send` → encrypt (when a data key is given) → blob, and back: blob → a local file
  * whose sha256 and size must match what was recorded → decrypt → `btrfs receive`. The
  * stream's blob key is its AAD, so a stream cannot be swapped for another under one key.
- * Other process output (a CRIU image as tar) travels the same way (`putOutput`, `openSealed`).
+ * Other process output and files (a CRIU image as tar) travel the same way (`putOutput`,
+ * `putFile`, `openSealed`).
  */
 import { createReadStream, createWriteStream } from "node:fs";
 import type { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
+import { finished, pipeline } from "node:stream/promises";
 import type { BlobStore } from "../../blob/blob-store.ts";
 import { digestMeter } from "../../blob/digest-meter.ts";
 import { decryptStream, encryptStream } from "../../core/envelope.ts";
@@ -37,6 +38,12 @@ export async function putOutput(blob: BlobStore, key: string, src: SpawnedStream
   if (info.status === "rejected") throw info.reason;
   if (done.status === "rejected") throw done.reason;
   return { key, sizeBytes: info.value.sizeBytes, sha256: info.value.sha256 };
+}
+
+/** A file stored at `key`, encrypted under `dataKey` when given. */
+export function putFile(blob: BlobStore, key: string, file: string, dataKey: Buffer | undefined, signal: AbortSignal): Promise<BlobPart> {
+  const stdout = createReadStream(file);
+  return putOutput(blob, key, { stdout, done: finished(stdout), kill: () => stdout.destroy() }, dataKey, signal);
 }
 
 /** `btrfs send` of the read-only subvolume `path` (against `parent` when given) stored at `key`. */
