@@ -9,7 +9,7 @@
  *   await agent.stop();                  // sandboxes keep running; the next start adopts them
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { cpus, hostname, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -451,7 +451,11 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       else await slots?.drainPool(signal);
       await disks?.close();
       await blob?.close();
-      if ((opts.unmountCache || release) && cache) await unmountNodeCache(cache);
+      if (opts.unmountCache || release) {
+        if (cache) await unmountNodeCache(cache);
+        // The node's cgroup parent in every hierarchy, once no sandbox is left under it (rmdir refuses otherwise).
+        for (const dir of Object.values(runtime?.cgroupDirs("x") ?? {})) await rmdir(dirname(dir)).catch(() => undefined);
+      }
       manager = undefined;
     },
   };

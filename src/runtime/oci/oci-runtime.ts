@@ -174,12 +174,13 @@ export class OciRuntime implements Runtime {
   /**
    * cgroup v1 dirs of a sandbox. A relative cgroupsPath is resolved by runc against the
    * cgroup of the process that runs it (ours), per controller — so the sandboxes nest
-   * under whatever cgroup the node agent itself was placed in (and its limits).
+   * under whatever cgroup the node agent itself was placed in (and its limits). crun
+   * resolves it against each hierarchy's root: its sandboxes sit beside the agent's cgroup.
    */
   cgroupDirs(id: string): Record<string, string> {
     const rel = `${this.cgroupParent}/${id}`;
     const out: Record<string, string> = {};
-    for (const [ctrl, base] of Object.entries(ownCgroups())) out[ctrl] = `/sys/fs/cgroup/${ctrl}${base === "/" ? "" : base}/${rel}`;
+    for (const [ctrl, base] of Object.entries(ownCgroups())) out[ctrl] = `/sys/fs/cgroup/${ctrl}${base === "/" || this.kind === "crun" ? "" : base}/${rel}`;
     return out;
   }
 
