@@ -90,4 +90,20 @@ describe("gateway routes with the e2b SDK", { skip, timeout: 10 * 60_000 }, () =
     );
     assert.equal(body, "hello from the sandbox");
   });
+
+  test("getHost(port) reaches a server bound to the sandbox's loopback only", async () => {
+    const sb = await create();
+    await sb.files.write("/home/user/lo/index.html", "hello from 127.0.0.1");
+    await sb.commands.run("cd /home/user/lo && python3 -m http.server 8001 --bind 127.0.0.1", { background: true });
+    const host = sb.getHost(8001);
+    const body = await waitFor(
+      async () => {
+        const r = await fetch(`http://${host}/index.html`).catch(() => null);
+        return r?.status === 200 ? r.text() : null;
+      },
+      `a loopback server on ${host}`,
+      30_000,
+    );
+    assert.equal(body, "hello from 127.0.0.1");
+  });
 });

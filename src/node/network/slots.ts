@@ -11,6 +11,7 @@ import { createSocket } from "node:dgram";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { exec } from "../../core/exec.ts";
+import { settleAll } from "../../core/settle.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type SlotRange } from "../../core/cidr.ts";
@@ -287,31 +288,37 @@ export class LinuxNetworkSlots implements NetworkSlots {
     }
   }
 
-  /** Veth to the bridge, addresses and routes, the slot's nft rules; torn down on failure. */
+  /**
+   * Veth to the bridge, addresses and routes, the slot's nft rules; torn down on failure.
+   * Three independent chains at once, each a process or two: the veth (host side, then the
+   * namespace's side), the namespace's own settings, and the node's rules.
+   */
   private async configure(slot: Slot, signal: AbortSignal): Promise<void> {
-    const index = slot.index;
     try {
-      await ip(["-b", "-"], signal,
-        `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
-          // The owner's mark, before anything can fail: a veth left off the bridge is still known as this node's.
-          `link set dev ${slot.hostVeth} alias ${this.linkAlias}\n` +
-          `link set ${slot.hostVeth} master ${this.bridge}\n` +
-          // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
-          `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
-          `link set ${slot.hostVeth} up\n` +
-          // Static neighbour entries both ways: no ARP on the create path, and no stale entry
-          // when an address is reused.
-          `neigh replace ${slot.address} lladdr ${slotMac(index)} dev ${this.bridge} nud permanent\n`);
-      // A MAC derived from the slot index: the node's neighbour entry for a reused address
-      // stays valid (a random MAC would leave it stale for up to a minute).
-      await ip(["-n", slot.netns, "-b", "-"], signal,
-        `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
-      // Independent of each other: the namespace's own settings and the node's rules.
-      await Promise.all([this.loopbackPorts(slot, signal), nft(addSlotScript(this.table, slot.owner, slot.address, slot.policy, this.nextGeneration()), signal)]);
+      await settleAll([this.veth(slot, signal), this.loopbackPorts(slot, signal), nft(addSlotScript(this.table, slot.owner, slot.address, slot.policy, this.nextGeneration()), signal)]);
     } catch (e) {
       await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
       throw e;
     }
+  }
+
+  private async veth(slot: Slot, signal: AbortSignal): Promise<void> {
+    const index = slot.index;
+    await ip(["-b", "-"], signal,
+      `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
+        // The owner's mark, before anything can fail: a veth left off the bridge is still known as this node's.
+        `link set dev ${slot.hostVeth} alias ${this.linkAlias}\n` +
+        `link set ${slot.hostVeth} master ${this.bridge}\n` +
+        // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
+        `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
+        `link set ${slot.hostVeth} up\n` +
+        // Static neighbour entries both ways: no ARP on the create path, and no stale entry
+        // when an address is reused.
+        `neigh replace ${slot.address} lladdr ${slotMac(index)} dev ${this.bridge} nud permanent\n`);
+    // A MAC derived from the slot index: the node's neighbour entry for a reused address
+    // stays valid (a random MAC would leave it stale for up to a minute).
+    await ip(["-n", slot.netns, "-b", "-"], signal,
+      `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
   }
 
   async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
@@ -335,14 +342,16 @@ export class LinuxNetworkSlots implements NetworkSlots {
   /**
    * Public ports bound to 127.0.0.1 inside the sandbox: connections from the node (the
    * gateway address, i.e. the node-api proxy) to any port but envd's are redirected to the
-   * sandbox's loopback, where a server bound to 0.0.0.0 answers as well.
+   * sandbox's loopback, where a server bound to 0.0.0.0 answers as well. route_localnet is
+   * set for `all` (the kernel ORs it with each device's), so neither this nor the rule (it
+   * matches eth0 by name) waits for the veth.
    */
   private async loopbackPorts(slot: Slot, signal: AbortSignal): Promise<void> {
     // nsenter joins only the network namespace (`ip netns exec` also builds a mount
     // namespace and remounts /sys: several times slower); /proc/sys/net is per netns.
     const inNetns = ["nsenter", `--net=${slot.netnsPath}`];
     await Promise.all([
-      exec(inNetns[0]!, [...inNetns.slice(1), "sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1"], { timeoutMs: T, signal }),
+      exec(inNetns[0]!, [...inNetns.slice(1), "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1"], { timeoutMs: T, signal }),
       exec(inNetns[0]!, [...inNetns.slice(1), "nft", "-f", "-"], {
       timeoutMs: T,
       signal,

@@ -32,6 +32,7 @@ import type { BlobStore } from "../../blob/blob-store.ts";
 import { newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
 import { SpaceError } from "../../core/errors.ts";
 import { exec } from "../../core/exec.ts";
+import { settleAll } from "../../core/settle.ts";
 import type { Logger } from "../../core/log.ts";
 import { checkpointerFor, writeMeta, type CheckpointMeta, type Checkpointer } from "../../runtime/oci/checkpoint.ts";
 import type { Runtime } from "../../runtime/runtime.ts";
@@ -648,13 +649,6 @@ async function readParentRecord(blob: BlobStore, uuid: string, signal: AbortSign
     throw new SpaceError("failed_precondition", `${parentRecordKey(uuid)} in the blob store is damaged`);
   }
   return rec as ParentRecord;
-}
-
-/** Waits for every promise; then throws the first rejection (in argument order), if any. */
-async function settleAll(ps: Promise<unknown>[]): Promise<void> {
-  const rs = await Promise.allSettled(ps);
-  const failed = rs.find((r): r is PromiseRejectedResult => r.status === "rejected");
-  if (failed) throw failed.reason;
 }
 
 const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;
