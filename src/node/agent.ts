@@ -284,6 +284,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             },
             guardrails: config.SPACE_NODE_GUARDRAILS,
             guardrailExceptions: config.SPACE_NODE_GUARDRAIL_EXCEPTIONS,
+            keepMs: config.SPACE_NODE_SLOT_KEEP_MS,
             logger: log,
           });
         }

@@ -48,6 +48,8 @@ export interface NetworkSlotsOptions {
   guardrailExceptions?: string[];
   /** Shortest time a resolved domain address stays bound (answers with a smaller TTL). */
   minBindSec?: number;
+  /** How long a slot released with `keep` stays set up for its owner's return (0: released at once). */
+  keepMs?: number;
   logger: Logger;
 }
 
@@ -68,8 +70,12 @@ export interface NetworkSlots {
    * already torn down and forgotten.
    */
   open(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<{ slot: Slot; configured: Promise<void> }>;
-  /** Absent = ok. */
-  release(sandboxId: string, signal: AbortSignal): Promise<void>;
+  /**
+   * Absent = ok. `keep`: the owner left but may come back here at once (a suspend, then a
+   * connect): the slot stays set up for `keepMs`, then goes; an `open` of the owner
+   * meanwhile takes it back, with the policy it asks for.
+   */
+  release(sandboxId: string, signal: AbortSignal, o?: { keep?: boolean }): Promise<void>;
   setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void>;
   /** Destinations recorded for the sandbox (observe mode) and refused by its policy. */
   observed?(sandboxId: string, signal: AbortSignal): Promise<NetworkRecord>;
@@ -108,6 +114,10 @@ export class LinuxNetworkSlots implements NetworkSlots {
   private generation = (Date.now() / 1000) >>> 0;
   /** Names a sandbox resolved through the node resolver (re-bound when its policy changes). */
   private readonly resolvedNames = new Map<string, Map<string, { addresses: string[]; expires: number }>>();
+  /** Slots released with `keep` (owner → the timer that releases them). */
+  private readonly kept = new Map<string, NodeJS.Timeout>();
+  /** Teardowns in flight (owner → teardown): an open of the owner waits, its namespace name is the same. */
+  private readonly tearingDown = new Map<string, Promise<void>>();
 
   constructor(o: NetworkSlotsOptions) {
     this.o = o;
@@ -219,8 +229,18 @@ export class LinuxNetworkSlots implements NetworkSlots {
   }
 
   async open(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<{ slot: Slot; configured: Promise<void> }> {
+    await this.tearingDown.get(sandboxId);
     const existing = this.slots.get(sandboxId);
-    if (existing) return { slot: existing, configured: Promise.resolve() };
+    if (existing) {
+      if (!this.unkeep(sandboxId) || JSON.stringify(existing.policy) === JSON.stringify(policy)) return { slot: existing, configured: Promise.resolve() };
+      // Taken back under another policy: as a failed set-up, a failure leaves nothing behind.
+      const configured = this.setPolicy(sandboxId, policy, signal).catch(async (e: unknown) => {
+        await this.release(sandboxId, AbortSignal.timeout(T)).catch(() => undefined);
+        throw e;
+      });
+      configured.catch(() => undefined);
+      return { slot: existing, configured };
+    }
     const warm = this.pool.shift();
     if (warm) {
       const slot: Slot = { ...warm, owner: sandboxId, policy };
@@ -411,7 +431,27 @@ export class LinuxNetworkSlots implements NetworkSlots {
     if (script) await nft(script, signal);
   }
 
-  async release(sandboxId: string, signal: AbortSignal): Promise<void> {
+  /** Takes a kept slot back from its timer; whether it was kept. */
+  private unkeep(owner: string): boolean {
+    const timer = this.kept.get(owner);
+    if (!timer) return false;
+    clearTimeout(timer);
+    this.kept.delete(owner);
+    return true;
+  }
+
+  async release(sandboxId: string, signal: AbortSignal, o: { keep?: boolean } = {}): Promise<void> {
+    this.unkeep(sandboxId);
+    const keepMs = this.o.keepMs ?? 0;
+    if (o.keep && keepMs > 0 && this.slots.has(sandboxId)) {
+      const timer = setTimeout(() => {
+        this.kept.delete(sandboxId);
+        this.release(sandboxId, AbortSignal.timeout(T)).catch((e: unknown) => this.o.logger.warn({ sandboxId, err: e }, "releasing a kept network slot failed"));
+      }, keepMs);
+      timer.unref();
+      this.kept.set(sandboxId, timer);
+      return;
+    }
     const s = this.slots.get(sandboxId);
     if (!s) {
       // Not known in memory: still clear whatever a crash may have left under this name.
@@ -432,7 +472,13 @@ export class LinuxNetworkSlots implements NetworkSlots {
       this.pool.push(pooled);
       return;
     }
-    await this.teardown(s, signal);
+    const teardown = this.teardown(s, signal);
+    this.tearingDown.set(sandboxId, teardown.catch(() => undefined));
+    try {
+      await teardown;
+    } finally {
+      this.tearingDown.delete(sandboxId);
+    }
   }
 
   private async teardown(s: Slot, signal: AbortSignal): Promise<void> {
@@ -491,8 +537,9 @@ export class LinuxNetworkSlots implements NetworkSlots {
     await exec("ip", ["link", "delete", this.bridge], { timeoutMs: T, signal, allowFailure: true });
   }
 
-  /** Tears down the warm pool (node shutdown in tests). */
+  /** Tears down the warm pool and the kept slots (node shutdown). */
   async drainPool(signal: AbortSignal): Promise<void> {
+    for (const owner of [...this.kept.keys()]) await this.release(owner, signal);
     await this.filling;
     while (this.pool.length) await this.teardown(this.pool.pop()!, signal);
   }

@@ -251,8 +251,8 @@ export class SandboxManager {
     s.envdPort = attachment.envdPort ?? ENVD_PORT;
     return { netnsPath: attachment.netnsPath, configured };
   }
-  private releaseSlot(id: string): Promise<void> {
-    return this.o.network.release(id, AbortSignal.timeout(60_000));
+  private releaseSlot(id: string, o?: { keep?: boolean }): Promise<void> {
+    return this.o.network.release(id, AbortSignal.timeout(60_000), o);
   }
 
   // ---------------------------------------------------------------- lifecycle
@@ -320,7 +320,8 @@ export class SandboxManager {
       await this.telemetry.left(id);
       answer();
       // Not the caller's signal: its request has been answered.
-      await this.reclaim(id, AbortSignal.timeout(RECLAIM_MS)).then(
+      // Its slot is kept a moment: a restore here at once (pause, then connect) takes it back.
+      await this.reclaim(id, AbortSignal.timeout(RECLAIM_MS), { keepSlot: true }).then(
         () => this.sandboxes.delete(id),
         // Left in the map as `killing`: a kill retries, a create of the id refuses.
         (e: unknown) => this.o.logger.error({ sandboxId: id, err: e }, "releasing a suspended sandbox's host objects failed"),
@@ -458,13 +459,13 @@ export class SandboxManager {
   }
 
   /** Releases every host object named after `id` (used by kill and the orphan sweep). */
-  private async reclaim(id: string, signal: AbortSignal): Promise<void> {
+  private async reclaim(id: string, signal: AbortSignal, o: { keepSlot?: boolean } = {}): Promise<void> {
     const stack = new CleanupStack();
     // Registered in acquire order; run LIFO: record, disk, slot, runtime (container first).
     stack.defer("record", () => this.records.remove(id));
     stack.defer("log", () => rm(join(this.logsDir, `${id}.log`), { force: true }));
     stack.defer("disk", () => this.releaseDisk(id));
-    stack.defer("slot", () => this.releaseSlot(id));
+    stack.defer("slot", () => this.releaseSlot(id, { keep: o.keepSlot }));
     stack.defer("runtime", () => this.o.runtime.delete(id, signal));
     await stack.run();
   }

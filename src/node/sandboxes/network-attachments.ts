@@ -26,8 +26,8 @@ export interface NetworkAttachments {
    * is fully set up (see NetworkSlots.open). Exists = ok.
    */
   open(sandboxId: string, policy: EgressPolicy, signal: AbortSignal): Promise<{ attachment: Attachment; configured: Promise<void> }>;
-  /** Absent = ok. */
-  release(sandboxId: string, signal: AbortSignal): Promise<void>;
+  /** Absent = ok. `keep`: the sandbox may come back here at once (NetworkSlots.release). */
+  release(sandboxId: string, signal: AbortSignal, o?: { keep?: boolean }): Promise<void>;
   /** The egress policy of an attached sandbox; not attached (stopped) = applied at the next open. */
   setPolicy(sandboxId: string, policy: EgressPolicy, signal: AbortSignal): Promise<void>;
   /** Destinations recorded for the sandbox (observe mode) and refused by its policy; none when not attached. */
@@ -51,8 +51,8 @@ export class SlotAttachments implements NetworkAttachments {
     return { attachment: { address: slot.address, netnsPath: slot.netnsPath }, configured };
   }
 
-  release(sandboxId: string, signal: AbortSignal): Promise<void> {
-    return this.slots.release(sandboxId, signal);
+  release(sandboxId: string, signal: AbortSignal, o?: { keep?: boolean }): Promise<void> {
+    return this.slots.release(sandboxId, signal, o);
   }
 
   async setPolicy(sandboxId: string, policy: EgressPolicy, signal: AbortSignal): Promise<void> {
