@@ -137,7 +137,11 @@ export class OciRuntime implements Runtime {
   }
 
   async delete(id: string, signal: AbortSignal): Promise<void> {
-    const r = await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+    // No state dir, no container: the runtime would only say so (a process, ~7 ms, on the
+    // release a restore after a suspend waits for; a checkpoint already destroyed the container).
+    const r = existsSync(join(this.o.stateDir, id))
+      ? await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true })
+      : { exitCode: 0, stderr: "" };
     if (r.exitCode !== 0 && !/does not exist|not found|no such file/i.test(r.stderr)) {
       // A frozen or wedged container: thaw, kill, retry once.
       await exec(this.bin(), [...this.base(), "resume", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
