@@ -6,8 +6,9 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
-import { newSandboxId } from "../../src/core/ids.ts";
-import { hostObjects, isRoot, spec, startTestNode, type TestNode } from "./helpers.ts";
+import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
+import { newSnapshotId } from "../../src/store/snapshots.ts";
+import { hasRealEnvd, hostObjects, isRoot, spec, startTestNode, type TestNode } from "./helpers.ts";
 
 const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
 
@@ -62,5 +63,26 @@ describe("node restart", { skip, timeout: 300_000 }, () => {
     assert.equal(after1.netns, 2);
     assert.equal(after1.veths, 2);
     assert.ok(before.containers === 2);
+  });
+
+  it("stopped right after a suspend's answer (its release, its kept slot may be pending): the restarted agent holds nothing of it, and restores it", { skip: hasRealEnvd ? false : "needs dist/envd" }, async () => {
+    await node?.close();
+    const n1 = await startTestNode({ realEnvd: true });
+    node = n1;
+    const sig = () => AbortSignal.timeout(120_000);
+    const s = spec({ memoryMib: 256 });
+    await n1.agent.manager!.create(s, sig());
+    const d = await n1.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: false }, sig());
+    await n1.close({ keepDir: true, unmount: false });
+
+    const n2 = await startTestNode({ dir: n1.dir, realEnvd: true });
+    node = n2;
+    const held = await hostObjects(n2, new Set([s.sandboxId]));
+    assert.deepEqual({ netns: held.netns, veths: held.veths, containers: held.containers }, { netns: 0, veths: 0, containers: 0 }, JSON.stringify(held));
+    assert.equal((await n2.agent.disks!.listSandboxDisks()).includes(s.sandboxId), false, "its disk was released");
+    assert.throws(() => n2.agent.manager!.get(s.sandboxId), /not on this node/);
+    const back = await n2.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d, sig());
+    assert.equal(back.state, "running");
+    assert.equal((await n2.agent.runtime!.execIn(s.sandboxId, ["true"], { timeoutMs: 30_000 })).exitCode, 0);
   });
 });
