@@ -2,7 +2,7 @@
  * Suspend / restore / fork latency and bytes stored per snapshot, for an idle sandbox and
  * for one holding 256 MiB of dirty memory, on two node agents of this machine (own host
  * scopes and caches) sharing only a filesystem blob store; real runc + CRIU 4.1.1 + btrfs.
- *   npm run bench -- snapshots [iterations=5] [--encrypt] [--idle-only]
+ *   npm run bench -- snapshots [iterations=5] [--encrypt] [--idle-only] [--no-slot-keep]
  *
  * Per iteration (issue #25's rows, each with its phases): cold create on A (the baseline),
  * pause returned to the caller (memory + disk captured on the node), its publication to
@@ -10,8 +10,11 @@
  * restore on A from its local copy (same node), suspend again with the upload inside the
  * call (the path before #25, for comparison in the same run) and restore on B, which never
  * held the snapshot (cross node: download, checksum, btrfs receive, CRIU restore; B pulls
- * the template parent once, in the first iteration), then a fork on B (live checkpoint +
- * restore as a new sandbox).
+ * the template parent once, in the first iteration), a pause on B and a restore there at
+ * once (an agent's pause-then-connect: the restore waits for the pause's release behind its
+ * answer), then a fork on B (live checkpoint + restore as a new sandbox).
+ * `--no-slot-keep`: nodes with SPACE_NODE_SLOT_KEEP_MS=0 (a suspended sandbox's network slot
+ * torn down at once, not kept for its restore there).
  */
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -26,6 +29,7 @@ const encrypt = process.argv.includes("--encrypt");
 const kinds = process.argv.includes("--idle-only") ? (["idle"] as const) : (["idle", "dirty 256 MiB"] as const);
 const blobDir = await mkdtemp(join(tmpdir(), "space-bench-snap-"));
 const key = encrypt ? { SPACE_ENCRYPTION_KEY: randomBytes(32).toString("hex") } : {};
+const slotKeep = process.argv.includes("--no-slot-keep") ? { SPACE_NODE_SLOT_KEEP_MS: "0" } : {};
 const nodes: TestNode[] = [];
 const sig = () => AbortSignal.timeout(600_000);
 // 256 MiB of non-zero bytes, every page written, held by a process that then sleeps.
@@ -81,6 +85,9 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<strin
     phases("suspend with upload inside (before #25)", d2.timings);
     const cross = await time("restore cross node", () => b.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d2, sig()));
     phases("restore cross node", cross.timings);
+    const d3 = await b.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: false }, sig());
+    const atOnce = await time("restore same node, at once after a pause", () => b.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d3, sig()));
+    phases("restore same node, at once after a pause", atOnce.timings);
     const fid = newSandboxId();
     const fork = await time("fork", async () => {
       const f = await b.agent.snapshots!.capture(s.sandboxId, newSnapshotId(), { upload: false }, sig());
@@ -94,6 +101,7 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<strin
     await a.agent.snapshots!.dropLocal(d1.snapshotId);
     await a.agent.snapshots!.dropLocal(d2.snapshotId);
     await b.agent.snapshots!.dropLocal(d2.snapshotId);
+    await b.agent.snapshots!.dropLocal(d3.snapshotId);
     await b.agent.snapshots!.dropLocal(fork.snapshotId);
   }
   return { rows, bytes };
@@ -103,14 +111,14 @@ try {
   nodes.push(
     await startTestNode({
       realEnvd: true,
-      env: { SPACE_BLOB_URL: blobDir, ...key },
+      env: { SPACE_BLOB_URL: blobDir, ...key, ...slotKeep },
     }),
     await startTestNode({
       realEnvd: true,
-      env: { SPACE_BLOB_URL: blobDir, ...key },
+      env: { SPACE_BLOB_URL: blobDir, ...key, ...slotKeep },
     }),
   );
-  console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}`);
+  console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}, slot keep ${slotKeep.SPACE_NODE_SLOT_KEEP_MS === "0" ? "off" : "on"}`);
   for (const kind of kinds) {
     const { rows, bytes } = await run(kind);
     console.log(`${kind}:`);
