@@ -8,7 +8,7 @@
  *   ...
  *   await agent.stop();                  // sandboxes keep running; the next start adopts them
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { cpus, hostname, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -114,6 +114,8 @@ export interface NodeAgent {
 
 export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentDeps = {}): NodeAgent {
   const nodeDir = resolve(config.SPACE_NODE_DIR);
+  // Named after the node dir: a node touches only the staging dir it owns.
+  const stagingDir = config.SPACE_NODE_SNAPSHOT_STAGING_DIR || join("/dev/shm", `space-staging-${createHash("sha256").update(nodeDir).digest("hex").slice(0, 12)}`);
   const log = logger.child({ component: "node" });
   let token = deps.internalToken ?? config.SPACE_INTERNAL_TOKEN;
   let manager: SandboxManager | undefined;
@@ -359,8 +361,18 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         }
         if (disks) {
           blob = openBlobStore(config);
-          snapshots = NodeSnapshots.create({ nodeDir, runtime, disks, manager: m, blob, ...clusterKeys(config), logger: log });
+          snapshots = NodeSnapshots.create({
+            nodeDir,
+            runtime,
+            disks,
+            manager: m,
+            blob,
+            ...clusterKeys(config),
+            logger: log,
+            staging: { dir: stagingDir, budgetMib: config.SPACE_NODE_SNAPSHOT_STAGING_MIB },
+          });
           if (snapshots) {
+            void snapshots.recoverStaged().catch((e: unknown) => log.warn({ err: e }, "recovering staged memory images failed"));
             reaper = new SnapshotReaper(snapshots, disks.cache.mountPath, {
               target: config.SPACE_SNAPSHOT_REAPER_TARGET,
               intervalMs: config.SPACE_SNAPSHOT_REAPER_INTERVAL_S * 1000,
@@ -441,6 +453,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       await builder?.close();
       await templates?.close();
       await app.close();
+      await snapshots?.stop();
       const release = config.SPACE_NODE_RELEASE_ON_STOP;
       const signal = AbortSignal.timeout(120_000);
       if (release && manager) {

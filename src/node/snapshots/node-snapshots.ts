@@ -26,7 +26,8 @@
  * container and leaves it running (never half).
  */
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { renameSync, unlinkSync } from "node:fs";
+import { lstat, mkdir, readdir, readFile, rm, rmdir, stat, statfs, symlink, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { BlobStore } from "../../blob/blob-store.ts";
 import { newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
@@ -83,9 +84,17 @@ export interface NodeSnapshotsOptions {
   /** The key before a rotation (SPACE_ENCRYPTION_KEY_PREVIOUS): unwraps what it wrapped, never wraps. */
   previousKey?: Buffer;
   logger: Logger;
+  /**
+   * Memory images dumped into a tmpfs first (SPACE_NODE_SNAPSHOT_STAGING_*): a dirty
+   * sandbox's dump runs at memory speed, not at the speed this node's disk takes page-cache
+   * writes, and the pause answers sooner. Absent or a zero budget = dumped to disk.
+   */
+  staging?: { dir: string; budgetMib: number };
 }
 
 const T = 10 * 60_000;
+/** How long a staged image stays in memory before it moves to disk (see `settle`). */
+const SETTLE_AFTER_MS = 2000;
 /** The checkpoint meta of an image that recorded none. */
 const NO_LOG: CheckpointMeta = { logPath: "/dev/null", logSize: 0, config: {} };
 const SNAP = /^sn_[a-z0-9]{16}$/;
@@ -116,6 +125,11 @@ export class NodeSnapshots {
   private readonly users = new Map<string, number>();
   /** Local copies being reaped: a restore waits, then fetches the snapshot again. */
   private readonly reaping = new Map<string, Promise<void>>();
+  /** Images in the staging tmpfs (snapshot id → MiB of the budget held), and their moves to disk. */
+  private readonly staged = new Map<string, { mib: number; settled?: Promise<void> }>();
+  /** Resolved by `stop`: moves to disk waiting out SETTLE_AFTER_MS start at once. */
+  private stopNow: () => void = () => {};
+  private readonly stopping = new Promise<void>((r) => (this.stopNow = r));
 
   constructor(o: NodeSnapshotsOptions, cp: Checkpointer) {
     this.o = o;
@@ -164,13 +178,13 @@ export class NodeSnapshots {
       async () => {
         const st = this.o.manager.get(sandboxId);
         // The manager resumed a resident-paused sandbox before this: it is running.
-        meta = await this.snapshot(sandboxId, st.template, snapshotId, { kind: opts.kind ?? "full", leaveRunning: false, wasPaused: false, timings }, signal);
+        meta = await this.snapshot(sandboxId, st.template, snapshotId, { kind: opts.kind ?? "full", leaveRunning: false, wasPaused: false, memoryMib: st.memoryMib, timings }, signal);
       },
       signal,
     );
     timings.captureMs = ms(t0);
     await rm(this.parentRecord(sandboxId), { force: true }).catch(() => undefined);
-    return this.finish(meta!, opts.upload, timings, signal);
+    return this.finish(meta!, opts.upload, timings, signal).finally(() => void this.settle(snapshotId));
   }
 
   /** Capture: a snapshot of a running sandbox that keeps running (fork, named snapshots). */
@@ -178,10 +192,10 @@ export class NodeSnapshots {
     const timings: Record<string, number> = {};
     const t0 = performance.now();
     const meta = await this.o.manager.withRunning(sandboxId, (st) =>
-      this.snapshot(sandboxId, st.template, snapshotId, { kind: "full", leaveRunning: true, wasPaused: st.state === "paused", timings }, signal),
+      this.snapshot(sandboxId, st.template, snapshotId, { kind: "full", leaveRunning: true, wasPaused: st.state === "paused", memoryMib: st.memoryMib, timings }, signal),
     );
     timings.captureMs = ms(t0);
-    return this.finish(meta, opts.upload, timings, signal);
+    return this.finish(meta, opts.upload, timings, signal).finally(() => void this.settle(snapshotId));
   }
 
   /**
@@ -193,7 +207,7 @@ export class NodeSnapshots {
     sandboxId: string,
     template: string,
     snapshotId: string,
-    { kind, leaveRunning, wasPaused, timings }: { kind: SnapshotKind; leaveRunning: boolean; wasPaused: boolean; timings: Record<string, number> },
+    { kind, leaveRunning, wasPaused, memoryMib, timings }: { kind: SnapshotKind; leaveRunning: boolean; wasPaused: boolean; memoryMib: number; timings: Record<string, number> },
     signal: AbortSignal,
   ): Promise<LocalMeta> {
     if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
@@ -207,7 +221,9 @@ export class NodeSnapshots {
       // The parent lookup and directories need no freeze: overlapped with it.
       const [parent] = await Promise.all([
         this.parentOf(sandboxId, template),
-        rm(dir, { recursive: true, force: true }).then(() => mkdir(dir, { recursive: true })),
+        rm(dir, { recursive: true, force: true })
+          .then(() => mkdir(dir, { recursive: true }))
+          .then(() => (kind === "full" ? this.stage(snapshotId, image, memoryMib) : undefined)),
         mkdir(join(this.cacheSnaps, snapshotId), { recursive: true }),
         freeze ? rt.pause(sandboxId, signal) : undefined,
       ]);
@@ -597,6 +613,120 @@ export class NodeSnapshots {
     await btrfs.subvolumeDelete(this.diskPath(snapshotId)).catch(() => undefined);
     await rm(join(this.cacheSnaps, snapshotId), { recursive: true, force: true });
     await rm(this.localDir(snapshotId), { recursive: true, force: true });
+    await this.unstage(snapshotId);
+  }
+
+  // ------------------------------------------------------------------ staging
+
+  private stagingPath(snapshotId: string): string {
+    return join(this.o.staging!.dir, snapshotId);
+  }
+
+  /**
+   * Points `image` at a staging dir when the budget and the tmpfs's free space hold the
+   * sandbox's memory limit (what its image can hold at most); else the dump goes to disk.
+   * Reserved in the same synchronous step as the check, so concurrent captures never
+   * overrun the budget.
+   */
+  private async stage(snapshotId: string, image: string, memoryMib: number): Promise<void> {
+    const budget = this.o.staging?.budgetMib ?? 0;
+    if (budget <= 0) return;
+    // The tmpfs may be smaller than the budget (a container's /dev/shm is often 64 MiB).
+    const root = this.o.staging!.dir;
+    if (!(await this.stagingRootSafe(root))) return;
+    const freeMib = await statfs(root).then((f) => (f.bavail * f.bsize) / 1048576, () => 0);
+    let held = 0;
+    for (const s of this.staged.values()) held += s.mib;
+    if (held + memoryMib > Math.min(budget, freeMib)) return;
+    this.staged.set(snapshotId, { mib: memoryMib });
+    const dir = this.stagingPath(snapshotId);
+    await rm(dir, { recursive: true, force: true });
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await symlink(dir, image);
+  }
+
+  /**
+   * The staging root sits in a shared tmpfs (/dev/shm) under a name others can guess: used
+   * only when it is a real directory of this process's user that no one else can open, so
+   * that no other user can place it, link it elsewhere, or read a sandbox's memory there.
+   */
+  private async stagingRootSafe(root: string): Promise<boolean> {
+    await mkdir(root, { recursive: true, mode: 0o700 }).catch(() => undefined);
+    const st = await lstat(root).catch(() => undefined);
+    const ok = !!st && st.isDirectory() && st.uid === process.getuid?.() && (st.mode & 0o077) === 0;
+    if (!ok && !this.unsafeRootLogged) {
+      this.unsafeRootLogged = true;
+      this.o.logger.warn({ dir: root }, "the snapshot staging dir is not a private directory of this user: memory images are dumped to disk");
+    }
+    return ok;
+  }
+  private unsafeRootLogged = false;
+
+  /**
+   * Moves a staged image to disk behind the answer (its memory is held until then), after
+   * SETTLE_AFTER_MS: the publication and a restore at once read the staged copy without the
+   * copy's disk writes competing with them. Copied beside it, then swapped in when no restore or publication reads it, in one synchronous
+   * step with that check (a reader resolves the path after it, so it reads one or the other).
+   * A failed move leaves the staged copy, which the next start moves again.
+   */
+  private settle(snapshotId: string): Promise<void> {
+    const s = this.staged.get(snapshotId);
+    if (!s) return Promise.resolve();
+    return (s.settled ??= (async () => {
+      const image = join(this.localDir(snapshotId), "image");
+      const next = `${image}.settling`;
+      try {
+        await Promise.race([new Promise((r) => setTimeout(r, SETTLE_AFTER_MS).unref()), this.stopping]);
+        await rm(next, { recursive: true, force: true });
+        await exec("nice", ["-n", "19", "cp", "-a", "--", this.stagingPath(snapshotId), next], { timeoutMs: T });
+        while (this.users.has(snapshotId)) await new Promise((r) => setTimeout(r, 20));
+        unlinkSync(image);
+        renameSync(next, image);
+        await this.unstage(snapshotId);
+      } catch (e) {
+        await rm(next, { recursive: true, force: true }).catch(() => undefined);
+        // Dropped meanwhile: nothing to keep.
+        if (!(await exists(join(this.localDir(snapshotId), "meta.json")))) await this.unstage(snapshotId);
+        else this.o.logger.warn({ snapshotId, err: e }, "moving a staged memory image to disk failed; the next start retries");
+      }
+    })());
+  }
+
+  private async unstage(snapshotId: string): Promise<void> {
+    if (!this.o.staging) return;
+    this.staged.delete(snapshotId);
+    await rm(this.stagingPath(snapshotId), { recursive: true, force: true });
+  }
+
+  /**
+   * At start: images a previous process staged are moved to disk; a copy whose staged image
+   * is gone (the host restarted: a tmpfs does not survive it) is dropped, as a lost local
+   * copy (a durable snapshot is fetched again); staging dirs of no local copy are removed.
+   */
+  async recoverStaged(): Promise<void> {
+    const st = this.o.staging;
+    if (!st) return;
+    const ids = (await readdir(join(this.o.nodeDir, "snapshots")).catch(() => [] as string[])).filter((n) => SNAP.test(n));
+    for (const id of ids) {
+      const image = join(this.localDir(id), "image");
+      if (!(await lstat(image).catch(() => undefined))?.isSymbolicLink()) continue;
+      if (await exists(join(this.stagingPath(id), "."))) {
+        this.staged.set(id, { mib: await treeSizeMib(this.stagingPath(id), AbortSignal.timeout(60_000)).catch(() => 0) });
+        await this.settle(id);
+      } else {
+        this.o.logger.warn({ snapshotId: id }, "a staged memory image did not survive the host's restart: the local copy is dropped");
+        await this.dropLocal(id);
+      }
+    }
+    for (const n of await readdir(st.dir).catch(() => [] as string[])) if (SNAP.test(n) && !ids.includes(n)) await rm(join(st.dir, n), { recursive: true, force: true });
+  }
+
+  /** Moves every staged image to disk at once (a stop leaves nothing in the host's memory). */
+  async stop(): Promise<void> {
+    this.stopNow();
+    await Promise.all([...this.staged.keys()].map((id) => this.settle(id)));
+    // Empty unless a move failed (kept for the next start): no empty dir left in the host's tmpfs.
+    if (this.o.staging) await rmdir(this.o.staging.dir).catch(() => undefined);
   }
 
   /** Complete local copies (a capture or fetch in progress has no meta.json yet): the reaper's view. */
