@@ -2,7 +2,7 @@
  * Suspend / restore / fork latency and bytes stored per snapshot, for an idle sandbox and
  * for one holding 256 MiB of dirty memory, on two node agents of this machine (own host
  * scopes and caches) sharing only a filesystem blob store; real runc + CRIU 4.1.1 + btrfs.
- *   npm run bench -- snapshots [iterations=5] [--encrypt] [--idle-only] [--no-slot-keep]
+ *   npm run bench -- snapshots [iterations=5] [--encrypt] [--idle-only] [--no-slot-keep] [--no-staging]
  *
  * Per iteration (issue #25's rows, each with its phases): cold create on A (the baseline),
  * pause returned to the caller (memory + disk captured on the node), its publication to
@@ -15,6 +15,8 @@
  * answer), then a fork on B (live checkpoint + restore as a new sandbox).
  * `--no-slot-keep`: nodes with SPACE_NODE_SLOT_KEEP_MS=0 (a suspended sandbox's network slot
  * torn down at once, not kept for its restore there).
+ * `--no-staging`: nodes with SPACE_NODE_SNAPSHOT_STAGING_MIB=0 (memory images dumped to the
+ * node's disk, not into the staging tmpfs).
  */
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -30,6 +32,7 @@ const kinds = process.argv.includes("--idle-only") ? (["idle"] as const) : (["id
 const blobDir = await mkdtemp(join(tmpdir(), "space-bench-snap-"));
 const key = encrypt ? { SPACE_ENCRYPTION_KEY: randomBytes(32).toString("hex") } : {};
 const slotKeep = process.argv.includes("--no-slot-keep") ? { SPACE_NODE_SLOT_KEEP_MS: "0" } : {};
+const staging = process.argv.includes("--no-staging") ? { SPACE_NODE_SNAPSHOT_STAGING_MIB: "0" } : {};
 const nodes: TestNode[] = [];
 const sig = () => AbortSignal.timeout(600_000);
 // 256 MiB of non-zero bytes, every page written, held by a process that then sleeps.
@@ -111,14 +114,14 @@ try {
   nodes.push(
     await startTestNode({
       realEnvd: true,
-      env: { SPACE_BLOB_URL: blobDir, ...key, ...slotKeep },
+      env: { SPACE_BLOB_URL: blobDir, ...key, ...slotKeep, ...staging },
     }),
     await startTestNode({
       realEnvd: true,
-      env: { SPACE_BLOB_URL: blobDir, ...key, ...slotKeep },
+      env: { SPACE_BLOB_URL: blobDir, ...key, ...slotKeep, ...staging },
     }),
   );
-  console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}, slot keep ${slotKeep.SPACE_NODE_SLOT_KEEP_MS === "0" ? "off" : "on"}`);
+  console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}, slot keep ${slotKeep.SPACE_NODE_SLOT_KEEP_MS === "0" ? "off" : "on"}, staging ${staging.SPACE_NODE_SNAPSHOT_STAGING_MIB === "0" ? "off" : "on"}`);
   for (const kind of kinds) {
     const { rows, bytes } = await run(kind);
     console.log(`${kind}:`);
