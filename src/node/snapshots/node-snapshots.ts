@@ -130,6 +130,7 @@ export class NodeSnapshots {
   /** Resolved by `stop`: moves to disk waiting out SETTLE_AFTER_MS start at once. */
   private stopNow: () => void = () => {};
   private readonly stopping = new Promise<void>((r) => (this.stopNow = r));
+  private unsafeRootLogged = false;
 
   constructor(o: NodeSnapshotsOptions, cp: Checkpointer) {
     this.o = o;
@@ -660,14 +661,14 @@ export class NodeSnapshots {
     }
     return ok;
   }
-  private unsafeRootLogged = false;
 
   /**
    * Moves a staged image to disk behind the answer (its memory is held until then), after
    * SETTLE_AFTER_MS: the publication and a restore at once read the staged copy without the
-   * copy's disk writes competing with them. Copied beside it, then swapped in when no restore or publication reads it, in one synchronous
-   * step with that check (a reader resolves the path after it, so it reads one or the other).
-   * A failed move leaves the staged copy, which the next start moves again.
+   * copy's disk writes competing with them. Copied beside it, then swapped in when no
+   * restore or publication reads it, in one synchronous step with that check (a reader
+   * resolves the path after it, so it reads one or the other). A failed move leaves the
+   * staged copy, still counted against the budget, for the next start to move.
    */
   private settle(snapshotId: string): Promise<void> {
     const s = this.staged.get(snapshotId);
