@@ -8,7 +8,7 @@
  *   ...
  *   await agent.stop();                  // sandboxes keep running; the next start adopts them
  */
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { cpus, hostname, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -34,7 +34,7 @@ import { LinuxNetworkSlots } from "./network/slots.ts";
 import { SandboxHealth } from "./sandboxes/sandbox-health.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
 import { HostAttachments, SlotAttachments } from "./sandboxes/network-attachments.ts";
-import { NodeSnapshots } from "./snapshots/node-snapshots.ts";
+import { defaultStagingDir, NodeSnapshots } from "./snapshots/node-snapshots.ts";
 import { SnapshotReaper } from "./snapshots/reaper.ts";
 import type { BlobStore } from "../blob/open.ts";
 import { parseClusterKey } from "../core/envelope.ts";
@@ -114,8 +114,7 @@ export interface NodeAgent {
 
 export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentDeps = {}): NodeAgent {
   const nodeDir = resolve(config.SPACE_NODE_DIR);
-  // Named after the node dir: a node touches only the staging dir it owns.
-  const stagingDir = config.SPACE_NODE_SNAPSHOT_STAGING_DIR || join("/dev/shm", `space-staging-${createHash("sha256").update(nodeDir).digest("hex").slice(0, 12)}`);
+  const stagingDir = config.SPACE_NODE_SNAPSHOT_STAGING_DIR || defaultStagingDir(nodeDir);
   const log = logger.child({ component: "node" });
   let token = deps.internalToken ?? config.SPACE_INTERNAL_TOKEN;
   let manager: SandboxManager | undefined;

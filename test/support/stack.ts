@@ -14,6 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { cleanupOnSignal, pickSlotRange, removeNodeContainers, removeNodeNetwork, type NodeNetwork } from "./node-network-cleanup.ts";
 import { runSpace } from "./space-process.ts";
+import { defaultStagingDir } from "../../src/node/snapshots/node-snapshots.ts";
 
 export { waitFor } from "./wait.ts";
 
@@ -183,6 +184,8 @@ export function removeDataDir(dataDir: string): void {
     .sort((a, b) => b.length - a.length);
   for (const m of mounts) spawnSync("umount", ["-l", m]);
   if (mounts.length && readFileSync("/proc/self/mounts", "utf8").includes(` ${dataDir}/`)) return;
+  // Memory images a killed node left staged (a stop moves them to disk), outside the data dir.
+  rmSync(defaultStagingDir(join(dataDir, "node")), { recursive: true, force: true });
   try {
     rmSync(dataDir, { recursive: true, force: true, maxRetries: 3 });
   } catch {

@@ -25,10 +25,10 @@
  * still frozen, so disk and memory are of the same instant. A failed suspend thaws the
  * container and leaves it running (never half).
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { renameSync, unlinkSync } from "node:fs";
 import { lstat, mkdir, readdir, readFile, rm, rmdir, stat, statfs, symlink, utimes, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import type { BlobStore } from "../../blob/blob-store.ts";
 import { newDataKey, unwrapKey, wrapKey } from "../../core/envelope.ts";
 import { SpaceError } from "../../core/errors.ts";
@@ -90,6 +90,14 @@ export interface NodeSnapshotsOptions {
    * writes, and the pause answers sooner. Absent or a zero budget = dumped to disk.
    */
   staging?: { dir: string; budgetMib: number };
+}
+
+/**
+ * The staging dir a node uses unless SPACE_NODE_SNAPSHOT_STAGING_DIR names one: in the
+ * host's shared tmpfs, named after the node dir, so a node touches only its own.
+ */
+export function defaultStagingDir(nodeDir: string): string {
+  return join("/dev/shm", `space-staging-${createHash("sha256").update(resolve(nodeDir)).digest("hex").slice(0, 12)}`);
 }
 
 const T = 10 * 60_000;
