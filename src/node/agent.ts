@@ -17,7 +17,7 @@ import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
 import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
-import { createRuntime, type Runtime } from "../runtime/index.ts";
+import { createRuntime, favorCgroupMigrations, type Runtime } from "../runtime/index.ts";
 import { createNodeApi } from "./api/app.ts";
 import { registerNodeMetrics } from "./api/node-metrics.ts";
 import type { NodeHealth, NodeInventory } from "../contract/node-api.ts";
@@ -247,6 +247,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         });
         const isolated = runtime.kind !== "process";
         if (isolated) {
+          if (config.SPACE_NODE_CGROUP_FAVOR_DYNMODS) await favorCgroupMigrations(log, signal);
           cache = await ensureNodeCache({
             nodeDir,
             btrfsPath: config.SPACE_NODE_BTRFS_PATH,

@@ -6,6 +6,7 @@ import type { Runtime, RuntimeKind } from "./runtime.ts";
 export type { Runtime, RuntimeKind, RunSpec, RuntimeState, RuntimeStatus } from "./runtime.ts";
 export { OciRuntime } from "./oci/oci-runtime.ts";
 export { ProcessRuntime } from "./process/process-runtime.ts";
+export { favorCgroupMigrations } from "./oci/cgroup-dynmods.ts";
 
 export interface CreateRuntimeOptions {
   kind: RuntimeKind;

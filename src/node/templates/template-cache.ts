@@ -427,7 +427,8 @@ export class TemplateCache {
       }
       return { builds, aliases };
     } catch (e) {
-      this.o.logger.warn({ err: e }, "the template catalog cannot be read");
+      // A pass the node's stop aborted has nothing to report.
+      if (!this.stopping.signal.aborted) this.o.logger.warn({ err: e }, "the template catalog cannot be read");
       return undefined;
     }
   }
