@@ -184,6 +184,38 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     }
   });
 
+  it("a restore whose disk limit fails leaves nothing behind: no disk, no container, no sandbox; the next restore works", async () => {
+    const src = spec();
+    await a.agent.manager!.create(src, AbortSignal.timeout(120_000));
+    const snap = await a.agent.snapshots!.capture(src.sandboxId, newSnapshotId(), { upload: false }, AbortSignal.timeout(300_000));
+    const disks = a.agent.disks!;
+    const limit = disks.limitSandboxDisk.bind(disks);
+    disks.limitSandboxDisk = async () => {
+      throw new Error("qgroup limit refused (test)");
+    };
+    const fid = newSandboxId();
+    try {
+      await assert.rejects(a.agent.snapshots!.restore({ ...src, sandboxId: fid, executionId: newExecutionId() }, snap, AbortSignal.timeout(300_000)), /qgroup limit refused/);
+    } finally {
+      disks.limitSandboxDisk = limit;
+    }
+    try {
+      assert.throws(() => a.agent.manager!.get(fid), /not on this node/);
+      await stat(disks.sandboxPath(fid)).then(
+        () => assert.fail("the restored disk is left"),
+        () => undefined,
+      );
+      const listed = await exec("runc", ["--root", join("/run/space-test", a.dir.split("/").pop()!), "list", "-q"]);
+      assert.doesNotMatch(listed.stdout, new RegExp(fid));
+      const again = await a.agent.snapshots!.restore({ ...src, sandboxId: fid, executionId: newExecutionId() }, snap, AbortSignal.timeout(300_000));
+      assert.equal(again.state, "running");
+    } finally {
+      await a.agent.manager!.kill(fid, AbortSignal.timeout(60_000)).catch(() => undefined);
+      await a.agent.manager!.kill(src.sandboxId, AbortSignal.timeout(60_000));
+      await a.agent.snapshots!.dropLocal(snap.snapshotId);
+    }
+  });
+
   it("a disk snapshot (filesystem-only pause): no memory part; restored on another node from the blob store it boots fresh, files kept", async () => {
     const d = spec({ memoryMib: 256 });
     await a.agent.manager!.create(d, AbortSignal.timeout(120_000));

@@ -200,7 +200,7 @@ export class SandboxManager {
         // soon as the slot's netns exists; the rest of the slot is set up meanwhile.
         const tDisk = performance.now();
         const diskP = (
-          via ? via.disk(signal).then((root) => ({ root, limited: Promise.resolve() })) : this.o.disks.snapshotSandboxDisk(id, spec.template, spec.diskMib, signal)
+          via ? via.disk(signal) : this.o.disks.snapshotSandboxDisk(id, spec.template, spec.diskMib, signal)
         ).then((d) => {
           timings.diskMs = ms(tDisk);
           return d;

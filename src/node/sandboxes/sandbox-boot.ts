@@ -28,8 +28,11 @@ import { startTemplateCommand, templateBoot, waitTemplateReady, type TemplateBoo
 
 /** How a sandbox is restored instead of created (node/snapshots). */
 export interface RestoreVia {
-  /** Sets up the sandbox's disk; returns its root path. */
-  disk(signal: AbortSignal): Promise<string>;
+  /**
+   * Sets up the sandbox's disk: its root path, and its qgroup limit in `limited` (awaited
+   * after the boot, as a create's; a failed limit fails the restore and releases the disk).
+   */
+  disk(signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }>;
   /** Starts the prepared bundle from the memory checkpoint; absent (a disk snapshot): a fresh boot of that disk. */
   start?: (id: string, signal: AbortSignal) => Promise<void>;
   /** The sandbox the checkpoint was taken of (another one for forks and template captures). */

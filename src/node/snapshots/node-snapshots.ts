@@ -443,16 +443,18 @@ export class NodeSnapshots {
     if (desc.kind === "full" && !checkpoint) throw new SpaceError("failed_precondition", `snapshot ${desc.snapshotId} has no memory image on this node`);
     const st = await this.o.manager.create(spec, signal, {
       disk: async (sig) => {
+        const root = this.o.disks.sandboxRoot(id);
         const path = this.o.disks.sandboxPath(id);
-        if (!(await exists(path))) {
-          await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
+        if (await exists(path)) return { root, limited: Promise.resolve() };
+        await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
+        // The limit lands while the runtime restores (the manager awaits it before `running`
+        // and releases the disk when it fails), as a created disk's does.
+        const limited = (async () => {
           const base = meta.diskBaseMib ?? (await this.o.disks.templateInfo(meta.template))?.rootfsSizeMib ?? 0;
-          await this.o.disks.limitSandboxDisk(id, spec.diskMib, base, sig).catch(async (e: unknown) => {
-            await this.o.disks.releaseSandboxDisk(id, AbortSignal.timeout(60_000)).catch(() => undefined);
-            throw e;
-          });
-        }
-        return this.o.disks.sandboxRoot(id);
+          await this.o.disks.limitSandboxDisk(id, spec.diskMib, base, sig);
+        })();
+        limited.catch(() => undefined); // observed by the manager; never an unhandled rejection
+        return { root, limited };
       },
       // A disk snapshot (or a restore asked for as one: E2B's connect with `memory: false`) boots fresh.
       ...(checkpoint && desc.kind === "full" ? { start: (cid: string, sig: AbortSignal) => this.cp.restore(cid, image, checkpoint, sig) } : {}),
