@@ -29,6 +29,9 @@ const skip = !isRoot ? "needs root" : !hasRealEnvd ? "needs dist/envd (npm run b
 const KEY = randomBytes(32).toString("hex");
 const MARKER = `plaintext-marker-${randomBytes(6).toString("hex")}`;
 
+/** Every entry's type, mode, links, owner, size or device numbers and target (times aside: mount roots are new). */
+const DEV_LISTING = "ls -lanR --time-style=+ /dev /sys/fs/cgroup | grep -v '^total'";
+
 async function files(dir: string): Promise<string[]> {
   const out: string[] = [];
   for (const e of await readdir(dir, { withFileTypes: true, recursive: true })) if (e.isFile()) out.push(join(e.parentPath, e.name));
@@ -44,6 +47,7 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
   let desc1: SnapshotDescriptor;
   let desc2: SnapshotDescriptor;
   let forkDesc: SnapshotDescriptor;
+  let devListing = "";
 
   const counter = async (node: TestNode, sid: string) => Number((await sh(node, sid, "cat /home/user/counter")).stdout.trim());
   const restoreSpec = (sid = id) => ({ ...s, sandboxId: sid, executionId: newExecutionId() });
@@ -81,6 +85,10 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     // mounted is recreated by its mount alone, without an archive in the image).
     const tmpfs = await sh(a, id, `echo ${MARKER} > /dev/shm/note && chmod 0710 /run`, "root");
     assert.equal(tmpfs.exitCode, 0, tmpfs.stderr);
+    // /dev's tmpfs with a dir, a file (mode, owner), a symlink and a FIFO beside runc's nodes.
+    const dev = await sh(a, id, "mkdir /dev/extra && echo x > /dev/extra/f && chmod 0640 /dev/extra/f && chown 1000:1000 /dev/extra/f && ln -s f /dev/extra/l && mkfifo /dev/extra/p", "root");
+    assert.equal(dev.exitCode, 0, dev.stderr);
+    devListing = (await sh(a, id, DEV_LISTING, "root")).stdout;
     await new Promise((r) => setTimeout(r, 700));
     const before = await counter(a, id);
     assert.ok(before > 0);
@@ -95,6 +103,13 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     // (the next test restores the same id at once: it waits for them).
     assert.throws(() => a.agent.manager!.get(id), /not on this node/);
     assert.ok(!a.agent.manager!.list().some((x) => x.sandboxId === id));
+    // Small tmpfs mounts (/dev above) are kept as CRIU patch 0005's tree, not a tar.gz.
+    const image = join(a.dir, "node", "snapshots", desc1.snapshotId, "image");
+    const trees = [];
+    for (const f of (await readdir(image)).filter((n) => n.startsWith("tmpfs-dev-"))) {
+      if ((await readFile(join(image, f))).subarray(0, 18).toString() === "SPACE-TMPFS-TREE1\n") trees.push(f);
+    }
+    assert.ok(trees.length > 0, "a tmpfs image holds a tree");
   });
 
   it("restore on the same node from the local copy, at once: the process keeps counting, files are there", async () => {
@@ -106,6 +121,8 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     assert.ok(c2 > c1, `counter moves on after restore (${c1} → ${c2})`);
     assert.equal((await sh(a, id, "cat /home/user/note.txt")).stdout.trim(), MARKER);
     assert.equal((await sh(a, id, "cat /dev/shm/note; stat -c %a /run; find /proc/acpi /sys/firmware -mindepth 1 | wc -l", "root")).stdout, `${MARKER}\n710\n0\n`);
+    assert.equal((await sh(a, id, DEV_LISTING, "root")).stdout, devListing, "/dev and /sys/fs/cgroup entry for entry");
+    assert.equal((await sh(a, id, "cat /dev/extra/l", "root")).stdout, "x\n");
     // The init is back in its own cgroup namespace: it sees its cgroups as roots, not the host's paths.
     const cgroups = (await sh(a, id, "cat /proc/1/cgroup")).stdout.trim().split("\n");
     assert.ok(cgroups.length > 0 && cgroups.every((l) => l.endsWith(":/")), cgroups.join(" | "));
