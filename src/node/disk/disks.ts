@@ -37,10 +37,18 @@ export class Disks implements SandboxDisks {
   private readonly logger: Logger;
   private readonly templates = new Map<string, TemplateInfo>();
 
-  constructor(cache: NodeCache, o: { reserveMib: number; logger: Logger }) {
+  private readonly keepMs: number;
+  /** Disks of suspended sandboxes kept for a restore here: id → the snapshot they equal, and the timer that releases them. */
+  readonly #kept = new Map<string, { snapshotId: string; timer: NodeJS.Timeout }>();
+  /** Deletions in flight: a restore of the id waits for them. */
+  readonly #releasing = new Map<string, Promise<void>>();
+
+  /** `keepMs`: how long a disk released with `keepFor` stays for a restore here (0: released at once). */
+  constructor(cache: NodeCache, o: { reserveMib: number; logger: Logger; keepMs?: number }) {
     this.cache = cache;
     this.reserveMib = o.reserveMib;
     this.logger = o.logger;
+    this.keepMs = o.keepMs ?? 0;
   }
 
   templatePath(name: string): string {
@@ -145,6 +153,7 @@ export class Disks implements SandboxDisks {
    * `limited` before reporting ready). The caller releases the disk if `limited` fails.
    */
   async snapshotSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
+    await this.takeKeptDisk(id, undefined, signal);
     const path = this.sandboxPath(id);
     if (await exists(path)) return { root: this.sandboxRoot(id), limited: Promise.resolve() };
     await btrfs.snapshot(this.templatePath(template), path, signal);
@@ -178,8 +187,50 @@ export class Disks implements SandboxDisks {
     return join(this.cache.sandboxesDir, `.base-${id}`);
   }
 
-  /** Absent = ok. */
-  async releaseSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
+  /**
+   * Absent = ok. `keepFor` (a suspend): the disk equals that snapshot's (the processes were
+   * frozen from its disk snapshot to their end), so it stays for `keepMs` for a restore of
+   * the snapshot here to take back (`takeKeptDisk`) instead of snapshotting it again.
+   */
+  async releaseSandboxDisk(id: string, signal: AbortSignal, o: { keepFor?: string } = {}): Promise<void> {
+    const kept = this.#kept.get(id);
+    if (kept) clearTimeout(kept.timer);
+    this.#kept.delete(id);
+    if (o.keepFor && this.keepMs > 0) {
+      const timer = setTimeout(() => {
+        this.#kept.delete(id);
+        void this.releaseSandboxDisk(id, AbortSignal.timeout(60_000)).catch((e: unknown) => this.logger.warn({ sandboxId: id, err: e }, "releasing a kept sandbox disk failed"));
+      }, this.keepMs);
+      timer.unref();
+      this.#kept.set(id, { snapshotId: o.keepFor, timer });
+      return;
+    }
+    const run = this.deleteSandboxDisk(id, signal);
+    this.#releasing.set(id, run);
+    try {
+      await run;
+    } finally {
+      if (this.#releasing.get(id) === run) this.#releasing.delete(id);
+    }
+  }
+
+  /**
+   * Takes back the disk kept for `id` when it equals `snapshotId`'s; otherwise releases what
+   * is kept (or waits for a deletion in flight) and says false.
+   */
+  async takeKeptDisk(id: string, snapshotId: string | undefined, signal: AbortSignal): Promise<boolean> {
+    const kept = this.#kept.get(id);
+    if (kept && kept.snapshotId === snapshotId) {
+      clearTimeout(kept.timer);
+      this.#kept.delete(id);
+      return true;
+    }
+    if (kept) await this.releaseSandboxDisk(id, signal);
+    else await this.#releasing.get(id)?.catch(() => undefined);
+    return false;
+  }
+
+  private async deleteSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
     this.#subvolumes.delete(id);
     const simple = this.cache.quotaMode === "simple";
     await btrfs.subvolumeDelete(this.sandboxPath(id), signal, { kernelDropsQgroup: simple });

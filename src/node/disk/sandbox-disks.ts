@@ -19,8 +19,8 @@ export interface SandboxDisks {
   snapshotSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }>;
   /** The root filesystem of the sandbox's disk, as the runtime sees it. */
   sandboxRoot(id: string): string;
-  /** Absent = ok. */
-  releaseSandboxDisk(id: string, signal: AbortSignal): Promise<void>;
+  /** Absent = ok. `keepFor` (a suspend): kept a moment for a restore of that snapshot here, where the store can. */
+  releaseSandboxDisk(id: string, signal: AbortSignal, o?: { keepFor?: string }): Promise<void>;
   /** What the disk holds; undefined when it is not measured. */
   usage(id: string, signal: AbortSignal): Promise<{ referencedBytes: number } | undefined>;
   /** Ids of the sandbox disks present (the startup reconcile). */

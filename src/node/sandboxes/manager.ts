@@ -241,8 +241,8 @@ export class SandboxManager {
     }
   }
 
-  private releaseDisk(id: string): Promise<void> {
-    return this.o.disks.releaseSandboxDisk(id, AbortSignal.timeout(60_000));
+  private releaseDisk(id: string, keepFor?: string): Promise<void> {
+    return this.o.disks.releaseSandboxDisk(id, AbortSignal.timeout(60_000), keepFor ? { keepFor } : undefined);
   }
   /** Resolves once the sandbox's network exists (its address is set); `configured` once it is fully set up. */
   private async attach(s: Live, signal: AbortSignal): Promise<{ netnsPath?: string; configured: Promise<void> }> {
@@ -296,7 +296,7 @@ export class SandboxManager {
    * restore here at once, waits for them. Its slot's namespace is this node's own
    * (slots.ts), so another agent on the host may restore the id meanwhile.
    */
-  async suspend(id: string, capture: () => Promise<void>, signal: AbortSignal): Promise<void> {
+  async suspend(id: string, capture: () => Promise<void>, signal: AbortSignal, o: { keepDiskFor?: string } = {}): Promise<void> {
     const s = this.mustGet(id);
     let answer!: () => void;
     const left = new Promise<void>((r) => (answer = r));
@@ -321,7 +321,7 @@ export class SandboxManager {
       answer();
       // Not the caller's signal: its request has been answered.
       // Its slot is kept a moment: a restore here at once (pause, then connect) takes it back.
-      await this.reclaim(id, AbortSignal.timeout(RECLAIM_MS), { keepSlot: true }).then(
+      await this.reclaim(id, AbortSignal.timeout(RECLAIM_MS), { keepSlot: true, keepDiskFor: o.keepDiskFor }).then(
         () => this.sandboxes.delete(id),
         // Left in the map as `killing`: a kill retries, a create of the id refuses.
         (e: unknown) => this.o.logger.error({ sandboxId: id, err: e }, "releasing a suspended sandbox's host objects failed"),
@@ -459,12 +459,12 @@ export class SandboxManager {
   }
 
   /** Releases every host object named after `id` (used by kill and the orphan sweep). */
-  private async reclaim(id: string, signal: AbortSignal, o: { keepSlot?: boolean } = {}): Promise<void> {
+  private async reclaim(id: string, signal: AbortSignal, o: { keepSlot?: boolean; keepDiskFor?: string } = {}): Promise<void> {
     const stack = new CleanupStack();
     // Registered in acquire order; run LIFO: record, disk, slot, runtime (container first).
     stack.defer("record", () => this.records.remove(id));
     stack.defer("log", () => rm(join(this.logsDir, `${id}.log`), { force: true }));
-    stack.defer("disk", () => this.releaseDisk(id));
+    stack.defer("disk", () => this.releaseDisk(id, o.keepDiskFor));
     stack.defer("slot", () => this.releaseSlot(id, { keep: o.keepSlot }));
     stack.defer("runtime", () => this.o.runtime.delete(id, signal));
     await stack.run();

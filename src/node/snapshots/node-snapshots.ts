@@ -190,6 +190,8 @@ export class NodeSnapshots {
         meta = await this.snapshot(sandboxId, st.template, snapshotId, { kind: opts.kind ?? "full", leaveRunning: false, wasPaused: false, memoryMib: st.memoryMib, timings }, signal);
       },
       signal,
+      // A full capture ends the processes frozen since its disk snapshot: the disk equals it.
+      (opts.kind ?? "full") === "full" ? { keepDiskFor: snapshotId } : {},
     );
     timings.captureMs = ms(t0);
     await rm(this.parentRecord(sandboxId), { force: true }).catch(() => undefined);
@@ -444,9 +446,9 @@ export class NodeSnapshots {
     const st = await this.o.manager.create(spec, signal, {
       disk: async (sig) => {
         const root = this.o.disks.sandboxRoot(id);
-        const path = this.o.disks.sandboxPath(id);
-        if (await exists(path)) return { root, limited: Promise.resolve() };
-        await btrfs.snapshot(this.diskPath(desc.snapshotId), path, sig);
+        // The disk its suspend here left a moment ago equals the snapshot's: no new snapshot.
+        if (await this.o.disks.takeKeptDisk(id, desc.snapshotId, sig)) return { root, limited: Promise.resolve() };
+        await btrfs.snapshot(this.diskPath(desc.snapshotId), this.o.disks.sandboxPath(id), sig);
         // The limit lands while the runtime restores (the manager awaits it before `running`
         // and releases the disk when it fails), as a created disk's does.
         const limited = (async () => {
