@@ -124,7 +124,8 @@ for (const engine of testEngines()) {
       assert.equal(await layer.sandboxes.snapshots.hold(s, new Date(Date.now() + 60_000)), false);
       const s2 = await suspendOnce(sb.id);
       assert.equal(await layer.sandboxes.snapshots.hold(s2, new Date(Date.now() - 1000)), true);
-      await t.db.execute(`UPDATE snapshots SET state = 'deleted', deleted_at = now() WHERE id = $1`, [s2]);
+      // Deleted a moment ago: the sweep takes what is older than its minimum age (0 here), strictly.
+      await t.db.execute(`UPDATE snapshots SET state = 'deleted', deleted_at = now() - interval '1 second' WHERE id = $1`, [s2]);
       assert.ok((await sweep()).reaped.includes(s2), "a lapsed hold does not protect");
     });
 
