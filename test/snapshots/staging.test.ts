@@ -76,6 +76,20 @@ describe("snapshot staging: memory images dumped into a tmpfs, moved to disk beh
     assert.equal(await restoreAndRead(s2, d2), "two");
   });
 
+  it("a drop while the staged image is being copied to disk stops the copy and frees everything", async () => {
+    const s = spec({ memoryMib: 512 });
+    await node.agent.manager!.create(s, sig());
+    // ~300 MiB of dirty memory: the copy to disk takes a while.
+    await sh(node, s.sandboxId, "nohup python3 -c \"import time; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(3600)\" >/dev/null 2>&1 &");
+    await waitFor(async () => Number((await sh(node, s.sandboxId, "ps -o rss= -C python3")).stdout.trim()) > 250_000 || undefined, "the dirty memory is there", 30_000);
+    const d = await node.agent.snapshots!.suspend(s.sandboxId, newSnapshotId(), { upload: false }, sig());
+    assert.ok(await isLink(image(d.snapshotId)), "staged");
+    await waitFor(() => existsSync(`${image(d.snapshotId)}.settling`) || undefined, "the copy to disk under way", 30_000, 5);
+    await node.agent.snapshots!.dropLocal(d.snapshotId);
+    assert.equal(existsSync(join(node.dir, "node", "snapshots", d.snapshotId)), false, "the local copy is gone");
+    await waitFor(() => !existsSync(join(staging, d.snapshotId)) || undefined, "the staged copy is gone", 10_000);
+  });
+
   it("a staging dir that is a link, or that others can open, is not used: the dump goes to disk", async () => {
     const elsewhere = await mkdtemp(join(tmpdir(), "space-staging-elsewhere-"));
     try {

@@ -134,7 +134,7 @@ export class NodeSnapshots {
   /** Local copies being reaped: a restore waits, then fetches the snapshot again. */
   private readonly reaping = new Map<string, Promise<void>>();
   /** Images in the staging tmpfs (snapshot id → MiB of the budget held), and their moves to disk. */
-  private readonly staged = new Map<string, { mib: number; settled?: Promise<void> }>();
+  private readonly staged = new Map<string, { mib: number; settled?: Promise<void>; cancel?: AbortController }>();
   /** Resolved by `stop`: moves to disk waiting out SETTLE_AFTER_MS start at once. */
   private stopNow: () => void = () => {};
   private readonly stopping = new Promise<void>((r) => (this.stopNow = r));
@@ -623,6 +623,12 @@ export class NodeSnapshots {
       publishing.abort.abort(new SpaceError("not_found", `snapshot ${snapshotId} was dropped while it was being published`));
       await publishing.done.catch(() => undefined);
     }
+    // A move of its staged image to disk stops first: its copy must not write into what is removed.
+    const staged = this.staged.get(snapshotId);
+    if (staged?.settled) {
+      staged.cancel?.abort();
+      await staged.settled;
+    }
     await btrfs.subvolumeDelete(this.diskPath(snapshotId)).catch(() => undefined);
     await rm(join(this.cacheSnaps, snapshotId), { recursive: true, force: true });
     await rm(this.localDir(snapshotId), { recursive: true, force: true });
@@ -685,19 +691,27 @@ export class NodeSnapshots {
   private settle(snapshotId: string): Promise<void> {
     const s = this.staged.get(snapshotId);
     if (!s) return Promise.resolve();
+    const cancel = (s.cancel ??= new AbortController());
     return (s.settled ??= (async () => {
       const image = join(this.localDir(snapshotId), "image");
       const next = `${image}.settling`;
+      const canceled = new Promise<void>((r) => cancel.signal.addEventListener("abort", () => r(), { once: true }));
       try {
-        await Promise.race([new Promise((r) => setTimeout(r, SETTLE_AFTER_MS).unref()), this.stopping]);
+        await Promise.race([new Promise((r) => setTimeout(r, SETTLE_AFTER_MS).unref()), this.stopping, canceled]);
+        cancel.signal.throwIfAborted();
         await rm(next, { recursive: true, force: true });
-        await exec("nice", ["-n", "19", "cp", "-a", "--", this.stagingPath(snapshotId), next], { timeoutMs: T });
-        while (this.users.has(snapshotId)) await new Promise((r) => setTimeout(r, 20));
+        await exec("nice", ["-n", "19", "cp", "-a", "--", this.stagingPath(snapshotId), next], { timeoutMs: T, signal: cancel.signal });
+        while (this.users.has(snapshotId)) {
+          cancel.signal.throwIfAborted();
+          await new Promise((r) => setTimeout(r, 20));
+        }
         unlinkSync(image);
         renameSync(next, image);
         await this.unstage(snapshotId);
       } catch (e) {
         await rm(next, { recursive: true, force: true }).catch(() => undefined);
+        // Canceled by a drop (dropLocal), which frees the rest.
+        if (cancel.signal.aborted) return;
         // Dropped meanwhile: nothing to keep.
         if (!(await exists(join(this.localDir(snapshotId), "meta.json")))) await this.unstage(snapshotId);
         else this.o.logger.warn({ snapshotId, err: e }, "moving a staged memory image to disk failed; the next start retries");
