@@ -7,7 +7,8 @@
  * hierarchies included: the lock is global), ~0.1 ms with it. The option trades that for
  * slightly dearer fork and exit host-wide, the right trade on a host that starts and restores
  * sandboxes. It is a flag of the one cgroup2 superblock: a remount sets it for every mount of
- * it; it stays until the next boot (a remount without it need not turn it off).
+ * it. Nothing here clears it: on Linux 6.18 a remount without it leaves the kernel half
+ * switched (the per-threadgroup lock mode stays), so it stays until the next boot.
  */
 import { readFile } from "node:fs/promises";
 import { exec } from "../../core/exec.ts";
