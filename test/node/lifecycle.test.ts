@@ -120,10 +120,14 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     assert.equal(p.json().state, "paused");
     const freezer = node.agent.runtime!.cgroupDirs(s.sandboxId).freezer!;
     assert.equal((await exec("cat", [`${freezer}/freezer.state`])).stdout.trim(), "FROZEN");
+    // The node writes the freezer itself: runc must read the same state back.
+    assert.equal((await node.agent.runtime!.state(s.sandboxId, AbortSignal.timeout(10_000)))?.status, "paused");
     const proxied = await call("GET", `/v1/sandboxes/${s.sandboxId}/proxy/49983/health`);
     assert.equal(proxied.statusCode, 409); // not running → refused before proxying
     const r = await call("POST", `/v1/sandboxes/${s.sandboxId}/resume`);
     assert.equal(r.json().state, "running");
+    assert.equal((await exec("cat", [`${freezer}/freezer.state`])).stdout.trim(), "THAWED");
+    assert.equal((await node.agent.runtime!.state(s.sandboxId, AbortSignal.timeout(10_000)))?.status, "running");
     assert.equal((await call("GET", `/v1/sandboxes/${s.sandboxId}/proxy/49983/health`)).statusCode, 204);
   });
 

@@ -10,6 +10,7 @@ import { exec, ExecError } from "../../core/exec.ts";
 import { internal, notFound, SpaceError, unavailable } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec, RuntimeState, RuntimeStatus, StartOptions } from "../runtime.ts";
+import { freeze, thaw } from "./freezer.ts";
 import { buildOciSpec, criuAnnotation, sandboxCapabilities } from "./spec.ts";
 
 export interface OciRuntimeOptions {
@@ -113,11 +114,20 @@ export class OciRuntime implements Runtime {
     }
   }
 
+  /** The freezer directly when it is a cgroup v1 one (freezer.ts); runc otherwise (cgroup v2, or no such container: runc names the error). */
   async pause(id: string, signal: AbortSignal): Promise<void> {
-    await this.run(["pause", id], signal, id);
+    const dir = this.freezerDir(id);
+    if (dir) await freeze(dir, signal);
+    else await this.run(["pause", id], signal, id);
   }
   async resume(id: string, signal: AbortSignal): Promise<void> {
-    await this.run(["resume", id], signal, id);
+    const dir = this.freezerDir(id);
+    if (dir) thaw(dir);
+    else await this.run(["resume", id], signal, id);
+  }
+  private freezerDir(id: string): string | undefined {
+    const dir = this.cgroupDirs(id).freezer;
+    return dir && existsSync(join(dir, "freezer.state")) ? dir : undefined;
   }
 
   async stop(id: string, graceMs: number, signal: AbortSignal): Promise<void> {
