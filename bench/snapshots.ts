@@ -93,7 +93,8 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<strin
     phases("restore same node, at once after a pause", atOnce.timings);
     const fid = newSandboxId();
     const fork = await time("fork", async () => {
-      const f = await b.agent.snapshots!.capture(s.sandboxId, newSnapshotId(), { upload: false }, sig());
+      // As the control plane forks: the capture names the fork, whose disk and slot it makes beside the dump.
+      const f = await b.agent.snapshots!.capture(s.sandboxId, newSnapshotId(), { upload: false, restoreAs: [fid] }, sig());
       const st = await b.agent.snapshots!.restore({ ...s, sandboxId: fid, executionId: newExecutionId() }, f, sig());
       phases("fork", f.timings, "capture.");
       phases("fork", st.timings, "restore.");

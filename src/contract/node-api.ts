@@ -32,9 +32,12 @@ export const ENVD_PORT = 49983;
 /** Alternative header for the internal token (proxy calls that carry their own Authorization). */
 export const NODE_TOKEN_HEADER = "x-space-node-token";
 
+/** A sandbox id as the control plane makes them (core/ids.ts). */
+export const SandboxIdWire = z.string().regex(/^[a-z0-9]{20}$/, "a sandbox id");
+
 export const SandboxSpec = z
   .object({
-    sandboxId: z.string().regex(/^[a-z0-9]{20}$/),
+    sandboxId: SandboxIdWire,
     executionId: z.string().min(1),
     template: z.string().min(1).default("base"),
     vcpu: z.number().int().positive(),

@@ -13,7 +13,10 @@
  *   DELETE /v1/snapshots/:snapshotId     → 204 (local copy freed; absent = ok)
  */
 import { z } from "zod";
-import { SandboxSpec } from "./node-api.ts";
+import { SandboxIdWire, SandboxSpec } from "./node-api.ts";
+
+/** Bound of `restoreAs`: the most forks one request makes. */
+export const RESTORE_AS_MAX = 20;
 
 export const SnapshotId = z.string().regex(/^sn_[a-z0-9]{16}$/, "a snapshot id");
 
@@ -27,6 +30,12 @@ export const SnapshotRequest = z
     /** Publish the parts to the blob store before answering (durable); false: the local copy only (publish it later). */
     upload: z.boolean().default(true),
     kind: SnapshotKind.default("full"),
+    /**
+     * A capture only (forks): the sandbox ids the caller will restore it as, here. Their
+     * disks and network slots are set up while the memory is dumped, and kept for
+     * SPACE_NODE_SLOT_KEEP_MS for those restores to take (a restore elsewhere lets them go).
+     */
+    restoreAs: z.array(SandboxIdWire).max(RESTORE_AS_MAX).default([]),
   })
   .strict();
 export type SnapshotRequest = z.infer<typeof SnapshotRequest>;

@@ -156,7 +156,7 @@ const vars = {
   SPACE_NODE_NETWORK_POOL_MIN_READY: [int(0, 10_000), "0", "slots below which the pool reports unhealthy"],
   SPACE_NODE_SNAPSHOT_STAGING_DIR: [z.string(), "", "tmpfs dir memory images are dumped into before they move to the node's disk; empty = /dev/shm/space-staging-<hash of the node dir>"],
   SPACE_NODE_SNAPSHOT_STAGING_MIB: [int(0, 1_048_576), "2048", "MiB of memory images staged at once (a capture counts its sandbox's memory limit); beyond it a dump goes to disk; 0 = never staged"],
-  SPACE_NODE_SLOT_KEEP_MS: [int(0, 600_000), "5000", "ms a suspended sandbox's network slot stays set up, and its disk stays (a full snapshot's), for a restore of it on this node (pause, then connect); 0 = released at the suspend"],
+  SPACE_NODE_SLOT_KEEP_MS: [int(0, 600_000), "5000", "ms a suspended sandbox's network slot stays set up, and its disk stays (a full snapshot's), for a restore of it on this node (pause, then connect), as a fork's made beside its capture wait for the fork's restore; 0 = released at the suspend, forks make theirs in the restore"],
   SPACE_NODE_CGROUP_FAVOR_DYNMODS: [bool(), "true", "remount the host's cgroup2 hierarchy with favordynmods (Linux 6.0+): moving a sandbox's first process into its cgroups no longer waits for an RCU grace period (~9 ms of each start and restore); host-wide, until reboot"],
   SPACE_NODE_RELEASE_ON_STOP: [bool(), "false", "on stop, kill this node's sandboxes and remove its host objects (bridge, nft tables, cache mount): retiring a host, or test stacks; default keeps sandboxes running for the next start to adopt"],
   SPACE_NODE_HEARTBEAT_MS: [int(100, 600_000), "5000", "node-ctl heartbeat interval"],

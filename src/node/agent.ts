@@ -370,6 +370,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             ...clusterKeys(config),
             logger: log,
             staging: { dir: stagingDir, budgetMib: config.SPACE_NODE_SNAPSHOT_STAGING_MIB },
+            keepMs: config.SPACE_NODE_SLOT_KEEP_MS,
           });
           if (snapshots) {
             void snapshots.recoverStaged().catch((e: unknown) => log.warn({ err: e }, "recovering staged memory images failed"));

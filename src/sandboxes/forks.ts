@@ -8,14 +8,15 @@ import { newExecutionId, newSandboxId, type NodeId, type SandboxId, type TenantI
 import type { SandboxRef, SandboxStatus } from "../substrate/substrate.ts";
 import { validateTimeout, type CreateInput } from "./create-input.ts";
 import type { SandboxRecord } from "./model.ts";
+import { RESTORE_AS_MAX } from "../contract/snapshot-descriptor.ts";
 import { dropSnapshots, liveSandbox, placeFor, refuseWithVolumes, restoreHeld, SNAPSHOT_CALL_MS, specOf, toPublicState, type SandboxResources } from "./resources.ts";
 import type { Snapshot } from "./snapshot-repo.ts";
 
 /** One requested fork: the new sandbox, or why it did not start. */
 export type ForkOutcome = { sandbox: SandboxRecord; error?: undefined } | { sandbox?: undefined; error: SpaceError };
 
-/** Upper bound of forks per request. */
-export const MAX_FORKS = 20;
+/** Upper bound of forks per request: as many as one capture prepares restores for. */
+export const MAX_FORKS = RESTORE_AS_MAX;
 
 export class SandboxForks {
   readonly #r: SandboxResources;
@@ -42,9 +43,15 @@ export class SandboxForks {
     // Over quota: refused before the capture (no node work); each fork's insert admits for real.
     await this.#r.repo.checkQuota?.(tenantId, rec);
     const snapshotId = await this.#r.snapshots.begin({ sandboxId: rec.id, executionId: null, nodeId: rec.nodeId, purpose: "fork" });
+    // Named now: the node sets up each fork's disk and network while it dumps the memory.
+    const ids = Array.from({ length: count }, () => newSandboxId());
     let snap: Snapshot;
     try {
-      const desc = await this.#r.substrate.capture({ sandboxId: rec.id, nodeId: rec.nodeId }, { snapshotId, upload: false }, AbortSignal.timeout(SNAPSHOT_CALL_MS));
+      const desc = await this.#r.substrate.capture(
+        { sandboxId: rec.id, nodeId: rec.nodeId },
+        { snapshotId, upload: false, restoreAs: ids },
+        AbortSignal.timeout(SNAPSHOT_CALL_MS),
+      );
       snap = await this.#r.snapshots.finish(snapshotId, desc);
     } catch (e: unknown) {
       const err = SpaceError.from(e);
@@ -56,8 +63,8 @@ export class SandboxForks {
     const durable = () => (publication ??= this.#publish(snap));
     try {
       return await Promise.all(
-        Array.from({ length: count }, () =>
-          this.#forkOne(input.metadata ? { ...rec, metadata: input.metadata } : rec, snap, timeoutSec, durable).then(
+        ids.map((forkId) =>
+          this.#forkOne(forkId, input.metadata ? { ...rec, metadata: input.metadata } : rec, snap, timeoutSec, durable).then(
             (sandbox): ForkOutcome => ({ sandbox }),
             (e: unknown): ForkOutcome => ({ error: SpaceError.from(e) }),
           ),
@@ -142,7 +149,7 @@ export class SandboxForks {
     validateTimeout(input.timeoutSec);
     const src = await this.#r.repo.getById(snap.sandboxId as SandboxId);
     if (!src || src.tenantId !== tenantId) throw notFound(`template '${input.template}' not found`);
-    return this.#forkOne({ ...src, metadata: input.metadata }, snap, input.timeoutSec);
+    return this.#forkOne(newSandboxId(), { ...src, metadata: input.metadata }, snap, input.timeoutSec);
   }
 
   /** Puts a `local` capture's parts in the blob store: `durable`, restorable on any node. */
@@ -154,13 +161,13 @@ export class SandboxForks {
     return published;
   }
 
-  /** `durable`: when given and `snap` is local, what a fork its node cannot take restores from instead (anywhere). */
-  async #forkOne(src: SandboxRecord, snap: Snapshot, timeoutSec: number, durable?: () => Promise<Snapshot>): Promise<SandboxRecord> {
+  /** `id`: the new sandbox's. `durable`: when given and `snap` is local, what a fork its node cannot take restores from instead (anywhere). */
+  async #forkOne(id: SandboxId, src: SandboxRecord, snap: Snapshot, timeoutSec: number, durable?: () => Promise<Snapshot>): Promise<SandboxRecord> {
     const now = this.#r.now();
     const executionId = newExecutionId();
     const rec = await this.#r.repo.insert(
       {
-        id: newSandboxId(),
+        id,
         tenantId: src.tenantId,
         templateId: src.templateId,
         alias: src.alias,

@@ -209,6 +209,8 @@ test("fork: the capture stays on its node (no upload) and forks restore there; a
     const sb = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
     const one = await s.sandboxes.fork(s.tenant.id, sb.id, { count: 2 });
     assert.ok(one.every((o) => o.sandbox?.state === "running"), JSON.stringify(one.map((o) => o.error?.message)));
+    // The capture names the forks: their node makes their disks and slots beside the dump.
+    assert.equal(s.substrate.calls.find((c) => c.startsWith(`capture ${sb.id}`)), `capture ${sb.id} as ${one.map((o) => o.sandbox!.id).join(" ")}`);
     assert.equal(s.substrate.calls.filter((c) => c.startsWith("publish")).length, 0, "no upload before (or for) forks its node takes");
     assert.ok(s.substrate.placements.slice(-2).every((p) => p.pinnedNodeId === sb.nodeId), "pinned to the capture's node");
     s.substrate.nextRestoreError = new SpaceError("resource_exhausted", "node n1 is full");

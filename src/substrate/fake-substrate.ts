@@ -157,7 +157,7 @@ export class FakeSubstrate implements Substrate {
     return d;
   }
   async capture(ref: SandboxRef, opts: SnapshotOptions): Promise<SnapshotDescriptor> {
-    this.calls.push(`capture ${ref.sandboxId}`);
+    this.calls.push(`capture ${ref.sandboxId}${opts.restoreAs?.length ? ` as ${opts.restoreAs.join(" ")}` : ""}`);
     return this.#describe(ref, opts);
   }
   nextRestoreError: SpaceError | null = null;

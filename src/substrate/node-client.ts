@@ -114,7 +114,7 @@ export class NodeClient {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/suspend`, body, SnapshotDescriptor, signal, 600_000);
   }
   /** Capture: a snapshot of a sandbox that keeps running (fork source, named snapshots). */
-  capture(id: string, body: { snapshotId: string; upload: boolean }, signal: AbortSignal) {
+  capture(id: string, body: { snapshotId: string; upload: boolean; restoreAs?: string[] }, signal: AbortSignal) {
     return this.#call("POST", `/v1/sandboxes/${enc(id)}/capture`, body, SnapshotDescriptor, signal, 600_000);
   }
   restore(spec: SandboxSpec, snapshot: SnapshotDescriptor, signal: AbortSignal) {

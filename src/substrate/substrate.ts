@@ -28,6 +28,8 @@ export interface SnapshotOptions {
   upload: boolean;
   /** What a suspend keeps (default `full`); a live checkpoint is always `full`. */
   kind?: SnapshotKind;
+  /** A capture only: the ids of the restores of it expected on its node (forks), prepared during the dump. */
+  restoreAs?: string[];
 }
 
 /** Where a sandbox lives once placed. Opaque beyond `nodeId` to callers. */

@@ -154,13 +154,36 @@ export class Disks implements SandboxDisks {
    */
   async snapshotSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
     await this.takeKeptDisk(id, undefined, signal);
-    const path = this.sandboxPath(id);
-    if (await exists(path)) return { root: this.sandboxRoot(id), limited: Promise.resolve() };
-    await btrfs.snapshot(this.templatePath(template), path, signal);
-    const baseMib = (await this.templateInfo(template))?.rootfsSizeMib ?? 0;
-    const limited = this.limitSandboxDisk(id, diskMib, baseMib, signal);
+    if (await exists(this.sandboxPath(id))) return { root: this.sandboxRoot(id), limited: Promise.resolve() };
+    return this.sandboxDiskFrom(id, this.templatePath(template), diskMib, async () => (await this.templateInfo(template))?.rootfsSizeMib ?? 0, signal);
+  }
+
+  /**
+   * Sandbox `id`'s disk as a writable snapshot of `from` (a template, or a snapshot's disk),
+   * its limit landing in `limited` as `snapshotSandboxDisk`'s does. `baseMib`: `from`'s
+   * size, for the limit (limitSandboxDisk).
+   */
+  async sandboxDiskFrom(id: string, from: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
+    await btrfs.snapshot(from, this.sandboxPath(id), signal);
+    const limited = (async () => this.limitSandboxDisk(id, diskMib, await baseMib(), signal))();
     limited.catch(() => undefined); // observed by the caller; never an unhandled rejection
     return { root: this.sandboxRoot(id), limited };
+  }
+
+  /**
+   * Sandbox `id`'s disk made now from snapshot `snapshotId`'s (at `from`) and limited, then
+   * kept as a suspend's is, for a restore of that snapshot as `id` here to take
+   * (`takeKeptDisk`): a fork's disk made while its source's memory is dumped. Nothing is
+   * made when disks are not kept (keepMs 0); a failure leaves nothing.
+   */
+  async keepDiskFrom(id: string, snapshotId: string, from: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal): Promise<void> {
+    if (this.keepMs <= 0) return;
+    const { limited } = await this.sandboxDiskFrom(id, from, diskMib, baseMib, signal);
+    await limited.catch(async (e: unknown) => {
+      await this.releaseSandboxDisk(id, AbortSignal.timeout(60_000));
+      throw e;
+    });
+    await this.releaseSandboxDisk(id, signal, { keepFor: snapshotId });
   }
 
   /**

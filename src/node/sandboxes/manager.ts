@@ -251,6 +251,16 @@ export class SandboxManager {
     s.envdPort = attachment.envdPort ?? ENVD_PORT;
     return { netnsPath: attachment.netnsPath, configured };
   }
+  /**
+   * A network slot for `id` (not yet here) with `like`'s egress policy, set up now and kept as
+   * a suspended sandbox's is: a restore of `id` here takes it (a fork's, made beside its capture).
+   */
+  async keepSlotLike(id: string, like: string, signal: AbortSignal): Promise<void> {
+    if (this.sandboxes.has(id)) throw new SpaceError("already_exists", `sandbox ${id} already exists on this node`);
+    const { configured } = await this.o.network.open(id, egressOf(this.mustGet(like).spec), signal);
+    await configured;
+    await this.releaseSlot(id, { keep: true });
+  }
   private releaseSlot(id: string, o?: { keep?: boolean }): Promise<void> {
     return this.o.network.release(id, AbortSignal.timeout(60_000), o);
   }

@@ -90,6 +90,8 @@ export interface NodeSnapshotsOptions {
    * writes, and the pause answers sooner. Absent or a zero budget = dumped to disk.
    */
   staging?: { dir: string; budgetMib: number };
+  /** How long slots and disks are kept for a restore here (SPACE_NODE_SLOT_KEEP_MS); 0 or absent = a capture prepares no fork. */
+  keepMs?: number;
 }
 
 /**
@@ -139,6 +141,8 @@ export class NodeSnapshots {
   private stopNow: () => void = () => {};
   private readonly stopping = new Promise<void>((r) => (this.stopNow = r));
   private unsafeRootLogged = false;
+  /** Restores a capture is preparing (sandbox id → the set-up of its disk and slot; never rejects). */
+  private readonly prepared = new Map<string, Promise<void>>();
 
   constructor(o: NodeSnapshotsOptions, cp: Checkpointer) {
     this.o = o;
@@ -199,11 +203,21 @@ export class NodeSnapshots {
   }
 
   /** Capture: a snapshot of a running sandbox that keeps running (fork, named snapshots). */
-  async capture(sandboxId: string, snapshotId: string, opts: { upload: boolean }, signal: AbortSignal): Promise<SnapshotDescriptor> {
+  /**
+   * `restoreAs`: the ids it will be restored as here (forks); each one's disk and network
+   * slot are set up while the memory is dumped and kept for the restore to take (`prepare`).
+   */
+  async capture(sandboxId: string, snapshotId: string, opts: { upload: boolean; restoreAs?: string[] }, signal: AbortSignal): Promise<SnapshotDescriptor> {
     const timings: Record<string, number> = {};
     const t0 = performance.now();
     const meta = await this.o.manager.withRunning(sandboxId, (st) =>
-      this.snapshot(sandboxId, st.template, snapshotId, { kind: "full", leaveRunning: true, wasPaused: st.state === "paused", memoryMib: st.memoryMib, timings }, signal),
+      this.snapshot(
+        sandboxId,
+        st.template,
+        snapshotId,
+        { kind: "full", leaveRunning: true, wasPaused: st.state === "paused", memoryMib: st.memoryMib, timings, restoreAs: opts.restoreAs ?? [], diskMib: st.diskMib },
+        signal,
+      ),
     );
     timings.captureMs = ms(t0);
     return this.finish(meta, opts.upload, timings, signal).finally(() => void this.settle(snapshotId));
@@ -218,7 +232,15 @@ export class NodeSnapshots {
     sandboxId: string,
     template: string,
     snapshotId: string,
-    { kind, leaveRunning, wasPaused, memoryMib, timings }: { kind: SnapshotKind; leaveRunning: boolean; wasPaused: boolean; memoryMib: number; timings: Record<string, number> },
+    {
+      kind,
+      leaveRunning,
+      wasPaused,
+      memoryMib,
+      timings,
+      restoreAs = [],
+      diskMib = 0,
+    }: { kind: SnapshotKind; leaveRunning: boolean; wasPaused: boolean; memoryMib: number; timings: Record<string, number>; restoreAs?: string[]; diskMib?: number },
     signal: AbortSignal,
   ): Promise<LocalMeta> {
     if (!SNAP.test(snapshotId)) throw new SpaceError("invalid_argument", `snapshot id ${snapshotId} is not valid`);
@@ -229,9 +251,12 @@ export class NodeSnapshots {
     const freeze = kind === "full" && !wasPaused;
     let dumped = false;
     try {
-      // The parent lookup and directories need no freeze: overlapped with it.
-      const [parent] = await Promise.all([
-        this.parentOf(sandboxId, template),
+      // The parent lookup (a btrfs process when the sandbox has no parent record) is needed
+      // only for the meta at the end: it overlaps the whole capture. The directories and the
+      // freeze must be done before the disk snapshot and the dump.
+      const parentP = this.parentOf(sandboxId, template);
+      parentP.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
+      await Promise.all([
         rm(dir, { recursive: true, force: true })
           .then(() => mkdir(dir, { recursive: true }))
           .then(() => (kind === "full" ? this.stage(snapshotId, image, memoryMib) : undefined)),
@@ -265,7 +290,9 @@ export class NodeSnapshots {
         // it running. A suspend keeps the order: its dump ends the processes, so the disk
         // snapshot must have succeeded first.
         const d = dump();
-        await settleAll([snapshotDisk(), d]);
+        const disk = snapshotDisk();
+        if (restoreAs.length && (this.o.keepMs ?? 0) > 0) this.prepare(sandboxId, snapshotId, restoreAs, { template, diskMib, disk: disk.then(() => diskBase) });
+        await settleAll([disk, d]);
         checkpoint = await d;
       } else {
         await snapshotDisk();
@@ -275,6 +302,7 @@ export class NodeSnapshots {
         dumped = true;
         await writeMeta(image, checkpoint);
       }
+      const parent = await parentP;
       const meta: LocalMeta = {
         snapshotId,
         sourceSandboxId: sandboxId,
@@ -298,6 +326,33 @@ export class NodeSnapshots {
         const frozen = dumped || (await rt.state(sandboxId, AbortSignal.timeout(30_000)).catch(() => null))?.status === "paused";
         if (frozen) await rt.resume(sandboxId, AbortSignal.timeout(30_000)).catch(() => undefined);
       }
+    }
+  }
+
+  /**
+   * Sets up, beside a capture's dump, what each restore of it as one of `ids` here needs
+   * before its runtime restore: a network slot with the source's egress policy, and the
+   * disk made from the capture's disk snapshot once `disk` has it (with the size it
+   * measured). Both are kept as a suspended sandbox's are (SPACE_NODE_SLOT_KEEP_MS): a
+   * restore here takes them, and they go when none comes (the fork was placed elsewhere,
+   * the capture failed). Best effort: a restore without them makes its own.
+   */
+  private prepare(sourceId: string, snapshotId: string, ids: string[], o: { template: string; diskMib: number; disk: Promise<number | undefined> }): void {
+    const signal = AbortSignal.timeout(T);
+    for (const id of ids) {
+      const made: Promise<void> = settleAll([
+        // After the disk snapshot, not beside it: its processes slowed the snapshot ~10 ms (2 cores).
+        o.disk.then(() => this.o.manager.keepSlotLike(id, sourceId, signal)),
+        o.disk.then((base) => this.o.disks.keepDiskFrom(id, snapshotId, this.diskPath(snapshotId), o.diskMib, () => this.restoredBaseMib(base, o.template), signal)),
+      ])
+        .then(
+          () => undefined,
+          (e: unknown) => this.o.logger.warn({ sandboxId: id, snapshotId, err: e }, "a fork's disk or network could not be made beside its capture; its restore makes them"),
+        )
+        .finally(() => {
+          if (this.prepared.get(id) === made) this.prepared.delete(id);
+        });
+      this.prepared.set(id, made);
     }
   }
 
@@ -433,6 +488,8 @@ export class NodeSnapshots {
 
   private async restoreHeld(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal): Promise<SandboxStatus> {
     const t0 = performance.now();
+    // A fork whose disk and slot its capture is still making: take them once made.
+    await this.prepared.get(spec.sandboxId);
     const fetched = await this.ensureLocal(desc, signal);
     // Last use, for the reaper's idle rule and least-recently-used order.
     const now = new Date();
@@ -447,16 +504,11 @@ export class NodeSnapshots {
       disk: async (sig) => {
         const root = this.o.disks.sandboxRoot(id);
         // The disk its suspend here left a moment ago equals the snapshot's: no new snapshot.
+        // (So is a fork's its capture made.)
         if (await this.o.disks.takeKeptDisk(id, desc.snapshotId, sig)) return { root, limited: Promise.resolve() };
-        await btrfs.snapshot(this.diskPath(desc.snapshotId), this.o.disks.sandboxPath(id), sig);
         // The limit lands while the runtime restores (the manager awaits it before `running`
         // and releases the disk when it fails), as a created disk's does.
-        const limited = (async () => {
-          const base = meta.diskBaseMib ?? (await this.o.disks.templateInfo(meta.template))?.rootfsSizeMib ?? 0;
-          await this.o.disks.limitSandboxDisk(id, spec.diskMib, base, sig);
-        })();
-        limited.catch(() => undefined); // observed by the manager; never an unhandled rejection
-        return { root, limited };
+        return this.o.disks.sandboxDiskFrom(id, this.diskPath(desc.snapshotId), spec.diskMib, () => this.restoredBaseMib(meta.diskBaseMib, meta.template), sig);
       },
       // A disk snapshot (or a restore asked for as one: E2B's connect with `memory: false`) boots fresh.
       ...(checkpoint && desc.kind === "full" ? { start: (cid: string, sig: AbortSignal) => this.cp.restore(cid, image, checkpoint, sig) } : {}),
@@ -466,6 +518,11 @@ export class NodeSnapshots {
     await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
     const fetchPhases = Object.fromEntries(Object.entries(fetched).map(([k, v]) => [`fetch.${k}`, v]));
     return { ...st, timings: { ...(st.timings ?? {}), ...fetchPhases, fetchMs, restoreTotalMs: ms(t0) } };
+  }
+
+  /** What a disk restored from a snapshot starts from (Disks.limitSandboxDisk): its captured size, else its template's. */
+  private async restoredBaseMib(diskBaseMib: number | undefined, template: string): Promise<number> {
+    return diskBaseMib ?? (await this.o.disks.templateInfo(template))?.rootfsSizeMib ?? 0;
   }
 
   /** Under simple quotas, a captured disk's whole size: the sandbox's base plus what it wrote. */

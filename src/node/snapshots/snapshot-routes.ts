@@ -19,13 +19,14 @@ export function registerSnapshotRoutes(app: FastifyInstance, snapshots: () => No
   app.post("/v1/sandboxes/:id/suspend", async (req) => {
     const { id } = parse(Params, req.params, "path");
     const body = parse(SnapshotRequest, req.body ?? {}, "suspend");
+    if (body.restoreAs.length) throw new SpaceError("invalid_argument", "restoreAs is for a live capture: a suspend's restores name the sandbox itself", { details: { field: "restoreAs" } });
     return snaps().suspend(id, body.snapshotId, { upload: body.upload, kind: body.kind }, signalOf(req));
   });
   app.post("/v1/sandboxes/:id/capture", async (req) => {
     const { id } = parse(Params, req.params, "path");
     const body = parse(SnapshotRequest, req.body ?? {}, "capture");
     if (body.kind !== "full") throw new SpaceError("invalid_argument", "a live capture keeps the memory: kind must be full", { details: { field: "kind" } });
-    return snaps().capture(id, body.snapshotId, { upload: body.upload }, signalOf(req));
+    return snaps().capture(id, body.snapshotId, { upload: body.upload, restoreAs: body.restoreAs }, signalOf(req));
   });
   app.post("/v1/restores", async (req, reply) => {
     const body = parse(RestoreRequest, req.body ?? {}, "restore");
