@@ -10,9 +10,12 @@
  * restore on A from its local copy (same node), suspend again with the upload inside the
  * call (the path before #25, for comparison in the same run) and restore on B, which never
  * held the snapshot (cross node: download, checksum, btrfs receive, CRIU restore; B pulls
- * the template parent once, in the first iteration), a pause on B and a restore there at
+ * the template parent once, in the warm-up iteration), a pause on B and a restore there at
  * once (an agent's pause-then-connect: the restore waits for the pause's release behind its
  * answer), then a fork on B (live checkpoint + restore as a new sandbox).
+ * Each kind first runs one warm-up iteration, not counted (as the ttfc bench does): its
+ * totals are printed on their own line. On this VM the first dirty one paid 0.7-1.6 s more
+ * in CRIU's memwrite (its stats-dump), writing the image into fresh tmpfs pages.
  * `--no-slot-keep`: nodes with SPACE_NODE_SLOT_KEEP_MS=0 (a suspended sandbox's network slot
  * torn down at once, not kept for its restore there).
  * `--no-staging`: nodes with SPACE_NODE_SNAPSHOT_STAGING_MIB=0 (memory images dumped to the
@@ -48,11 +51,13 @@ interface Row {
   phases: Series;
 }
 
-async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<string, Row>; bytes: number[] }> {
+async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<string, Row>; bytes: number[]; warmUp: Record<string, number> }> {
   const [a, b] = nodes as [TestNode, TestNode];
   const rows: Record<string, Row> = {};
   const bytes: number[] = [];
-  const row = (k: string): Row => (rows[k] ??= { total: [], phases: {} });
+  const warm: Record<string, Row> = {};
+  let i = -1;
+  const row = (k: string): Row => ((i < 0 ? warm : rows)[k] ??= { total: [], phases: {} });
   const phases = (k: string, t: Record<string, number> | undefined, prefix = "") => {
     for (const [p, v] of Object.entries(t ?? {})) (row(k).phases[`${prefix}${p}`] ??= []).push(v);
   };
@@ -62,7 +67,7 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<strin
     row(k).total.push(performance.now() - t);
     return v;
   };
-  for (let i = 0; i < n; i++) {
+  for (; i < n; i++) {
     const s = spec({ memoryMib: kind === "idle" ? 256 : 768 });
     const cold = await time("cold create", () => a.agent.manager!.create(s, sig()));
     phases("cold create", cold.timings);
@@ -80,7 +85,7 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<strin
     const pub = await time("publish behind the pause", () => a.agent.snapshots!.publish(d1.snapshotId, sig()));
     phases("publish behind the pause", pub.timings);
     row("suspend to durable").total.push(performance.now() - t0);
-    bytes.push(pub.sizeBytes);
+    if (i >= 0) bytes.push(pub.sizeBytes);
     const local = await time("restore same node", () => a.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d1, sig()));
     phases("restore same node", local.timings);
     // The path before #25, in the same run: the upload inside the suspend call.
@@ -108,7 +113,7 @@ async function run(kind: "idle" | "dirty 256 MiB"): Promise<{ rows: Record<strin
     await b.agent.snapshots!.dropLocal(d3.snapshotId);
     await b.agent.snapshots!.dropLocal(fork.snapshotId);
   }
-  return { rows, bytes };
+  return { rows, bytes, warmUp: Object.fromEntries(Object.entries(warm).map(([k, r]) => [k, Math.round(r.total[0]!)])) };
 }
 
 try {
@@ -124,8 +129,9 @@ try {
   );
   console.log(`snapshots bench: ${n} iterations per kind, two nodes sharing a filesystem blob store, encryption ${encrypt ? "on" : "off"}, slot keep ${slotKeep.SPACE_NODE_SLOT_KEEP_MS === "0" ? "off" : "on"}, staging ${staging.SPACE_NODE_SNAPSHOT_STAGING_MIB === "0" ? "off" : "on"}`);
   for (const kind of kinds) {
-    const { rows, bytes } = await run(kind);
+    const { rows, bytes, warmUp } = await run(kind);
     console.log(`${kind}:`);
+    console.log(`  warm-up iteration (not counted), ms: ${JSON.stringify(warmUp)}`);
     for (const [k, r] of Object.entries(rows)) {
       console.log(`  ${k.padEnd(40)}  median ${q(r.total, 0.5).toFixed(0).padStart(5)} ms   p99 ${q(r.total, 0.99).toFixed(0).padStart(5)} ms`);
       if (Object.keys(r.phases).length) console.log(`    phases (medians, ms) ${JSON.stringify(medians(r.phases))}`);
