@@ -202,8 +202,8 @@ export class NodeSnapshots {
     return this.finish(meta!, opts.upload, timings, signal).finally(() => void this.settle(snapshotId));
   }
 
-  /** Capture: a snapshot of a running sandbox that keeps running (fork, named snapshots). */
   /**
+   * Capture: a snapshot of a running sandbox that keeps running (fork, named snapshots).
    * `restoreAs`: the ids it will be restored as here (forks); each one's disk and network
    * slot are set up while the memory is dumped and kept for the restore to take (`prepare`).
    */
