@@ -22,9 +22,11 @@ import "./filesystem/metadata.ts";
 import "./filesystem/watchers.ts";
 import "./filesystem/filesystem-service.ts";
 import "./http/files.ts";
-import "./http/system.ts";
+import { warmInitBody } from "./http/system.ts";
 import "./reaper.ts";
 import "./ready-signal.ts";
+
+warmInitBody();
 
 /** The blob's directory from `--snapshot-blob <path>` (the bundle's directory), absolute. */
 function blobDir(execArgv: string[]): string {
