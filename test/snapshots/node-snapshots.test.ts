@@ -21,6 +21,7 @@ import { exec } from "../../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { newSnapshotId } from "../../src/store/snapshots.ts";
 import type { SnapshotDescriptor } from "../../src/contract/snapshot-descriptor.ts";
+import { ENVD_PORT } from "../../src/contract/node-api.ts";
 import { hasRealEnvd, isRoot, sh, spec, startTestNode, type TestNode } from "../node/helpers.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -226,6 +227,32 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
       assert.doesNotMatch(listed.stdout, new RegExp(fid));
       const again = await a.agent.snapshots!.restore({ ...src, sandboxId: fid, executionId: newExecutionId() }, snap, AbortSignal.timeout(300_000));
       assert.equal(again.state, "running");
+    } finally {
+      await a.agent.manager!.kill(fid, AbortSignal.timeout(60_000)).catch(() => undefined);
+      await a.agent.manager!.kill(src.sandboxId, AbortSignal.timeout(60_000));
+      await a.agent.snapshots!.dropLocal(snap.snapshotId);
+    }
+  });
+
+  it("a restore whose envd refuses its /init (another access token) fails naming the answer and leaves nothing; with the token it runs, env vars set", async () => {
+    const src = spec({ accessToken: "the-source-token" });
+    await a.agent.manager!.create(src, AbortSignal.timeout(120_000));
+    const snap = await a.agent.snapshots!.capture(src.sandboxId, newSnapshotId(), { upload: false }, AbortSignal.timeout(300_000));
+    const fid = newSandboxId();
+    try {
+      // The restored envd keeps the source's token: its /init (the restore's readiness check) refuses another one.
+      await assert.rejects(
+        a.agent.snapshots!.restore({ ...src, sandboxId: fid, executionId: newExecutionId(), accessToken: "another-token" }, snap, AbortSignal.timeout(300_000)),
+        /envd \/init of \w+ answered 401/,
+      );
+      assert.throws(() => a.agent.manager!.get(fid), /not on this node/);
+      const listed = await exec("runc", ["--root", join("/run/space-test", a.dir.split("/").pop()!), "list", "-q"]);
+      assert.doesNotMatch(listed.stdout, new RegExp(fid));
+      const ok = await a.agent.snapshots!.restore({ ...src, sandboxId: fid, executionId: newExecutionId(), envVars: { RESTORED_AS: fid } }, snap, AbortSignal.timeout(300_000));
+      assert.equal(ok.state, "running");
+      assert.equal(ok.timings?.initMs, undefined, "the /init was the readiness check");
+      const envs = await fetch(`http://${ok.address}:${ENVD_PORT}/envs`, { headers: { "x-access-token": "the-source-token" } });
+      assert.equal(((await envs.json()) as Record<string, string>).RESTORED_AS, fid);
     } finally {
       await a.agent.manager!.kill(fid, AbortSignal.timeout(60_000)).catch(() => undefined);
       await a.agent.manager!.kill(src.sandboxId, AbortSignal.timeout(60_000));

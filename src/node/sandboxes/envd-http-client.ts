@@ -52,22 +52,24 @@ export function httpStatusOf(host: string, port: number, path: string, opts: { m
 }
 
 /**
- * Polls `GET /health` until 2xx. `alive()` is asked now and then so a sandbox whose init
- * died fails fast instead of waiting out the deadline.
+ * Polls `GET /health` until 2xx; with `probe`, the caller's own request instead (a restore's
+ * POST /init) until envd answers it at all. Resolves with the answer's status. `alive()` is
+ * asked now and then so a sandbox whose init died fails fast instead of waiting out the
+ * deadline.
  */
 export async function waitEnvdHealthy(
   host: string,
   port: number,
-  o: { deadlineMs: number; signal: AbortSignal; alive: () => Promise<boolean> },
-): Promise<void> {
+  o: { deadlineMs: number; signal: AbortSignal; alive: () => Promise<boolean>; probe?: () => Promise<number> },
+): Promise<number> {
   const end = Date.now() + o.deadlineMs;
   let lastCheck = Date.now();
   let lastErr = "";
   for (;;) {
     o.signal.throwIfAborted();
     try {
-      const s = await httpStatusOf(host, port, "/health", { timeoutMs: 1000 });
-      if (s >= 200 && s < 300) return;
+      const s = o.probe ? await o.probe() : await httpStatusOf(host, port, "/health", { timeoutMs: 1000 });
+      if (o.probe || (s >= 200 && s < 300)) return s;
       lastErr = `status ${s}`;
     } catch (e) {
       lastErr = e instanceof Error ? e.message : String(e);

@@ -5,9 +5,10 @@
  * and its ready check. Each phase's time lands in the sandbox's timings.
  *
  * Readiness: a fresh boot waits for envd's word on the readiness FIFO (envd-ready.ts;
- * `envdEventMs` in the timings); a restore from memory, a boot whose FIFO could not be
- * made and an init that closed it without the word are checked over HTTP instead
- * (`envdPollMs`). `envdMs` is the phase either way.
+ * `envdEventMs` in the timings); a boot whose FIFO could not be made and an init that
+ * closed it without the word are checked over HTTP instead (`envdPollMs`), and so is a
+ * restore from memory, by its /init itself (no `initMs` then). `envdMs` is the phase
+ * either way.
  */
 import { mkdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -168,6 +169,9 @@ export class SandboxBooter {
   ): Promise<void> {
     const id = s.spec.sandboxId;
     const t = performance.now();
+    const init = via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length ? { envVars: s.spec.envVars, accessToken: s.spec.accessToken } : undefined;
+    // A restore from memory comes back listening: its /init is its readiness check, one round trip fewer.
+    let initAnswer: number | undefined;
     // The identity files and the bundle are independent: written at the same time.
     const identity = this.o.network.writeIdentity(id, s.address, rootfs);
     identity.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
@@ -259,15 +263,18 @@ export class SandboxBooter {
           // Every writer gone without the word: the init died, or it does not signal.
           if (word === "closed" && !(await alive())) await failed(new Error("the sandbox's init exited before envd was ready"));
           const left = Math.max(1, deadlineMs - (performance.now() - tEnvd));
-          await waitEnvdHealthy(s.address, s.envdPort, { deadlineMs: left, signal, alive }).catch(failed);
+          const probe = via?.start && init ? () => this.#postInit(s, init) : undefined;
+          const answer = await waitEnvdHealthy(s.address, s.envdPort, { deadlineMs: left, signal, alive, ...(probe ? { probe } : {}) }).catch(failed);
+          if (probe) initAnswer = answer;
           timings.envdPollMs = ms(tEnvd);
         }
       });
       timings.envdMs = ms(tEnvd);
     });
-    if (via || s.spec.accessToken !== undefined || Object.keys(s.spec.envVars).length) {
+    if (init && initAnswer !== undefined) initAnswered(s, initAnswer);
+    else if (init) {
       const tInit = performance.now();
-      await this.initEnvd(s, { envVars: s.spec.envVars, accessToken: s.spec.accessToken });
+      await this.initEnvd(s, init);
       timings.initMs = ms(tInit);
     }
     if (tb.startCmd) {
@@ -295,16 +302,25 @@ export class SandboxBooter {
    * user and workdir are envd's own (from its boot knobs: `user`, or the template's), and
    * a restored envd keeps its state, so /init leaves them alone.
    */
-  async initEnvd(s: BootTarget, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<void> {
-    const status = await httpStatusOf(s.address, s.envdPort, "/init", {
+  async initEnvd(s: BootTarget, body: InitBody): Promise<void> {
+    initAnswered(s, await this.#postInit(s, body));
+  }
+
+  #postInit(s: BootTarget, body: InitBody): Promise<number> {
+    return httpStatusOf(s.address, s.envdPort, "/init", {
       method: "POST",
       timeoutMs: 5000,
       body: JSON.stringify({ ...body, timestamp: new Date().toISOString() }),
       headers: { "content-type": "application/json", ...(s.spec.accessToken ? { "x-access-token": s.spec.accessToken } : {}) },
     });
-    if (status >= 300 && status !== 404)
-      throw new SpaceError("unavailable", `envd /init of ${s.spec.sandboxId} answered ${status}`);
   }
+}
+
+type InitBody = { envVars?: Record<string, string>; accessToken?: string };
+
+/** An envd too old for /init (404) is fine; any other refusal fails the boot. */
+function initAnswered(s: BootTarget, status: number): void {
+  if (status >= 300 && status !== 404) throw new SpaceError("unavailable", `envd /init of ${s.spec.sandboxId} answered ${status}`);
 }
 
 export const ms = (t: number) => Math.round((performance.now() - t) * 10) / 10;
