@@ -51,7 +51,22 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/**
+ * `freePort` closes the port it found before `space up` binds it, and meanwhile a connection
+ * of a test running beside may take it as its local port: the stack then exits naming the
+ * port in use. Such a start is made again on other ports (twice at most).
+ */
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startStackOnce(opts);
+    } catch (e) {
+      if (attempt >= 3 || !/on 127\.0\.0\.1 is already in use/.test(e instanceof Error ? e.message : String(e))) throw e;
+    }
+  }
+}
+
+async function startStackOnce(opts: StackOptions): Promise<Stack> {
   const reuse = process.env.SPACE_E2E_STACK;
   if (reuse) {
     const [apiUrl, sandboxUrl, apiKey, adminToken] = reuse.split(",");
