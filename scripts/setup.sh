@@ -22,7 +22,7 @@ fi
 PKGS=(runc crun btrfs-progs nftables iproute2 util-linux debootstrap postgresql xz-utils zstd libarchive-tools ca-certificates
       build-essential pkg-config libbsd-dev libcap-dev libnet1-dev libnl-3-dev libprotobuf-c-dev
       libprotobuf-dev protobuf-c-compiler protobuf-compiler python3-protobuf uuid-dev
-      libnftables-dev libgnutls28-dev libaio-dev umoci skopeo libnss-myhostname)
+      libaio-dev umoci skopeo libnss-myhostname)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -30,7 +30,7 @@ NODE_VERSION=20.20.2
 EPOCH=1764547200 # 2025-12-01: every file's mtime, the image's created date
 SUITE=bookworm
 # libstdc++6: Node.js links it.
-DEBIAN_PKGS=ca-certificates,libstdc++6,procps,runc,crun,btrfs-progs,nftables,iproute2,mount,skopeo,umoci,debootstrap,xz-utils,libarchive-tools,libbsd0,libgnutls30,libnftables1,libprotobuf-c1,libnl-3-200,libnet1,libuuid1
+DEBIAN_PKGS=ca-certificates,libstdc++6,procps,runc,crun,btrfs-progs,nftables,iproute2,mount,skopeo,umoci,debootstrap,xz-utils,libarchive-tools,libbsd0,libprotobuf-c1,libnl-3-200,libnet1,libuuid1
 # What no SPACE process reads: documentation (copyright notices stay), and the CNI plugins
 # skopeo's containers-common recommends (the node builds its own network with ip and nft).
 DPKG_EXCLUDES=('/usr/share/man/*' '/usr/share/info/*' '/usr/share/locale/*' '/usr/share/doc/*' '/usr/lib/cni/*')
