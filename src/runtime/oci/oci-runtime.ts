@@ -133,7 +133,7 @@ export class OciRuntime implements Runtime {
   async stop(id: string, graceMs: number, signal: AbortSignal): Promise<void> {
     const st = await this.state(id, signal);
     if (!st) return;
-    if (st.status === "paused") await this.run(["resume", id], signal, id).catch(() => undefined);
+    if (st.status === "paused") await this.resume(id, signal).catch(() => undefined);
     if (st.status === "running" || st.status === "paused") {
       await exec(this.bin(), [...this.base(), "kill", id, "TERM"], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
       const deadline = Date.now() + graceMs;
@@ -154,7 +154,7 @@ export class OciRuntime implements Runtime {
       : { exitCode: 0, stderr: "" };
     if (r.exitCode !== 0 && !/does not exist|not found|no such file/i.test(r.stderr)) {
       // A frozen or wedged container: thaw, kill, retry once.
-      await exec(this.bin(), [...this.base(), "resume", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+      await this.resume(id, signal).catch(() => undefined);
       await exec(this.bin(), [...this.base(), "kill", "--all", id, "KILL"], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
       const again = await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
       if (again.exitCode !== 0 && !/does not exist|not found/i.test(again.stderr)) throw internal(`${this.kind} delete ${id}: ${again.stderr.trim()}`);
