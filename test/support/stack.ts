@@ -8,7 +8,7 @@
  */
 import { spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createServer, type AddressInfo } from "node:net";
+import { createServer } from "node:net";
 import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -40,21 +40,35 @@ export interface StackOptions {
   compiled?: boolean;
 }
 
+/**
+ * A port free now, for a server the caller starts next. Taken below the kernel's ephemeral
+ * range, not from bind(0): an ephemeral port may become the local port of any connection
+ * opened meanwhile (a test running beside), and the server then cannot bind it. Above
+ * 20000: below are fixed ports of servers the tests start (Kubernetes' 10250-10259).
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
+  const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+  const top = low > FREE_PORT_FLOOR + 1000 ? low : FREE_PORT_FLOOR + 10_000;
+  for (let i = 0; i < 100; i++) {
+    const port = FREE_PORT_FLOOR + Math.floor(Math.random() * (top - FREE_PORT_FLOOR));
+    if (await canBind(port)) return port;
+  }
+  throw new Error(`no free port between ${FREE_PORT_FLOOR} and ${top} after 100 tries`);
+}
+const FREE_PORT_FLOOR = 20_000;
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((res) => {
     const s = createServer();
-    s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as AddressInfo).port;
-      s.close(() => res(port));
-    });
+    s.once("error", () => res(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => res(true)));
   });
 }
 
 /**
- * `freePort` closes the port it found before `space up` binds it, and meanwhile a connection
- * of a test running beside may take it as its local port: the stack then exits naming the
- * port in use. Such a start is made again on other ports (twice at most).
+ * `freePort` closes the port it found before `space up` binds it, and meanwhile another
+ * test may start a server on it: the stack then exits naming the port in use. Such a start
+ * is made again on other ports (twice at most).
  */
 export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   for (let attempt = 1; ; attempt++) {
