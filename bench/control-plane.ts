@@ -18,7 +18,9 @@
  *
  * Knobs: SPACE_BENCH_SECONDS (per API row, default 8), SPACE_BENCH_CONCURRENCY (create loops,
  * default 64), SPACE_BENCH_SIM_NODES (default 8), SPACE_BENCH_PAD_NODES (full node rows added
- * to the API part's directory, which placement reads and rejects; default 0),
+ * to the API part's directory, which placement reads and rejects; default 0), SPACE_BENCH_LIVE
+ * (running sandboxes of another tenant held on those pad nodes, as a fleet's store holds
+ * them, written in SQL; default 0),
  * SPACE_BENCH_OPERATIONS (dispatcher backlog, default 3000), SPACE_BENCH_TENANTS (the loops spread over
  * this many tenants, one API key each, default 16: one tenant's creates are serialised by its
  * quota admission, see docs/scale.md).
@@ -50,6 +52,7 @@ const SECONDS = Number(process.env.SPACE_BENCH_SECONDS ?? 8);
 const CONCURRENCY = Number(process.env.SPACE_BENCH_CONCURRENCY ?? 64);
 const SIM_NODES = Number(process.env.SPACE_BENCH_SIM_NODES ?? 8);
 const PAD_NODES = Number(process.env.SPACE_BENCH_PAD_NODES ?? 0);
+const LIVE = Number(process.env.SPACE_BENCH_LIVE ?? 0);
 const OPERATIONS = Number(process.env.SPACE_BENCH_OPERATIONS ?? 3000);
 const TENANTS = Number(process.env.SPACE_BENCH_TENANTS ?? 16);
 const ENVS = ["sha256:aaaaaaaaaaaaaaaa", "sha256:bbbbbbbbbbbbbbbb"];
@@ -64,18 +67,19 @@ const stats = (xs: number[], digits = 2) =>
 
 console.log(`control plane bench: ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(1)} at start`);
 
-/** A node row as a real node registers it: 64 vCPU, 256 GiB, both environments' templates. */
+/** A node row as a real node registers it: 64 vCPU, 256 GiB, both environments' templates; `full` reports memory pressure, which placement refuses. */
 function simRow(i: number, full = false): NodeRegistration {
   const capacity = { vcpu: 64, memoryMib: 262_144, diskMib: 2_000_000, networkSlots: 300 };
   return {
     id: randomUUID() as NodeId,
     name: `sim-${String(i).padStart(5, "0")}`,
-    address: `http://10.0.${i >> 8}.${i & 255}:3002`,
+    // Loopback, port 1: never contacted, and nothing leaves the machine if it were.
+    address: `http://127.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:1`,
     nodeGroup: `g${i % 4}`,
     labels: { zone: `z${i % 3}`, tier: i % 10 === 0 ? "gpu" : "cpu" },
     capacity,
     used: full
-      ? { ...capacity, sandboxes: 300 }
+      ? { ...capacity, sandboxes: 300, memoryPressure: 100 }
       : { vcpu: (i * 7) % 64, memoryMib: (i * 997) % 200_000, diskMib: 0, networkSlots: (i * 13) % 300, sandboxes: (i * 13) % 300 },
     usableEnvironments: [ENVS[i % 2]!],
     templates: [{ templateId: "base", rootfsSizeMib: 451, environment: ENVS[i % 2]! }],
@@ -239,6 +243,18 @@ async function api(): Promise<void> {
     }
     await Promise.all(replicas.map((r) => r.proc.waitFor("api listening", 120_000)));
     if (PAD_NODES) await addRows(db, 0, PAD_NODES, true);
+    if (LIVE) {
+      if (!PAD_NODES) throw new Error("SPACE_BENCH_LIVE needs SPACE_BENCH_PAD_NODES: the live sandboxes are held on the pad nodes");
+      const other = await createTenant(db.db, { name: "cpsim-fleet" });
+      await db.db.execute(
+        `WITH pad AS (SELECT array_agg(id) AS ids FROM nodes WHERE name LIKE 'sim-%')
+         INSERT INTO sandboxes (id, tenant_id, template_id, state, node_id, vcpu, memory_mib, disk_mib, started_at)
+         SELECT substr(md5(g::text), 1, 20), $1, 'base', 'running', pad.ids[1 + g % array_length(pad.ids, 1)], 2, 512, 1024, now()
+           FROM generate_series(1, $2::int) g, pad`,
+        [other.id, LIVE],
+      );
+      await db.db.execute(`ANALYZE sandboxes`);
+    }
     for (let i = 0; i < SIM_NODES; i++) {
       const node = new SimNode(randomUUID(), internalToken, quiet);
       await node.listen();
@@ -282,7 +298,7 @@ async function api(): Promise<void> {
       const kills: number[] = [];
       const errors = new Map<string, number>();
       let created = 0;
-      const deadline = performance.now() + seconds * 1000;
+      let deadline = 0;
       const loop = async (w: number) => {
         const apiKey = apiKeys[w % apiKeys.length]!;
         let turn = w;
@@ -311,6 +327,7 @@ async function api(): Promise<void> {
       };
       const commits0 = await commits();
       const t0 = performance.now();
+      deadline = t0 + seconds * 1000;
       await Promise.all(Array.from({ length: CONCURRENCY }, (_, w) => loop(w)));
       const wall = (performance.now() - t0) / 1000;
       const rate = created / wall;
@@ -328,7 +345,7 @@ async function api(): Promise<void> {
     const rates: number[] = [];
     for (const k of [1, 2, 3]) rates.push(await row(k));
     console.log(
-      `api: ${SIM_NODES} simulated nodes${PAD_NODES ? ` + ${PAD_NODES} full node rows` : ""}; ` +
+      `api: ${SIM_NODES} simulated nodes${PAD_NODES ? ` + ${PAD_NODES} full node rows` : ""}${LIVE ? ` holding ${LIVE} running sandboxes` : ""}; ` +
         `ratio 2/1 replicas ${(rates[1]! / rates[0]!).toFixed(2)}, 3/1 ${(rates[2]! / rates[0]!).toFixed(2)}; load average ${loadavg()[0]!.toFixed(1)}`,
     );
   } finally {

@@ -29,7 +29,7 @@ import { volumeDomain } from "../sandboxes/volume-service.ts";
 import { StoreNodeDirectory, templateBinding } from "../sandboxes/queries.ts";
 import { DirectSubstrate } from "../substrate/direct/direct-substrate.ts";
 import { CachedNodeDirectory } from "../substrate/cached-node-directory.ts";
-import { capacitySettings, storeCapacityLedger } from "../substrate/capacity.ts";
+import { believedCapacityLedger, capacitySettings, storeCapacityLedger } from "../substrate/capacity.ts";
 import type { Substrate } from "../substrate/substrate.ts";
 import { registerEcwRoutes } from "../api/ecw/ecw-routes.ts";
 import { registerNativeRoutes } from "../api/native/native-routes.ts";
@@ -122,15 +122,14 @@ export async function openControlPlane(
 
 /** SPACE_SUBSTRATE=direct: node agents register in the store; placement here, over those nodes. */
 function directSubstrateOf(config: Config, db: Db, internalToken: string, onGate: CensusMetrics["onGate"]): Substrate {
+  const maxAge = config.SPACE_PLACEMENT_DIRECTORY_MAX_AGE_MS;
   return new DirectSubstrate({
-    nodes: config.SPACE_PLACEMENT_DIRECTORY_MAX_AGE_MS
-      ? new CachedNodeDirectory(new StoreNodeDirectory(db), config.SPACE_PLACEMENT_DIRECTORY_MAX_AGE_MS)
-      : new StoreNodeDirectory(db),
+    nodes: maxAge ? new CachedNodeDirectory(new StoreNodeDirectory(db), maxAge) : new StoreNodeDirectory(db),
     internalToken,
     gate: config.SPACE_ENVIRONMENT_PLACEMENT_GATE,
     selectorExtras: parseSelector(config.SPACE_PLACEMENT_NODE_SELECTOR),
     onGate,
-    ledger: storeCapacityLedger(db),
+    ledger: maxAge ? believedCapacityLedger(storeCapacityLedger(db), maxAge) : storeCapacityLedger(db),
     capacity: capacitySettings(config),
   });
 }

@@ -21,6 +21,7 @@
 import type { Config } from "../core/config.ts";
 import type { Db } from "../store/db.ts";
 import { heldByNode, reserveCapacity, type NodeHeld, type PublishedNode } from "../store/capacity-ledger.ts";
+import { BelievedRead, type Dated } from "./believed-read.ts";
 import type { Capacity, PlacementNode, PlacementWork, RejectReason } from "./placement.ts";
 
 export type { NodeHeld };
@@ -158,7 +159,11 @@ export function capacityOf(cap: Readonly<Record<string, number>>): Capacity | nu
  * first, under that node's lock and binds the sandbox to the first that still admits it.
  */
 export interface CapacityLedger {
-  held(signal: AbortSignal): Promise<ReadonlyMap<string, NodeHeld>>;
+  /**
+   * What the store holds per node, dated (performance.now()) when the read began: a
+   * placement made after that date is not in it. `fresh` reads through any belief.
+   */
+  held(signal: AbortSignal, opts?: { fresh?: boolean }): Promise<Dated<ReadonlyMap<string, NodeHeld>>>;
   reserve(
     sandboxId: string,
     candidates: readonly string[],
@@ -171,8 +176,26 @@ export interface CapacityLedger {
 export function storeCapacityLedger(db: Db): CapacityLedger {
   const nodeOf = (p: PublishedNode): CapacityNode => ({ capacity: capacityOf(p.capacity), measured: measuredOf(p.used) });
   return {
-    held: () => heldByNode(db),
+    held: async () => {
+      const at = performance.now();
+      return { at, value: await heldByNode(db) };
+    },
     reserve: (sandboxId, candidates, admit) => reserveCapacity(db, sandboxId, candidates, (p, held) => admit(nodeOf(p), held)),
+  };
+}
+
+/**
+ * The ledger's `held` believed for up to `maxAgeMs` (SPACE_PLACEMENT_DIRECTORY_MAX_AGE_MS, the
+ * directory's age): it counts every holding sandbox of the fleet, O(live sandboxes) per read,
+ * which per create does not scale (docs/scale.md). Ranking on an older read is safe:
+ * `reserve` re-checks the chosen node under its lock, the Direct substrate counts its own
+ * placements since the read, and a refusal is decided again on a fresh read.
+ */
+export function believedCapacityLedger(inner: CapacityLedger, maxAgeMs: number, now?: () => number): CapacityLedger {
+  const held = new BelievedRead(async (signal) => (await inner.held(signal, { fresh: true })).value, maxAgeMs, now);
+  return {
+    held: (signal, opts) => held.get(signal, opts),
+    reserve: (...args) => inner.reserve(...args),
   };
 }
 

@@ -14,7 +14,8 @@ import type { NodeDirectory, NodeEntry } from "../../src/substrate/node-director
 import type { SandboxSpec } from "../../src/contract/node-api.ts";
 import { SpaceError } from "../../src/core/errors.ts";
 import { MemoryNode } from "./memory-node.ts";
-import type { CapacityLedger, NodeHeld } from "../../src/substrate/capacity.ts";
+import { believedCapacityLedger, type CapacityLedger, type NodeHeld } from "../../src/substrate/capacity.ts";
+import type { RejectReason } from "../../src/substrate/placement.ts";
 
 const A = "00000000-0000-4000-8000-00000000000a";
 const B = "00000000-0000-4000-8000-00000000000b";
@@ -190,9 +191,10 @@ test("ledger placement: a held read that began before another create's reservati
   const ledger: CapacityLedger = {
     async held() {
       reads++;
+      const at = performance.now();
       const snapshot = new Map(reserved);
       if (reads === 2) await new Promise<void>((r) => (lateRead = r));
-      return snapshot;
+      return { at, value: snapshot };
     },
     async reserve(_id, candidates) {
       const nodeId = candidates[0]!;
@@ -210,4 +212,57 @@ test("ledger placement: a held read that began before another create's reservati
   while (!lateRead) await new Promise((r) => setImmediate(r));
   lateRead();
   assert.equal((await second).nodeId, B, "the second create saw the first's claim, though its read predates the reservation");
+});
+
+test("believed ledger: one held read per age for every create; a refusal on the belief is decided again on a fresh read (a kill's room is used at once)", async () => {
+  const rows = new Rows();
+  const held = new Map<string, NodeHeld>();
+  let heldReads = 0;
+  const inner: CapacityLedger = {
+    async held() {
+      heldReads++;
+      return { at: now, value: new Map(held) };
+    },
+    // The store's check under the node's lock: what it holds now.
+    async reserve(_id, candidates, admit) {
+      const rejected: Partial<Record<RejectReason, string[]>> = {};
+      for (const nodeId of candidates) {
+        const h = held.get(nodeId) ?? { slots: 0, vcpu: 0, disk: 0 };
+        const verdict = admit({ capacity: rows.entry(nodeId).capacity ?? null, measured: {} }, h);
+        if (verdict !== true) {
+          (rejected[verdict] ??= []).push(nodeId);
+          continue;
+        }
+        held.set(nodeId, { slots: h.slots + 1, vcpu: h.vcpu + 1, disk: h.disk + 1 });
+        return { nodeId };
+      }
+      return { rejected };
+    },
+  };
+  let now = 0;
+  const sub = new DirectSubstrate({
+    nodes: new CachedNodeDirectory(rows, 1000, () => now),
+    internalToken: "tok",
+    ledger: believedCapacityLedger(inner, 1000, () => now),
+  });
+  const req = (sandboxId: string) => ({ sandboxId, templateId: "base", vcpu: 1, memoryMib: 256, diskMib: 1024 });
+
+  const placed = [];
+  for (const c of "abcd") placed.push((await sub.place(req(c.repeat(20)), signal())).nodeId);
+  assert.equal(heldReads, 1, "four creates within the age: one read of what the store holds");
+  assert.deepEqual(placed, [A, B, A, B], "each create still counts this replica's placements since the read");
+
+  // Both nodes fill (every network slot held); the belief still says so after a kill frees A.
+  held.set(A, { slots: 100, vcpu: 100, disk: 100 });
+  held.set(B, { slots: 100, vcpu: 100, disk: 100 });
+  now = 2500;
+  await assert.rejects(
+    () => sub.place(req("e".repeat(20)), signal()),
+    (e: unknown) => e instanceof SpaceError && e.code === "resource_exhausted",
+  );
+  held.set(A, { slots: 99, vcpu: 99, disk: 99 });
+  now = 2600; // within the age of the read that saw both full
+  const reads = heldReads;
+  assert.equal((await sub.place(req("f".repeat(20)), signal())).nodeId, A, "admitted at once");
+  assert.equal(heldReads, reads + 1, "the belief refused; one fresh read admitted");
 });

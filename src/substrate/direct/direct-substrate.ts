@@ -107,14 +107,13 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
       claimed = undefined;
       for (const c of this.#pending) if (c.releasedAt !== undefined && now - c.releasedAt > CLAIM_LINGER_MS) this.#pending.delete(c);
     };
-    const on = async (listed: readonly NodeEntry[]) => {
+    const on = async (listed: readonly NodeEntry[], fresh: boolean) => {
       let nodes: readonly NodeEntry[] = listed;
       let opts: PlacementOptions;
       if (this.#ledger) {
-        // The ledger is the authority (`#reserve` re-checks under the node's lock), so a
-        // snapshot directory's age costs at most a retry, never an overfill.
-        const readAt = performance.now();
-        const held = await this.#ledger.held(signal);
+        // The ledger is the authority (`#reserve` re-checks under the node's lock), so the
+        // age of a snapshot directory or of a believed `held` costs at most a retry, never an overfill.
+        const { at: readAt, value: held } = await this.#ledger.held(signal, { fresh });
         const s = this.#capacity;
         const heldOn = (id: string): Readonly<NodeHeld> => held.get(id) ?? NOTHING_HELD;
         // A claim counts until a read that began after its reservation ended (which shows it).
@@ -153,14 +152,17 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     }
   }
 
-  async #decideOn<D extends { decision: PlacementDecision & { nodeId: string } }>(on: (nodes: readonly NodeEntry[]) => Promise<D>, signal: AbortSignal): Promise<D> {
+  async #decideOn<D extends { decision: PlacementDecision & { nodeId: string } }>(
+    on: (nodes: readonly NodeEntry[], fresh: boolean) => Promise<D>,
+    signal: AbortSignal,
+  ): Promise<D> {
     const dir = this.#nodes;
-    if (!(dir instanceof CachedNodeDirectory)) return on(await dir.list(signal));
+    if (!(dir instanceof CachedNodeDirectory)) return on(await dir.list(signal), true);
     const onSnapshot = async (fresh: boolean) => {
       const s = await dir.snapshot(signal, { fresh });
       // Starts the snapshot's read began after are still counted; older ones it shows as the store does.
       while (this.#started.length && this.#started[0]!.at < s.at) this.#release(this.#started.shift()!.nodeId);
-      const d = await on(s.nodes);
+      const d = await on(s.nodes, fresh);
       return { d, status: s.byId.get(d.decision.nodeId)?.status };
     };
     let cached: Awaited<ReturnType<typeof onSnapshot>>;
