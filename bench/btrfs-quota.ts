@@ -22,7 +22,8 @@ import { parseArgs } from "node:util";
 import { exec } from "../src/core/exec.ts";
 
 type Mode = "off" | "simple" | "classic";
-const SQUOTA = join(import.meta.dirname, "..", ".tools", "bin", "btrfs-squota");
+// From the repository root, where `npm run bench` runs (the bench itself runs bundled under dist/space/).
+const SQUOTA = join(process.cwd(), ".tools", "bin", "btrfs-squota");
 const TICK_MS = 1000 / 100; // USER_HZ
 
 /** CPU ms spent so far by each btrfs-cleaner kernel thread (one per mounted btrfs), by pid. */

@@ -39,6 +39,7 @@ import type { NodeId } from "../src/core/ids.ts";
 import { decidePlacement } from "../src/substrate/placement.ts";
 import { DirectSubstrate } from "../src/substrate/direct/direct-substrate.ts";
 import { CachedNodeDirectory } from "../src/substrate/cached-node-directory.ts";
+import { believedCapacityLedger, storeCapacityLedger } from "../src/substrate/capacity.ts";
 import { StoreNodeDirectory, StoreTemplates, templateBinding } from "../src/sandboxes/queries.ts";
 import { registerNode, type NodeRegistration } from "../src/store/nodes.ts";
 import { enqueueOperation } from "../src/store/operations.ts";
@@ -101,8 +102,13 @@ async function placement(): Promise<void> {
       await addRows(db, have, n);
       have = n;
       const dir = new StoreNodeDirectory(db.db);
-      const sub = new DirectSubstrate({ nodes: dir, internalToken: "x" });
-      const cached = new DirectSubstrate({ nodes: new CachedNodeDirectory(dir, 1000), internalToken: "x" });
+      // As `space api` builds it (src/cli/processes.ts): the store's capacity ledger, believed as long as the snapshot.
+      const sub = new DirectSubstrate({ nodes: dir, internalToken: "x", ledger: storeCapacityLedger(db.db) });
+      const cached = new DirectSubstrate({
+        nodes: new CachedNodeDirectory(dir, 1000),
+        internalToken: "x",
+        ledger: believedCapacityLedger(storeCapacityLedger(db.db), 1000),
+      });
       const rounds = n >= 10_000 ? 50 : 200;
       const timed = async (fn: () => unknown, count: number) => {
         const t: number[] = [];

@@ -77,7 +77,8 @@ function summarize(name: string, samples: Sample[], wallMs: number, failed: numb
 
 /** `bench -- node --n N`'s bare baseline: `runc run` of the same rootfs until envd's word, and the node's own create. */
 async function bareBaseline(n: number): Promise<{ runcToEnvdReadyMs: number; nodeCreateToReadyMs: number; runcRunMs: number }> {
-  const r = await exec(process.execPath, ["--import", "tsx", join(import.meta.dirname, "node.ts"), "--n", String(n)], { timeoutMs: 30 * 60_000 });
+  // The same runner (scripts/bench.mjs: compiled), from the repository root `npm run bench` runs in.
+  const r = await exec(process.execPath, ["scripts/bench.mjs", "node", "--n", String(n)], { timeoutMs: 30 * 60_000 });
   const out = JSON.parse(r.stdout.slice(r.stdout.indexOf("\n{") + 1)) as {
     nodeCreateToReadyMs: { median: number };
     baselineBareRunc: { runcRunMs: { median: number }; runcRunToEnvdReadyEventMs: { median: number } };

@@ -17,7 +17,7 @@ import {
   transitionSandbox,
 } from "../store/sandboxes.ts";
 import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
-import { getNode, listNodes, templateEnvironmentsOnNodes, type NodeRecord } from "../store/nodes.ts";
+import { getNode, listNodes, listPlacementNodes, templateEnvironmentsOnNodes, type NodeRecord, type PlacementNodeRow } from "../store/nodes.ts";
 import { createExecution } from "../store/executions.ts";
 import { admitLiveSandbox, quotaStates, type QuotaLimits } from "../store/tenant-quotas.ts";
 import { SpaceError } from "../core/errors.ts";
@@ -200,7 +200,7 @@ export class StoreTemplates implements TemplateResolver {
   }
 }
 
-function inventory(n: NodeRecord): Array<{ templateId: string; rootfsSizeMib?: number }> {
+function inventory(n: Pick<NodeRecord, "templates">): Array<{ templateId: string; rootfsSizeMib?: number }> {
   return (Array.isArray(n.templates) ? n.templates : []).flatMap((t) => {
     if (typeof t === "string") return [{ templateId: t }];
     if (t && typeof t === "object" && typeof (t as { templateId?: unknown }).templateId === "string") {
@@ -218,7 +218,7 @@ function inventory(n: NodeRecord): Array<{ templateId: string; rootfsSizeMib?: n
 export class StoreNodeDirectory implements NodeDirectory {
   constructor(private readonly db: Db) {}
   async list(): Promise<NodeEntry[]> {
-    return (await listNodes(this.db)).filter((n) => n.substrate === "direct").map(toNodeEntry);
+    return (await listPlacementNodes(this.db, "direct")).map(toNodeEntry);
   }
   async get(id: string): Promise<NodeEntry | null> {
     try {
@@ -230,7 +230,7 @@ export class StoreNodeDirectory implements NodeDirectory {
   }
 }
 
-export function toNodeEntry(n: NodeRecord): NodeEntry {
+export function toNodeEntry(n: PlacementNodeRow): NodeEntry {
   const used = n.used ?? {};
   const capacity = capacityOf(n.capacity ?? {});
   const num = (...keys: string[]) => {

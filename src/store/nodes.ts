@@ -137,6 +137,15 @@ export async function findNodeByName(q: Queryable, name: string): Promise<NodeRe
   return q.maybeOne<NodeRecord>(`SELECT ${COLS} FROM nodes WHERE name = $1 ORDER BY registered_at DESC LIMIT 1`, [name]);
 }
 
+/** What placement reads of a node: no timestamps or version (a directory snapshot reads every node each second). */
+export type PlacementNodeRow = Pick<NodeRecord, "id" | "name" | "address" | "nodeGroup" | "labels" | "status" | "capacity" | "used" | "usableEnvironments" | "templates">;
+const PLACEMENT_COLS = columns(["id", "name", "address", "node_group", "labels", "status", "capacity", "used", "usable_environments", "templates"]);
+
+/** Every node of `substrate` as placement reads it, by id (placement breaks ties by listing order). */
+export async function listPlacementNodes(q: Queryable, substrate: NodeRecord["substrate"]): Promise<PlacementNodeRow[]> {
+  return q.query<PlacementNodeRow>(`SELECT ${PLACEMENT_COLS} FROM nodes WHERE substrate = $1 ORDER BY id`, [substrate]);
+}
+
 export async function listNodes(q: Queryable, f: { status?: readonly NodeStatus[]; nodeGroup?: string } = {}): Promise<NodeRecord[]> {
   const params: unknown[] = [];
   const where: string[] = [];

@@ -83,7 +83,6 @@ export function estimatedUse(n: CapacityNode, held: Readonly<NodeHeld>, s: Reado
   const cap = n.capacity;
   if (!cap) return null;
   const m = n.measured;
-  const since = (now: number, then: number | undefined) => now - (then ?? 0);
   const memory =
     m.memoryAvailableMib !== undefined
       ? cap.memoryMib - m.memoryAvailableMib + since(held.slots, m.resident) * s.memoryRequestMib
@@ -95,6 +94,11 @@ export function estimatedUse(n: CapacityNode, held: Readonly<NodeHeld>, s: Reado
     memoryMib: Math.max(0, memory),
     diskMib: Math.max(0, disk),
   };
+}
+
+/** Held now less what the node measured (module-level: a decision estimates every node, and a closure per call costs). */
+function since(now: number, then: number | undefined): number {
+  return now - (then ?? 0);
 }
 
 /** What one more sandbox of `w` adds to the estimate. */

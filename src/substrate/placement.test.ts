@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { decidePlacement, requirePlacement, type PlacementNode, type PlacementWork, type GateMode } from "./placement.ts";
+import { decidePlacement, requirePlacement, RANKED_EXACTLY, type PlacementNode, type PlacementWork, type GateMode } from "./placement.ts";
 import { parseSelector } from "../core/selector.ts";
 import { computeCensus } from "../controller/census.ts";
 
@@ -271,4 +271,34 @@ test("census: running and pending classes", () => {
     running: { admitted: 1, no_evidence: 1, environment_not_usable: 1 },
     pending: { no_evidence: 1, environment_not_usable: 1 },
   });
+});
+
+test("a large fleet: the best RANKED_EXACTLY candidates lead in exact order, every candidate follows once, the near-equal spread stays among them", () => {
+  // 1,000 nodes with distinct loads (scores fall with memory used), shuffled, plus two full ones.
+  const n = 1000;
+  const order = Array.from({ length: n }, (_, i) => (i * 389) % n);
+  const nodes = order.map((i) =>
+    node(`n${String(i).padStart(4, "0")}`, {
+      capacity: { vcpu: 64, memoryMib: 1_000_000, diskMib: 1_000_000, networkSlots: 1000 },
+      used: { vcpu: 0, memoryMib: i * 997, diskMib: 0, networkSlots: 500 },
+    }),
+  );
+  nodes.push(node("full1", { used: { vcpu: 8, memoryMib: 16384, diskMib: 0, networkSlots: 10 } }), node("full2", { used: { vcpu: 8, memoryMib: 16384, diskMib: 0, networkSlots: 10 } }));
+  const d = decidePlacement(nodes, work(), { gate: "off" });
+  assert.equal(d.ranked.length, n, "every candidate, once; the full nodes rejected");
+  assert.equal(new Set(d.ranked.map((r) => r.nodeId)).size, n);
+  const exact = [...d.ranked].sort((a, b) => b.score - a.score || (a.nodeId < b.nodeId ? -1 : 1));
+  const head = d.ranked.slice(0, RANKED_EXACTLY);
+  // Equal load everywhere, so the near-equal spread keeps score order: the head is the exact best.
+  assert.deepEqual(head.map((r) => r.nodeId), exact.slice(0, RANKED_EXACTLY).map((r) => r.nodeId));
+  assert.equal(d.nodeId, "n0000", "the least used node");
+  assert.ok(d.ranked.slice(RANKED_EXACTLY).every((r) => r.score < head.at(-1)!.score), "the rest all score below the head");
+});
+
+test("a large fleet of equal nodes: ties go by listing order (directories list by node id), every candidate ranked once", () => {
+  const nodes = Array.from({ length: 1000 }, (_, i) => node(`n${String(i).padStart(4, "0")}`));
+  const d = decidePlacement(nodes, work(), { gate: "off" });
+  assert.equal(d.nodeId, "n0000");
+  assert.deepEqual(d.ranked.slice(0, 3).map((r) => r.nodeId), ["n0000", "n0001", "n0002"]);
+  assert.equal(new Set(d.ranked.map((r) => r.nodeId)).size, 1000);
 });

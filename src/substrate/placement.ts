@@ -137,7 +137,11 @@ export interface PlacementDecision {
   nodeId: string | null;
   /** node ids rejected, by reason. */
   rejected: Partial<Record<RejectReason, string[]>>;
-  /** Candidates that passed every filter, best first. */
+  /**
+   * Candidates that passed every filter, best first (equal scores: the earlier in `nodes`;
+   * directories list nodes by id): at least the first RANKED_EXACTLY exactly; the rest after
+   * them unordered, as a reservation tries them only when all of those refuse under their locks.
+   */
   ranked: Array<{ nodeId: string; score: number }>;
   /** `shadow`/`on`: how the chosen node relates to the binding. */
   gatePlacement?: GatePlacement;
@@ -154,7 +158,7 @@ export function decidePlacement(nodes: readonly PlacementNode[], work: Placement
   const binding = work.environment ?? { kind: "none" };
   const enforceEnv = opts.gate === "on" && binding.kind === "bound";
   const oc: Overcommit = { ...DEFAULT_OVERCOMMIT, ...opts.overcommit };
-  const ranked: Array<{ nodeId: string; score: number; load: number; envOk: boolean }> = [];
+  const ranked: Ranked[] = [];
   // Nodes that pass everything except the environment (for shadow: what `on` would say).
   for (const n of nodes) {
     const statusReason = statusReject(n.status);
@@ -181,15 +185,14 @@ export function decidePlacement(nodes: readonly PlacementNode[], work: Placement
       reject(fit, n.id);
       continue;
     }
-    ranked.push({ nodeId: n.id, score: scoreNode(n, work, inflight, oc), load: (n.used?.networkSlots ?? 0) + inflight, envOk });
+    ranked.push({ nodeId: n.id, score: scoreNode(n, work, inflight, oc), load: (n.used?.networkSlots ?? 0) + inflight, envOk, at: ranked.length });
   }
-  ranked.sort((a, b) => b.score - a.score || (a.nodeId < b.nodeId ? -1 : 1));
-  spreadNearEqual(ranked);
+  spreadNearEqual(ranked, rankBest(ranked));
   const best = ranked[0];
   const decision: PlacementDecision = {
     nodeId: best?.nodeId ?? null,
     rejected,
-    ranked: ranked.map(({ nodeId, score }) => ({ nodeId, score })),
+    ranked,
     explanation: best ? "" : explain(nodes.length, rejected, work),
   };
   if (opts.gate !== "off" && best) {
@@ -275,14 +278,58 @@ function fits(n: PlacementNode, w: PlacementWork, inflight: number, oc: Readonly
  */
 const SPREAD_BAND = 0.05;
 
-/** Reorders the near-equal head of a best-first ranking by sandboxes held (fewest first), in place. */
-function spreadNearEqual(ranked: Array<{ score: number; load: number; nodeId: string }>): void {
+/**
+ * How many candidates a decision orders exactly. Sorting every candidate was half of a
+ * decision over 10,000 nodes (docs/scale.md) for an order nothing reads past the first few.
+ */
+export const RANKED_EXACTLY = 64;
+
+interface Ranked {
+  nodeId: string;
+  score: number;
+  load: number;
+  envOk: boolean;
+  /** Position among the candidates (the order of `nodes`): breaks ties. */
+  at: number;
+}
+
+const byScore = (a: Ranked, b: Ranked) => b.score - a.score || a.at - b.at;
+
+/**
+ * Best first, in place: those scoring above the RANKED_EXACTLY-th best score, sorted; then
+ * those tied with it, already in tie order; then the others in the order they came. A
+ * fleet of equal nodes (a new one, or every node idle) ties them all: no sort at all.
+ * Returns how many lead in exact order.
+ */
+function rankBest(ranked: Ranked[]): number {
+  if (ranked.length <= 2 * RANKED_EXACTLY) {
+    ranked.sort(byScore);
+    return ranked.length;
+  }
+  const scores = new Float64Array(ranked.length);
+  for (let i = 0; i < ranked.length; i++) scores[i] = ranked[i]!.score;
+  scores.sort(); // native, no comparator calls
+  const threshold = scores[scores.length - RANKED_EXACTLY]!;
+  const above = ranked.filter((r) => r.score > threshold).sort(byScore);
+  const tied = ranked.filter((r) => r.score === threshold);
+  const below = ranked.filter((r) => r.score < threshold);
+  let i = 0;
+  for (const part of [above, tied, below]) for (const r of part) ranked[i++] = r;
+  return above.length + tied.length;
+}
+
+/**
+ * Reorders the near-equal head of a best-first ranking by sandboxes held (fewest first), in
+ * place, among the first RANKED_EXACTLY (at most `exact`, those in exact order).
+ */
+function spreadNearEqual(ranked: Ranked[], exact: number): void {
   const top = ranked[0]?.score;
   if (top === undefined) return;
+  const limit = Math.min(exact, RANKED_EXACTLY);
   let end = 1;
-  while (end < ranked.length && ranked[end]!.score >= top - SPREAD_BAND) end++;
+  while (end < limit && ranked[end]!.score >= top - SPREAD_BAND) end++;
   if (end === 1) return;
-  const head = ranked.slice(0, end).sort((a, b) => a.load - b.load || b.score - a.score || (a.nodeId < b.nodeId ? -1 : 1));
+  const head = ranked.slice(0, end).sort((a, b) => a.load - b.load || byScore(a, b));
   for (let i = 0; i < end; i++) ranked[i] = head[i]!;
 }
 

@@ -16,7 +16,7 @@ import { NodeClient } from "../node-client.ts";
 import { CachedNodeDirectory } from "../cached-node-directory.ts";
 import { SpaceError, notFound } from "../../core/errors.ts";
 import type { NodeDirectory, NodeEntry } from "../node-directory.ts";
-import { admits, DEFAULT_CAPACITY, NOTHING_HELD, withEstimate, type CapacityLedger, type CapacitySettings, type NodeHeld } from "../capacity.ts";
+import { admits, DEFAULT_CAPACITY, NOTHING_HELD, withEstimate, type CapacityLedger, type CapacityNode, type CapacitySettings, type NodeHeld } from "../capacity.ts";
 import {
   explain,
   placementWork,
@@ -48,6 +48,14 @@ export interface DirectSubstrateDeps {
   onGate?: (o: GateObservation) => void;
 }
 
+interface EstimateView {
+  listed: readonly NodeEntry[];
+  held: ReadonlyMap<string, NodeHeld>;
+  nodes: NodeEntry[];
+  index: ReadonlyMap<string, number>;
+  capacity: ReadonlyMap<string, CapacityNode>;
+}
+
 export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   readonly #nodes: NodeDirectory;
   readonly #token: string;
@@ -70,6 +78,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   readonly #inflight = new Map<string, number>();
   /** Placements started on a node, oldest first, that the current snapshot may not show yet. */
   readonly #started: Array<{ nodeId: string; at: number }> = [];
+  #view: EstimateView | undefined;
 
   constructor(deps: DirectSubstrateDeps) {
     super();
@@ -124,14 +133,22 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
           const p = pending.get(id) ?? 0;
           return { slots: h.slots + p, vcpu: h.vcpu + p * work.vcpu, disk: h.disk + p };
         };
-        const measured = new Map(listed.map((n) => [n.id, n.measured ?? {}]));
         // Scores compare the estimate (with this replica's pending placements) with the budget;
         // admission counts only what the store holds (`#reserve` re-checks it under the lock).
-        nodes = listed.map((n) => ({ ...withEstimate(n, n.measured ?? {}, ranking(n.id), s), url: n.url }));
+        const view = this.#estimates(listed, held, heldOn);
+        nodes = view.nodes;
+        if (pending.size) {
+          const withPending = [...view.nodes];
+          for (const id of pending.keys()) {
+            const i = view.index.get(id);
+            if (i !== undefined) withPending[i] = { ...withEstimate(listed[i]!, listed[i]!.measured ?? {}, ranking(id), s), url: listed[i]!.url };
+          }
+          nodes = withPending;
+        }
         opts = {
           gate: this.#gate,
           overcommit: { vcpu: 1, memory: s.memoryTargetPercent / 100, disk: 1 },
-          admit: (n, w) => admits({ capacity: n.capacity, measured: measured.get(n.id) ?? {} }, heldOn(n.id), w, s),
+          admit: (n, w) => admits(view.capacity.get(n.id) ?? { capacity: n.capacity, measured: {} }, heldOn(n.id), w, s),
         };
       } else {
         opts = { gate: this.#gate, inflight: this.#inflight, ...(this.#overcommit ? { overcommit: this.#overcommit } : {}) };
@@ -150,6 +167,26 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
       release();
       throw e;
     }
+  }
+
+  /**
+   * The placement view of a directory listing with what the store held at one read: on a
+   * snapshot and a believed `held` every decision within their age shares one, so a
+   * decision at 10,000 nodes does not rebuild 10,000 estimates (docs/scale.md).
+   */
+  #estimates(listed: readonly NodeEntry[], held: ReadonlyMap<string, NodeHeld>, heldOn: (id: string) => Readonly<NodeHeld>): EstimateView {
+    const last = this.#view;
+    if (last && last.listed === listed && last.held === held) return last;
+    const s = this.#capacity;
+    const view: EstimateView = {
+      listed,
+      held,
+      nodes: listed.map((n) => ({ ...withEstimate(n, n.measured ?? {}, heldOn(n.id), s), url: n.url })),
+      index: new Map(listed.map((n, i) => [n.id, i])),
+      capacity: new Map(listed.map((n) => [n.id, { capacity: n.capacity ?? null, measured: n.measured ?? {} }])),
+    };
+    this.#view = view;
+    return view;
   }
 
   async #decideOn<D extends { decision: PlacementDecision & { nodeId: string } }>(
