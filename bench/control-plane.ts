@@ -26,7 +26,7 @@
  * quota admission, see docs/scale.md).
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
@@ -194,6 +194,34 @@ async function dispatcher(): Promise<void> {
   }
 }
 
+/** CPU ms used so far: the API replicas, every `postgres` process of the machine, and this process (client and simulated nodes). */
+function cpuNow(replicas: readonly Replica[]): { api: number; postgres: number; bench: number } {
+  const ticksMs = 1000 / 100; // USER_HZ
+  const stat = (pid: string | number) => {
+    try {
+      const f = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const rest = f.slice(f.lastIndexOf(")") + 2).split(" ");
+      return { comm: f.slice(f.indexOf("(") + 1, f.lastIndexOf(")")), ms: (Number(rest[11]) + Number(rest[12])) * ticksMs };
+    } catch {
+      return { comm: "", ms: 0 }; // exited meanwhile
+    }
+  };
+  let postgres = 0;
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    const s = stat(pid);
+    if (s.comm === "postgres") postgres += s.ms;
+  }
+  const u = process.cpuUsage();
+  return { api: replicas.reduce((sum, r) => sum + stat(r.proc.child.pid ?? 0).ms, 0), postgres, bench: (u.user + u.system) / 1000 };
+}
+
+const cpuSince = (a: ReturnType<typeof cpuNow>, b: ReturnType<typeof cpuNow>, per: number) => ({
+  api: (b.api - a.api) / per,
+  postgres: (b.postgres - a.postgres) / per,
+  bench: (b.bench - a.bench) / per,
+});
+
 /** A simulated node: the real node-api app over the memory manager, with a large capacity and `base` in its cache. */
 class SimNode extends MemoryNode {
   override inventory(): NodeInventory {
@@ -332,16 +360,20 @@ async function api(): Promise<void> {
         }
       };
       const commits0 = await commits();
+      const cpu0 = cpuNow(replicas);
       const t0 = performance.now();
       deadline = t0 + seconds * 1000;
       await Promise.all(Array.from({ length: CONCURRENCY }, (_, w) => loop(w)));
       const wall = (performance.now() - t0) / 1000;
+      const cpu = cpuSince(cpu0, cpuNow(replicas), Math.max(1, created));
       const rate = created / wall;
       const perCreate = ((await commits()) - commits0) / Math.max(1, created);
       if (print) console.log(
         `api, ${k} replica${k > 1 ? "s" : ""}: ${rate.toFixed(0)} creates/s (create + kill, ${CONCURRENCY} loops, ${TENANTS} tenants, ${wall.toFixed(1)} s); ` +
           `create ${stats(lat, 1)}; kill ${stats(kills, 1)}; ` +
-          `${perCreate.toFixed(1)} Postgres transactions per create + kill (heartbeats included)` +
+          `${perCreate.toFixed(1)} Postgres transactions per create + kill (heartbeats included); ` +
+          `CPU per create + kill: API ${cpu.api.toFixed(2)} ms, Postgres ${cpu.postgres.toFixed(2)} ms, ` +
+          `bench client and simulated nodes ${cpu.bench.toFixed(2)} ms` +
           (errors.size ? `; errors ${JSON.stringify(Object.fromEntries(errors))}` : ""),
       );
       return rate;
