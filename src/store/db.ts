@@ -13,6 +13,7 @@
  * `transaction(fn)` use the `tx` handed to `fn`; calling `db` there would deadlock on
  * PGlite, so it is refused with an error instead.
  */
+import { createHash } from "node:crypto";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { mkdirSync } from "node:fs";
 import pg from "pg";
@@ -137,11 +138,11 @@ export async function openPostgres(url: string, opts: { max?: number } = {}): Pr
   const on = (c: pg.Pool | pg.PoolClient): Queryable =>
     withHelpers({
       async query<T>(sql: string, params: readonly unknown[] = []) {
-        const r = await c.query(sql, params as unknown[]);
+        const r = await c.query({ name: statementName(sql), text: sql, values: params as unknown[] });
         return r.rows as T[];
       },
       async execute(sql: string, params: readonly unknown[] = []) {
-        const r = await c.query(sql, params as unknown[]);
+        const r = await c.query({ name: statementName(sql), text: sql, values: params as unknown[] });
         return r.rowCount ?? 0;
       },
       async script(sql: string) {
@@ -189,6 +190,23 @@ export async function openPostgres(url: string, opts: { max?: number } = {}): Pr
       await pool.end();
     },
   };
+}
+
+/**
+ * Every statement runs prepared under a name derived from its text: each connection parses
+ * it once, not on every call (a fifth to a quarter less Postgres CPU per create, `npm run
+ * bench -- control-plane api`).
+ * Statement texts are constants or built from fixed column sets (never from values: those
+ * are always parameters), so the set of names, and what each connection keeps, is bounded.
+ */
+const statementNames = new Map<string, string>();
+function statementName(sql: string): string {
+  let name = statementNames.get(sql);
+  if (name === undefined) {
+    name = `s_${createHash("sha256").update(sql).digest("base64url").slice(0, 22)}`;
+    statementNames.set(sql, name);
+  }
+  return name;
 }
 
 /** One dedicated connection for LISTEN; reconnects with backoff and re-subscribes. */
