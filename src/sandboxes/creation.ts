@@ -178,7 +178,7 @@ export class SandboxCreation {
         },
         signal,
       ));
-      await this.#r.repo.update(id, { nodeId: ref.nodeId as NodeId });
+      if (!ref.recorded) await this.#r.repo.update(id, { nodeId: ref.nodeId as NodeId });
       const volumes = attached.length ? await this.#r.volumes!.settle(attached, ref.nodeId) : [];
       const spec: SandboxSpec = {
         sandboxId: id,

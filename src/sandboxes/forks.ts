@@ -196,7 +196,7 @@ export class SandboxForks {
       const restore = async (s: Snapshot): Promise<{ ref: SandboxRef; status: SandboxStatus }> => {
         const placed = await placeFor(this.#r, rec, s, signal);
         ref = placed;
-        await this.#r.repo.update(rec.id, { nodeId: placed.nodeId as NodeId });
+        if (!placed.recorded) await this.#r.repo.update(rec.id, { nodeId: placed.nodeId as NodeId });
         return { ref: placed, status: await restoreHeld(this.#r, placed, s.descriptor!, specOf(rec, executionId), signal) };
       };
       let done: { ref: SandboxRef; status: SandboxStatus };

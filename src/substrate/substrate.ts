@@ -36,6 +36,8 @@ export interface SnapshotOptions {
 export interface SandboxRef {
   sandboxId: string;
   nodeId: string;
+  /** `place` wrote `nodeId` on the sandbox's row itself (a store reservation): the caller need not. */
+  recorded?: true;
 }
 
 export interface PlacementRequest {

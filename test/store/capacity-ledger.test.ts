@@ -81,7 +81,9 @@ for (const engine of testEngines()) {
       await transitionSandbox(t.db, x, "creating", "killing");
       await assert.rejects(s.place(work(z), AbortSignal.timeout(10_000)), isFull("network slots"));
       await transitionSandbox(t.db, x, "killing", "killed");
-      assert.deepEqual(await s.place(work(z), AbortSignal.timeout(10_000)), { sandboxId: z, nodeId });
+      assert.deepEqual(await s.place(work(z), AbortSignal.timeout(10_000)), { sandboxId: z, nodeId, recorded: true });
+      const row = await t.db.one<{ node_id: string }>(`SELECT node_id::text FROM sandboxes WHERE id = $1`, [z]);
+      assert.equal(row.node_id, nodeId, "recorded: the reservation bound the row to the node");
     });
 
     it("suspend frees memory and the slot; stopped keeps only its disk; paused keeps memory but not CPU", async () => {

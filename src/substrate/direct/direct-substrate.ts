@@ -230,7 +230,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     }
     if (this.#ledger) {
       try {
-        return { sandboxId: req.sandboxId, nodeId: await this.#reserve(req, d, work, nodes, signal) };
+        return { sandboxId: req.sandboxId, ...(await this.#reserve(req, d, work, nodes, signal)) };
       } finally {
         release();
       }
@@ -244,13 +244,19 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
    * (another replica may have filled a node since it was ranked); none → the same
    * capacity refusal placement gives, naming what stood in the way.
    */
-  async #reserve(req: PlacementRequest, d: PlacementDecision & { nodeId: string }, work: PlacementWork, nodes: readonly NodeEntry[], signal: AbortSignal): Promise<string> {
+  async #reserve(
+    req: PlacementRequest,
+    d: PlacementDecision & { nodeId: string },
+    work: PlacementWork,
+    nodes: readonly NodeEntry[],
+    signal: AbortSignal,
+  ): Promise<{ nodeId: string; recorded?: true }> {
     // A restore pinned to a node the directory lacks keeps its pin: the node itself decides.
-    if (req.pinnedNodeId !== undefined && !nodes.some((n) => n.id === req.pinnedNodeId)) return req.pinnedNodeId;
+    if (req.pinnedNodeId !== undefined && !nodes.some((n) => n.id === req.pinnedNodeId)) return { nodeId: req.pinnedNodeId };
     const s = this.#capacity;
     const candidates = d.ranked.length ? d.ranked.map((r) => r.nodeId) : [d.nodeId];
     const r = await this.#ledger!.reserve(req.sandboxId, candidates, (n, held) => admits(n, held, work, s), signal);
-    if ("nodeId" in r) return r.nodeId;
+    if ("nodeId" in r) return { nodeId: r.nodeId, recorded: true };
     const rejected = { ...d.rejected };
     for (const [reason, ids] of Object.entries(r.rejected) as Array<[RejectReason, string[]]>) (rejected[reason] ??= []).push(...ids);
     throw new SpaceError("resource_exhausted", explain(nodes.length, rejected, work), { retryable: true, details: { rejected: countRejected(rejected) } });
