@@ -19,6 +19,7 @@ import type { RejectReason } from "../../src/substrate/placement.ts";
 
 const A = "00000000-0000-4000-8000-00000000000a";
 const B = "00000000-0000-4000-8000-00000000000b";
+const C = "00000000-0000-4000-8000-00000000000c";
 
 /** The store's rows as a directory: what `used` says is set by the test (a heartbeat). */
 class Rows implements NodeDirectory {
@@ -51,10 +52,12 @@ class Rows implements NodeDirectory {
       templates: [],
     };
   }
+  /** The registered nodes. */
+  ids = [A, B];
   async list(): Promise<NodeEntry[]> {
     this.reads++;
     await this.#gate;
-    return [A, B].map((id) => this.entry(id));
+    return this.ids.map((id) => this.entry(id));
   }
   async get(id: string): Promise<NodeEntry | null> {
     return this.entry(id);
@@ -265,4 +268,35 @@ test("believed ledger: one held read per age for every create; a refusal on the 
   const reads = heldReads;
   assert.equal((await sub.place(req("f".repeat(20)), signal())).nodeId, A, "admitted at once");
   assert.equal(heldReads, reads + 1, "the belief refused; one fresh read admitted");
+});
+
+test("ledger placement on a snapshot: when every candidate tried refuses under its lock (drained since), placement decides again on fresh reads", async () => {
+  const rows = new Rows();
+  const tried: string[][] = [];
+  const ledger: CapacityLedger = {
+    async held() {
+      return { at: now, value: new Map() };
+    },
+    // The store's check under the node's lock: its row's status now.
+    async reserve(_id, candidates) {
+      tried.push([...candidates]);
+      const nodeId = candidates.find((c) => rows.status.get(c) === undefined);
+      return nodeId ? { nodeId } : { rejected: { unavailable: [...candidates] } };
+    },
+  };
+  let now = 0;
+  const sub = new DirectSubstrate({ nodes: new CachedNodeDirectory(rows, 1000, () => now), internalToken: "tok", ledger: believedCapacityLedger(ledger, 1000, () => now) });
+  const req = (sandboxId: string) => ({ sandboxId, templateId: "base", vcpu: 1, memoryMib: 256, diskMib: 1024 });
+  assert.equal((await sub.place(req("a".repeat(20)), signal())).nodeId, A);
+  // Since that read: A and B drained, C registered.
+  rows.status.set(A, "draining");
+  rows.status.set(B, "draining");
+  rows.ids = [A, B, C];
+  now = 10;
+  const readsBefore = rows.reads;
+  tried.length = 0;
+  assert.equal((await sub.place(req("b".repeat(20)), signal())).nodeId, C);
+  // B first: the first create's claim still counts against A on this snapshot.
+  assert.deepEqual(tried, [[B, A], [C]], "the snapshot's candidates refused under their locks; the fresh read offered C");
+  assert.equal(rows.reads, readsBefore + 1, "one fresh read of the directory");
 });

@@ -30,6 +30,15 @@ import {
   countRejected,
 } from "../placement.ts";
 
+/**
+ * How many ranked candidates one reservation tries under their locks before placement reads
+ * afresh: each try is a transaction, and past the first few the ranking is stale anyway.
+ */
+const RESERVE_TRIES = 8;
+
+/** Every candidate tried refused under its lock, on reads that may be stale. */
+class StaleRefusal extends Error {}
+
 /** How long a released claim is kept for reads that began before its reservation ended. */
 const CLAIM_LINGER_MS = 2_000;
 
@@ -105,8 +114,11 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
    * `claim`: the top-ranked node counts this placement as pending (ranking only) until
    * `release`, so concurrent creates of this replica spread instead of all ranking the
    * node they read as emptiest; taken in the same synchronous step as the ranking.
+   * `reserving`: a ledger reservation follows, which re-checks each candidate's status under
+   * its lock, so the chosen node's status is not confirmed on a fresh read first; `fresh`
+   * decides on fresh reads only.
    */
-  async #decide(req: PlacementRequest, signal: AbortSignal, claim = false) {
+  async #decide(req: PlacementRequest, signal: AbortSignal, claim = false, o: { reserving?: boolean; fresh?: boolean } = {}) {
     const work = placementWork(req, this.#extras);
     let claimed: { nodeId: string; releasedAt?: number } | undefined;
     const release = () => {
@@ -159,10 +171,10 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
         claimed = { nodeId: decision.nodeId };
         this.#pending.add(claimed);
       }
-      return { decision, work, nodes, release };
+      return { decision, work, nodes, release, fresh };
     };
     try {
-      return await this.#decideOn(on, signal);
+      return await this.#decideOn(on, signal, o);
     } catch (e) {
       release();
       throw e;
@@ -192,6 +204,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   async #decideOn<D extends { decision: PlacementDecision & { nodeId: string } }>(
     on: (nodes: readonly NodeEntry[], fresh: boolean) => Promise<D>,
     signal: AbortSignal,
+    o: { reserving?: boolean; fresh?: boolean } = {},
   ): Promise<D> {
     const dir = this.#nodes;
     if (!(dir instanceof CachedNodeDirectory)) return on(await dir.list(signal), true);
@@ -202,6 +215,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
       const d = await on(s.nodes, fresh);
       return { d, status: s.byId.get(d.decision.nodeId)?.status };
     };
+    if (o.fresh) return (await onSnapshot(true)).d;
     let cached: Awaited<ReturnType<typeof onSnapshot>>;
     try {
       cached = await onSnapshot(false);
@@ -212,13 +226,28 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     }
     // A drain, fence or loss since the snapshot must be obeyed at once (an operator's
     // `drain` is followed by creates that expect to avoid the node): the chosen node's own
-    // row is read fresh (one primary-key read, not O(fleet)), and a changed status decides again.
+    // row is read fresh (one primary-key read, not O(fleet)), and a changed status decides
+    // again. A reservation checks it under the node's lock anyway, and moves on.
+    if (o.reserving) return cached.d;
     const row = await dir.get(cached.d.decision.nodeId, signal, { fresh: true });
     return row?.status === cached.status ? cached.d : (await onSnapshot(true)).d;
   }
 
   async place(req: PlacementRequest, signal: AbortSignal): Promise<SandboxRef> {
-    const { decision: d, work, nodes, release } = await this.#decide(req, signal, true);
+    if (!this.#ledger) return this.#placeOnce(req, signal);
+    const reserving = req.pinnedNodeId === undefined;
+    try {
+      return await this.#placeOnce(req, signal, { reserving });
+    } catch (e) {
+      // The best few on believed reads all refused under their locks (other replicas filled
+      // them since): decide once more on fresh reads rather than walk the whole fleet.
+      if (!(e instanceof StaleRefusal)) throw e;
+      return this.#placeOnce(req, signal, { reserving, fresh: true });
+    }
+  }
+
+  async #placeOnce(req: PlacementRequest, signal: AbortSignal, o: { reserving?: boolean; fresh?: boolean } = {}): Promise<SandboxRef> {
+    const { decision: d, work, nodes, release, fresh } = await this.#decide(req, signal, true, o);
     if (this.#gate !== "off" && d.gatePlacement) {
       this.#onGate?.({
         sandboxId: req.sandboxId,
@@ -230,7 +259,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     }
     if (this.#ledger) {
       try {
-        return { sandboxId: req.sandboxId, ...(await this.#reserve(req, d, work, nodes, signal)) };
+        return { sandboxId: req.sandboxId, ...(await this.#reserve(req, d, work, nodes, signal, fresh)) };
       } finally {
         release();
       }
@@ -241,8 +270,10 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
 
   /**
    * Binds the sandbox to the best candidate that still admits it under the store's lock
-   * (another replica may have filled a node since it was ranked); none → the same
-   * capacity refusal placement gives, naming what stood in the way.
+   * (another replica may have filled a node since it was ranked), trying at most
+   * RESERVE_TRIES (each is a transaction); none on believed reads → StaleRefusal (decide
+   * again on fresh ones); none on fresh reads → the same capacity refusal placement gives,
+   * naming what stood in the way.
    */
   async #reserve(
     req: PlacementRequest,
@@ -250,13 +281,15 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     work: PlacementWork,
     nodes: readonly NodeEntry[],
     signal: AbortSignal,
+    fresh: boolean,
   ): Promise<{ nodeId: string; recorded?: true }> {
     // A restore pinned to a node the directory lacks keeps its pin: the node itself decides.
     if (req.pinnedNodeId !== undefined && !nodes.some((n) => n.id === req.pinnedNodeId)) return { nodeId: req.pinnedNodeId };
     const s = this.#capacity;
-    const candidates = d.ranked.length ? d.ranked.map((r) => r.nodeId) : [d.nodeId];
+    const candidates = (d.ranked.length ? d.ranked.map((r) => r.nodeId) : [d.nodeId]).slice(0, RESERVE_TRIES);
     const r = await this.#ledger!.reserve(req.sandboxId, candidates, (n, held) => admits(n, held, work, s), signal);
     if ("nodeId" in r) return { nodeId: r.nodeId, recorded: true };
+    if (!fresh) throw new StaleRefusal();
     const rejected = { ...d.rejected };
     for (const [reason, ids] of Object.entries(r.rejected) as Array<[RejectReason, string[]]>) (rejected[reason] ??= []).push(...ids);
     throw new SpaceError("resource_exhausted", explain(nodes.length, rejected, work), { retryable: true, details: { rejected: countRejected(rejected) } });
