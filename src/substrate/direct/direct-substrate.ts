@@ -286,7 +286,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     // A restore pinned to a node the directory lacks keeps its pin: the node itself decides.
     if (req.pinnedNodeId !== undefined && !nodes.some((n) => n.id === req.pinnedNodeId)) return { nodeId: req.pinnedNodeId };
     const s = this.#capacity;
-    const candidates = (d.ranked.length ? d.ranked.map((r) => r.nodeId) : [d.nodeId]).slice(0, RESERVE_TRIES);
+    const candidates = d.ranked.length ? d.ranked.slice(0, RESERVE_TRIES).map((r) => r.nodeId) : [d.nodeId];
     const r = await this.#ledger!.reserve(req.sandboxId, candidates, (n, held) => admits(n, held, work, s), signal);
     if ("nodeId" in r) return { nodeId: r.nodeId, recorded: true };
     if (!fresh) throw new StaleRefusal();
