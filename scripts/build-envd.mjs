@@ -49,43 +49,33 @@ cpSync(join(native, "pty.node"), join(ptyDst, "build", "Release", "pty.node"));
 if (existsSync(join(native, "spawn-helper")))
   cpSync(join(native, "spawn-helper"), join(ptyDst, "build", "Release", "spawn-helper"));
 
-// The zombie reaper addon (N-API, so any Node >= the headers' version loads it).
-const reaperSrc = join(root, "src/envd/native/reaper.c");
+// envd's N-API addons (any Node >= the headers' version loads them): the zombie reaper,
+// file metadata as user.e2b.* extended attributes (src/envd/filesystem/metadata.ts),
+// envd undumpable and file operations with the requesting user's rights
+// (src/envd/privileges.ts), commands started without fork (src/envd/process/spawner.ts);
+// and the node agent's, which its egress proxy reads SO_ORIGINAL_DST through
+// (src/node/network/egress-proxy.ts).
 const nodeInclude = [join(dirname(process.execPath), "..", "include", "node"), "/usr/include/node"].find((d) =>
   existsSync(join(d, "node_api.h")),
 );
 const cc = spawnSync("sh", ["-c", "command -v cc || command -v gcc"], { encoding: "utf8" }).stdout.trim();
 if (cc && nodeInclude) {
-  const r = spawnSync(
-    cc,
-    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=reaper", `-I${nodeInclude}`, "-o", join(out, "reaper.node"), reaperSrc],
-    { stdio: "inherit" },
-  );
-  if (r.status !== 0) throw new Error("building reaper.node failed");
-  // File metadata as user.e2b.* extended attributes (src/envd/filesystem/metadata.ts).
-  const x = spawnSync(
-    cc,
-    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=xattr", `-I${nodeInclude}`, "-o", join(out, "xattr.node"), join(root, "src/envd/native/xattr.c")],
-    { stdio: "inherit" },
-  );
-  if (x.status !== 0) throw new Error("building xattr.node failed");
-  // envd undumpable, file operations with the requesting user's rights (src/envd/privileges.ts).
-  const pv = spawnSync(
-    cc,
-    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=privileges", `-I${nodeInclude}`, "-o", join(out, "privileges.node"), join(root, "src/envd/native/privileges.c")],
-    { stdio: "inherit" },
-  );
-  if (pv.status !== 0) throw new Error("building privileges.node failed");
-  // The node agent's egress proxy reads SO_ORIGINAL_DST through this one (src/node/network/egress-proxy.ts).
   mkdirSync(join(root, "dist", "node"), { recursive: true });
-  const od = spawnSync(
-    cc,
-    ["-O2", "-shared", "-fPIC", "-DNODE_GYP_MODULE_NAME=original_dst", `-I${nodeInclude}`, "-o", join(root, "dist", "node", "original-dst.node"), join(root, "src/node/network/native/original-dst.c")],
-    { stdio: "inherit" },
-  );
-  if (od.status !== 0) throw new Error("building original-dst.node failed");
+  const addons = [
+    ["reaper", join(root, "src/envd/native/reaper.c"), out],
+    ["xattr", join(root, "src/envd/native/xattr.c"), out],
+    ["privileges", join(root, "src/envd/native/privileges.c"), out],
+    ["spawn", join(root, "src/envd/native/spawn.c"), out],
+    ["original_dst", join(root, "src/node/network/native/original-dst.c"), join(root, "dist", "node"), "original-dst"],
+  ];
+  for (const [name, src, dir, file = name] of addons) {
+    const r = spawnSync(cc, ["-O2", "-shared", "-fPIC", `-DNODE_GYP_MODULE_NAME=${name}`, `-I${nodeInclude}`, "-o", join(dir, `${file}.node`), src], {
+      stdio: "inherit",
+    });
+    if (r.status !== 0) throw new Error(`building ${file}.node failed`);
+  }
 } else {
-  console.warn("warning: no C compiler or node headers; envd ships without the zombie reaper and xattr addons (no file metadata), the node without its egress proxy addon");
+  console.warn("warning: no C compiler or node headers; envd ships without its addons (no zombie reaper, no file metadata, commands through fork), the node without its egress proxy addon");
 }
 
 const pkg = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));

@@ -16,10 +16,8 @@
  *   change (libuv's pool threads keep root's), so a stream is opened inside `fn` and read
  *   or written after it (an open descriptor keeps the rights it was opened with).
  */
-import { existsSync } from "node:fs";
-import { createRequire } from "node:module";
-import { join } from "node:path";
 import { SpaceError } from "../core/errors.ts";
+import { loadAddon, type Log } from "./native-addon.ts";
 import type { User, Users } from "./users.ts";
 
 interface Addon {
@@ -54,16 +52,8 @@ export class Privileges {
 }
 
 /** `dir`: the bundle's directory (or src/envd in development, beside dist/envd). */
-export function loadPrivileges(dir: string, users: Users, log: (msg: string, f?: Record<string, unknown>) => void): Privileges {
-  const req = createRequire(join(dir, "envd"));
-  for (const c of [join(dir, "privileges.node"), join(dir, "..", "..", "dist", "envd", "privileges.node")]) {
-    if (!existsSync(c)) continue;
-    try {
-      return new Privileges(req(c) as Addon, users);
-    } catch (e: unknown) {
-      log("privileges addon failed to load", { path: c, error: String(e) });
-    }
-  }
-  log("no privileges addon: envd stays traceable and file operations as non-root users are refused");
-  return new Privileges(undefined, users);
+export function loadPrivileges(dir: string, users: Users, log: Log): Privileges {
+  const addon = loadAddon<Addon>(dir, "privileges", log);
+  if (!addon) log("no privileges addon: envd stays traceable and file operations as non-root users are refused");
+  return new Privileges(addon, users);
 }

@@ -7,11 +7,8 @@
  * is tracked from the tick it is spawned until its exit has been observed).
  * Without the addon, zombies are only counted and logged.
  */
-import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { join } from "node:path";
-
-type Log = (msg: string, f?: Record<string, unknown>) => void;
+import { readdirSync, readFileSync } from "node:fs";
+import { loadAddon, type Log } from "./native-addon.ts";
 
 export function zombieChildren(): number[] {
   const out: number[] = [];
@@ -29,21 +26,6 @@ export function zombieChildren(): number[] {
   return out;
 }
 
-/** `dir`: the bundle's directory (or src/envd in development, beside dist/envd). */
-function loadAddon(dir: string, log: Log): { reap(pid: number): number } | undefined {
-  const candidates = [join(dir, "reaper.node"), join(dir, "..", "..", "dist", "envd", "reaper.node")];
-  const req = createRequire(join(dir, "envd"));
-  for (const c of candidates) {
-    if (!existsSync(c)) continue;
-    try {
-      return req(c) as { reap(pid: number): number };
-    } catch (e: unknown) {
-      log("reaper addon failed to load", { path: c, error: String(e) });
-    }
-  }
-  return undefined;
-}
-
 export interface Reaper {
   /** Reaps untracked zombies now (call after a process ends). */
   sweep(): void;
@@ -51,7 +33,7 @@ export interface Reaper {
 }
 
 export function startReaper(dir: string, isTracked: (pid: number) => boolean, log: Log, intervalMs = 1000): Reaper {
-  const addon = loadAddon(dir, log);
+  const addon = loadAddon<{ reap(pid: number): number }>(dir, "reaper", log);
   if (!addon) log("no reaper addon: orphaned zombies will accumulate (counted only)");
   let lastCount = 0;
   const sweep = () => {

@@ -8,6 +8,7 @@ import { ENVD_VERSION, parseConfig } from "./envd-config.ts";
 import { EnvdState } from "./state.ts";
 import { Users } from "./users.ts";
 import { ProcessManager } from "./process/manager.ts";
+import { loadSpawner } from "./process/spawner.ts";
 import { FileMetadata, loadXattr } from "./filesystem/metadata.ts";
 import { Watchers } from "./filesystem/watchers.ts";
 import { createEnvdServer } from "./server.ts";
@@ -29,7 +30,7 @@ export function startEnvd(argv: string[], dir: string): void {
     const e = logs.push(level, msg, fields);
     process.stderr.write(JSON.stringify({ t: e.timestamp, svc: "envd", level, msg, ...fields }) + "\n");
   };
-  const processes = new ProcessManager(dir);
+  const processes = new ProcessManager(dir, loadSpawner(dir, log));
   const watchers = new Watchers();
   const users = new Users();
   const privileges = loadPrivileges(dir, users, log);

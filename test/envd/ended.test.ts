@@ -5,6 +5,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { DetachedOutput, EndedProcesses } from "../../src/envd/process/ended.ts";
 import { ENDED_PROCESSES_PATH, EndedProcessSchema } from "../../src/contract/ended-process.ts";
 import { ProcessManager } from "../../src/envd/process/manager.ts";
+import { loadSpawner } from "../../src/envd/process/spawner.ts";
 import { startEnvd, waitFor, type RunningEnvd } from "./harness.ts";
 
 const bash = (cmd: string) => ({ cmd: "/bin/bash", args: ["-c", cmd], envs: {} });
@@ -37,7 +38,7 @@ describe("envd: record of ended tagged processes", () => {
   });
 
   test("the manager records tagged processes only", async () => {
-    const m = new ProcessManager(process.cwd());
+    const m = new ProcessManager(process.cwd(), loadSpawner(process.cwd(), () => {}));
     const user = { name: "root", uid: 0, gid: 0, home: "/root", shell: "/bin/bash" };
     const run = async (tag: string | undefined, cmd: string) => {
       const { proc } = await m.start({ config: { ...bash(cmd), cwd: undefined }, user, cwd: "/", env: { PATH: "/usr/bin:/bin" }, tag, stdin: false, pty: undefined, timeoutMs: undefined });

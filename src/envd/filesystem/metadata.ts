@@ -9,10 +9,8 @@
  * addon, or on a filesystem without user xattrs (proc, sysfs), no metadata is kept, as
  * E2B's envd does on such filesystems: reads give none and the upload still succeeds.
  */
-import { existsSync } from "node:fs";
-import { createRequire } from "node:module";
-import { join } from "node:path";
 import { SpaceError } from "../../core/errors.ts";
+import { loadAddon, type Log } from "../native-addon.ts";
 
 export const METADATA_XATTR_PREFIX = "user.e2b.";
 /** Linux caps an xattr name (prefix included) at 255 bytes. */
@@ -30,22 +28,11 @@ export interface Xattr {
   remove(path: string, name: string): void;
 }
 
-type Log = (msg: string, f?: Record<string, unknown>) => void;
-
 /** `dir`: the bundle's directory (or src/envd in development, beside dist/envd). */
 export function loadXattr(dir: string, log: Log): Xattr | undefined {
-  const candidates = [join(dir, "xattr.node"), join(dir, "..", "..", "dist", "envd", "xattr.node")];
-  const req = createRequire(join(dir, "envd"));
-  for (const c of candidates) {
-    if (!existsSync(c)) continue;
-    try {
-      return req(c) as Xattr;
-    } catch (e: unknown) {
-      log("xattr addon failed to load", { path: c, error: String(e) });
-    }
-  }
-  log("no xattr addon: file metadata is not kept");
-  return undefined;
+  const addon = loadAddon<Xattr>(dir, "xattr", log);
+  if (!addon) log("no xattr addon: file metadata is not kept");
+  return addon;
 }
 
 const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;

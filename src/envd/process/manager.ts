@@ -9,7 +9,6 @@
  * subscriber is bounded by HIGH_WATER_BYTES plus one read chunk, and nothing is reordered
  * or lost for an attached subscriber.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -17,6 +16,7 @@ import { SpaceError } from "../../core/errors.ts";
 import type { User } from "../users.ts";
 import { DetachedOutput, EndedProcesses } from "./ended.ts";
 import { signalDescription } from "./signals.ts";
+import type { PipeChild, Spawner } from "./spawner.ts";
 
 const HIGH_WATER_BYTES = 4 * 1024 * 1024;
 const LOW_WATER_BYTES = 1 * 1024 * 1024;
@@ -147,7 +147,7 @@ export class ManagedProcess {
   private timeout: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly child: { kind: "pipe"; cp: ChildProcess } | { kind: "pty"; pty: Pty },
+    private readonly child: { kind: "pipe"; cp: PipeChild } | { kind: "pty"; pty: Pty },
     opts: StartOptions,
     private readonly onEnd: (p: ManagedProcess) => void,
   ) {
@@ -165,7 +165,7 @@ export class ManagedProcess {
     else this.wirePty(child.pty);
   }
 
-  private wirePipe(cp: ChildProcess): void {
+  private wirePipe(cp: PipeChild): void {
     cp.stdin?.on("error", () => {});
     const onData = (stream: OutputStream) => (chunk: Buffer) => this.emitData(stream, chunk);
     cp.stdout?.on("data", onData("stdout"));
@@ -319,7 +319,10 @@ export class ProcessManager {
   onEnd: ((p: ManagedProcess, end: EndInfo) => void) | undefined;
 
   /** `dir`: where node-pty is resolved from (the bundle's directory). */
-  constructor(private readonly dir: string) {}
+  constructor(
+    private readonly dir: string,
+    private readonly spawner: Spawner,
+  ) {}
 
   has(pid: number): boolean {
     return this.byPid.has(pid);
@@ -345,6 +348,7 @@ export class ProcessManager {
 
   /** Spawns and registers; the returned process has `subscriber` attached before any output. */
   async start(opts: StartOptions): Promise<{ proc: ManagedProcess; sub: Subscriber }> {
+    checkArgv(opts);
     checkCwd(opts.cwd);
     const onEnd = (p: ManagedProcess) => {
       this.byPid.delete(p.pid);
@@ -368,24 +372,20 @@ export class ProcessManager {
           encoding: null,
         });
       } catch (e: unknown) {
+        // Too long for exec: connect-errors names the limit.
+        if ((e as NodeJS.ErrnoException).code === "E2BIG") throw e;
         throw new SpaceError("invalid_argument", `cannot start ${JSON.stringify(opts.config.cmd)}: ${(e as Error).message}`);
       }
       proc = new ManagedProcess({ kind: "pty", pty: t }, opts, onEnd);
     } else {
-      const cp = spawn(opts.config.cmd, opts.config.args, {
-        cwd: opts.cwd,
-        env: opts.env,
-        uid: opts.user.uid,
-        gid: opts.user.gid,
-        // Own process group: signals reach what the command started.
-        detached: true,
-        stdio: [opts.stdin ? "pipe" : "ignore", "pipe", "pipe"],
-      });
-      if (cp.pid === undefined) {
-        const err = await new Promise<Error>((resolve) => cp.once("error", resolve));
-        throw new SpaceError("invalid_argument", `cannot start ${JSON.stringify(opts.config.cmd)}: ${err.message}`);
+      let cp: PipeChild;
+      try {
+        cp = await this.spawner.start({ cmd: opts.config.cmd, args: opts.config.args, cwd: opts.cwd, env: opts.env, uid: opts.user.uid, gid: opts.user.gid, stdin: opts.stdin });
+      } catch (e: unknown) {
+        // Too long for exec: connect-errors names the limit.
+        if ((e as NodeJS.ErrnoException).code === "E2BIG") throw e;
+        throw new SpaceError("invalid_argument", `cannot start ${JSON.stringify(opts.config.cmd)}: ${(e as Error).message}`);
       }
-      cp.on("error", () => {});
       proc = new ManagedProcess({ kind: "pipe", cp }, opts, onEnd);
     }
     // Same tick as the spawn: no output can have been read yet.
@@ -397,6 +397,18 @@ export class ProcessManager {
   killAll(sig: NodeJS.Signals): void {
     for (const p of this.byPid.values()) p.signal(sig);
   }
+}
+
+/** exec takes C strings: a NUL byte would cut a value short. */
+function checkArgv(opts: StartOptions): void {
+  const bad = (what: string) => new SpaceError("invalid_argument", `${what} must not contain NUL bytes`);
+  if (opts.config.cmd === "") throw new SpaceError("invalid_argument", "cmd must not be empty");
+  if (opts.config.cmd.includes("\0")) throw bad("cmd");
+  opts.config.args.forEach((a, i) => {
+    if (a.includes("\0")) throw bad(`args[${i}]`);
+  });
+  for (const [k, v] of Object.entries(opts.env)) if (k.includes("\0") || v.includes("\0")) throw bad(`env ${JSON.stringify(k)}`);
+  if (opts.cwd.includes("\0")) throw bad("cwd");
 }
 
 function checkCwd(cwd: string): void {
