@@ -20,6 +20,7 @@ await build({
   format: "esm",
   target: "node20",
   external: ["node-pty"],
+  inject: [join(root, "src/envd/headers.ts")],
   minify: false,
   sourcemap: false,
   legalComments: "none",
@@ -94,6 +95,7 @@ await build({
   format: "cjs",
   target: "node20",
   external: ["node-pty"],
+  inject: [join(root, "src/envd/headers.ts")],
   // A smaller heap to deserialize (the source text is part of it); names are kept.
   minifyWhitespace: true,
   minifySyntax: true,

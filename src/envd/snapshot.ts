@@ -9,8 +9,9 @@
  */
 import { startupSnapshot } from "node:v8";
 import { dirname, resolve } from "node:path";
-import "../gen/process/process_pb.ts";
-import "../gen/filesystem/filesystem_pb.ts";
+import { create, fromBinary, fromJsonString, toBinary, toJsonString, type DescMessage } from "@bufbuild/protobuf";
+import { Process, ProcessEventSchema, StartResponseSchema } from "../gen/process/process_pb.ts";
+import { Filesystem } from "../gen/filesystem/filesystem_pb.ts";
 import "./envd-config.ts";
 import "./state.ts";
 import "./users.ts";
@@ -27,6 +28,29 @@ import "./reaper.ts";
 import "./ready-signal.ts";
 
 warmInitBody();
+warmCodecs();
+new AbortController().abort();
+
+/**
+ * protobuf-es builds each message type's binary reader and writer on its first use, and
+ * V8 compiles a function on its first call: a sandbox's first request paid for both. Here
+ * every request and response type of envd's services (and the events of a process, set)
+ * is encoded and decoded once, binary and JSON, so the snapshot holds them built.
+ */
+function warmCodecs(): void {
+  const roundTrip = (schema: DescMessage, init?: Record<string, unknown>) => {
+    const m = create(schema, init);
+    fromBinary(schema, toBinary(schema, m));
+    fromJsonString(schema, toJsonString(schema, m));
+  };
+  for (const service of [Process, Filesystem]) for (const method of service.methods) for (const s of [method.input, method.output]) roundTrip(s);
+  const event = (e: Record<string, unknown>) => ({ event: create(ProcessEventSchema, e) });
+  roundTrip(Process.method.start.input, { process: { cmd: "/bin/bash", args: ["-l", "-c", "true"], envs: { A: "b" }, cwd: "/" }, stdin: false, tag: "t" });
+  roundTrip(StartResponseSchema, event({ event: { case: "start", value: { pid: 1 } } }));
+  roundTrip(StartResponseSchema, event({ event: { case: "data", value: { output: { case: "stdout", value: new Uint8Array([104, 105]) } } } }));
+  roundTrip(StartResponseSchema, event({ event: { case: "end", value: { exitCode: 1, exited: true, status: "exit status 1", error: "exit status 1" } } }));
+  roundTrip(StartResponseSchema, event({ event: { case: "keepalive", value: {} } }));
+}
 
 /** The blob's directory from `--snapshot-blob <path>` (the bundle's directory), absolute. */
 function blobDir(execArgv: string[]): string {
