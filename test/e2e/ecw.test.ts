@@ -43,6 +43,11 @@ describe("ECW with the e2b SDK (latest)", { skip, timeout: 20 * 60_000 }, () => 
     await assert.rejects(sb.commands.run("exit 3"), (e: unknown) => e instanceof CommandExitError && e.exitCode === 3);
     const who = await sb.commands.run("whoami; echo $HOME; pwd");
     assert.equal(who.stdout, "user\n/home/user\n/home/user\n");
+    // The login shell's PATH, as Debian's /etc/profile sets it per user (the base template
+    // has it read bash's EUID instead of running `id -u`: the same answer).
+    assert.equal((await sb.commands.run("echo $PATH")).stdout, "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games\n");
+    assert.equal((await sb.commands.run("echo $PATH", { user: "root" })).stdout, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
+    assert.equal((await sb.commands.run("sh -lc 'echo $PATH'")).stdout, "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games\n");
     await sb.kill();
     assert.equal(await sb.isRunning(), false);
   });
