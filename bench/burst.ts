@@ -8,8 +8,13 @@
  *   npm run bench -- burst [--n 20,50,100] [--json]
  *
  * Starts the real stack (`space up` in a temp data dir) with defaults plus BENCH_ENV
- * (k=v,k=v); every sandbox is killed after its burst (not timed), the pool removed.
+ * (k=v,k=v); every sandbox is killed after its burst (not timed), the pool removed, and
+ * each burst starts on a settled node: no sandbox left on it but the pool's (by its records)
+ * and the machine idle. Without that, the teardown of the previous phase's sandboxes ran inside
+ * the next burst (cold 100 after the N = 50 rows: 17.6 s, alone: 11.9 s).
  */
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
 import { adminRequest, startStack, waitFor, type Stack } from "../test/support/stack.ts";
@@ -20,7 +25,31 @@ function percentile(sorted: readonly number[], p: number): number {
 }
 const round = (x: number) => Math.round(x);
 
-async function burst(stack: Stack, n: number) {
+/** Share of the machine's CPU time left idle over `ms`. */
+async function idleShare(ms: number): Promise<number> {
+  const read = async () => (await readFile("/proc/stat", "utf8")).split("\n")[0]!.split(/\s+/).slice(1).map(Number);
+  const a = await read();
+  await new Promise((r) => setTimeout(r, ms));
+  const b = await read();
+  const d = b.map((v, i) => v - (a[i] ?? 0));
+  const total = d.reduce((x, y) => x + y, 0);
+  return total > 0 ? ((d[3] ?? 0) + (d[4] ?? 0)) / total : 1;
+}
+
+/** Waits (at most 2 minutes) until the node holds `resident` sandboxes (the warm pool's) and the machine is 90% idle over half a second. */
+async function settle(stack: Stack, resident: number): Promise<void> {
+  const records = join(stack.dataDir, "node", "sandboxes");
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    const left = (await readdir(records).catch(() => [])).filter((f) => f.endsWith(".json")).length;
+    if (left <= resident && (await idleShare(500)) >= 0.9) return;
+    if (left > resident) await new Promise((r) => setTimeout(r, 200));
+  }
+  console.warn("burst: the node did not settle within 2 minutes; measuring anyway");
+}
+
+async function burst(stack: Stack, n: number, pool: number) {
+  await settle(stack, pool);
   const opts = { apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, apiKey: stack.apiKey, requestTimeoutMs: 300_000 };
   const t0 = performance.now();
   const results = await Promise.allSettled(
@@ -49,11 +78,11 @@ async function main() {
     ((await adminRequest(stack, "GET", "/warm-pools/base")).body as { members?: Array<{ state: string }> }).members?.filter((m) => m.state === "ready").length ?? 0;
   try {
     for (const n of sizes) {
-      const cold = await burst(stack, n);
+      const cold = await burst(stack, n, 0);
       const put = await adminRequest(stack, "PUT", "/warm-pools/base", { size: n });
       if (put.status !== 200) throw new Error(`warm pool of ${n}: ${put.status} ${JSON.stringify(put.body)}`);
       await waitFor(async () => (await ready()) >= n, `${n} ready members`, 600_000, 500);
-      const warm = await burst(stack, n);
+      const warm = await burst(stack, n, n);
       await adminRequest(stack, "DELETE", "/warm-pools/base");
       rows.push({ n, phase: "cold", ...cold });
       rows.push({ n, phase: `warm pool of ${n}`, ...warm, vsCold: Math.round((warm.allReadyMs / cold.allReadyMs) * 100) / 100 });
