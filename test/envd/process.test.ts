@@ -74,6 +74,23 @@ describe("envd process.Process", () => {
     );
   });
 
+  test("a NUL byte in cmd, an argument, an env var or cwd is invalid_argument naming it; an empty cmd too", async () => {
+    const refused = async (process: ReturnType<typeof bash> & { cwd?: string }, what: RegExp) =>
+      assert.rejects(collect(envd.process().start({ process })), (e: unknown) => {
+        const err = ConnectError.from(e);
+        assert.equal(err.code, Code.InvalidArgument);
+        assert.match(err.rawMessage, what);
+        return true;
+      });
+    await refused({ ...bash("true"), cmd: "/bin/ba\0sh" }, /^cmd must not contain NUL bytes$/);
+    await refused(bash("echo a\0b"), /^args\[2\] must not contain NUL bytes$/);
+    await refused({ ...bash("true"), envs: { A: "x\0y" } }, /^env "A" must not contain NUL bytes$/);
+    await refused({ ...bash("true"), cwd: "/tmp\0x" }, /NUL/);
+    await refused({ ...bash("true"), cmd: "" }, /cmd/);
+    // Nothing was left running or half-started: the next command runs.
+    assert.equal(output(await collect(envd.process().start({ process: bash("echo ok") }))).toString(), "ok\n");
+  });
+
   test("10 MiB of stdout arrives byte-exact", async () => {
     const f = `/tmp/envd-10m-${process.pid}`;
     try {
