@@ -29,6 +29,7 @@ import "./ready-signal.ts";
 
 warmInitBody();
 warmCodecs();
+// Every request makes an AbortController; the first one paid for loading its internals.
 new AbortController().abort();
 
 /**

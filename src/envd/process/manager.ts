@@ -372,9 +372,7 @@ export class ProcessManager {
           encoding: null,
         });
       } catch (e: unknown) {
-        // Too long for exec: connect-errors names the limit.
-        if ((e as NodeJS.ErrnoException).code === "E2BIG") throw e;
-        throw new SpaceError("invalid_argument", `cannot start ${JSON.stringify(opts.config.cmd)}: ${(e as Error).message}`);
+        throw cannotStart(opts.config.cmd, e);
       }
       proc = new ManagedProcess({ kind: "pty", pty: t }, opts, onEnd);
     } else {
@@ -382,9 +380,7 @@ export class ProcessManager {
       try {
         cp = await this.spawner.start({ cmd: opts.config.cmd, args: opts.config.args, cwd: opts.cwd, env: opts.env, uid: opts.user.uid, gid: opts.user.gid, stdin: opts.stdin });
       } catch (e: unknown) {
-        // Too long for exec: connect-errors names the limit.
-        if ((e as NodeJS.ErrnoException).code === "E2BIG") throw e;
-        throw new SpaceError("invalid_argument", `cannot start ${JSON.stringify(opts.config.cmd)}: ${(e as Error).message}`);
+        throw cannotStart(opts.config.cmd, e);
       }
       proc = new ManagedProcess({ kind: "pipe", cp }, opts, onEnd);
     }
@@ -397,6 +393,12 @@ export class ProcessManager {
   killAll(sig: NodeJS.Signals): void {
     for (const p of this.byPid.values()) p.signal(sig);
   }
+}
+
+/** Why a command did not start, as the caller's error; too long for exec goes on to connect-errors, which names the limit. */
+function cannotStart(cmd: string, e: unknown): unknown {
+  if ((e as NodeJS.ErrnoException).code === "E2BIG") return e;
+  return new SpaceError("invalid_argument", `cannot start ${JSON.stringify(cmd)}: ${(e as Error).message}`);
 }
 
 /** exec takes C strings: a NUL byte would cut a value short. */

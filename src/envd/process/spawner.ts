@@ -87,6 +87,7 @@ class AddonChild extends EventEmitter implements PipeChild {
   }
 
   exited(status: Status): void {
+    // `error`: reaped by someone else (ECHILD), its status lost; reported as killed.
     this.#exit = "signal" in status ? [null, SIGNAL_NAMES.get(status.signal) ?? "SIGKILL"] : "code" in status ? [status.code, null] : [null, "SIGKILL"];
     this.emit("exit", ...this.#exit);
     this.#maybeClose();
