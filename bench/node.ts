@@ -3,9 +3,11 @@
 // workload run by bare `runc run` of the same rootfs in the same run (baseline: envd's
 // readiness polled over HTTP, and by the readiness FIFO as the node does), and idle sandbox memory.
 //
-//   node --import tsx bench/node.ts [--n 50] [--stub-envd] [--slot-pool N]      (root; after scripts/setup.sh)
+//   node --import tsx bench/node.ts [--n 50] [--stub-envd] [--slot-pool N] [--warm-disks N]      (root; after scripts/setup.sh)
 //
 // --slot-pool sets SPACE_NODE_NETWORK_POOL_TARGET (default 0, as the reference: slots built on claim).
+// --warm-disks sets SPACE_NODE_WARM_DISKS (default 2, as the node's: the disk is made ahead; 0 = a
+// btrfs snapshot on the create's path).
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
@@ -23,7 +25,7 @@ import { READY_FD, ReadyFifo } from "../src/node/sandboxes/envd-ready.ts";
 import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork } from "../test/support/node-network-cleanup.ts";
 import { removeDataDir } from "../test/support/stack.ts";
 
-const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false }, "slot-pool": { type: "string", default: "0" } } });
+const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false }, "slot-pool": { type: "string", default: "0" }, "warm-disks": { type: "string", default: "2" } } });
 const N = Number(values.n);
 const envdDir = values["stub-envd"] ? join(REPO_DIR, "test", "node", "fixtures", "envd-stub") : join(REPO_DIR, "dist", "envd");
 
@@ -48,6 +50,7 @@ const config = loadConfig({}, {
   SPACE_INTERNAL_TOKEN: "bench",
   SPACE_NODE_SLOT_CIDR: pickSlotRange(dir, scope.bridge, 18),
   SPACE_NODE_NETWORK_POOL_TARGET: values["slot-pool"],
+  SPACE_NODE_WARM_DISKS: values["warm-disks"],
 });
 const agent = createNodeAgent(config, createLogger("warn", "bench"), {
   envdDir,
@@ -175,7 +178,7 @@ try {
   for (const id of idle) await m.kill(id, sig());
 
   const result = {
-    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, slotPool: config.SPACE_NODE_NETWORK_POOL_TARGET, envd: values["stub-envd"] ? "stub" : `dist/envd (${launch.kind})`, loadavg1m: { start: round(loadAtStart[0]!), end: round(loadavg()[0]!) } },
+    machine: { cpus: (await exec("nproc", [])).stdout.trim(), kernel: (await exec("uname", ["-r"])).stdout.trim(), runtime: agent.runtime!.kind, slotPool: config.SPACE_NODE_NETWORK_POOL_TARGET, warmDisks: config.SPACE_NODE_WARM_DISKS, envd: values["stub-envd"] ? "stub" : `dist/envd (${launch.kind})`, loadavg1m: { start: round(loadAtStart[0]!), end: round(loadavg()[0]!) } },
     n: N,
     nodeCreateToReadyMs: stats(parts.totalMs!),
     // Disk and slot run in parallel from the start; the runtime starts once the disk and the

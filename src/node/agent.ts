@@ -256,7 +256,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             signal,
             squotaHelper: join(REPO_DIR, ".tools", "bin", "btrfs-squota"),
           });
-          disks = new Disks(cache, { reserveMib: config.SPACE_NODE_DISK_RESERVE_MIB, logger: log, keepMs: config.SPACE_NODE_SLOT_KEEP_MS });
+          disks = new Disks(cache, { reserveMib: config.SPACE_NODE_DISK_RESERVE_MIB, logger: log, keepMs: config.SPACE_NODE_SLOT_KEEP_MS, warmDisks: config.SPACE_NODE_WARM_DISKS });
           volumes = new VolumeDisks(cache, { logger: log });
           await mkdir(join(nodeDir, "volume-moves"), { recursive: true });
           const tarballs = deps.templateCacheDir ?? (config.SPACE_BASE_TEMPLATE_DIR || join(REPO_DIR, ".tools", "templates"));

@@ -13,6 +13,7 @@ import type { Logger } from "../../core/log.ts";
 import * as btrfs from "./btrfs.ts";
 import { exists, freeMib, type NodeCache } from "./node-cache.ts";
 import type { SandboxDisks } from "./sandbox-disks.ts";
+import { WarmDisks } from "./warm-disks.ts";
 
 export interface TemplateInfo {
   name: string;
@@ -23,6 +24,8 @@ export interface TemplateInfo {
 }
 
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+/** A refill of pre-made disks waits until no create took one for this long (off a burst's path). */
+const WARM_QUIET_MS = 100;
 
 /** The whole size of the files under `path` (what simple quotas do not say of a snapshot), at least 1 MiB. */
 export async function treeSizeMib(path: string, signal: AbortSignal): Promise<number> {
@@ -43,12 +46,27 @@ export class Disks implements SandboxDisks {
   /** Deletions in flight: a restore of the id waits for them. */
   readonly #releasing = new Map<string, Promise<void>>();
 
-  /** `keepMs`: how long a disk released with `keepFor` stays for a restore here (0: released at once). */
-  constructor(cache: NodeCache, o: { reserveMib: number; logger: Logger; keepMs?: number }) {
+  /** Pre-made disks of the templates creates used (warm-disks.ts). */
+  readonly warm: WarmDisks;
+
+  /**
+   * `keepMs`: how long a disk released with `keepFor` stays for a restore here (0: released at once).
+   * `warmDisks`: disks made ahead per template used (0: none).
+   */
+  constructor(cache: NodeCache, o: { reserveMib: number; logger: Logger; keepMs?: number; warmDisks?: number }) {
     this.cache = cache;
     this.reserveMib = o.reserveMib;
     this.logger = o.logger;
     this.keepMs = o.keepMs ?? 0;
+    this.warm = new WarmDisks({
+      size: o.warmDisks ?? 0,
+      dir: cache.sandboxesDir,
+      quietMs: WARM_QUIET_MS,
+      make: (template, path, signal) => btrfs.snapshot(this.templatePath(template), path, signal).then(() => undefined),
+      identity: async (template) => (await stat(this.templatePath(template)).catch(() => undefined))?.dev,
+      remove: (path) => this.#deleteSubvolume(path, AbortSignal.timeout(60_000)),
+      logger: o.logger,
+    });
   }
 
   templatePath(name: string): string {
@@ -75,6 +93,7 @@ export class Disks implements SandboxDisks {
   /** Drops the remembered metadata of `name` (re-written, re-pointed or deleted). */
   forgetTemplate(name: string): void {
     this.templates.delete(name);
+    this.warm.drop(name);
   }
 
   async listTemplates(): Promise<TemplateInfo[]> {
@@ -155,7 +174,20 @@ export class Disks implements SandboxDisks {
   async snapshotSandboxDisk(id: string, template: string, diskMib: number, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
     await this.takeKeptDisk(id, undefined, signal);
     if (await exists(this.sandboxPath(id))) return { root: this.sandboxRoot(id), limited: Promise.resolve() };
-    return this.sandboxDiskFrom(id, this.templatePath(template), diskMib, async () => (await this.templateInfo(template))?.rootfsSizeMib ?? 0, signal);
+    const baseMib = async () => (await this.templateInfo(template))?.rootfsSizeMib ?? 0;
+    const made = await this.warm.take(template);
+    if (made) {
+      const moved = await rename(made, this.sandboxPath(id)).then(
+        () => true,
+        async (e: unknown) => {
+          this.logger.warn({ sandboxId: id, err: e }, "a pre-made disk could not be moved into place; snapshotting instead");
+          await this.#deleteSubvolume(made, signal).catch(() => undefined);
+          return false;
+        },
+      );
+      if (moved) return this.#limited(id, diskMib, baseMib, signal);
+    }
+    return this.sandboxDiskFrom(id, this.templatePath(template), diskMib, baseMib, signal);
   }
 
   /**
@@ -165,6 +197,10 @@ export class Disks implements SandboxDisks {
    */
   async sandboxDiskFrom(id: string, from: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
     await btrfs.snapshot(from, this.sandboxPath(id), signal);
+    return this.#limited(id, diskMib, baseMib, signal);
+  }
+
+  #limited(id: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal): { root: string; limited: Promise<void> } {
     const limited = (async () => this.limitSandboxDisk(id, diskMib, await baseMib(), signal))();
     limited.catch(() => undefined); // observed by the caller; never an unhandled rejection
     return { root: this.sandboxRoot(id), limited };
@@ -255,9 +291,13 @@ export class Disks implements SandboxDisks {
 
   private async deleteSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
     this.#subvolumes.delete(id);
-    const simple = this.cache.quotaMode === "simple";
-    await btrfs.subvolumeDelete(this.sandboxPath(id), signal, { kernelDropsQgroup: simple });
+    await this.#deleteSubvolume(this.sandboxPath(id), signal);
     await rm(this.basePath(id), { force: true });
+  }
+
+  async #deleteSubvolume(path: string, signal: AbortSignal): Promise<void> {
+    const simple = this.cache.quotaMode === "simple";
+    await btrfs.subvolumeDelete(path, signal, { kernelDropsQgroup: simple });
     if (!simple) this.scheduleQgroupReap();
   }
 
@@ -288,6 +328,7 @@ export class Disks implements SandboxDisks {
 
   /** Stops background work (agent stop). */
   async close(): Promise<void> {
+    await this.warm.close();
     if (this.reapTimer) {
       clearTimeout(this.reapTimer);
       this.reapTimer = undefined;
