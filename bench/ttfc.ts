@@ -4,7 +4,7 @@
  * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
  * waited full before each phase), and the cold/warm ratio.
  *
- *   node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--phases 7] [--bare 20] [--postgres] [--json]
+ *   [BENCH_ENV=k=v,…] node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--phases 7] [--bare 20] [--postgres] [--json]
  *
  * Then a per-phase trace of one cold and one warm create and their first command (SDK → API →
  * store → node → envd → command): the SDK's times, and, when this bench started the stack, the
@@ -143,6 +143,8 @@ async function main() {
   const stackEnv: Record<string, string> = {
     SPACE_DEFAULT_VCPU: process.env.BENCH_VCPU ?? "1",
     SPACE_PLACEMENT_VCPU_OVERCOMMIT: process.env.BENCH_VCPU_OVERCOMMIT ?? "32",
+    // BENCH_ENV=k=v,k=v: settings to compare (e.g. SPACE_NODE_WARM_DISKS=0), as bench -- density takes them.
+    ...Object.fromEntries((process.env.BENCH_ENV ?? "").split(",").filter(Boolean).map((kv) => kv.split("=", 2) as [string, string])),
   };
   if (!apiUrl || !sandboxUrl || !apiKey || !adminToken) {
     if (values.postgres) pg = await freshDb("postgres", { migrate: false });
