@@ -65,6 +65,15 @@ interface EstimateView {
   capacity: ReadonlyMap<string, CapacityNode>;
 }
 
+/**
+ * How a placement decides: `reserving`, a ledger reservation follows (it re-checks each
+ * candidate's status under its lock); `fresh`, on fresh reads only.
+ */
+interface DecideOptions {
+  reserving?: boolean;
+  fresh?: boolean;
+}
+
 export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   readonly #nodes: NodeDirectory;
   readonly #token: string;
@@ -118,7 +127,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
    * its lock, so the chosen node's status is not confirmed on a fresh read first; `fresh`
    * decides on fresh reads only.
    */
-  async #decide(req: PlacementRequest, signal: AbortSignal, claim = false, o: { reserving?: boolean; fresh?: boolean } = {}) {
+  async #decide(req: PlacementRequest, signal: AbortSignal, claim = false, o: DecideOptions = {}) {
     const work = placementWork(req, this.#extras);
     let claimed: { nodeId: string; releasedAt?: number } | undefined;
     const release = () => {
@@ -204,7 +213,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
   async #decideOn<D extends { decision: PlacementDecision & { nodeId: string } }>(
     on: (nodes: readonly NodeEntry[], fresh: boolean) => Promise<D>,
     signal: AbortSignal,
-    o: { reserving?: boolean; fresh?: boolean } = {},
+    o: DecideOptions = {},
   ): Promise<D> {
     const dir = this.#nodes;
     if (!(dir instanceof CachedNodeDirectory)) return on(await dir.list(signal), true);
@@ -246,7 +255,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
     }
   }
 
-  async #placeOnce(req: PlacementRequest, signal: AbortSignal, o: { reserving?: boolean; fresh?: boolean } = {}): Promise<SandboxRef> {
+  async #placeOnce(req: PlacementRequest, signal: AbortSignal, o: DecideOptions = {}): Promise<SandboxRef> {
     const { decision: d, work, nodes, release, fresh } = await this.#decide(req, signal, true, o);
     if (this.#gate !== "off" && d.gatePlacement) {
       this.#onGate?.({
