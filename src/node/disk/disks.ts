@@ -24,7 +24,7 @@ export interface TemplateInfo {
 }
 
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
-/** A refill of pre-made disks waits until no create took one for this long (off a burst's path). */
+/** Warm disks are made again once no create took one for this long (off a burst's path). */
 const WARM_QUIET_MS = 100;
 
 /** The whole size of the files under `path` (what simple quotas do not say of a snapshot), at least 1 MiB. */
@@ -46,7 +46,7 @@ export class Disks implements SandboxDisks {
   /** Deletions in flight: a restore of the id waits for them. */
   readonly #releasing = new Map<string, Promise<void>>();
 
-  /** Pre-made disks of the templates creates used (warm-disks.ts). */
+  /** Warm disks: disks made ahead of the templates creates used (warm-disks.ts). */
   readonly warm: WarmDisks;
 
   /**
@@ -180,7 +180,7 @@ export class Disks implements SandboxDisks {
       const moved = await rename(made, this.sandboxPath(id)).then(
         () => true,
         async (e: unknown) => {
-          this.logger.warn({ sandboxId: id, err: e }, "a pre-made disk could not be moved into place; snapshotting instead");
+          this.logger.warn({ sandboxId: id, err: e }, "a warm disk could not be moved into place; snapshotting instead");
           await this.#deleteSubvolume(made, signal).catch(() => undefined);
           return false;
         },

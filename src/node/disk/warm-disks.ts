@@ -17,7 +17,7 @@ import type { Logger } from "../../core/log.ts";
 export interface WarmDisksOptions {
   /** Disks kept per template; 0: none. */
   size: number;
-  /** Where pre-made disks wait: the directory sandbox disks are renamed into (one filesystem). */
+  /** Where warm disks wait: the directory sandbox disks are renamed into (one filesystem). */
   dir: string;
   /** A refill starts once no disk of the template was taken for this long. */
   quietMs: number;
@@ -25,7 +25,7 @@ export interface WarmDisksOptions {
   make(template: string, path: string, signal: AbortSignal): Promise<void>;
   /** The template subvolume's identity now; undefined when it is gone. */
   identity(template: string): Promise<number | undefined>;
-  /** Deletes a pre-made disk (absent = ok). */
+  /** Deletes a warm disk (absent = ok). */
   remove(path: string): Promise<void>;
   logger: Logger;
 }
@@ -56,7 +56,7 @@ export class WarmDisks {
   }
 
   /**
-   * A pre-made disk of `template` as it is now, taken (the caller renames
+   * A warm disk of `template` as it is now, taken (the caller renames
    * it into place and owns it), or undefined. Schedules the refill either way.
    */
   async take(template: string): Promise<string | undefined> {
@@ -81,7 +81,7 @@ export class WarmDisks {
     if (made?.length) this.#discard(made);
   }
 
-  /** Stops refills and deletes every pre-made disk. */
+  /** Stops refills and deletes every warm disk. */
   async close(): Promise<void> {
     this.#stop.abort();
     for (const t of this.#timers.values()) clearTimeout(t);
@@ -136,12 +136,12 @@ export class WarmDisks {
         this.#ready.set(template, list);
       }
     } catch (e: unknown) {
-      if (!signal.aborted) this.#o.logger.warn({ template, err: e }, "pre-making a sandbox disk failed; creates snapshot their own");
+      if (!signal.aborted) this.#o.logger.warn({ template, err: e }, "making a warm disk failed; creates snapshot their own");
     }
   }
 
   #discard(made: Made[]): void {
-    for (const m of made) void this.#o.remove(m.path).catch((e: unknown) => this.#o.logger.warn({ path: m.path, err: e }, "deleting a pre-made disk failed"));
+    for (const m of made) void this.#o.remove(m.path).catch((e: unknown) => this.#o.logger.warn({ path: m.path, err: e }, "deleting a warm disk failed"));
   }
 
   async #sweep(): Promise<void> {
