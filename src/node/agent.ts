@@ -197,7 +197,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     logger: log,
     ...(deps.metrics ? { metrics: deps.metrics, metricsToken: config.SPACE_METRICS_TOKEN } : {}),
   });
-  if (deps.metrics) registerNodeMetrics(deps.metrics, { inventory, manager: () => manager, runtime: () => runtime });
+  if (deps.metrics) registerNodeMetrics(deps.metrics, { inventory, manager: () => manager, runtime: () => runtime, warmDisks: () => disks?.warm.ready() ?? new Map() });
   registerTemplateRoutes(app, () => builder, () => templates);
 
   const agent: NodeAgent = {

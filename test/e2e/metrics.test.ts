@@ -155,6 +155,9 @@ describe("metrics: the space_* families after a create, a pause/resume and a fai
     assert.ok((one("space_node_allocated_vcpu") ?? 0) >= 1, "the running sandbox's vCPU");
     assert.equal(v(n, 'space_node_sandboxes{state="running"}'), 1);
     assert.ok(v(n, "space_node_sandbox_processes{}") >= 1, "envd runs in it");
+    // The cold create made the node keep disks ahead for its template (SPACE_NODE_WARM_DISKS, 2).
+    const warm = [...n.series].filter(([k]) => k.startsWith("space_node_warm_disks{template="));
+    assert.ok(warm.some(([, x]) => x === 2), `warm disks of the created template:\n${shown}`);
     const c = await scrape(controller);
     assert.ok(c.families.has("space_operation_queue_depth"));
     assert.equal(v(c, 'space_sandboxes{state="running",template="base"}'), 1);

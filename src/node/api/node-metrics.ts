@@ -16,6 +16,8 @@ export interface NodeMetricsSources {
   inventory: () => Promise<NodeInventory>;
   manager: () => SandboxManager | undefined;
   runtime: () => Runtime | undefined;
+  /** Warm disks ready, by template (node/disk/warm-disks.ts); empty without btrfs disks. */
+  warmDisks: () => ReadonlyMap<string, number>;
 }
 
 const MIB = 1024 * 1024;
@@ -41,6 +43,9 @@ export function registerNodeMetrics(registry: Registry, src: NodeMetricsSources)
     for (const s of src.manager()?.list() ?? []) counts[s.state]++;
     return Object.entries(counts).map(([state, value]) => ({ labels: { state }, value }));
   });
+  scrapedGauge(registry, "space_node_warm_disks", "Sandbox disks made ahead and ready, by template (SPACE_NODE_WARM_DISKS each, for the recently used ones)", ["template"], () =>
+    [...src.warmDisks()].map(([template, value]) => ({ labels: { template }, value })),
+  );
   scrapedGauge(registry, "space_node_sandbox_processes", "Processes inside this node's running sandboxes (envd and its children; cgroup pids.current)", [], async () => {
     const runtime = src.runtime();
     const running = (src.manager()?.list() ?? []).filter((s) => s.state === "running");

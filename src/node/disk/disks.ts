@@ -26,6 +26,8 @@ export interface TemplateInfo {
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 /** Warm disks are made again once no create took one for this long (off a burst's path). */
 const WARM_QUIET_MS = 100;
+/** Templates that keep warm disks (the most recently used). */
+const WARM_TEMPLATES = 8;
 
 /** The whole size of the files under `path` (what simple quotas do not say of a snapshot), at least 1 MiB. */
 export async function treeSizeMib(path: string, signal: AbortSignal): Promise<number> {
@@ -62,6 +64,7 @@ export class Disks implements SandboxDisks {
       size: o.warmDisks ?? 0,
       dir: cache.sandboxesDir,
       quietMs: WARM_QUIET_MS,
+      templates: WARM_TEMPLATES,
       make: (template, path, signal) => btrfs.snapshot(this.templatePath(template), path, signal).then(() => undefined),
       identity: async (template) => (await stat(this.templatePath(template)).catch(() => undefined))?.dev,
       remove: (path) => this.#deleteSubvolume(path, AbortSignal.timeout(60_000)),

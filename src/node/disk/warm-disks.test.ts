@@ -13,12 +13,13 @@ async function until(f: () => boolean, what: string): Promise<void> {
 }
 
 /** Warm disks over plain files: `make` writes the template's current identity into the disk. */
-function fixture(dir: string, o: { size?: number; makeMs?: number } = {}) {
-  const identities = new Map<string, number>([["base", 1]]);
+function fixture(dir: string, o: { size?: number; makeMs?: number; templates?: number } = {}) {
+  const identities = new Map<string, number>([["base", 1], ["a", 1], ["b", 1]]);
   const made: string[] = [];
   const removed: string[] = [];
   const warm = new WarmDisks({
     size: o.size ?? 2,
+    templates: o.templates ?? 8,
     dir,
     quietMs: 20,
     make: async (template, path) => {
@@ -111,6 +112,24 @@ describe("WarmDisks", () => {
     assert.deepEqual((await readdir(d)).filter((n) => n.includes("leftover")), []);
     await warm.close();
     assert.deepEqual(await readdir(d), ["a-sandbox-disk"]);
+  });
+
+  it("keeps disks for the most recently used templates only", async () => {
+    const d = join(dir, "recent");
+    await mkdir(d);
+    const { warm, removed } = fixture(d, { templates: 2 });
+    await warm.take("base");
+    await warm.take("a");
+    await until(() => warm.readyCount("base") === 2 && warm.readyCount("a") === 2, "two templates filled");
+    const oldest = (await readdir(d)).filter((n) => n.startsWith(".warm-base-")).map((n) => join(d, n));
+    await warm.take("b"); // a third template: the least recently used (base) loses its disks
+    await until(() => warm.readyCount("b") === 2, "the new one filled");
+    await until(() => oldest.every((p) => removed.includes(p)), "base's disks deleted");
+    assert.equal(warm.readyCount("base"), 0);
+    assert.deepEqual([...warm.ready()].sort(), [["a", 2], ["b", 2]]);
+    await sleep(60);
+    assert.equal(warm.readyCount("base"), 0, "and not made again");
+    await warm.close();
   });
 
   it("size 0 makes nothing", async () => {

@@ -7,7 +7,9 @@
  * subvolume has its own, and a template swapped in place is a new subvolume); one whose
  * template changed since is deleted, never handed out. Refills wait for a quiet moment
  * (no disk taken for `quietMs`), one disk at a time per template, so a burst of creates is
- * not slowed by their snapshots. Each disk is given out once.
+ * not slowed by their snapshots. Each disk is given out once. Only the `templates` most
+ * recently used keep warm disks: a node serving many templates does not hold disks for
+ * all of them.
  */
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
@@ -17,6 +19,8 @@ import type { Logger } from "../../core/log.ts";
 export interface WarmDisksOptions {
   /** Disks kept per template; 0: none. */
   size: number;
+  /** Templates that keep warm disks: the most recently used ones. */
+  templates: number;
   /** Where warm disks wait: the directory sandbox disks are renamed into (one filesystem). */
   dir: string;
   /** A refill starts once no disk of the template was taken for this long. */
@@ -43,6 +47,8 @@ export class WarmDisks {
   readonly #timers = new Map<string, NodeJS.Timeout>();
   readonly #filling = new Map<string, Promise<void>>();
   readonly #stop = new AbortController();
+  /** Templates by last use, oldest first: those beyond `templates` lose their disks. */
+  readonly #used = new Set<string>();
   /** Leftovers of an earlier agent (a crash leaves them) are deleted before the first fill. */
   #swept: Promise<void> | undefined;
 
@@ -55,12 +61,18 @@ export class WarmDisks {
     return this.#ready.get(template)?.length ?? 0;
   }
 
+  /** Disks ready, by template (the node's metrics). */
+  ready(): Map<string, number> {
+    return new Map([...this.#ready].map(([t, made]) => [t, made.length]));
+  }
+
   /**
    * A warm disk of `template` as it is now, taken (the caller renames
    * it into place and owns it), or undefined. Schedules the refill either way.
    */
   async take(template: string): Promise<string | undefined> {
     if (this.#o.size <= 0) return undefined;
+    this.#use(template);
     this.#schedule(template);
     if (!this.#ready.get(template)?.length) return undefined;
     const identity = await this.#o.identity(template);
@@ -92,6 +104,18 @@ export class WarmDisks {
     await Promise.allSettled(all.map((m) => this.#o.remove(m.path)));
   }
 
+  #use(template: string): void {
+    this.#used.delete(template);
+    this.#used.add(template);
+    for (const oldest of this.#used) {
+      if (this.#used.size <= this.#o.templates) break;
+      this.#used.delete(oldest);
+      clearTimeout(this.#timers.get(oldest));
+      this.#timers.delete(oldest);
+      this.drop(oldest);
+    }
+  }
+
   #schedule(template: string): void {
     if (this.#stop.signal.aborted) return;
     clearTimeout(this.#timers.get(template));
@@ -116,8 +140,8 @@ export class WarmDisks {
     await this.#swept;
     const signal = this.#stop.signal;
     try {
-      // Stops at the size, at close, and when a take arrives (it schedules the next fill).
-      while (!signal.aborted && !this.#timers.has(template) && this.readyCount(template) < this.#o.size) {
+      // Stops at the size, at close, when a take arrives (it schedules the next fill) and when the template is no longer among the recent.
+      while (!signal.aborted && this.#used.has(template) && !this.#timers.has(template) && this.readyCount(template) < this.#o.size) {
         const identity = await this.#o.identity(template);
         if (identity === undefined) return;
         const path = join(this.#o.dir, `${PREFIX}${template}-${randomId(8)}`);
@@ -127,7 +151,7 @@ export class WarmDisks {
           await this.#o.remove(path).catch(() => undefined);
           throw e;
         }
-        if (signal.aborted) {
+        if (signal.aborted || !this.#used.has(template)) {
           await this.#o.remove(path);
           return;
         }
