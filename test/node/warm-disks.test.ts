@@ -1,5 +1,5 @@
 // Disks made ahead (src/node/disk/warm-disks.ts) on a real node cache: a create takes one
-// (the sandbox's subvolume is one made ahead), never one made of a template that has
+// (the sandbox's subvolume is one made ahead, its hot files read ahead), never one made of a template that has
 // since been swapped in place, and the node leaves none behind.
 import assert from "node:assert/strict";
 import { readdir, rename, writeFile } from "node:fs/promises";
@@ -31,6 +31,12 @@ describe("warm disks", { skip, timeout: 300_000 }, () => {
     await m.create(first, sig()); // the template's first use: a snapshot of its own, then disks are made ahead
     await waitFor(async () => (await warm()).length === 2, 30_000, "two disks made ahead");
     const ids = new Set(await Promise.all((await warm()).map((n) => rootId(join(sandboxes, n)))));
+    // Made ahead with the files envd's start and `bash -l` read already in its page cache; the rest not.
+    const resident = async (path: string) => Number((await exec("fincore", ["--bytes", "--noheadings", "--output", "RES", path])).stdout.trim());
+    const disk = join(sandboxes, (await warm())[0]!);
+    assert.ok((await resident(join(disk, "usr/bin/bash"))) > 0, "bash is read ahead");
+    assert.ok((await resident(join(disk, "usr/lib/x86_64-linux-gnu/libstdc++.so.6"))) > 0, "Node.js's libstdc++ is read ahead");
+    assert.equal(await resident(join(disk, "usr/bin/tar")), 0, "a file no start reads is not");
     const second = spec();
     const st = await m.create(second, sig());
     assert.ok(ids.has(await rootId(join(sandboxes, second.sandboxId))), "the sandbox's disk is one made ahead");

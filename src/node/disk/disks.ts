@@ -13,6 +13,7 @@ import type { Logger } from "../../core/log.ts";
 import * as btrfs from "./btrfs.ts";
 import { exists, freeMib, type NodeCache } from "./node-cache.ts";
 import type { SandboxDisks } from "./sandbox-disks.ts";
+import { HOT_FILES, prefetch } from "./prefetch.ts";
 import { WarmDisks } from "./warm-disks.ts";
 
 export interface TemplateInfo {
@@ -65,7 +66,10 @@ export class Disks implements SandboxDisks {
       dir: cache.sandboxesDir,
       quietMs: WARM_QUIET_MS,
       templates: WARM_TEMPLATES,
-      make: (template, path, signal) => btrfs.snapshot(this.templatePath(template), path, signal).then(() => undefined),
+      make: async (template, path, signal) => {
+        await btrfs.snapshot(this.templatePath(template), path, signal);
+        await prefetch(path, HOT_FILES, signal);
+      },
       identity: async (template) => (await stat(this.templatePath(template)).catch(() => undefined))?.dev,
       remove: (path) => this.#deleteSubvolume(path, AbortSignal.timeout(60_000)),
       logger: o.logger,

@@ -5,7 +5,8 @@
  * commit, longer with more qgroups). A disk is made of the template as it is at that
  * moment and tagged with the template subvolume's identity (its device number: each
  * subvolume has its own, and a template swapped in place is a new subvolume); one whose
- * template changed since is deleted, never handed out. Refills wait for a quiet moment
+ * template changed since is deleted, never handed out. The maker (Disks) also reads the files
+ * every start reads into the new disk's page cache (prefetch.ts). Refills wait for a quiet moment
  * (no disk taken for `quietMs`), one disk at a time per template, so a burst of creates is
  * not slowed by their snapshots. Each disk is given out once. Only the `templates` most
  * recently used keep warm disks: a node serving many templates does not hold disks for
