@@ -9,7 +9,7 @@ import { pipeline } from "node:stream/promises";
 import { gunzipSync, gzipSync } from "node:zlib";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { signature } from "../../src/envd/request-auth.ts";
-import { ensureTestUser, startEnvd, TEST_USER, type RunningEnvd } from "./harness.ts";
+import { ensureTestUser, startEnvd, TEST_USER, waitFor, type RunningEnvd } from "./harness.ts";
 
 const UNAUTH = { code: 401, message: "unauthorized access, please provide a valid access token or method signing if supported" };
 
@@ -298,6 +298,36 @@ describe("envd HTTP", () => {
       spawnSync("umount", [mnt]);
       rmSync(mnt, { recursive: true, force: true });
     }
+  });
+
+  test("a bad path at the head of a large upload: 400 with the body read and dropped, not a reset connection", async () => {
+    const boundary = "bnd";
+    const head = `--${boundary}\r\ncontent-disposition: form-data; name="file"; filename="x"\r\ncontent-type: application/octet-stream\r\n\r\n`;
+    const body = Buffer.concat([Buffer.from(head), randomBytes(8 * 1024 * 1024), Buffer.from(`\r\n--${boundary}--\r\n`)]);
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${envd.url}/files?path=${encodeURIComponent("/tmp/a\0b")}&username=root`, {
+        method: "POST",
+        headers: { "content-type": `multipart/form-data; boundary=${boundary}` },
+        body,
+      });
+      assert.equal(r.status, 400);
+      assert.match(((await r.json()) as { message: string }).message, /NUL/);
+    }
+  });
+
+  test("an upload its client cuts short leaves no file behind, and envd goes on", async () => {
+    mkdirSync(base, { recursive: true });
+    const target = join(base, "cut-short");
+    const req = request(`${envd.url}/files?path=${encodeURIComponent(target)}&username=root`, {
+      method: "POST",
+      headers: { "content-type": "application/octet-stream", "content-length": String(16 * 1024 * 1024) },
+    });
+    req.on("error", () => undefined);
+    req.write(randomBytes(1024 * 1024));
+    await waitFor(() => existsSync(target), 5000, "the upload under way");
+    req.destroy();
+    await waitFor(() => !existsSync(target), 5000, "the partial file removed");
+    assert.equal((await fetch(`${envd.url}/health`)).status, 204);
   });
 
   test("path tricks over HTTP stay inside the sandbox root and do not crash", async () => {

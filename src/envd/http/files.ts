@@ -12,7 +12,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { basename, dirname } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { createGunzip, createGzip } from "node:zlib";
-import type { Readable } from "node:stream";
+import { PassThrough, type Readable } from "node:stream";
 import { SpaceError } from "../../core/errors.ts";
 import { basicAuthUser, tokenMatches, verifySignature, type SignOp } from "../request-auth.ts";
 import { requestUser, type Envd } from "../context.ts";
@@ -147,11 +147,17 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
     const q = authorize(envd, req, url, "write");
     const meta = metadataHeaders(req);
     const encoding = String(req.headers["content-encoding"] ?? "").toLowerCase();
-    let body: Readable = req;
-    if (encoding === "gzip" || encoding === "x-gzip") body = req.pipe(createGunzip());
-    else if (encoding && encoding !== "identity") {
+    const gzip = encoding === "gzip" || encoding === "x-gzip";
+    if (!gzip && encoding && encoding !== "identity") {
       throw new SpaceError("invalid_argument", `unsupported content-encoding ${JSON.stringify(encoding)}`);
     }
+    // Never the request itself: a reader that stops early destroys its stream, and a
+    // request destroyed unread resets the connection, so the answer below never arrived.
+    const body: Readable = req.pipe(gzip ? createGunzip() : new PassThrough());
+    // pipe() passes on no end of a request cut short: its reader would wait for ever.
+    req.once("close", () => {
+      if (!req.complete) body.destroy(new Error("the client went away before the body ended"));
+    });
     const contentType = String(req.headers["content-type"] ?? "");
     const written: WrittenEntry[] = [];
     if (/^multipart\/form-data/i.test(contentType)) {
@@ -209,9 +215,10 @@ export async function postFile(envd: Envd, req: IncomingMessage, res: ServerResp
   } catch (e: unknown) {
     openStream?.destroy();
     if (inProgress) await rm(inProgress, { force: true }).catch(() => {});
-    // The rest of the body will not be read: close the connection so the client does
-    // not reuse a socket that is mid-request.
-    if (!req.complete && !res.headersSent) res.setHeader("connection", "close");
+    // The rest of the body is read and dropped: a socket closed with unread data is reset,
+    // and a proxy in front (the gateway, the node's) then loses this answer and says 502.
+    req.unpipe();
+    req.resume();
     sendError(res, e);
   }
 }
