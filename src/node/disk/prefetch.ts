@@ -39,28 +39,27 @@ const CHUNK = 256 * 1024;
 /** Reads `files` (relative to `root`) once; resolves to the files read, by their path inside `root`. */
 export async function prefetch(root: string, files: readonly string[] = HOT_FILES, signal?: AbortSignal): Promise<string[]> {
   const top = await realpath(root);
-  const seen = new Set<string>();
+  const tried = new Set<string>();
+  const read: string[] = [];
   const buffer = Buffer.allocUnsafe(CHUNK);
   for (const rel of files) {
     if (signal?.aborted) break;
     const path = await realpath(join(top, rel)).catch(() => undefined);
-    if (!path || !path.startsWith(`${top}/`) || seen.has(path)) continue;
-    seen.add(path);
+    if (!path || !path.startsWith(`${top}/`) || tried.has(path)) continue;
+    tried.add(path);
     // O_NONBLOCK: a FIFO opened by mistake returns at once instead of waiting for a writer.
     const fd = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch(() => undefined);
     if (!fd) continue;
     try {
       const st = await fd.stat();
-      if (!st.isFile() || st.size > MAX_FILE_BYTES) {
-        seen.delete(path);
-        continue;
-      }
+      if (!st.isFile() || st.size > MAX_FILE_BYTES) continue;
       while ((await fd.read(buffer, 0, CHUNK, null)).bytesRead > 0 && !signal?.aborted);
+      read.push(path.slice(top.length + 1));
     } catch {
-      seen.delete(path);
+      // best effort: an unreadable file is only not read ahead
     } finally {
       await fd.close();
     }
   }
-  return [...seen].map((p) => p.slice(top.length + 1));
+  return read;
 }
