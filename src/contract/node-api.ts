@@ -132,8 +132,12 @@ export const NodeInventory = z.object({
     memoryMib: z.number(),
     diskMib: z.number(),
     sandboxes: z.number(),
-    /** Measured for the capacity model: resident (not stopped) sandboxes, host MemAvailable, memory PSI some avg10, what the thin pool holds. */
-    resident: z.number().optional(),
+    /**
+     * Measured for the capacity model: sandboxes the memory measurement holds in full
+     * (resident and done booting), host MemAvailable, memory PSI some avg10, what the thin
+     * pool holds.
+     */
+    settled: z.number().optional(),
     memoryAvailableMib: z.number().optional(),
     memoryPressure: z.number().optional(),
     diskHeldMib: z.number().optional(),

@@ -164,7 +164,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         diskMib: used.diskMib,
         sandboxes: manager?.count() ?? 0,
         // Measured, for the capacity model (docs/capacity.md).
-        resident: manager?.resident() ?? 0,
+        settled: manager?.settled() ?? 0,
         ...memory,
         ...(cache ? { diskHeldMib: space.totalMib - space.freeMib } : {}),
       },

@@ -8,8 +8,8 @@
  *   (weights); admission counts a small request per vCPU, since an idle sandbox costs next
  *   to nothing.
  * - Memory: what the host really uses (total − MemAvailable at the last heartbeat), plus a
- *   working-set estimate for each sandbox placed since, minus one for each that ended
- *   since; admitted up to a share of host memory, and refused outright while the node
+ *   working-set estimate for each sandbox placed since or still booting then, minus one
+ *   for each that ended since; admitted up to a share of host memory, and refused outright while the node
  *   reports memory pressure (PSI), before the OOM killer would act.
  * - Disk: what the thin pool really holds at the last heartbeat, plus an estimate for each
  *   sandbox placed since, up to the pool less its reserve.
@@ -63,8 +63,11 @@ export const NOTHING_HELD: Readonly<NodeHeld> = { slots: 0, vcpu: 0, disk: 0 };
 
 /** What a node measured at its last heartbeat (absent on a node that does not publish it). */
 export interface NodeMeasured {
-  /** Sandboxes resident on the node (not stopped). */
-  resident?: number;
+  /**
+   * Sandboxes the memory measurement holds in full: resident (not stopped) and done booting.
+   * Any other sandbox the store holds on the node is counted at its request on top.
+   */
+  settled?: number;
   /** Sandboxes whose disk is on the node. */
   sandboxes?: number;
   memoryAvailableMib?: number;
@@ -85,7 +88,7 @@ export function estimatedUse(n: CapacityNode, held: Readonly<NodeHeld>, s: Reado
   const m = n.measured;
   const memory =
     m.memoryAvailableMib !== undefined
-      ? cap.memoryMib - m.memoryAvailableMib + since(held.slots, m.resident) * s.memoryRequestMib
+      ? cap.memoryMib - m.memoryAvailableMib + since(held.slots, m.settled) * s.memoryRequestMib
       : held.slots * s.memoryRequestMib;
   const disk = m.diskHeldMib !== undefined ? m.diskHeldMib + since(held.disk, m.sandboxes) * s.diskRequestMib : held.disk * s.diskRequestMib;
   return {
@@ -142,7 +145,7 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
 /** Reads what a node measured from the `used` it published (unknown keys ignored). */
 export function measuredOf(used: Readonly<Record<string, number>>): NodeMeasured {
   const pick = (k: keyof NodeMeasured) => (typeof used[k] === "number" ? { [k]: used[k] } : {});
-  return { ...pick("resident"), ...pick("sandboxes"), ...pick("memoryAvailableMib"), ...pick("memoryPressure"), ...pick("diskHeldMib") };
+  return { ...pick("settled"), ...pick("sandboxes"), ...pick("memoryAvailableMib"), ...pick("memoryPressure"), ...pick("diskHeldMib") };
 }
 
 /** A node's published capacity as placement reads it; null until it publishes slots and memory. */

@@ -83,6 +83,22 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     assert.ok(inv.templates[0].rootfsSizeMib > 100);
   });
 
+  it("counts a sandbox as settled for the memory measurement once it is done creating", async () => {
+    const settled = async () => (await call("GET", "/v1/inventory")).json().used.settled as number;
+    const m = node.agent.manager!;
+    const before = await settled();
+    const count = m.count();
+    const slow = spec({ envVars: { STUB_ENVD_LISTEN_DELAY_MS: "1500" } });
+    const created = call("POST", "/v1/sandboxes", slow);
+    while (m.count() === count) await new Promise((r) => setTimeout(r, 20));
+    // Creating: resident already, but still growing: the capacity model counts it at its request.
+    assert.equal(await settled(), before, "a sandbox still creating is not settled");
+    assert.equal((await created).statusCode, 201);
+    assert.equal(await settled(), before + 1);
+    assert.equal((await call("DELETE", `/v1/sandboxes/${slow.sandboxId}`)).statusCode, 204);
+    assert.equal(await settled(), before);
+  });
+
   it("streams through the proxy without buffering (large upload, server streaming)", async () => {
     const size = 32 * 1024 * 1024;
     const got = await new Promise<number>((resolve, reject) => {

@@ -102,9 +102,9 @@ for (const engine of testEngines()) {
       assert.deepEqual((await heldByNode(t.db)).get(nodeId), { slots: 1, vcpu: 0, disk: 2 });
     });
 
-    it("memory: what the node measured plus an estimate per sandbox placed since, up to the target; pressure refuses outright", async () => {
+    it("memory: what the node measured plus an estimate per sandbox placed since or still booting, up to the target; pressure refuses outright", async () => {
       // 10 000 MiB host, 85% target = 8 500; measured in use: 10 000 − 2 000 available = 8 000 with no sandbox resident.
-      const nodeId = await node({ networkSlots: 100, vcpu: 64, memoryMib: 10_000, diskMib: 0 }, { resident: 0, memoryAvailableMib: 2_000, memoryPressure: 0 });
+      const nodeId = await node({ networkSlots: 100, vcpu: 64, memoryMib: 10_000, diskMib: 0 }, { settled: 0, memoryAvailableMib: 2_000, memoryPressure: 0 });
       const ids = await rows(20);
       const s = substrateOn(t.db);
       const results = await Promise.allSettled(ids.map((id) => s.place(work(id), AbortSignal.timeout(60_000))));
@@ -112,10 +112,18 @@ for (const engine of testEngines()) {
       assert.equal(results.filter((r) => r.status === "fulfilled").length, 15);
       for (const r of results) if (r.status === "rejected") assert.ok(isFull("memory")(r.reason), String(r.reason));
       // The heartbeat reconciles: the 15 measured at 10 MiB each leave room for more.
-      await heartbeatNode(t.db, nodeId, { used: { resident: 15, memoryAvailableMib: 1_850, memoryPressure: 0 } });
+      await heartbeatNode(t.db, nodeId, { used: { settled: 15, memoryAvailableMib: 1_850, memoryPressure: 0 } });
       const [more] = await rows(1) as [SandboxId];
       assert.equal((await s.place(work(more), AbortSignal.timeout(10_000))).nodeId, nodeId);
-      await heartbeatNode(t.db, nodeId, { used: { resident: 16, memoryAvailableMib: 5_000, memoryPressure: 35 } });
+      // One of the 16 still booting at the measurement is counted at its request on top of it:
+      // 10 000 − 1 560 = 8 440 measured, + 32 for it, + 32 for one more = 8 504 > 8 500.
+      await heartbeatNode(t.db, nodeId, { used: { settled: 15, memoryAvailableMib: 1_560, memoryPressure: 0 } });
+      const [booting] = await rows(1) as [SandboxId];
+      await assert.rejects(s.place(work(booting), AbortSignal.timeout(10_000)), isFull("memory"));
+      // Settled at the same measurement, it leaves room: 8 440 + 32 = 8 472.
+      await heartbeatNode(t.db, nodeId, { used: { settled: 16, memoryAvailableMib: 1_560, memoryPressure: 0 } });
+      assert.equal((await s.place(work(booting), AbortSignal.timeout(10_000))).nodeId, nodeId);
+      await heartbeatNode(t.db, nodeId, { used: { settled: 17, memoryAvailableMib: 5_000, memoryPressure: 35 } });
       const [late] = await rows(1) as [SandboxId];
       await assert.rejects(s.place(work(late), AbortSignal.timeout(10_000)), isFull("memory"));
     });

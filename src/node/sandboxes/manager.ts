@@ -82,10 +82,14 @@ export class SandboxManager {
   count(): number {
     return this.sandboxes.size;
   }
-  /** Sandboxes holding memory and an address (all but stopped ones). */
-  resident(): number {
+  /**
+   * Sandboxes whose memory a measurement of the host now holds in full: resident ones (not
+   * stopped) that are done booting. One still creating or starting is still growing (its
+   * runtime and envd are loading), so the capacity model counts it at its request instead.
+   */
+  settled(): number {
     let n = 0;
-    for (const s of this.sandboxes.values()) if (s.state !== "stopped") n++;
+    for (const s of this.sandboxes.values()) if (s.state !== "stopped" && s.state !== "creating" && s.state !== "starting") n++;
     return n;
   }
   /** Sum of requested resources of resident sandboxes (stopped ones hold only disk). */
