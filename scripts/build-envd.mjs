@@ -106,10 +106,11 @@ await build({
 const blob = join(out, "envd.blob");
 // V8 flags envd runs with, baked into the snapshot (a snapshot loads only under the flags it
 // was built with, so they are recorded beside it and the node passes them). No optimizing
-// or baseline compiler: envd's work is short requests and streams, where they cost more CPU
-// than they save, and their code grew each idle envd by ~5 MiB over its first few hundred
-// log pulls (a node filled to its memory target drifted past it).
-const v8Flags = ["--no-opt", "--no-sparkplug"];
+// compiler (TurboFan): its code grew each idle envd by 3-5 MiB over its first few hundred
+// log pulls, so a node filled to its memory target drifted past it; envd's work is short
+// requests and streams, and measured no slower without it (bench -- ttfc). The baseline
+// compiler (Sparkplug) stays: without it too, concurrent first commands were slower.
+const v8Flags = ["--no-opt"];
 // A clean environment: NODE_OPTIONS (e.g. --import tsx) must not end up in the snapshot.
 const cleanEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin" };
 const snap = spawnSync(process.execPath, [...v8Flags, "--snapshot-blob", blob, "--build-snapshot", snapshotEntry], { encoding: "utf8", env: cleanEnv });

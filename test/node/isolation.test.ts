@@ -32,7 +32,7 @@ describe("sandbox isolation", { skip, timeout: 300_000 }, () => {
     assert.equal(r.exitCode, 0, r.stderr);
     const [cmd, host, user, sudoUid, home] = r.stdout.trim().split("\n");
     // From the bundle's V8 startup snapshot, which `npm run build:envd` builds with this Node.js, under its V8 flags.
-    assert.match(cmd!, /^\/opt\/space\/bin\/node --no-opt --no-sparkplug --snapshot-blob \/opt\/space\/envd\/envd\.blob -- --port 49983 $/);
+    assert.match(cmd!, /^\/opt\/space\/bin\/node --no-opt --snapshot-blob \/opt\/space\/envd\/envd\.blob -- --port 49983 $/);
     assert.equal(host, a.sandboxId);
     assert.equal(user, "user");
     assert.equal(sudoUid, "0");
