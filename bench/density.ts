@@ -79,7 +79,7 @@ async function main() {
   const stack = await startStack({ dataDir, env: { SPACE_NODE_MAX_SLOTS: "1000", SPACE_NODE_SLOT_CIDR: pickSlotRange(dataDir, bridge, 22), ...env } });
   const opts = { apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, apiKey: stack.apiKey, requestTimeoutMs: 300_000 };
   const held: Sandbox[] = [];
-  const create = () => Sandbox.create("base", { ...opts, timeoutMs: 3_600_000 });
+  const create = (o: { retries?: number } = {}) => Sandbox.create("base", { ...opts, ...o, timeoutMs: 3_600_000 });
   const roundTrips = async (pool: readonly Sandbox[], n: number) => {
     const ms: number[] = [];
     for (let i = 0; i < n; i++) {
@@ -117,14 +117,23 @@ async function main() {
       const { added, refusal: full } = await fill(held, create, batch, max);
       rows.push({ row: "admitted once the fill settled", value: added, note: full ? `then refused: ${full}` : `stopped at --max ${max}` });
       if (full) {
-        // Create after kills on the full node: each kill's room is free at once.
+        // Create after kills on the full node: each kill's room is free at once. "At once" is
+        // the first attempt (no SDK retry); one refused is then created as a user's SDK would
+        // (retrying on 429 after Retry-After), and the note says when the last got in.
         const kills = Number(values.kills);
         await Promise.all(held.splice(0, kills).map((s) => s.kill()));
         const k0 = performance.now();
-        const after = await Promise.allSettled(Array.from({ length: kills }, create));
+        const after = await Promise.allSettled(Array.from({ length: kills }, () => create({ retries: 0 })));
         const admitted = after.filter((r) => r.status === "fulfilled").length;
         for (const r of after) if (r.status === "fulfilled") held.push(r.value);
-        rows.push({ row: "create after kills on a full node", value: `${admitted} of ${kills} admitted`, note: `all done in ${round(performance.now() - k0)} ms after the kills` });
+        const retried = await Promise.allSettled(after.filter((r) => r.status === "rejected").map(() => create()));
+        for (const r of retried) if (r.status === "fulfilled") held.push(r.value);
+        const later = retried.filter((r) => r.status === "fulfilled").length;
+        rows.push({
+          row: "create after kills on a full node",
+          value: `${admitted} of ${kills} admitted at once`,
+          note: `${later} more with the SDK's retries; all done in ${round(performance.now() - k0)} ms after the kills`,
+        });
 
         // Overfill: a burst on the full node. Memory is the cap here, and it is measured: what
         // the burst admitted is overfill as far as host memory in use ends above the budget

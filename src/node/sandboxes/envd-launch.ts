@@ -29,7 +29,12 @@ const FLAG = /^--[a-z0-9-]+(=[\w.]+)?$/;
 export async function snapshotMeta(envdDir: string): Promise<SnapshotMeta | undefined> {
   const text = await readFile(join(envdDir, "envd.blob.json"), "utf8").catch(() => undefined);
   if (text === undefined) return undefined;
-  const m = JSON.parse(text) as { node?: unknown; v8Flags?: unknown };
+  let m: { node?: unknown; v8Flags?: unknown };
+  try {
+    m = JSON.parse(text) as typeof m;
+  } catch {
+    return undefined;
+  }
   if (typeof m.node !== "string") return undefined;
   const flags = Array.isArray(m.v8Flags) ? m.v8Flags : [];
   if (!flags.every((f): f is string => typeof f === "string" && FLAG.test(f))) return undefined;
