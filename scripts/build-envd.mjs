@@ -104,22 +104,15 @@ await build({
   logLevel: "warning",
 });
 const blob = join(out, "envd.blob");
-// V8 flags envd runs with, baked into the snapshot (a snapshot loads only under the flags it
-// was built with, so they are recorded beside it and the node passes them). No optimizing
-// compiler (TurboFan): its code grew each idle envd by 3-5 MiB over its first few hundred
-// log pulls, so a node filled to its memory target drifted past it; envd's work is short
-// requests and streams, and measured no slower without it (bench -- ttfc). The baseline
-// compiler (Sparkplug) stays: without it too, concurrent first commands were slower.
-const v8Flags = ["--no-opt"];
 // A clean environment: NODE_OPTIONS (e.g. --import tsx) must not end up in the snapshot.
 const cleanEnv = { PATH: process.env.PATH ?? "/usr/bin:/bin" };
-const snap = spawnSync(process.execPath, [...v8Flags, "--snapshot-blob", blob, "--build-snapshot", snapshotEntry], { encoding: "utf8", env: cleanEnv });
+const snap = spawnSync(process.execPath, ["--snapshot-blob", blob, "--build-snapshot", snapshotEntry], { encoding: "utf8", env: cleanEnv });
 rmSync(snapshotEntry);
 // Node warns that some built-ins are "not yet fully verified" in snapshots; the smoke test below is the check.
 if (snap.status !== 0) throw new Error(`building the envd snapshot failed (exit ${snap.status}): ${snap.stderr.slice(-2000)}`);
 // Smoke test: the snapshot starts envd and it listens.
 const smokeErr = await new Promise((resolve) => {
-  const child = spawn(process.execPath, [...v8Flags, "--snapshot-blob", blob, "--", "--port", "0", "--host", "127.0.0.1"], {
+  const child = spawn(process.execPath, ["--snapshot-blob", blob, "--", "--port", "0", "--host", "127.0.0.1"], {
     env: cleanEnv,
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -135,5 +128,5 @@ const smokeErr = await new Promise((resolve) => {
   });
 });
 if (smokeErr) throw new Error(`the envd snapshot does not start: ${smokeErr}`);
-writeFileSync(`${blob}.json`, JSON.stringify({ node: process.version, arch: process.arch, v8Flags }) + "\n");
+writeFileSync(`${blob}.json`, JSON.stringify({ node: process.version, arch: process.arch }) + "\n");
 console.log(`built ${blob} (node ${process.version})`);

@@ -10,7 +10,6 @@ import { createClient, type Client, type Interceptor } from "@connectrpc/connect
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { Process } from "../../src/gen/process/process_pb.ts";
 import { Filesystem } from "../../src/gen/filesystem/filesystem_pb.ts";
-import { snapshotMeta } from "../../src/node/sandboxes/envd-launch.ts";
 
 export const TEST_USER = "spaceenvdtest";
 
@@ -54,7 +53,7 @@ export async function startEnvd(
     args.push("--access-token-file", f);
   }
   const argv = opts.snapshot
-    ? [...((await snapshotMeta("dist/envd"))?.v8Flags ?? []), "--snapshot-blob", "dist/envd/envd.blob", "--", ...args]
+    ? ["--snapshot-blob", "dist/envd/envd.blob", "--", ...args]
     : opts.bundle
       ? ["dist/envd/envd.mjs", ...args]
       : ["--import", "tsx", "src/envd/main.ts", ...args];

@@ -55,7 +55,10 @@ describe("snapshot staging: memory images dumped into a tmpfs, moved to disk beh
   };
   const restoreAndRead = async (s: ReturnType<typeof spec>, desc: Parameters<NonNullable<TestNode["agent"]["snapshots"]>["restore"]>[1]) => {
     await node.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, desc, sig());
-    const out = (await sh(node, s.sandboxId, "cat /home/user/marker")).stdout.trim();
+    const r = await sh(node, s.sandboxId, "cat /home/user/marker");
+    // Which part failed, when one does (CI saw an empty read once, not reproduced here).
+    assert.equal(r.exitCode, 0, `cat in the restored sandbox: exit ${r.exitCode}: ${r.stderr}`);
+    const out = r.stdout.trim();
     await node.agent.manager!.kill(s.sandboxId, sig());
     return out;
   };
