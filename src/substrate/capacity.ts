@@ -9,8 +9,8 @@
  *   to nothing.
  * - Memory: what the host really uses (total − MemAvailable at the last heartbeat), plus a
  *   working-set estimate for each sandbox placed since or still booting then, minus one
- *   for each that ended since; admitted up to a share of host memory, and refused outright while the node
- *   reports memory pressure (PSI), before the OOM killer would act.
+ *   for each that ended since; admitted up to a share of host memory, and refused
+ *   outright while the node reports memory pressure (PSI), before the OOM killer would act.
  * - Disk: what the thin pool really holds at the last heartbeat, plus an estimate for each
  *   sandbox placed since, up to the pool less its reserve.
  *

@@ -10,7 +10,7 @@ import { exec } from "../../src/core/exec.ts";
 import { inCidr } from "../../src/core/cidr.ts";
 import { httpStatusOf } from "../../src/node/sandboxes/envd-http-client.ts";
 import { qgroupUsage } from "../../src/node/disk/btrfs.ts";
-import { isRoot, sh, spec, startTestNode, type TestNode } from "./helpers.ts";
+import { isRoot, sh, spec, startTestNode, waitFor, type TestNode } from "./helpers.ts";
 
 const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
 const auth = { authorization: "Bearer test-token" };
@@ -90,7 +90,7 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     const count = m.count();
     const slow = spec({ envVars: { STUB_ENVD_LISTEN_DELAY_MS: "1500" } });
     const created = call("POST", "/v1/sandboxes", slow);
-    while (m.count() === count) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(async () => m.count() > count, 10_000, "the create registered");
     // Creating: resident already, but still growing: the capacity model counts it at its request.
     assert.equal(await settled(), before, "a sandbox still creating is not settled");
     assert.equal((await created).statusCode, 201);
