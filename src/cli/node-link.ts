@@ -11,11 +11,12 @@ import { listSandboxesOnNode } from "../store/sandboxes.ts";
 import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../sandboxes/node-reports.ts";
 import type { Logger } from "../core/log.ts";
 import { VERSION } from "../core/version.ts";
+import { memoryPastTarget, type CapacitySettings } from "../substrate/capacity.ts";
 import { SpaceError } from "../core/errors.ts";
 import type { LocalNode } from "../api/gateway/gateway.ts";
 import type { NodeAgent } from "../node/agent.ts";
 
-export function storePublisher(db: Db, address: () => string, nodeGroup: string, labels: Record<string, string>) {
+export function storePublisher(db: Db, address: () => string, nodeGroup: string, labels: Record<string, string>, capacity: Readonly<CapacitySettings>) {
   let registered = false;
   return async (inv: NodeInventory): Promise<void> => {
     const published = {
@@ -26,7 +27,8 @@ export function storePublisher(db: Db, address: () => string, nodeGroup: string,
     };
     if (registered) {
       try {
-        await heartbeatNode(db, inv.nodeId as NodeId, { ...published, address: address() });
+        const pastTarget = memoryPastTarget(published, capacity);
+        await heartbeatNode(db, inv.nodeId as NodeId, { ...published, address: address(), ...(pastTarget !== undefined ? { memoryPastTarget: pastTarget } : {}) });
         return;
       } catch (e) {
         // Unknown to the store (e.g. deleted by an operator): register again below.

@@ -209,6 +209,7 @@ export async function startApiServer(
         evacuate: (nodeId, signal) => evacuateNode({ db, sandboxes: layer.sandboxes, log }, nodeId, signal),
         sandboxes: layer.sandboxes,
         labelPrefixes: config.SPACE_NODE_LABEL_PREFIXES.split(","),
+        capacity: capacitySettings(config),
       }),
     (a) => registerWarmPoolAdminRoutes(a, { db, adminToken: cp.adminToken, defaults: warmPoolDefaults(config) }),
     (a) =>

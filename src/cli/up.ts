@@ -15,6 +15,7 @@ import { createNodeAgent } from "../node/agent.ts";
 import { hostScopeOf } from "../node/ctl/standalone.ts";
 import { localNodeRoute, reconciledOnNode, storePublisher, unhealthyOnNode, wantedOnNode } from "./node-link.ts";
 import { parseSelector } from "../core/selector.ts";
+import { capacitySettings } from "../substrate/capacity.ts";
 import type { ControlPlane } from "./processes.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./client/connection.ts";
 
@@ -78,7 +79,7 @@ export async function runUp(config: Config): Promise<() => Promise<void>> {
 async function startLocalNode(cp: ControlPlane) {
   const { config } = cp;
   let url = config.SPACE_NODE_ADVERTISE_URL || `http://${config.SPACE_NODE_HOST}:${config.SPACE_NODE_PORT}`;
-  const publish = storePublisher(cp.db, () => url, config.SPACE_NODE_GROUP, parseSelector(config.SPACE_NODE_LABELS));
+  const publish = storePublisher(cp.db, () => url, config.SPACE_NODE_GROUP, parseSelector(config.SPACE_NODE_LABELS), capacitySettings(config));
   const agent = createNodeAgent(config, cp.log, {
     internalToken: cp.internalToken,
     publish,

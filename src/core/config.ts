@@ -135,6 +135,7 @@ const vars = {
   SPACE_CAPACITY_MEMORY_REQUEST_MIB: [int(1, 1_048_576), "32", "capacity: working set counted for a sandbox placed since the node last measured (at most its memory limit)"],
   SPACE_CAPACITY_MEMORY_TARGET_PERCENT: [int(10, 100), "85", "capacity: share of host memory that may be in use (measured + estimated) after an admission"],
   SPACE_CAPACITY_MEMORY_PRESSURE_PERCENT: [int(1, 100), "20", "capacity: memory pressure (PSI some avg10, percent) at or above which a node takes no sandbox"],
+  SPACE_CAPACITY_MEMORY_LIMIT_PERCENT: [int(10, 100), "92", "capacity: share of host memory past which a node takes no sandbox, not even in place of one that ended while the node was past its target"],
   SPACE_CAPACITY_DISK_REQUEST_MIB: [int(0, 10_000_000), "64", "capacity: disk counted for a sandbox placed since the thin pool was last measured (at most its disk)"],
   SPACE_PLACEMENT_NODE_SELECTOR: [z.string().regex(/^$|^[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*(,[A-Za-z0-9._/-]+=[A-Za-z0-9._-]*)*$/, "key=value,key2=value2"), "", "node selector extras every sandbox must match (added to each create's own selector)"],
   SPACE_RUNTIME: [oneOf(["runc", "crun", "process"] as const), "runc", "sandbox runtime; `process` isolates nothing"],

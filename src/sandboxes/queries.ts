@@ -17,7 +17,7 @@ import {
   transitionSandbox,
 } from "../store/sandboxes.ts";
 import { findTemplateByAlias, findTemplateByIdOrName, newestReadyBuild } from "../store/template-resolution.ts";
-import { getNode, listNodes, listPlacementNodes, templateEnvironmentsOnNodes, type NodeRecord, type PlacementNodeRow } from "../store/nodes.ts";
+import { findPlacementNode, listNodes, listPlacementNodes, templateEnvironmentsOnNodes, type NodeRecord, type PlacementNodeRow } from "../store/nodes.ts";
 import { createExecution } from "../store/executions.ts";
 import { admitLiveSandbox, quotaStates, type QuotaLimits } from "../store/tenant-quotas.ts";
 import { SpaceError } from "../core/errors.ts";
@@ -221,12 +221,8 @@ export class StoreNodeDirectory implements NodeDirectory {
     return (await listPlacementNodes(this.db, "direct")).map(toNodeEntry);
   }
   async get(id: string): Promise<NodeEntry | null> {
-    try {
-      return toNodeEntry(await getNode(this.db, id));
-    } catch (e) {
-      if (e instanceof SpaceError && e.code === "not_found") return null;
-      throw e;
-    }
+    const n = await findPlacementNode(this.db, id);
+    return n ? toNodeEntry(n) : null;
   }
 }
 
@@ -250,6 +246,7 @@ export function toNodeEntry(n: PlacementNodeRow): NodeEntry {
       ? { vcpu: num("vcpu") ?? 0, memoryMib: num("memoryMib") ?? 0, diskMib: num("diskMib") ?? 0, networkSlots: num("networkSlots", "slots") ?? 0 }
       : null,
     measured: measuredOf(used),
+    ...(n.memoryFullSlots !== null ? { fullSlots: n.memoryFullSlots } : {}),
     templates: inventory(n).map((t) => t.templateId),
   };
 }

@@ -23,10 +23,12 @@ export interface NodeHeld {
   disk: number;
 }
 
-/** A node's row as the admission check reads it: what it published. */
+/** A node's row as the admission check reads it: what it published, and its count when found full. */
 export interface PublishedNode {
   capacity: Record<string, number>;
   used: Record<string, number>;
+  /** `memory_full_slots`: see `memoryFullSlotsAssignment`. */
+  fullSlots: number | null;
 }
 
 /**
@@ -55,6 +57,17 @@ const HELD = `
    WHERE node_id IS NOT NULL AND state = ANY($3::text[])`;
 const heldParams = () => [[...slotStates], [...cpuStates], [...diskStates]];
 
+/**
+ * The `SET` term a heartbeat writes `memory_full_slots` with (`nodeParam`: the node id's
+ * placeholder): found past its memory target, the node keeps the count it had when first
+ * found so, or takes the sandboxes holding a slot there now; back under, it forgets it.
+ */
+export function memoryFullSlotsAssignment(params: unknown[], nodeParam: string, pastTarget: boolean): string {
+  if (!pastTarget) return "memory_full_slots = NULL";
+  params.push([...slotStates]);
+  return `memory_full_slots = coalesce(memory_full_slots, (SELECT count(*)::int FROM sandboxes WHERE node_id = ${nodeParam} AND state = ANY($${params.length}::text[])))`;
+}
+
 /** What the store holds on every node that holds anything. */
 export async function heldByNode(q: Queryable): Promise<Map<string, NodeHeld>> {
   const rows = await q.query<HeldRow>(`${HELD} GROUP BY node_id`, heldParams());
@@ -76,12 +89,12 @@ export async function reserveCapacity<R extends string>(
   for (const nodeId of candidates) {
     const placed = await db.transaction(async (tx) => {
       const node = await tx.maybeOne<PublishedNode>(
-        `SELECT capacity, used FROM nodes WHERE id = $1 AND status = 'ready' FOR NO KEY UPDATE`,
+        `SELECT capacity, used, memory_full_slots AS "fullSlots" FROM nodes WHERE id = $1 AND status = 'ready' FOR NO KEY UPDATE`,
         [nodeId],
       );
       if (!node) return "unavailable" as const;
       const row = await tx.maybeOne<HeldRow>(`${HELD} AND node_id = $4 AND id <> $5 GROUP BY node_id`, [...heldParams(), nodeId, sandboxId]);
-      const verdict = admit({ capacity: node.capacity ?? {}, used: node.used ?? {} }, row ?? { slots: 0, vcpu: 0, disk: 0 });
+      const verdict = admit({ capacity: node.capacity ?? {}, used: node.used ?? {}, fullSlots: node.fullSlots }, row ?? { slots: 0, vcpu: 0, disk: 0 });
       if (verdict !== true) return verdict;
       const n = await tx.execute(`UPDATE sandboxes SET node_id = $2, generation = generation + 1, updated_at = now() WHERE id = $1`, [sandboxId, nodeId]);
       if (n === 0) throw new SpaceError("not_found", `sandbox ${sandboxId} was removed while it was being placed`);

@@ -9,6 +9,7 @@ import type { NodeId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import type { NodeRecord, NodeStatus } from "./nodes.ts";
 import { columns, json } from "./sql.ts";
+import { memoryFullSlotsAssignment } from "./capacity-ledger.ts";
 
 export type DrainMode = "gentle" | "forced";
 
@@ -168,6 +169,8 @@ export interface FleetHeartbeat {
   /** A complete inventory replaces the list; absent = inventory unavailable (changes nothing). */
   usableEnvironments?: string[];
   templates?: unknown[];
+  /** Whether what it measured is past its memory target (capacity.ts `memoryPastTarget`); absent = not measured, changes nothing. */
+  memoryPastTarget?: boolean;
 }
 
 /**
@@ -187,13 +190,14 @@ export async function recordHeartbeat(q: Queryable, id: string, hb: FleetHeartbe
     );
   }
   const params: unknown[] = [id, json(hb.capacity ?? n.capacity), json(hb.used ?? n.used), json(hb.templates ?? n.templates)];
-  let envs = "";
+  let more = "";
   if (hb.usableEnvironments) {
     params.push(hb.usableEnvironments);
-    envs = `, usable_environments = $${params.length}::text[]`;
+    more = `, usable_environments = $${params.length}::text[]`;
   }
+  if (hb.memoryPastTarget !== undefined) more += `, ${memoryFullSlotsAssignment(params, "$1::uuid", hb.memoryPastTarget)}`;
   return q.one<FleetNode>(
-    `UPDATE nodes SET capacity = $2::jsonb, used = $3::jsonb, templates = $4::jsonb ${envs},
+    `UPDATE nodes SET capacity = $2::jsonb, used = $3::jsonb, templates = $4::jsonb ${more},
             last_heartbeat_at = now(), updated_at = now(),
             status = CASE WHEN status = 'unavailable' THEN (CASE WHEN drain_mode IS NOT NULL THEN 'draining' ELSE 'ready' END) ELSE status END,
             status_reason = CASE WHEN status = 'unavailable' THEN NULL ELSE status_reason END,

@@ -7,6 +7,7 @@ import { SpaceError } from "../core/errors.ts";
 import type { NodeId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import { columns, json, setClause } from "./sql.ts";
+import { memoryFullSlotsAssignment } from "./capacity-ledger.ts";
 
 export const nodeStatuses = [
   /** Heartbeating; takes new sandboxes. */
@@ -86,6 +87,8 @@ export interface NodeHeartbeat {
   templates?: unknown[];
   labels?: Record<string, string>;
   address?: string;
+  /** Whether what it measured is past its memory target (capacity.ts `memoryPastTarget`); absent = not measured, changes nothing. */
+  memoryPastTarget?: boolean;
 }
 
 /**
@@ -93,9 +96,10 @@ export interface NodeHeartbeat {
  * register again). An unavailable node becomes ready again.
  */
 export async function heartbeatNode(q: Queryable, id: NodeId, hb: NodeHeartbeat = {}): Promise<NodeRecord> {
+  const { memoryPastTarget, ...published } = hb;
   const params: unknown[] = [id];
   const sets = setClause(
-    { ...hb },
+    published,
     {
       capacity: { col: "capacity", json: true },
       used: { col: "used", json: true },
@@ -106,6 +110,7 @@ export async function heartbeatNode(q: Queryable, id: NodeId, hb: NodeHeartbeat 
     },
     params,
   );
+  if (memoryPastTarget !== undefined) sets.push(memoryFullSlotsAssignment(params, "$1", memoryPastTarget));
   sets.push("last_heartbeat_at = now()", "updated_at = now()", "status = CASE WHEN status = 'unavailable' THEN 'ready' ELSE status END");
   return q.one<NodeRecord>(`UPDATE nodes SET ${sets.join(", ")} WHERE id = $1 RETURNING ${COLS}`, params, `node ${id}`);
 }
@@ -138,8 +143,16 @@ export async function findNodeByName(q: Queryable, name: string): Promise<NodeRe
 }
 
 /** What placement reads of a node: no timestamps or version (a directory snapshot reads every node each second). */
-export type PlacementNodeRow = Pick<NodeRecord, "id" | "name" | "address" | "nodeGroup" | "labels" | "status" | "capacity" | "used" | "usableEnvironments" | "templates">;
-const PLACEMENT_COLS = columns(["id", "name", "address", "node_group", "labels", "status", "capacity", "used", "usable_environments", "templates"]);
+export type PlacementNodeRow = Pick<NodeRecord, "id" | "name" | "address" | "nodeGroup" | "labels" | "status" | "capacity" | "used" | "usableEnvironments" | "templates"> & {
+  /** Its count when found past its memory target (capacity-ledger.ts `memoryFullSlotsAssignment`). */
+  memoryFullSlots: number | null;
+};
+const PLACEMENT_COLS = columns(["id", "name", "address", "node_group", "labels", "status", "capacity", "used", "usable_environments", "templates", "memory_full_slots"]);
+
+/** One node as placement reads it; undefined when there is none of that id. */
+export async function findPlacementNode(q: Queryable, id: string): Promise<PlacementNodeRow | undefined> {
+  return UUID_RE.test(id) ? q.maybeOne<PlacementNodeRow>(`SELECT ${PLACEMENT_COLS} FROM nodes WHERE id = $1`, [id]) : undefined;
+}
 
 /** Every node of `substrate` as placement reads it, by id (placement breaks ties by listing order). */
 export async function listPlacementNodes(q: Queryable, substrate: NodeRecord["substrate"]): Promise<PlacementNodeRow[]> {

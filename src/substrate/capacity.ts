@@ -11,6 +11,8 @@
  *   working-set estimate for each sandbox placed since or still booting then, minus one
  *   for each that ended since; admitted up to a share of host memory, and refused
  *   outright while the node reports memory pressure (PSI), before the OOM killer would act.
+ *   A node found past its target keeps its count: it takes a sandbox in place of each that
+ *   ended, up to the count it had then, below a harder limit.
  * - Disk: what the thin pool really holds at the last heartbeat, plus an estimate for each
  *   sandbox placed since, up to the pool less its reserve.
  *
@@ -36,6 +38,8 @@ export interface CapacitySettings {
   memoryTargetPercent: number;
   /** Memory pressure (PSI `some` avg10, percent) at or above which the node takes nothing. */
   memoryPressurePercent: number;
+  /** Share of host memory (percent) past which a full node takes nothing, not even in place of one that ended. */
+  memoryLimitPercent: number;
   /** Disk counted for a sandbox the pool has not measured yet (MiB; at most its disk). */
   diskRequestMib: number;
 }
@@ -45,16 +49,18 @@ export const DEFAULT_CAPACITY: Readonly<CapacitySettings> = {
   memoryRequestMib: 32,
   memoryTargetPercent: 85,
   memoryPressurePercent: 20,
+  memoryLimitPercent: 92,
   diskRequestMib: 64,
 };
 
 /** The settings from SPACE_CAPACITY_*. */
-export function capacitySettings(c: Pick<Config, "SPACE_CAPACITY_CPU_REQUEST_MILLI" | "SPACE_CAPACITY_MEMORY_REQUEST_MIB" | "SPACE_CAPACITY_MEMORY_TARGET_PERCENT" | "SPACE_CAPACITY_MEMORY_PRESSURE_PERCENT" | "SPACE_CAPACITY_DISK_REQUEST_MIB">): CapacitySettings {
+export function capacitySettings(c: Pick<Config, "SPACE_CAPACITY_CPU_REQUEST_MILLI" | "SPACE_CAPACITY_MEMORY_REQUEST_MIB" | "SPACE_CAPACITY_MEMORY_TARGET_PERCENT" | "SPACE_CAPACITY_MEMORY_PRESSURE_PERCENT" | "SPACE_CAPACITY_MEMORY_LIMIT_PERCENT" | "SPACE_CAPACITY_DISK_REQUEST_MIB">): CapacitySettings {
   return {
     cpuRequestMilli: c.SPACE_CAPACITY_CPU_REQUEST_MILLI,
     memoryRequestMib: c.SPACE_CAPACITY_MEMORY_REQUEST_MIB,
     memoryTargetPercent: c.SPACE_CAPACITY_MEMORY_TARGET_PERCENT,
     memoryPressurePercent: c.SPACE_CAPACITY_MEMORY_PRESSURE_PERCENT,
+    memoryLimitPercent: c.SPACE_CAPACITY_MEMORY_LIMIT_PERCENT,
     diskRequestMib: c.SPACE_CAPACITY_DISK_REQUEST_MIB,
   };
 }
@@ -79,6 +85,11 @@ export interface NodeMeasured {
 export interface CapacityNode {
   capacity: Capacity | null;
   measured: NodeMeasured;
+  /**
+   * The sandboxes it held when a heartbeat first found it past its memory target, while it
+   * stays past (the store's `memory_full_slots`): up to that count, one ended is room for one new.
+   */
+  fullSlots?: number;
 }
 
 /** The node's use as the model estimates it now, in the node's own units. */
@@ -136,10 +147,33 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
   const req = requestOf(w, s);
   if (use.networkSlots + req.networkSlots > budget.networkSlots) return "no_network_slots";
   if ((n.measured.memoryPressure ?? 0) >= s.memoryPressurePercent) return "no_memory";
-  if (use.memoryMib + req.memoryMib > budget.memoryMib) return "no_memory";
+  const memoryAfter = use.memoryMib + req.memoryMib;
+  if (memoryAfter > budget.memoryMib && !inPlaceOfEnded(n.fullSlots, held, memoryAfter <= (n.capacity.memoryMib * s.memoryLimitPercent) / 100)) return "no_memory";
   if (use.vcpu + req.vcpu > budget.vcpu) return "no_vcpu";
   if (budget.diskMib > 0 && use.diskMib + req.diskMib > budget.diskMib) return "no_disk";
   return true;
+}
+
+/**
+ * A node past its memory target because its sandboxes grew after they were measured
+ * (envd's code warming up, a workload's cache) is still full at the count it had: a
+ * sandbox that ended there is room for a new one at once, as it would be at the target.
+ * Not beyond that count, and not past the limit share of host memory.
+ */
+function inPlaceOfEnded(fullSlots: number | undefined, held: Readonly<NodeHeld>, underLimit: boolean): boolean {
+  return fullSlots !== undefined && held.slots + 1 <= fullSlots && underLimit;
+}
+
+/**
+ * Whether host memory in use, as the node measured it, is past its memory target; undefined
+ * when it published no measurement. A heartbeat stores it with the node's count (store
+ * capacity-ledger.ts `memoryFullSlotsAssignment`).
+ */
+export function memoryPastTarget(published: { capacity?: Readonly<Record<string, number>>; used?: Readonly<Record<string, number>> }, s: Readonly<CapacitySettings>): boolean | undefined {
+  const cap = capacityOf(published.capacity ?? {});
+  const available = measuredOf(published.used ?? {}).memoryAvailableMib;
+  if (!cap || available === undefined) return undefined;
+  return cap.memoryMib - available > budgetOf(cap, s).memoryMib;
 }
 
 /** Reads what a node measured from the `used` it published (unknown keys ignored). */
@@ -181,7 +215,11 @@ export interface CapacityLedger {
 
 /** The store's ledger (src/store/capacity-ledger.ts). */
 export function storeCapacityLedger(db: Db): CapacityLedger {
-  const nodeOf = (p: PublishedNode): CapacityNode => ({ capacity: capacityOf(p.capacity), measured: measuredOf(p.used) });
+  const nodeOf = (p: PublishedNode): CapacityNode => ({
+    capacity: capacityOf(p.capacity),
+    measured: measuredOf(p.used),
+    ...(p.fullSlots !== null ? { fullSlots: p.fullSlots } : {}),
+  });
   return {
     held: async () => {
       const at = performance.now();

@@ -140,6 +140,19 @@ for (const engine of testEngines()) {
         });
         assert.equal(hb.status, 200);
         assert.equal(hb.body.status, "ready");
+        // A heartbeat that finds the node past its memory target (85% of 4096 = 3481.6 MiB)
+        // records the sandboxes it holds (none here); one back under it clears the count.
+        const fullSlots = async () => (await s.t.db.one<{ n: number | null }>(`SELECT memory_full_slots AS n FROM nodes WHERE id = $1`, [id])).n;
+        const measured = (memoryAvailableMib: number) =>
+          s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, {
+            address: "http://10.9.1.1:3002",
+            capacity: { networkSlots: 5, vcpu: 4, memoryMib: 4096, diskMib: 1000 },
+            used: { memoryAvailableMib, memoryPressure: 0 },
+          });
+        assert.equal((await measured(400)).status, 200);
+        assert.equal(await fullSlots(), 0);
+        assert.equal((await measured(1000)).status, 200);
+        assert.equal(await fullSlots(), null);
         const moved = await s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, { address: "http://10.9.1.2:3002" });
         assert.equal(moved.status, 409);
         assert.match(moved.body.message, /register again/);

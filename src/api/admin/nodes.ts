@@ -50,6 +50,7 @@ import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
 import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../../sandboxes/node-reports.ts";
 import { NodeClient } from "../../substrate/node-client.ts";
+import { DEFAULT_CAPACITY, memoryPastTarget, type CapacitySettings } from "../../substrate/capacity.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
 import { parseInput as parse, toErrorBody } from "../error-body.ts";
@@ -77,6 +78,8 @@ export interface NodeAdminDeps {
    * registers without them. Admin credentials may set any label. Empty = no fence.
    */
   labelPrefixes?: readonly string[];
+  /** The capacity model's settings: a heartbeat records whether the node is past its memory target (default DEFAULT_CAPACITY). */
+  capacity?: Readonly<CapacitySettings>;
 }
 
 const base = "/admin/api/v1/nodes";
@@ -169,7 +172,9 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
     await nodeWriter(req);
     const { id } = parse(IdParams, req.params, "path");
     const b = parse(HeartbeatBody, req.body, "body");
+    const pastTarget = b.capacity && b.used ? memoryPastTarget({ capacity: b.capacity, used: b.used }, deps.capacity ?? DEFAULT_CAPACITY) : undefined;
     const n = await recordHeartbeat(deps.db, id, {
+      ...(pastTarget !== undefined ? { memoryPastTarget: pastTarget } : {}),
       address: b.address.replace(/\/+$/, ""),
       ...(b.capacity ? { capacity: b.capacity } : {}),
       ...(b.used ? { used: b.used } : {}),
