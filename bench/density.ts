@@ -90,6 +90,16 @@ async function main() {
     }
     return ms.sort((a, b) => a - b);
   };
+  // What admission reads at that moment: host memory in use against the target, memory
+  // pressure (PSI some avg10, as the node measures it) and the node's count while past its target.
+  const nodeState = async () => {
+    const total = await memTotalMib();
+    const inUse = round(((total - (await memAvailableMib())) / total) * 100);
+    const psi = /some avg10=([\d.]+)/.exec(await readFile("/proc/pressure/memory", "utf8"))?.[1] ?? "?";
+    const res = await fetch(`${stack.apiUrl}/admin/api/v1/nodes`, { headers: { authorization: `Bearer ${stack.adminToken}` } });
+    const { nodes } = (await res.json()) as { nodes: Array<{ memory_full_slots: number | null }> };
+    return `in use ${inUse}% (target ${targetPercent}%), pressure ${psi}%, full count ${nodes.map((n) => n.memory_full_slots ?? "none").join(",")}`;
+  };
   const rows: Array<Record<string, string | number>> = [];
   try {
     // Baseline: one sandbox on an empty node.
@@ -122,6 +132,7 @@ async function main() {
         // (retrying on 429 after Retry-After), and the note says when the last got in.
         const kills = Number(values.kills);
         await Promise.all(held.splice(0, kills).map((s) => s.kill()));
+        const state = await nodeState();
         const k0 = performance.now();
         const after = await Promise.allSettled(Array.from({ length: kills }, () => create({ retries: 0 })));
         const admitted = after.filter((r) => r.status === "fulfilled").length;
@@ -132,7 +143,7 @@ async function main() {
         rows.push({
           row: "create after kills on a full node",
           value: `${admitted} of ${kills} admitted at once`,
-          note: `${later} more with the SDK's retries; all done in ${round(performance.now() - k0)} ms after the kills`,
+          note: `${later} more with the SDK's retries; all done in ${round(performance.now() - k0)} ms after the kills; the node after the kills: ${state}`,
         });
 
         // Overfill: a burst on the full node. Memory is the cap here, and it is measured: what

@@ -21,6 +21,8 @@ export interface FleetNode extends NodeRecord {
   /** Why the status is what it is (operator note, liveness reason). */
   statusReason: string | null;
   statusChangedAt: Date;
+  /** Its count while past its memory target (capacity-ledger.ts `memoryFullSlotsAssignment`). */
+  memoryFullSlots: number | null;
 }
 
 const COLS = columns([
@@ -43,6 +45,7 @@ const COLS = columns([
   "verified_at",
   "status_reason",
   "status_changed_at",
+  "memory_full_slots",
 ]);
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

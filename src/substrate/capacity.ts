@@ -146,7 +146,7 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
   const budget = budgetOf(n.capacity, s);
   const req = requestOf(w, s);
   if (use.networkSlots + req.networkSlots > budget.networkSlots) return "no_network_slots";
-  if ((n.measured.memoryPressure ?? 0) >= s.memoryPressurePercent) return "no_memory";
+  if ((n.measured.memoryPressure ?? 0) >= s.memoryPressurePercent) return "memory_pressure";
   const memoryAfter = use.memoryMib + req.memoryMib;
   if (memoryAfter > budget.memoryMib && !inPlaceOfEnded(n.fullSlots, held, memoryAfter <= (n.capacity.memoryMib * s.memoryLimitPercent) / 100)) return "no_memory";
   if (use.vcpu + req.vcpu > budget.vcpu) return "no_vcpu";

@@ -94,6 +94,7 @@ export const rejectReasons = [
   "environment_not_usable",
   "no_network_slots",
   "no_memory",
+  "memory_pressure",
   "no_vcpu",
   "no_disk",
 ] as const;
@@ -239,7 +240,7 @@ export function requirePlacement(
   });
 }
 
-const isCapacityReason = (r: RejectReason) => r === "no_network_slots" || r === "no_memory" || r === "no_vcpu" || r === "no_disk";
+const isCapacityReason = (r: RejectReason) => r === "no_network_slots" || r === "no_memory" || r === "memory_pressure" || r === "no_vcpu" || r === "no_disk";
 
 function statusReject(status: string): RejectReason | null {
   switch (status) {
@@ -365,6 +366,7 @@ const reasonText: Record<RejectReason, (n: number, w: PlacementWork) => string> 
     `${n} ${nodes(n)} ${n === 1 ? "lacks" : "lack"} environment ${w.environment?.kind === "bound" ? w.environment.environment : "?"}`,
   no_network_slots: (n) => `${n} ${nodes(n)} full (network slots)`,
   no_memory: (n) => `${n} ${nodes(n)} full (memory)`,
+  memory_pressure: (n) => `${n} ${nodes(n)} under memory pressure`,
   no_vcpu: (n) => `${n} ${nodes(n)} full (vcpu)`,
   no_disk: (n) => `${n} ${nodes(n)} full (disk)`,
 };

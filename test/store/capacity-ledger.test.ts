@@ -125,7 +125,7 @@ for (const engine of testEngines()) {
       assert.equal((await s.place(work(booting), AbortSignal.timeout(10_000))).nodeId, nodeId);
       await heartbeatNode(t.db, nodeId, { used: { settled: 17, memoryAvailableMib: 5_000, memoryPressure: 35 } });
       const [late] = await rows(1) as [SandboxId];
-      await assert.rejects(s.place(work(late), AbortSignal.timeout(10_000)), isFull("memory"));
+      await assert.rejects(s.place(work(late), AbortSignal.timeout(10_000)), (e: unknown) => e instanceof SpaceError && e.code === "resource_exhausted" && e.message.includes("1 node under memory pressure"));
     });
 
     it("a node found past its memory target keeps its count: an ended sandbox's room is taken at once, never more, never past the limit; back under the target the count is forgotten", async () => {

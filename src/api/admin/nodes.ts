@@ -328,6 +328,7 @@ export function present(n: FleetNode) {
     status_changed_at: iso(n.statusChangedAt),
     capacity: n.capacity,
     used: n.used,
+    memory_full_slots: n.memoryFullSlots,
     usable_environments: n.usableEnvironments,
     templates: n.templates,
     version: n.version,
