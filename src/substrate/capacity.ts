@@ -146,9 +146,11 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
   const budget = budgetOf(n.capacity, s);
   const req = requestOf(w, s);
   if (use.networkSlots + req.networkSlots > budget.networkSlots) return "no_network_slots";
-  if ((n.measured.memoryPressure ?? 0) >= s.memoryPressurePercent) return "memory_pressure";
   const memoryAfter = use.memoryMib + req.memoryMib;
-  if (memoryAfter > budget.memoryMib && !inPlaceOfEnded(n.fullSlots, held, memoryAfter <= (n.capacity.memoryMib * s.memoryLimitPercent) / 100)) return "no_memory";
+  if (!inPlaceOfEnded(n.fullSlots, held, memoryAfter <= (n.capacity.memoryMib * s.memoryLimitPercent) / 100)) {
+    if ((n.measured.memoryPressure ?? 0) >= s.memoryPressurePercent) return "memory_pressure";
+    if (memoryAfter > budget.memoryMib) return "no_memory";
+  }
   if (use.vcpu + req.vcpu > budget.vcpu) return "no_vcpu";
   if (budget.diskMib > 0 && use.diskMib + req.diskMib > budget.diskMib) return "no_disk";
   return true;
@@ -158,7 +160,9 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
  * A node past its memory target because its sandboxes grew after they were measured
  * (envd's code warming up, a workload's cache) is still full at the count it had: a
  * sandbox that ended there is room for a new one at once, as it would be at the target.
- * Not beyond that count, and not past the limit share of host memory.
+ * Not beyond that count, and not past the limit share of host memory. Memory pressure does
+ * not stop it: pressure refuses growth, and this is turnover (a full node reclaims all the
+ * time, so a pressure refusal would turn "at once" into "at the next quiet moment").
  */
 function inPlaceOfEnded(fullSlots: number | undefined, held: Readonly<NodeHeld>, underLimit: boolean): boolean {
   return fullSlots !== undefined && held.slots + 1 <= fullSlots && underLimit;

@@ -154,12 +154,14 @@ for (const engine of testEngines()) {
       assert.equal((await place(a)).nodeId, nodeId);
       assert.equal((await place(b)).nodeId, nodeId);
       await assert.rejects(place(c), isFull("memory"));
-      // Measured again, still past: the count stays what it was when first found so (10), not
-      // what it holds now: one more ending is room for one more.
+      // Measured again, still past and now under memory pressure: the count stays what it was
+      // when first found so (10), not what it holds now, and pressure refuses growth, not
+      // turnover: one more ending is room for one more, and nothing beyond.
       await end(held[2]!);
-      await measure({ settled: 9, memoryAvailableMib: 1_250, memoryPressure: 0 });
+      await measure({ settled: 9, memoryAvailableMib: 1_250, memoryPressure: 30 });
       assert.equal(await fullSlots(), 10);
       assert.equal((await place(c)).nodeId, nodeId);
+      await assert.rejects(place(d), (e: unknown) => e instanceof SpaceError && e.message.includes("1 node under memory pressure"));
       // Past the limit (9 300 in use), not even in place of one that ended.
       await end(held[3]!);
       await measure({ settled: 9, memoryAvailableMib: 700, memoryPressure: 0 });
