@@ -95,10 +95,11 @@ async function main() {
   const nodeState = async () => {
     const total = await memTotalMib();
     const inUse = round(((total - (await memAvailableMib())) / total) * 100);
-    const psi = /some avg10=([\d.]+)/.exec(await readFile("/proc/pressure/memory", "utf8"))?.[1] ?? "?";
+    const pressure = await readFile("/proc/pressure/memory", "utf8");
+    const psi = (kind: string) => new RegExp(`${kind} avg10=([\\d.]+)`).exec(pressure)?.[1] ?? "?";
     const res = await fetch(`${stack.apiUrl}/admin/api/v1/nodes`, { headers: { authorization: `Bearer ${stack.adminToken}` } });
     const { nodes } = (await res.json()) as { nodes: Array<{ memory_full_slots: number | null }> };
-    return `in use ${inUse}% (target ${targetPercent}%), pressure ${psi}%, full count ${nodes.map((n) => n.memory_full_slots ?? "none").join(",")}`;
+    return `in use ${inUse}% (target ${targetPercent}%), pressure ${psi("some")}% (full ${psi("full")}%), full count ${nodes.map((n) => n.memory_full_slots ?? "none").join(",")}`;
   };
   const rows: Array<Record<string, string | number>> = [];
   try {
