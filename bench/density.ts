@@ -3,14 +3,14 @@
  * (`--batch` at a time) until the node refuses (429) or `--max`; host memory per sandbox
  * (MemAvailable before − after, over the count); command round trips (`commands.run('true')`,
  * `--commands` spread over the held sandboxes) p50/p99 beside the same on one sandbox before the
- * fill (the baseline, same run). The commands run `--settle` seconds after the fill: idle
- * sandboxes, not ones still booting. Then, when the fill was refused: the settled node topped up
+ * fill (the baseline, same run) and on the way at `--at` held (the fill pauses for them). The
+ * commands run `--settle` seconds after the fill (or the pause): idle sandboxes, not ones still booting. Then, when the fill was refused: the settled node topped up
  * until it refuses again (a refusal under the boots' load may be memory pressure that passes);
  * create after kills on that full node (kill `--kills`, then as many creates at once: admitted
  * and how long); overfill past the cap (`--overfill` creates at once on the full node: memory is
  * the cap, measured, so what they add beyond the memory budget once the node measured them).
  *
- *   npm run bench -- density [--max 600] [--batch 10] [--commands 200] [--kills 5] [--overfill 20] [--settle 30] [--json]
+ *   npm run bench -- density [--max 600] [--at 500] [--batch 10] [--commands 200] [--kills 5] [--overfill 20] [--settle 30] [--json]
  *
  * Starts the real stack (`space up` in a temp data dir) with the node's defaults — the test
  * harness's 200-slot /24 replaced by the default SPACE_NODE_MAX_SLOTS on a /22 of its own —
@@ -64,6 +64,7 @@ async function main() {
       kills: { type: "string", default: "5" },
       overfill: { type: "string", default: "20" },
       settle: { type: "string", default: "30" },
+      at: { type: "string", default: "500" },
       json: { type: "boolean", default: false },
     },
   });
@@ -109,17 +110,31 @@ async function main() {
     const baseline = await roundTrips([first], Number(values.commands));
     const before = await memAvailableMib();
 
+    const settle = () => new Promise((r) => setTimeout(r, Number(values.settle) * 1000));
     const t0 = performance.now();
-    const { refusal } = await fill(held, create, batch, max);
-    const fillS = (performance.now() - t0) / 1000;
+    // On the way: the same round trips at `--at` held, settled alike (the fill pauses for them).
+    const at = Math.min(Number(values.at), max);
+    let { refusal } = await fill(held, create, batch, at);
+    let pausedMs = 0;
+    let midway: { ms: number[]; load: number; held: number } | undefined;
+    if (!refusal && at < max) {
+      const p0 = performance.now();
+      await settle();
+      const load = loadavg()[0]!;
+      midway = { ms: await roundTrips(held, Number(values.commands)), load, held: held.length };
+      pausedMs = performance.now() - p0;
+      ({ refusal } = await fill(held, create, batch, max));
+    }
+    const fillS = (performance.now() - t0 - pausedMs) / 1000;
     // Idle means after the boots: envd's first pulls and samples, the page cache, the load they left.
-    await new Promise((r) => setTimeout(r, Number(values.settle) * 1000));
+    await settle();
     const settledLoad = loadavg()[0]!;
     const perSandboxMib = (before - (await memAvailableMib())) / Math.max(1, held.length - 1);
     const loaded = await roundTrips(held, Number(values.commands));
     rows.push({ row: "idle sandboxes held (defaults)", value: held.length, note: refusal ? `refused: ${refusal}` : `stopped at --max ${max}` });
     rows.push({ row: "fill time (s)", value: round(fillS), note: `${batch} at a time` });
     rows.push({ row: "host memory per idle sandbox (MiB)", value: round(perSandboxMib), note: "MemAvailable delta" });
+    if (midway) rows.push({ row: `commands p50 / p99 (ms), ${midway.held} held`, value: `${round(percentile(midway.ms, 50))} / ${round(percentile(midway.ms, 99))}`, note: `${values.settle} s after they were created, load ${midway.load.toFixed(1)}` });
     rows.push({ row: "commands p50 / p99 (ms), full node", value: `${round(percentile(loaded, 50))} / ${round(percentile(loaded, 99))}`, note: `${values.settle} s after the fill, load ${settledLoad.toFixed(1)}; baseline 1 sandbox: ${round(percentile(baseline, 50))} / ${round(percentile(baseline, 99))}` });
 
     if (refusal) {
