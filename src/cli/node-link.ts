@@ -27,8 +27,7 @@ export function storePublisher(db: Db, address: () => string, nodeGroup: string,
     };
     if (registered) {
       try {
-        const pastTarget = memoryPastTarget(published, capacity);
-        await heartbeatNode(db, inv.nodeId as NodeId, { ...published, address: address(), ...(pastTarget !== undefined ? { memoryPastTarget: pastTarget } : {}) });
+        await heartbeatNode(db, inv.nodeId as NodeId, { ...published, address: address(), memoryPastTarget: memoryPastTarget(published, capacity) });
         return;
       } catch (e) {
         // Unknown to the store (e.g. deleted by an operator): register again below.

@@ -246,7 +246,7 @@ export function toNodeEntry(n: PlacementNodeRow): NodeEntry {
       ? { vcpu: num("vcpu") ?? 0, memoryMib: num("memoryMib") ?? 0, diskMib: num("diskMib") ?? 0, networkSlots: num("networkSlots", "slots") ?? 0 }
       : null,
     measured: measuredOf(used),
-    ...(n.memoryFullSlots !== null ? { fullSlots: n.memoryFullSlots } : {}),
+    ...(n.memoryFullSlots !== null ? { memoryFullSlots: n.memoryFullSlots } : {}),
     templates: inventory(n).map((t) => t.templateId),
   };
 }

@@ -28,7 +28,7 @@ export interface PublishedNode {
   capacity: Record<string, number>;
   used: Record<string, number>;
   /** `memory_full_slots`: see `memoryFullSlotsAssignment`. */
-  fullSlots: number | null;
+  memoryFullSlots: number | null;
 }
 
 /**
@@ -89,12 +89,12 @@ export async function reserveCapacity<R extends string>(
   for (const nodeId of candidates) {
     const placed = await db.transaction(async (tx) => {
       const node = await tx.maybeOne<PublishedNode>(
-        `SELECT capacity, used, memory_full_slots AS "fullSlots" FROM nodes WHERE id = $1 AND status = 'ready' FOR NO KEY UPDATE`,
+        `SELECT capacity, used, memory_full_slots AS "memoryFullSlots" FROM nodes WHERE id = $1 AND status = 'ready' FOR NO KEY UPDATE`,
         [nodeId],
       );
       if (!node) return "unavailable" as const;
       const row = await tx.maybeOne<HeldRow>(`${HELD} AND node_id = $4 AND id <> $5 GROUP BY node_id`, [...heldParams(), nodeId, sandboxId]);
-      const verdict = admit({ capacity: node.capacity ?? {}, used: node.used ?? {}, fullSlots: node.fullSlots }, row ?? { slots: 0, vcpu: 0, disk: 0 });
+      const verdict = admit({ capacity: node.capacity ?? {}, used: node.used ?? {}, memoryFullSlots: node.memoryFullSlots }, row ?? { slots: 0, vcpu: 0, disk: 0 });
       if (verdict !== true) return verdict;
       const n = await tx.execute(`UPDATE sandboxes SET node_id = $2, generation = generation + 1, updated_at = now() WHERE id = $1`, [sandboxId, nodeId]);
       if (n === 0) throw new SpaceError("not_found", `sandbox ${sandboxId} was removed while it was being placed`);

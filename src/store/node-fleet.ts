@@ -173,7 +173,7 @@ export interface FleetHeartbeat {
   usableEnvironments?: string[];
   templates?: unknown[];
   /** Whether what it measured is past its memory target (capacity.ts `memoryPastTarget`); absent = not measured, changes nothing. */
-  memoryPastTarget?: boolean;
+  memoryPastTarget?: boolean | undefined;
 }
 
 /**

@@ -88,7 +88,7 @@ export interface NodeHeartbeat {
   labels?: Record<string, string>;
   address?: string;
   /** Whether what it measured is past its memory target (capacity.ts `memoryPastTarget`); absent = not measured, changes nothing. */
-  memoryPastTarget?: boolean;
+  memoryPastTarget?: boolean | undefined;
 }
 
 /**

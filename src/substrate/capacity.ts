@@ -89,7 +89,7 @@ export interface CapacityNode {
    * The sandboxes it held when a heartbeat first found it past its memory target, while it
    * stays past (the store's `memory_full_slots`): up to that count, one ended is room for one new.
    */
-  fullSlots?: number;
+  memoryFullSlots?: number;
 }
 
 /** The node's use as the model estimates it now, in the node's own units. */
@@ -147,7 +147,7 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
   const req = requestOf(w, s);
   if (use.networkSlots + req.networkSlots > budget.networkSlots) return "no_network_slots";
   const memoryAfter = use.memoryMib + req.memoryMib;
-  if (!inPlaceOfEnded(n.fullSlots, held, memoryAfter <= (n.capacity.memoryMib * s.memoryLimitPercent) / 100)) {
+  if (!inPlaceOfEnded(n.memoryFullSlots, held, memoryAfter <= (n.capacity.memoryMib * s.memoryLimitPercent) / 100)) {
     if ((n.measured.memoryPressure ?? 0) >= s.memoryPressurePercent) return "memory_pressure";
     if (memoryAfter > budget.memoryMib) return "no_memory";
   }
@@ -164,8 +164,8 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
  * not stop it: pressure refuses growth, and this is turnover (a full node reclaims all the
  * time, so a pressure refusal would turn "at once" into "at the next quiet moment").
  */
-function inPlaceOfEnded(fullSlots: number | undefined, held: Readonly<NodeHeld>, underLimit: boolean): boolean {
-  return fullSlots !== undefined && held.slots + 1 <= fullSlots && underLimit;
+function inPlaceOfEnded(memoryFullSlots: number | undefined, held: Readonly<NodeHeld>, underLimit: boolean): boolean {
+  return memoryFullSlots !== undefined && held.slots + 1 <= memoryFullSlots && underLimit;
 }
 
 /**
@@ -222,7 +222,7 @@ export function storeCapacityLedger(db: Db): CapacityLedger {
   const nodeOf = (p: PublishedNode): CapacityNode => ({
     capacity: capacityOf(p.capacity),
     measured: measuredOf(p.used),
-    ...(p.fullSlots !== null ? { fullSlots: p.fullSlots } : {}),
+    ...(p.memoryFullSlots !== null ? { memoryFullSlots: p.memoryFullSlots } : {}),
   });
   return {
     held: async () => {

@@ -13,8 +13,8 @@ export interface NodeEntry extends PlacementNode {
   url: string;
   /** What the node measured at its last heartbeat (the capacity model reconciles with it). */
   measured?: NodeMeasured;
-  /** Its count while past its memory target (capacity.ts `CapacityNode.fullSlots`). */
-  fullSlots?: number;
+  /** Its count while past its memory target (capacity.ts `CapacityNode.memoryFullSlots`). */
+  memoryFullSlots?: number;
 }
 
 export interface NodeListOptions {

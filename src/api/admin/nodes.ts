@@ -172,9 +172,8 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
     await nodeWriter(req);
     const { id } = parse(IdParams, req.params, "path");
     const b = parse(HeartbeatBody, req.body, "body");
-    const pastTarget = b.capacity && b.used ? memoryPastTarget({ capacity: b.capacity, used: b.used }, deps.capacity ?? DEFAULT_CAPACITY) : undefined;
     const n = await recordHeartbeat(deps.db, id, {
-      ...(pastTarget !== undefined ? { memoryPastTarget: pastTarget } : {}),
+      memoryPastTarget: b.capacity && b.used ? memoryPastTarget({ capacity: b.capacity, used: b.used }, deps.capacity ?? DEFAULT_CAPACITY) : undefined,
       address: b.address.replace(/\/+$/, ""),
       ...(b.capacity ? { capacity: b.capacity } : {}),
       ...(b.used ? { used: b.used } : {}),

@@ -204,7 +204,7 @@ export class DirectSubstrate extends NodeApiSubstrate implements Substrate {
       held,
       nodes: listed.map((n) => ({ ...withEstimate(n, n.measured ?? {}, heldOn(n.id), s), url: n.url })),
       index: new Map(listed.map((n, i) => [n.id, i])),
-      capacity: new Map(listed.map((n) => [n.id, { capacity: n.capacity ?? null, measured: n.measured ?? {}, ...(n.fullSlots !== undefined ? { fullSlots: n.fullSlots } : {}) }])),
+      capacity: new Map(listed.map((n) => [n.id, { capacity: n.capacity ?? null, measured: n.measured ?? {}, ...(n.memoryFullSlots !== undefined ? { memoryFullSlots: n.memoryFullSlots } : {}) }])),
     };
     this.#view = view;
     return view;
