@@ -18,12 +18,16 @@ export type EnvdLaunch = { kind: "snapshot" | "bundle"; argv: (port: number) => 
 const SNAPSHOT: EnvdLaunch = { kind: "snapshot", argv: (port) => [NODE_MOUNT, "--snapshot-blob", `${ENVD_MOUNT}/envd.blob`, "--", "--port", String(port)] };
 export const BUNDLE: EnvdLaunch = { kind: "bundle", argv: (port) => [NODE_MOUNT, `${ENVD_MOUNT}/envd.mjs`, "--port", String(port)] };
 
-/** The node version a snapshot was built by (`envd.blob.json`), or undefined without one. */
+/** The node version a snapshot was built by (`envd.blob.json`), or undefined without a readable record (then the bundle). */
 async function snapshotNodeVersion(envdDir: string): Promise<string | undefined> {
   const meta = await readFile(join(envdDir, "envd.blob.json"), "utf8").catch(() => undefined);
   if (meta === undefined) return undefined;
-  const v = (JSON.parse(meta) as { node?: unknown }).node;
-  return typeof v === "string" ? v : undefined;
+  try {
+    const v = (JSON.parse(meta) as { node?: unknown }).node;
+    return typeof v === "string" ? v : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export async function envdLaunch(envdDir: string, nodeBinary: string, logger: Logger): Promise<EnvdLaunch> {
