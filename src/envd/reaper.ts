@@ -6,6 +6,10 @@
  * reap those envd does not track itself (libuv and node-pty reap their own, and a pid
  * is tracked from the tick it is spawned until its exit has been observed).
  * Without the addon, zombies are only counted and logged.
+ *
+ * A sweep runs when a child ends (SIGCHLD: an orphan's end signals PID 1 too), not on a
+ * short timer: a node holds hundreds of idle sandboxes, and a timer per envd woke each one
+ * every second for nothing. The slow timer is only a safety net.
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { loadAddon, type Log } from "./native-addon.ts";
@@ -32,7 +36,7 @@ export interface Reaper {
   stop(): void;
 }
 
-export function startReaper(dir: string, isTracked: (pid: number) => boolean, log: Log, intervalMs = 1000): Reaper {
+export function startReaper(dir: string, isTracked: (pid: number) => boolean, log: Log, intervalMs = 60_000): Reaper {
   const addon = loadAddon<{ reap(pid: number): number }>(dir, "reaper", log);
   if (!addon) log("no reaper addon: orphaned zombies will accumulate (counted only)");
   let lastCount = 0;
@@ -51,7 +55,24 @@ export function startReaper(dir: string, isTracked: (pid: number) => boolean, lo
     if (left !== lastCount && left > 0) log("unreaped zombie children", { count: left });
     lastCount = left;
   };
+  // Signals that come together get one sweep, after the tick's own exit handling (libuv reaps its children first).
+  let queued = false;
+  const onChild = () => {
+    if (queued) return;
+    queued = true;
+    setImmediate(() => {
+      queued = false;
+      sweep();
+    });
+  };
+  process.on("SIGCHLD", onChild);
   const t = setInterval(sweep, intervalMs);
   t.unref();
-  return { sweep, stop: () => clearInterval(t) };
+  return {
+    sweep,
+    stop: () => {
+      clearInterval(t);
+      process.off("SIGCHLD", onChild);
+    },
+  };
 }

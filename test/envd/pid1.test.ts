@@ -25,3 +25,16 @@ test("envd as PID 1: reaps orphaned zombies, exits cleanly on SIGTERM", async ()
     await envd.stop();
   }
 });
+
+test("envd as PID 1: orphans that end while nothing else runs are reaped at their end, not at a later command's", async () => {
+  const envd = await startEnvd({ snapshot: true, pid1: true });
+  try {
+    // The sleeps end ~0.3 s after their shell; no process envd tracks ends after them.
+    await run(envd, "for i in 1 2 3; do sleep 0.3 & done; exit 0");
+    await new Promise((r) => setTimeout(r, 1500));
+    // Counted before this command ends (its own end would make envd sweep).
+    assert.equal((await run(envd, "cat /proc/[0-9]*/stat 2>/dev/null | awk '$3==\"Z\"' | wc -l")).trim(), "0");
+  } finally {
+    await envd.stop();
+  }
+});
