@@ -3,8 +3,12 @@
  * without page cache) and its disk store (what the disk holds). The disk's usage costs a
  * `btrfs qgroup show`; the node's periodic sampling reuses a reading up to `diskMaxAgeMs`
  * old so a full node does not run one per sandbox every few seconds.
+ *
+ * The cgroup files are read synchronously: the kernel answers in tens of microseconds, while
+ * a promise-based read of a file of unknown size takes four thread-pool round trips and a
+ * 64 KiB buffer, which made the samples of a node's idle sandboxes a large share of its CPU.
  */
-import { readFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Runtime } from "../../runtime/runtime.ts";
 import type { SandboxMetrics, SandboxSpec } from "../../contract/node-api.ts";
@@ -21,9 +25,16 @@ export interface Sampled {
 export async function sandboxMetrics(runtime: Runtime, disks: SandboxDisks, s: Sampled, signal: AbortSignal, diskMaxAgeMs = 0): Promise<SandboxMetrics> {
   const id = s.spec.sandboxId;
   const dirs = runtime.cgroupDirs(id);
-  const readNum = (p: string | undefined) => (p ? readFile(p, "utf8").then((x) => Number(x.trim()), () => 0) : Promise.resolve(0));
+  const readText = (p: string | undefined) => {
+    try {
+      return p ? readFileSync(p, "utf8") : "";
+    } catch {
+      return "";
+    }
+  };
+  const readNum = (p: string | undefined) => Number(readText(p).trim());
   let cpuUsedPct = 0;
-  const usage = await readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage"));
+  const usage = readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage"));
   const now = performance.now();
   let prev = s.cpuSample;
   if (!prev && usage) {
@@ -31,12 +42,12 @@ export async function sandboxMetrics(runtime: Runtime, disks: SandboxDisks, s: S
     prev = { at: now, usageNs: usage };
     await new Promise((r) => setTimeout(r, 100));
   }
-  const usage2 = prev && prev.at === now ? await readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage")) : usage;
+  const usage2 = prev && prev.at === now ? readNum(dirs.cpuacct && join(dirs.cpuacct, "cpuacct.usage")) : usage;
   const now2 = performance.now();
   if (prev && now2 > prev.at) cpuUsedPct = Math.min(100, ((usage2 - prev.usageNs) / 1e6 / (now2 - prev.at) / s.spec.vcpu) * 100);
   s.cpuSample = { at: now2, usageNs: usage2 };
-  const memUsed = await readNum(dirs.memory && join(dirs.memory, "memory.usage_in_bytes"));
-  const stat = dirs.memory ? await readFile(join(dirs.memory, "memory.stat"), "utf8").catch(() => "") : "";
+  const memUsed = readNum(dirs.memory && join(dirs.memory, "memory.usage_in_bytes"));
+  const stat = readText(dirs.memory && join(dirs.memory, "memory.stat"));
   const memCache = Number(/^total_cache (\d+)/m.exec(stat)?.[1] ?? /^cache (\d+)/m.exec(stat)?.[1] ?? 0);
   let diskUsed = s.diskSample && performance.now() - s.diskSample.at < diskMaxAgeMs ? s.diskSample.usedBytes : undefined;
   if (diskUsed === undefined) {
