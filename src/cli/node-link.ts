@@ -11,7 +11,7 @@ import { listSandboxesOnNode } from "../store/sandboxes.ts";
 import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../sandboxes/node-reports.ts";
 import type { Logger } from "../core/log.ts";
 import { VERSION } from "../core/version.ts";
-import { memoryPastTarget, type CapacitySettings } from "../substrate/capacity.ts";
+import { memoryStanding, type CapacitySettings } from "../substrate/capacity.ts";
 import { SpaceError } from "../core/errors.ts";
 import type { LocalNode } from "../api/gateway/gateway.ts";
 import type { NodeAgent } from "../node/agent.ts";
@@ -27,7 +27,7 @@ export function storePublisher(db: Db, address: () => string, nodeGroup: string,
     };
     if (registered) {
       try {
-        await heartbeatNode(db, inv.nodeId as NodeId, { ...published, address: address(), memoryPastTarget: memoryPastTarget(published, capacity) });
+        await heartbeatNode(db, inv.nodeId as NodeId, { ...published, address: address(), memoryStanding: memoryStanding(published, capacity) });
         return;
       } catch (e) {
         // Unknown to the store (e.g. deleted by an operator): register again below.

@@ -58,12 +58,20 @@ const HELD = `
 const heldParams = () => [[...slotStates], [...cpuStates], [...diskStates]];
 
 /**
+ * Where a node's measured memory stands against its target (substrate capacity.ts
+ * `memoryStanding`): `past` it, clearly `under` it, or `near` it (under, within the margin).
+ */
+export type MemoryStanding = "past" | "near" | "under";
+
+/**
  * The `SET` term a heartbeat writes `memory_full_slots` with (`nodeParam`: the node id's
  * placeholder): found past its memory target, the node keeps the count it had when first
- * found so, or takes the sandboxes holding a slot there now; back under, it forgets it.
+ * found so, or takes the sandboxes holding a slot there now; clearly under, it forgets it;
+ * near, it keeps what it had (a count, or none).
  */
-export function memoryFullSlotsAssignment(params: unknown[], nodeParam: string, pastTarget: boolean): string {
-  if (!pastTarget) return "memory_full_slots = NULL";
+export function memoryFullSlotsAssignment(params: unknown[], nodeParam: string, standing: MemoryStanding): string {
+  if (standing === "under") return "memory_full_slots = NULL";
+  if (standing === "near") return "memory_full_slots = memory_full_slots";
   params.push([...slotStates]);
   return `memory_full_slots = coalesce(memory_full_slots, (SELECT count(*)::int FROM sandboxes WHERE node_id = ${nodeParam} AND state = ANY($${params.length}::text[])))`;
 }

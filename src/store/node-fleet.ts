@@ -9,7 +9,7 @@ import type { NodeId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import type { NodeRecord, NodeStatus } from "./nodes.ts";
 import { columns, json } from "./sql.ts";
-import { memoryFullSlotsAssignment } from "./capacity-ledger.ts";
+import { memoryFullSlotsAssignment, type MemoryStanding } from "./capacity-ledger.ts";
 
 export type DrainMode = "gentle" | "forced";
 
@@ -172,8 +172,8 @@ export interface FleetHeartbeat {
   /** A complete inventory replaces the list; absent = inventory unavailable (changes nothing). */
   usableEnvironments?: string[];
   templates?: unknown[];
-  /** Whether what it measured is past its memory target (capacity.ts `memoryPastTarget`); absent = not measured, changes nothing. */
-  memoryPastTarget?: boolean | undefined;
+  /** Where what it measured stands against its memory target (capacity.ts `memoryStanding`); absent = not measured, changes nothing. */
+  memoryStanding?: MemoryStanding | undefined;
 }
 
 /**
@@ -198,7 +198,7 @@ export async function recordHeartbeat(q: Queryable, id: string, hb: FleetHeartbe
     params.push(hb.usableEnvironments);
     more = `, usable_environments = $${params.length}::text[]`;
   }
-  if (hb.memoryPastTarget !== undefined) more += `, ${memoryFullSlotsAssignment(params, "$1::uuid", hb.memoryPastTarget)}`;
+  if (hb.memoryStanding !== undefined) more += `, ${memoryFullSlotsAssignment(params, "$1::uuid", hb.memoryStanding)}`;
   return q.one<FleetNode>(
     `UPDATE nodes SET capacity = $2::jsonb, used = $3::jsonb, templates = $4::jsonb ${more},
             last_heartbeat_at = now(), updated_at = now(),

@@ -7,7 +7,7 @@ import { SpaceError } from "../core/errors.ts";
 import type { NodeId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import { columns, json, setClause } from "./sql.ts";
-import { memoryFullSlotsAssignment } from "./capacity-ledger.ts";
+import { memoryFullSlotsAssignment, type MemoryStanding } from "./capacity-ledger.ts";
 
 export const nodeStatuses = [
   /** Heartbeating; takes new sandboxes. */
@@ -87,8 +87,8 @@ export interface NodeHeartbeat {
   templates?: unknown[];
   labels?: Record<string, string>;
   address?: string;
-  /** Whether what it measured is past its memory target (capacity.ts `memoryPastTarget`); absent = not measured, changes nothing. */
-  memoryPastTarget?: boolean | undefined;
+  /** Where what it measured stands against its memory target (capacity.ts `memoryStanding`); absent = not measured, changes nothing. */
+  memoryStanding?: MemoryStanding | undefined;
 }
 
 /**
@@ -96,7 +96,7 @@ export interface NodeHeartbeat {
  * register again). An unavailable node becomes ready again.
  */
 export async function heartbeatNode(q: Queryable, id: NodeId, hb: NodeHeartbeat = {}): Promise<NodeRecord> {
-  const { memoryPastTarget, ...published } = hb;
+  const { memoryStanding, ...published } = hb;
   const params: unknown[] = [id];
   const sets = setClause(
     published,
@@ -110,7 +110,7 @@ export async function heartbeatNode(q: Queryable, id: NodeId, hb: NodeHeartbeat 
     },
     params,
   );
-  if (memoryPastTarget !== undefined) sets.push(memoryFullSlotsAssignment(params, "$1", memoryPastTarget));
+  if (memoryStanding !== undefined) sets.push(memoryFullSlotsAssignment(params, "$1", memoryStanding));
   sets.push("last_heartbeat_at = now()", "updated_at = now()", "status = CASE WHEN status = 'unavailable' THEN 'ready' ELSE status END");
   return q.one<NodeRecord>(`UPDATE nodes SET ${sets.join(", ")} WHERE id = $1 RETURNING ${COLS}`, params, `node ${id}`);
 }

@@ -11,8 +11,9 @@
  *   working-set estimate for each sandbox placed since or still booting then, minus one
  *   for each that ended since; admitted up to a share of host memory, and refused
  *   outright while the node reports memory pressure (PSI), before the OOM killer would act.
- *   A node found past its target keeps its count: it takes a sandbox in place of each that
- *   ended, up to the count it had then, below a harder limit.
+ *   A node found past its target keeps its count until it is found clearly under it: it
+ *   takes a sandbox in place of each that ended, up to the count it had then, below a
+ *   harder limit, and none beyond.
  * - Disk: what the thin pool really holds at the last heartbeat, plus an estimate for each
  *   sandbox placed since, up to the pool less its reserve.
  *
@@ -22,7 +23,7 @@
  */
 import type { Config } from "../core/config.ts";
 import type { Db } from "../store/db.ts";
-import { heldByNode, reserveCapacity, type NodeHeld, type PublishedNode } from "../store/capacity-ledger.ts";
+import { heldByNode, reserveCapacity, type MemoryStanding, type NodeHeld, type PublishedNode } from "../store/capacity-ledger.ts";
 import { BelievedRead, type Dated } from "./believed-read.ts";
 import type { Capacity, PlacementNode, PlacementWork, RejectReason } from "./placement.ts";
 
@@ -86,8 +87,9 @@ export interface CapacityNode {
   capacity: Capacity | null;
   measured: NodeMeasured;
   /**
-   * The sandboxes it held when a heartbeat first found it past its memory target, while it
-   * stays past (the store's `memory_full_slots`): up to that count, one ended is room for one new.
+   * The sandboxes it held when a heartbeat first found it past its memory target, until one
+   * finds it clearly under (the store's `memory_full_slots`, `memoryStanding`): up to that
+   * count, one ended is room for one new; beyond it, nothing.
    */
   memoryFullSlots?: number;
 }
@@ -149,7 +151,8 @@ export function admits(n: CapacityNode, held: Readonly<NodeHeld>, w: PlacementWo
   const memoryAfter = use.memoryMib + req.memoryMib;
   if (!inPlaceOfEnded(n.memoryFullSlots, held, memoryAfter <= (n.capacity.memoryMib * s.memoryLimitPercent) / 100)) {
     if ((n.measured.memoryPressure ?? 0) >= s.memoryPressurePercent) return "memory_pressure";
-    if (memoryAfter > budget.memoryMib) return "no_memory";
+    // A full node grows again only once measured clearly under its target (memoryStanding).
+    if (n.memoryFullSlots !== undefined || memoryAfter > budget.memoryMib) return "no_memory";
   }
   if (use.vcpu + req.vcpu > budget.vcpu) return "no_vcpu";
   if (budget.diskMib > 0 && use.diskMib + req.diskMib > budget.diskMib) return "no_disk";
@@ -169,15 +172,28 @@ function inPlaceOfEnded(memoryFullSlots: number | undefined, held: Readonly<Node
 }
 
 /**
- * Whether host memory in use, as the node measured it, is past its memory target; undefined
- * when it published no measurement. A heartbeat stores it with the node's count (store
+ * How far under its memory target a node must be measured before it forgets its count and
+ * grows again, in percent of its memory. Host memory in use moves by this much between two
+ * heartbeats on a full node (kills' memory returned over seconds, page cache reclaimed),
+ * so a node at its target would otherwise take a burst at one heartbeat and be past it at
+ * the next.
+ */
+export const MEMORY_FULL_RELEASE_PERCENT = 1;
+
+/**
+ * Where host memory in use, as the node measured it, stands against its memory target
+ * (`MemoryStanding`: `under` is by more than MEMORY_FULL_RELEASE_PERCENT); undefined when it
+ * published no measurement. A heartbeat stores it with the node's count (store
  * capacity-ledger.ts `memoryFullSlotsAssignment`).
  */
-export function memoryPastTarget(published: { capacity?: Readonly<Record<string, number>>; used?: Readonly<Record<string, number>> }, s: Readonly<CapacitySettings>): boolean | undefined {
+export function memoryStanding(published: { capacity?: Readonly<Record<string, number>>; used?: Readonly<Record<string, number>> }, s: Readonly<CapacitySettings>): MemoryStanding | undefined {
   const cap = capacityOf(published.capacity ?? {});
   const available = measuredOf(published.used ?? {}).memoryAvailableMib;
   if (!cap || available === undefined) return undefined;
-  return cap.memoryMib - available > budgetOf(cap, s).memoryMib;
+  const inUse = cap.memoryMib - available;
+  const target = budgetOf(cap, s).memoryMib;
+  if (inUse > target) return "past";
+  return inUse < target - (cap.memoryMib * MEMORY_FULL_RELEASE_PERCENT) / 100 ? "under" : "near";
 }
 
 /** Reads what a node measured from the `used` it published (unknown keys ignored). */

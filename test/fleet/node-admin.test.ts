@@ -141,7 +141,8 @@ for (const engine of testEngines()) {
         assert.equal(hb.status, 200);
         assert.equal(hb.body.status, "ready");
         // A heartbeat that finds the node past its memory target (85% of 4096 = 3481.6 MiB)
-        // records the sandboxes it holds (none here); one back under it clears the count.
+        // records the sandboxes it holds (none here); one near it (under by less than 1% of the
+        // host's memory) keeps it; one clearly under it clears it.
         const fullSlots = async () => (await s.t.db.one<{ n: number | null }>(`SELECT memory_full_slots AS n FROM nodes WHERE id = $1`, [id])).n;
         const measured = (memoryAvailableMib: number) =>
           s.call("POST", `/admin/api/v1/nodes/${id}/heartbeat`, {
@@ -150,6 +151,8 @@ for (const engine of testEngines()) {
             used: { memoryAvailableMib, memoryPressure: 0 },
           });
         assert.equal((await measured(400)).status, 200);
+        assert.equal(await fullSlots(), 0);
+        assert.equal((await measured(630)).status, 200);
         assert.equal(await fullSlots(), 0);
         assert.equal((await measured(1000)).status, 200);
         assert.equal(await fullSlots(), null);

@@ -50,7 +50,7 @@ import { deleteNode } from "../../store/nodes.ts";
 import { listSandboxesOnNode } from "../../store/sandboxes.ts";
 import { failMissingOnNode, failUnhealthy, type ReportTarget } from "../../sandboxes/node-reports.ts";
 import { NodeClient } from "../../substrate/node-client.ts";
-import { DEFAULT_CAPACITY, memoryPastTarget, type CapacitySettings } from "../../substrate/capacity.ts";
+import { DEFAULT_CAPACITY, memoryStanding, type CapacitySettings } from "../../substrate/capacity.ts";
 import { authenticateBearer, bearerOf, requireScope } from "../auth.ts";
 import type { Evacuation } from "./evacuate.ts";
 import { parseInput as parse, toErrorBody } from "../error-body.ts";
@@ -173,7 +173,7 @@ export function registerNodeAdminRoutes(app: FastifyInstance, deps: NodeAdminDep
     const { id } = parse(IdParams, req.params, "path");
     const b = parse(HeartbeatBody, req.body, "body");
     const n = await recordHeartbeat(deps.db, id, {
-      memoryPastTarget: b.capacity && b.used ? memoryPastTarget({ capacity: b.capacity, used: b.used }, deps.capacity ?? DEFAULT_CAPACITY) : undefined,
+      memoryStanding: b.capacity && b.used ? memoryStanding({ capacity: b.capacity, used: b.used }, deps.capacity ?? DEFAULT_CAPACITY) : undefined,
       address: b.address.replace(/\/+$/, ""),
       ...(b.capacity ? { capacity: b.capacity } : {}),
       ...(b.used ? { used: b.used } : {}),
