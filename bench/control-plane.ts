@@ -26,13 +26,14 @@
  * quota admission, see docs/scale.md).
  */
 import { randomBytes, randomUUID } from "node:crypto";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { cpus, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { freshDb, type TestDb } from "../test/support/db.ts";
 import { freePort } from "../test/support/stack.ts";
 import { runSpace, type SpaceProcess } from "../test/support/space-process.ts";
+import { processCpu } from "../test/support/proc-cpu.ts";
 import { MemoryNode } from "../test/substrate/memory-node.ts";
 import type { NodeInventory } from "../src/contract/node-api.ts";
 import type { NodeId } from "../src/core/ids.ts";
@@ -196,24 +197,14 @@ async function dispatcher(): Promise<void> {
 
 /** CPU ms used so far: the API replicas, every `postgres` process of the machine, and this process (client and simulated nodes). */
 function cpuNow(replicas: readonly Replica[]): { api: number; postgres: number; bench: number } {
-  const ticksMs = 1000 / 100; // USER_HZ
-  const stat = (pid: string | number) => {
-    try {
-      const f = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const rest = f.slice(f.lastIndexOf(")") + 2).split(" ");
-      return { comm: f.slice(f.indexOf("(") + 1, f.lastIndexOf(")")), ms: (Number(rest[11]) + Number(rest[12])) * ticksMs };
-    } catch {
-      return { comm: "", ms: 0 }; // exited meanwhile
-    }
-  };
   let postgres = 0;
   for (const pid of readdirSync("/proc")) {
     if (!/^\d+$/.test(pid)) continue;
-    const s = stat(pid);
+    const s = processCpu(pid);
     if (s.comm === "postgres") postgres += s.ms;
   }
   const u = process.cpuUsage();
-  return { api: replicas.reduce((sum, r) => sum + stat(r.proc.child.pid ?? 0).ms, 0), postgres, bench: (u.user + u.system) / 1000 };
+  return { api: replicas.reduce((sum, r) => sum + processCpu(r.proc.child.pid ?? 0).ms, 0), postgres, bench: (u.user + u.system) / 1000 };
 }
 
 const cpuSince = (a: ReturnType<typeof cpuNow>, b: ReturnType<typeof cpuNow>, per: number) => ({

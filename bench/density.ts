@@ -9,6 +9,7 @@
  * create after kills on that full node (kill `--kills`, then as many creates at once: admitted
  * and how long); overfill past the cap (`--overfill` creates at once on the full node: memory is
  * the cap, measured, so the admitted ones beyond the room the node had when the burst came).
+ * The idle node's CPU (node agent and sandboxes) is measured over the settle's last 10 s.
  *
  *   npm run bench -- density [--max 600] [--at 500] [--batch 10] [--commands 200] [--kills 5] [--overfill 20] [--settle 30] [--json]
  *
@@ -17,7 +18,7 @@
  * plus what BENCH_ENV (k=v,k=v) sets; every sandbox is killed at the end.
  */
 import { mkdtempSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -25,6 +26,7 @@ import { RateLimitError, Sandbox } from "e2b";
 import { loadConfig } from "../src/core/config.ts";
 import { hostScopeFor, removeDataDir, startStack } from "../test/support/stack.ts";
 import { pickSlotRange } from "../test/support/node-network-cleanup.ts";
+import { processCpu } from "../test/support/proc-cpu.ts";
 
 function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return NaN;
@@ -34,6 +36,27 @@ const round = (x: number) => Math.round(x * 10) / 10;
 const meminfoMib = async (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, "m").exec(await readFile("/proc/meminfo", "utf8"))?.[1] ?? 0) / 1024;
 const memAvailableMib = () => meminfoMib("MemAvailable");
 const memTotalMib = () => meminfoMib("MemTotal");
+
+/**
+ * CPU (ms) used so far by this stack's processes, from /proc: the node agent's (`space up`
+ * and its spawn server: SPACE_DATA_DIR is this run's) and the sandboxes' (envd and what runs
+ * under it: the stack's cgroup parent in their cgroup path).
+ */
+async function stackCpuMs(dataDir: string, cgroupParent: string): Promise<{ agent: number; sandboxes: number }> {
+  const out = { agent: 0, sandboxes: 0 };
+  for (const pid of await readdir("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      const cgroup = await readFile(`/proc/${pid}/cgroup`, "utf8");
+      const { ms } = processCpu(pid);
+      if (cgroup.includes(`/${cgroupParent}/`)) out.sandboxes += ms;
+      else if ((await readFile(`/proc/${pid}/environ`, "utf8")).split("\0").includes(`SPACE_DATA_DIR=${dataDir}`)) out.agent += ms;
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  return out;
+}
 
 /** Creates `batch` at a time until the node refuses (429) or `held` reaches `max`. */
 async function fill<T>(held: T[], create: () => Promise<T>, batch: number, max: number): Promise<{ added: number; refusal: string }> {
@@ -72,7 +95,8 @@ async function main() {
   const batch = Number(values.batch);
   const env = Object.fromEntries((process.env.BENCH_ENV ?? "").split(",").filter(Boolean).map((kv) => kv.split("=", 2) as [string, string]));
   const dataDir = mkdtempSync(join(tmpdir(), "space-bench-density-"));
-  const bridge = hostScopeFor(dataDir).SPACE_NODE_BRIDGE!;
+  const scope = hostScopeFor(dataDir);
+  const bridge = scope.SPACE_NODE_BRIDGE!;
   // The stack's settings the overfill row reads (the node's defaults, or what BENCH_ENV sets).
   const settings = loadConfig({}, env);
   const heartbeatMs = settings.SPACE_NODE_HEARTBEAT_MS;
@@ -127,7 +151,13 @@ async function main() {
     }
     const fillS = (performance.now() - t0 - pausedMs) / 1000;
     // Idle means after the boots: envd's first pulls and samples, the page cache, the load they left.
-    await settle();
+    // What the idle node costs is measured over the settle's last 10 s.
+    const settleS = Number(values.settle);
+    const windowS = Math.min(10, settleS);
+    await new Promise((r) => setTimeout(r, (settleS - windowS) * 1000));
+    const cpu0 = await stackCpuMs(dataDir, scope.SPACE_NODE_CGROUP_PARENT!);
+    await new Promise((r) => setTimeout(r, windowS * 1000));
+    const cpu1 = await stackCpuMs(dataDir, scope.SPACE_NODE_CGROUP_PARENT!);
     const settledLoad = loadavg()[0]!;
     const perSandboxMib = (before - (await memAvailableMib())) / Math.max(1, held.length - 1);
     const loaded = await roundTrips(held, Number(values.commands));
@@ -135,6 +165,12 @@ async function main() {
     rows.push({ row: "fill time (s)", value: round(fillS), note: `${batch} at a time` });
     rows.push({ row: "host memory per idle sandbox (MiB)", value: round(perSandboxMib), note: "MemAvailable delta" });
     if (midway) rows.push({ row: `commands p50 / p99 (ms), ${midway.held} held`, value: `${round(percentile(midway.ms, 50))} / ${round(percentile(midway.ms, 99))}`, note: `${values.settle} s after they were created, load ${midway.load.toFixed(1)}` });
+    const idleCpu = (k: "agent" | "sandboxes") => (cpu1[k] - cpu0[k]) / windowS;
+    rows.push({
+      row: "CPU of the idle node (ms/s)",
+      value: round(idleCpu("agent") + idleCpu("sandboxes")),
+      note: `node agent ${round(idleCpu("agent"))}, sandboxes ${round(idleCpu("sandboxes"))}; ${round(((idleCpu("agent") + idleCpu("sandboxes")) / held.length) * 1000)} µs/s per sandbox, over the settle's last ${windowS} s`,
+    });
     rows.push({ row: "commands p50 / p99 (ms), full node", value: `${round(percentile(loaded, 50))} / ${round(percentile(loaded, 99))}`, note: `${values.settle} s after the fill, load ${settledLoad.toFixed(1)}; baseline 1 sandbox: ${round(percentile(baseline, 50))} / ${round(percentile(baseline, 99))}` });
 
     if (refusal) {
