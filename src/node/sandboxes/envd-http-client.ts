@@ -1,15 +1,18 @@
 /** The node's few calls to a sandbox's envd: health (readiness), init (env, token) and its log ring. */
-import { request } from "node:http";
+import { request, type Agent } from "node:http";
 import { ENVD_LOGS_PATH, EnvdLogsPage } from "../../contract/sandbox-logs.ts";
 
 /** A page bigger than this is not read (envd is the sandbox's: never trusted to be small). */
 const LOGS_PAGE_BYTES = 8 * 1024 * 1024;
 
-/** One page of envd's log ring after `after`; rejects on any failure or a malformed page. */
-export function fetchEnvdLogs(host: string, port: number, accessToken: string | undefined, after: number, timeoutMs: number): Promise<EnvdLogsPage> {
+/**
+ * One page of envd's log ring after `after`; rejects on any failure or a malformed page.
+ * `agent`: the connection to keep between pulls (none: one connection per pull).
+ */
+export function fetchEnvdLogs(host: string, port: number, accessToken: string | undefined, after: number, timeoutMs: number, agent?: Agent): Promise<EnvdLogsPage> {
   return new Promise((resolve, reject) => {
     const req = request(
-      { host, port, path: `${ENVD_LOGS_PATH}?after=${after}`, agent: false, timeout: timeoutMs, headers: accessToken ? { "x-access-token": accessToken } : {} },
+      { host, port, path: `${ENVD_LOGS_PATH}?after=${after}`, agent: agent ?? false, timeout: timeoutMs, headers: accessToken ? { "x-access-token": accessToken } : {} },
       (res) => {
         const chunks: Buffer[] = [];
         let size = 0;

@@ -22,7 +22,8 @@ export interface EnvdTarget {
   accessToken: string | undefined;
 }
 
-export type FetchPage = (t: EnvdTarget, after: number) => Promise<EnvdLogsPage>;
+/** One page of sandbox `id`'s log ring after `after`, from its envd at `t`. */
+export type FetchPage = (id: string, t: EnvdTarget, after: number) => Promise<EnvdLogsPage>;
 
 interface Ring {
   boot?: string;
@@ -134,13 +135,13 @@ export class SandboxLogStore {
     let added = false;
     for (let i = 0; i < PAGES_PER_PULL; i++) {
       const after = r.seq;
-      let page = await this.#o.fetchPage(target, after);
+      let page = await this.#o.fetchPage(id, target, after);
       if (page.boot !== r.boot) {
         r.boot = page.boot;
         r.seq = r.skipInherited ? page.head : 0;
         delete r.skipInherited;
         added = true;
-        if (r.seq !== after) page = await this.#o.fetchPage(target, r.seq);
+        if (r.seq !== after) page = await this.#o.fetchPage(id, target, r.seq);
       }
       const fresh = page.entries.filter((e) => e.seq > r.seq);
       if (fresh.length === 0) break;

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { mkdtempSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
@@ -32,7 +34,7 @@ function envds() {
     rings,
     use: (k: keyof typeof rings) => (current = k),
     asked,
-    fetchPage: async (_t: EnvdTarget, after: number): Promise<EnvdLogsPage> => {
+    fetchPage: async (_id: string, _t: EnvdTarget, after: number): Promise<EnvdLogsPage> => {
       asked.push(after);
       return rings[current].page(after, 1000);
     },
@@ -169,9 +171,9 @@ describe("the node's telemetry", () => {
       observed: () => [live],
       sample: async () => sample(now),
       logger,
-      fetchPage: async (tg, after) => {
+      fetchPage: async (id, tg, after) => {
         if (fail) throw Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" });
-        return e.fetchPage(tg, after);
+        return e.fetchPage(id, tg, after);
       },
       now: () => now,
     });
@@ -212,3 +214,54 @@ describe("the node's telemetry", () => {
     assert.deepEqual((await t.queryLogs(ID, { direction: "forward", limit: 10 }, undefined)).map((x) => x.message), ["one", "two"]);
   });
 });
+
+describe("the node's pulls from envd over HTTP", () => {
+  it("reuse one connection per sandbox from tick to tick; quiescing it closes that connection", async () => {
+    const ring = new EnvdLogRing();
+    ring.push("info", "booted");
+    let connections = 0;
+    let open = 0;
+    const server = createServer((req, res) => {
+      const after = Number(new URL(req.url ?? "/", "http://x").searchParams.get("after") ?? 0);
+      res.setHeader("content-type", "application/json").end(JSON.stringify(ring.page(after, 1000)));
+    });
+    server.keepAliveTimeout = 65_000;
+    server.on("connection", (s) => {
+      connections++;
+      open++;
+      s.on("close", () => open--);
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    const port = (server.address() as AddressInfo).port;
+    const live: Observed = { id: ID, running: true, envd: { host: "127.0.0.1", port, accessToken: undefined } };
+    const t = new SandboxTelemetry({
+      dir: tmp(),
+      options: { intervalMs: 5000, metricsSamples: 10, logEntries: 100, retentionMs: 60_000 },
+      observed: () => [live],
+      sample: async () => ({ timestamp: new Date().toISOString(), cpuCount: 2, cpuUsedPct: 1, memUsed: 1, memTotal: 2, memCache: 0, diskUsed: 1, diskTotal: 2 }),
+      logger,
+    });
+    try {
+      for (let i = 0; i < 3; i++) {
+        ring.push("info", `line ${i}`);
+        await t.tick();
+      }
+      assert.deepEqual((await t.queryLogs(ID, { direction: "forward", limit: 10 }, undefined)).map((e) => e.message), ["booted", "line 0", "line 1", "line 2"]);
+      assert.equal(connections, 1, "three ticks' pulls came over one connection");
+      await t.quiesce(live);
+      await waitFor(() => open === 0);
+      assert.equal(open, 0, "no connection to envd is left open once quiesced");
+      t.resumed(ID);
+      await t.tick();
+      assert.equal(connections, 2, "after a resume, a new connection");
+    } finally {
+      await t.stop();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
+  });
+});
+
+async function waitFor(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+}

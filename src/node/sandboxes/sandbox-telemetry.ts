@@ -9,10 +9,14 @@
  * on disk (sandbox-log-store.ts). Timestamps of samples are whole seconds, as E2B's
  * (`timestampUnix`), so the SDK's second-granular `start`/`end` select them exactly.
  *
+ * Pulls reuse one kept-alive connection per sandbox: a node pulls from every idle sandbox,
+ * and a new connection per pull cost about 40% more CPU on both sides (docs/capacity.md).
+ *
  * Before a checkpoint the manager quiesces a sandbox: the tick leaves it alone, the
- * pull in flight is awaited and one last pull is made, so no node→envd connection is open
- * while CRIU dumps the sandbox's sockets.
+ * pull in flight is awaited, one last pull is made and the connection is closed, so no
+ * node→envd connection is open while CRIU dumps the sandbox's sockets.
  */
+import { Agent } from "node:http";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
@@ -78,6 +82,8 @@ export class SandboxTelemetry {
   readonly #now: () => number;
   /** When envd last answered a pull, by sandbox: a probe within its age needs no call of its own. */
   readonly #answered = new Map<string, number>();
+  /** The kept-alive connection to its envd, by sandbox; closed when it is quiesced or leaves. */
+  readonly #connections = new Map<string, Agent>();
 
   constructor(d: SandboxTelemetryDeps) {
     this.#d = d;
@@ -88,7 +94,7 @@ export class SandboxTelemetry {
       dir: d.dir,
       maxEntries: d.options.logEntries,
       retentionMs: d.options.retentionMs,
-      fetchPage: d.fetchPage ?? ((t, after) => fetchEnvdLogs(t.host, t.port, t.accessToken, after, PULL_TIMEOUT_MS)),
+      fetchPage: d.fetchPage ?? ((id, t, after) => fetchEnvdLogs(t.host, t.port, t.accessToken, after, PULL_TIMEOUT_MS, this.#connection(id))),
       logger: d.logger,
       ...(d.now ? { now: d.now } : {}),
     });
@@ -98,10 +104,22 @@ export class SandboxTelemetry {
     this.#rounds.start();
   }
 
-  stop(): Promise<void> {
+  async stop(): Promise<void> {
     for (const t of this.#firsts.values()) clearTimeout(t);
     this.#firsts.clear();
-    return this.#rounds.stop();
+    await this.#rounds.stop();
+    for (const id of [...this.#connections.keys()]) this.#close(id);
+  }
+
+  #connection(id: string): Agent {
+    let a = this.#connections.get(id);
+    if (!a) this.#connections.set(id, (a = new Agent({ keepAlive: true, maxSockets: 1 })));
+    return a;
+  }
+
+  #close(id: string): void {
+    this.#connections.get(id)?.destroy();
+    this.#connections.delete(id);
   }
 
   /** One round: sample and pull every running sandbox (a few at a time), drop what outlived the retention. */
@@ -173,8 +191,9 @@ export class SandboxTelemetry {
     this.#quiet.add(o.id);
     this.#answered.delete(o.id);
     this.#cancelFirst(o.id);
-    if (!o.running) return; // frozen (resident pause): envd cannot answer
-    await this.logs.pullFresh(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
+    // Frozen (resident pause): envd cannot answer.
+    if (o.running) await this.logs.pullFresh(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "last envd log pull failed"));
+    this.#close(o.id);
   }
 
   /**
@@ -210,6 +229,7 @@ export class SandboxTelemetry {
     const h = this.#history.get(id);
     if (h) h.endedAt = this.#now();
     await this.logs.left(id).catch((e: unknown) => this.#d.logger.warn({ sandboxId: id, err: e }, "sandbox logs could not be kept"));
+    this.#close(id);
   }
 
   /** Entries selected by `q`; a running sandbox is pulled first so what it just logged is there. */
