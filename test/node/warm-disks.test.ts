@@ -29,7 +29,8 @@ describe("warm disks", { skip, timeout: 300_000 }, () => {
     const m = node.agent.manager!;
     const first = spec();
     await m.create(first, sig()); // the template's first use: a snapshot of its own, then disks are made ahead
-    await waitFor(async () => (await warm()).length === 2, 30_000, "two disks made ahead");
+    // Ready as the node counts them: a disk's directory exists from its snapshot on, before its files are read ahead.
+    await waitFor(async () => node.agent.disks!.warm.readyCount("base") === 2, 30_000, "two disks made ahead");
     const ids = new Set(await Promise.all((await warm()).map((n) => rootId(join(sandboxes, n)))));
     // Made ahead with the files envd's start and `bash -l` read already in its page cache; the rest not.
     const resident = async (path: string) => Number((await exec("fincore", ["--bytes", "--noheadings", "--output", "RES", path])).stdout.trim());
