@@ -10,7 +10,8 @@
  * (`timestampUnix`), so the SDK's second-granular `start`/`end` select them exactly.
  *
  * Pulls reuse one kept-alive connection per sandbox: a node pulls from every idle sandbox,
- * and a new connection per pull cost about 40% more CPU on both sides (docs/capacity.md).
+ * and a new connection per pull cost envd ~70% and the node ~20% more CPU than a kept one
+ * (docs/capacity.md).
  *
  * Before a checkpoint the manager quiesces a sandbox: the tick leaves it alone, the
  * pull in flight is awaited, one last pull is made and the connection is closed, so no
