@@ -3,6 +3,7 @@
  * carries the internal token; node errors `{code,message}` come back as SpaceError with
  * the same code, so a node's `invalid_argument` stays a 400 at the public edge.
  */
+import { Agent, request, type Dispatcher } from "undici";
 import { z } from "zod";
 import {
   NodeError,
@@ -24,6 +25,14 @@ import { NodeBuildStatusSchema, type NodeBuildRequest } from "../contract/node-b
 import { NodeVolume, VolumeSent } from "../contract/volume-wire.ts";
 import { SpaceError, errorCodes, fromHttpStatus, unavailable, type ErrorCode } from "../core/errors.ts";
 import { inChildSpan, SpanKind, withTraceHeaders } from "../core/tracing.ts";
+
+/**
+ * One pool of kept-alive connections per node address, shared by every NodeClient of the
+ * process. undici's `request` rather than `fetch`: fetch's WHATWG layer (Request, Headers,
+ * Response, web streams) cost ~0.4 ms of CPU per call, on every create and kill. No
+ * header or body timeout of its own: each call's deadline is its signal.
+ */
+const nodeDispatcher = new Agent({ headersTimeout: 0, bodyTimeout: 0 });
 
 export interface NodeClientOptions {
   /** e.g. http://127.0.0.1:3002 */
@@ -189,17 +198,21 @@ export class NodeClient {
 
   async #send<T>(method: string, path: string, body: unknown, schema: z.ZodType<T> | null, signal: AbortSignal, timeoutMs: number): Promise<T> {
     const url = this.baseUrl + path;
-    let res: Response;
+    let status: number;
+    let text: string;
     try {
-      res = await fetch(url, {
-        method,
+      const res: Dispatcher.ResponseData = await request(url, {
+        method: method as Dispatcher.HttpMethod,
         headers: withTraceHeaders({
           ...this.authHeaders(),
           ...(body === undefined ? {} : { "content-type": "application/json" }),
         }),
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
+        dispatcher: nodeDispatcher,
       });
+      status = res.statusCode;
+      text = await res.body.text();
     } catch (e) {
       if (signal.aborted) throw new SpaceError("canceled", `node call ${method} ${path} canceled`, { cause: e });
       if (e instanceof Error && e.name === "TimeoutError") {
@@ -207,8 +220,7 @@ export class NodeClient {
       }
       throw unavailable(`node ${this.baseUrl} unreachable for ${method} ${path}: ${(e as Error).message}`, e);
     }
-    const text = await res.text();
-    if (!res.ok) throw toNodeError(res.status, text, `${method} ${path}`);
+    if (status < 200 || status > 299) throw toNodeError(status, text, `${method} ${path}`);
     if (schema === null) return undefined as T;
     let json: unknown;
     try {
