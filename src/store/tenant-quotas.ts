@@ -194,18 +194,18 @@ async function lockLimits(tx: Queryable, tenantId: TenantId, defaults: QuotaLimi
 }
 
 /**
+ * Locks the tenant's row and returns its limits (null = exempt or gone), for admissions
+ * other modules count under the same lock (volumes).
+ */
+export const lockQuotaLimits = lockLimits;
+
+/**
  * Admits one more live sandbox of `claim` for the tenant, or throws `resource_exhausted`
  * naming the first limit it would pass. `self`: the sandbox being admitted, when its row
  * exists already (a resume, a hand-over): it is not counted twice. One round trip: the
  * lock and the sum run in `space_admit_live_sandbox` (migration 010), whose lock the
  * calling transaction holds until it ends.
  */
-/**
- * Locks the tenant's row and returns its limits (null = exempt or gone), for admissions
- * other modules count under the same lock (volumes).
- */
-export const lockQuotaLimits = lockLimits;
-
 export async function admitLiveSandbox(tx: Queryable, tenantId: TenantId, defaults: QuotaLimits, claim: QuotaClaim, self: string | null): Promise<void> {
   const call = admitLiveSandboxCall(1, { vcpu: "$9::bigint", memoryMib: "$10::bigint", diskMib: "$11::bigint" });
   await refusing(tx.query(`SELECT ${call.sql}`, [...call.params(tenantId, defaults, self), claim.vcpu, claim.memoryMib, claim.diskMib]));

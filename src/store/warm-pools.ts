@@ -13,7 +13,7 @@ import { randomId, type NodeId, type TenantId } from "../core/ids.ts";
 import type { Queryable } from "./db.ts";
 import { columns, json } from "./sql.ts";
 import { SANDBOX_COLUMNS, type SandboxLifecycle, type SandboxRecord } from "./sandboxes.ts";
-import { admitLiveSandboxCall, refusing, type QuotaLimits } from "./tenant-quotas.ts";
+import { admitLiveSandboxCall, refusing, type QuotaClaim, type QuotaLimits } from "./tenant-quotas.ts";
 
 /** What a pool's idle members do (controller/warm-pools/idle-policy.ts decides). */
 export const idlePolicies = ["running", "suspended", "suspend_when_memory_short"] as const;
@@ -205,6 +205,10 @@ export type ClaimedSlot = WarmSlot & { claimedFrom: "ready" | "suspended" };
  * `suspended` one. One statement: the row lock (SKIP LOCKED) plus the state check in the
  * outer WHERE mean two concurrent claims never return the same slot. A member of any other
  * build is never returned, whether or not the reconciler has drained it yet.
+ *
+ * With `admit`, the tenant's quota admits the claim in the same statement first (no extra
+ * round trip on the create path; the hand-over enforces it again): a refusal is
+ * `resource_exhausted` and claims nothing, so it costs no member.
  */
 export async function claimReadySlot(
   q: Queryable,
@@ -213,17 +217,28 @@ export async function claimReadySlot(
   exclude: readonly string[],
   to: "adopted" | "reserved" = "adopted",
   reservedFor: string | null = null,
+  admit?: { tenantId: TenantId; quotas: QuotaLimits; claim: QuotaClaim },
 ): Promise<ClaimedSlot | undefined> {
-  return q.maybeOne<ClaimedSlot>(
-    `WITH c AS (SELECT id, state FROM warm_pool_slots
-                 WHERE pool = ANY($1::text[]) AND state IN ('ready', 'suspended') AND sandbox_id IS NOT NULL
-                   AND build_id IS NOT DISTINCT FROM ${currentBuildSql("$2::text")} AND NOT (id = ANY($3::text[]))
-                 ORDER BY state = 'suspended', ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-     UPDATE warm_pool_slots w SET state = $4, updated_at = now(), reserved_for = $5,
-        adopted_at = CASE WHEN $4 = 'adopted' THEN now() ELSE w.adopted_at END
-       FROM c WHERE w.id = c.id AND w.state = c.state
-     RETURNING ${columns(SLOT_COLUMNS, "w")}, c.state AS "claimedFrom"`,
-    [[...pools], templateId, [...exclude], to, reservedFor],
+  const params: unknown[] = [[...pools], templateId, [...exclude], to, reservedFor];
+  let admitted = "";
+  if (admit) {
+    const call = admitLiveSandboxCall(params.length + 1, { vcpu: "$14::bigint", memoryMib: "$15::bigint", diskMib: "$16::bigint" });
+    params.push(...call.params(admit.tenantId, admit.quotas, null), admit.claim.vcpu, admit.claim.memoryMib, admit.claim.diskMib);
+    admitted = `admitted AS (SELECT ${call.sql}), `;
+  }
+  return refusing(
+    q.maybeOne<ClaimedSlot>(
+      `WITH ${admitted}c AS (SELECT id, state FROM warm_pool_slots
+                   WHERE pool = ANY($1::text[]) AND state IN ('ready', 'suspended') AND sandbox_id IS NOT NULL
+                     AND build_id IS NOT DISTINCT FROM ${currentBuildSql("$2::text")} AND NOT (id = ANY($3::text[]))
+                     ${admit ? "AND EXISTS (SELECT 1 FROM admitted)" : ""}
+                   ORDER BY state = 'suspended', ready_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+       UPDATE warm_pool_slots w SET state = $4, updated_at = now(), reserved_for = $5,
+          adopted_at = CASE WHEN $4 = 'adopted' THEN now() ELSE w.adopted_at END
+         FROM c WHERE w.id = c.id AND w.state = c.state
+       RETURNING ${columns(SLOT_COLUMNS, "w")}, c.state AS "claimedFrom"`,
+      params,
+    ),
   );
 }
 

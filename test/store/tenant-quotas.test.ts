@@ -12,7 +12,7 @@ import { createTenant, ensureTenant } from "../../src/store/tenants.ts";
 import { insertSandbox, transitionSandbox } from "../../src/store/sandboxes.ts";
 import { takeBucketTokens } from "../../src/store/rate-buckets.ts";
 import { createSnapshot } from "../../src/store/snapshots.ts";
-import { handOverSandbox } from "../../src/store/warm-pools.ts";
+import { claimReadySlot, handOverSandbox, insertWarmSlot, listSlots, moveSlot, upsertWarmPool } from "../../src/store/warm-pools.ts";
 import {
   WARM_POOL_TENANT_NAME,
   admitLiveSandbox,
@@ -149,6 +149,27 @@ for (const engine of testEngines()) {
       assert.equal(handed?.tenantId, roomy, "the row as handed over");
       assert.equal(handed?.id, member.id);
       assert.equal((await quotaUsage(t.db, roomy)).sandboxes, 1);
+    });
+
+    it("a warm claim admitted by the adopter's quota: a tenant at its limit claims nothing, another claims the member, one statement each", async () => {
+      const pool = (await ensureTenant(t.db, { name: WARM_POOL_TENANT_NAME })).id;
+      const name = `p-${newSandboxId()}`;
+      await upsertWarmPool(t.db, { name, size: 1, ...shape });
+      const slot = await insertWarmSlot(t.db, name, null);
+      const member = await insertSandbox(t.db, { tenantId: pool, state: "running", templateId: "base", ...shape });
+      assert.ok(await moveSlot(t.db, slot.id, ["creating"], "ready", { sandboxId: member.id }));
+      const full = await tenantWith({ sandboxes: 1 });
+      await new StoreSandboxRepo(t.db, DEFAULTS).insert(newRow(full), newExecutionId());
+      const counted = counting(t.db);
+      const claim = (tenantId: TenantId) => claimReadySlot(counted, [name], "base", [], "adopted", null, { tenantId, quotas: DEFAULTS, claim: shape });
+      await assert.rejects(claim(full), isQuota("sandboxes"));
+      assert.equal(counted.statements, 1);
+      assert.equal((await listSlots(t.db, name))[0]?.state, "ready", "the refused claim took nothing");
+      const claimed = await claim(await tenantWith({}));
+      assert.equal(counted.statements, 2);
+      assert.equal(claimed?.id, slot.id);
+      assert.equal(claimed?.claimedFrom, "ready");
+      assert.equal((await listSlots(t.db, name))[0]?.state, "adopted");
     });
 
     it("two warm hand-overs racing for the adopter's last slot: exactly one wins, in one round trip each", async () => {

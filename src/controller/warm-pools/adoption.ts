@@ -4,8 +4,9 @@
  * SandboxService (`WarmAdopter`).
  *
  * 1. Pools matching (template, exact shape, tenant) and the build the template boots now.
- * 2. Claim one member of that build in one statement (SKIP LOCKED; never two creates
- *    for one member; an old build's member is never returned): a running one, else a
+ * 2. Claim one member of that build in one statement, which the adopter's quota admits
+ *    first (SKIP LOCKED; never two creates for one member; an old build's member is
+ *    never returned; a refusal claims none): a running one, else a
  *    suspended one (idle policy), which is then restored on its node (its checkpoint
  *    never left it). A member whose restore fails leaves the pool; the create goes cold.
  * 3. Check its node (behaviours.md C): unknown to the directory → back to the pool;
@@ -90,7 +91,7 @@ export interface WarmPoolAdoptionDeps {
   metrics: WarmPoolMetrics;
   log: Logger;
   now?: () => Date;
-  /** Tenant quota defaults: an adoption counts against the adopter (checked before a claim, enforced at the hand-over). */
+  /** Tenant quota defaults: an adoption counts against the adopter (checked with the claim, enforced at the hand-over). */
   quotas?: QuotaLimits;
 }
 
@@ -139,11 +140,11 @@ export class WarmPoolAdoption implements WarmAdopter {
     const { db } = this.#d;
     const poolTenant = await this.poolTenant();
     if (tenantId === poolTenant) return null; // refills never adopt
-    // Refused before any member is claimed or personalised: a quota refusal costs no member.
-    if (this.#d.quotas) await inChildSpan("warm.quota", "controller", {}, () => admitLiveSandbox(db, tenantId, this.#d.quotas!, req, null));
     const t0 = performance.now();
     // A caller-chosen id (Native) adopts only the member reserved for it at admission.
     if (req.input.id !== undefined) {
+      // Refused before the member is taken or personalised: a quota refusal costs no member.
+      if (this.#d.quotas) await inChildSpan("warm.quota", "controller", {}, () => admitLiveSandbox(db, tenantId, this.#d.quotas!, req, null));
       const slot = await reservedSlotOf(db, req.input.id, tenantId);
       // Whether it is suspended (restore first) is read alongside the claim: no extra round trip's wait.
       const [claimed, member] = slot
@@ -165,7 +166,8 @@ export class WarmPoolAdoption implements WarmAdopter {
       return rec;
     }
     for (let i = 0; i < MAX_CLAIMS; i++) {
-      const claimed = await inChildSpan("warm.claim", "controller", {}, () => this.#claim(tenantId, req, "adopted", signal));
+      // The quota admits the claim in its own statement: a refusal claims (and costs) no member.
+      const claimed = await inChildSpan("warm.claim", "controller", {}, () => this.#claim(tenantId, req, "adopted", signal, this.#d.quotas));
       if (!claimed) return null;
       if (claimed.slot.claimedFrom === "suspended" && !(await this.#restore(poolTenant, claimed.slot))) return null;
       const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, req, t0, signal);
@@ -226,6 +228,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     req: Omit<AdoptRequest, "input">,
     to: "adopted" | "reserved",
     signal: AbortSignal,
+    quotas?: QuotaLimits,
   ): Promise<{ slot: ClaimedSlot } | null> {
     const { db, metrics, log } = this.#d;
     const templateId = req.template.templateId;
@@ -241,7 +244,9 @@ export class WarmPoolAdoption implements WarmAdopter {
     const tried: string[] = [];
     const reservedFor = to === "reserved" ? tenantId : null;
     for (let i = 0; i < MAX_CLAIMS; i++) {
-      const slot = await claimReadySlot(db, names, templateId, tried, to, reservedFor);
+      // Admitted with the first claim; a member put back or refused does not change what the tenant holds.
+      const admit = quotas && !tried.length ? { tenantId, quotas, claim: req } : undefined;
+      const slot = await claimReadySlot(db, names, templateId, tried, to, reservedFor, admit);
       if (!slot) break;
       tried.push(slot.id);
       // The member's own node row, not every node's: O(1) per create whatever the fleet's size.
