@@ -58,6 +58,13 @@ async function setup(opts: { localNode?: (nodePort: number) => LocalNode } = {})
     socket.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
     socket.pipe(socket);
   });
+  // Connections the stand-in accepted, and those still open.
+  const conns = { accepted: 0, open: new Set<Duplex>() };
+  node.on("connection", (c: Duplex) => {
+    conns.accepted++;
+    conns.open.add(c);
+    c.on("close", () => conns.open.delete(c));
+  });
   await new Promise<void>((r) => node.listen(0, "127.0.0.1", r));
   const substrate = new FakeSubstrate();
   substrate.proxyBase = `http://127.0.0.1:${(node.address() as AddressInfo).port}`;
@@ -68,7 +75,7 @@ async function setup(opts: { localNode?: (nodePort: number) => LocalNode } = {})
   const port = await gw.listen(0, "127.0.0.1");
   const base = `http://127.0.0.1:${port}`;
   return {
-    sandboxes, seen, base,
+    sandboxes, seen, base, conns,
     async close() {
       await gw.close();
       node.closeAllConnections();
@@ -160,6 +167,43 @@ test("a sandbox on the gateway's own node: straight to its address, no node toke
     running.add(sb.id);
     const via = await fetch(`${s.base}/x`, { headers: h });
     assert.deepEqual(await via.json(), { url: `/v1/sandboxes/${sb.id}/proxy/49983/x`, body: "" });
+  } finally {
+    await s.close();
+  }
+});
+
+test("into a local sandbox, envd calls keep one connection per sandbox, never shared, dropped when it ends; its own ports get one per request", async () => {
+  let nodeId: string | undefined;
+  const s = await setup({
+    localNode: (port) => ({
+      nodeId: () => nodeId,
+      target: () => ({ host: "127.0.0.1", port }),
+      onDead: () => () => {},
+    }),
+  });
+  try {
+    const a = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const b = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    nodeId = a.nodeId!;
+    const call = async (id: string, port = "49983") => {
+      const r = await fetch(`${s.base}/process.Process/List`, { method: "POST", headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": port }, body: "{}" });
+      assert.equal(r.status, 200);
+      await r.arrayBuffer();
+    };
+    for (let i = 0; i < 3; i++) await call(a.id);
+    assert.equal(s.conns.accepted, 1, "three calls into one sandbox's envd, one connection");
+    await call(b.id);
+    assert.equal(s.conns.accepted, 2, "another sandbox at the same address gets its own");
+    s.sandboxes.events.emit("ended", a.id);
+    for (let i = 0; s.conns.open.size !== 1; i++) {
+      assert.ok(i < 100, `the ended sandbox's connection is closed (open: ${s.conns.open.size})`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await call(b.id);
+    assert.equal(s.conns.accepted, 2, "the other's is still kept");
+    await call(a.id, "8080");
+    await call(a.id, "8080");
+    assert.equal(s.conns.accepted, 4, "a sandbox's own port: a connection per request");
   } finally {
     await s.close();
   }

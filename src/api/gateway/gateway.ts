@@ -16,7 +16,8 @@
  *
  * A sandbox on the node agent of this same process (`space up`) is reached straight at its
  * address (`localNode`), not through that node's proxy: one HTTP hop less on every command
- * and file call. Its streams are cut when the node says the sandbox died, as the proxy does.
+ * and file call, over connections into its envd kept for that sandbox alone. Its streams are
+ * cut when the node says the sandbox died, as the proxy does.
  */
 import http from "node:http";
 import { timingSafeEqual } from "node:crypto";
@@ -98,9 +99,33 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const routes = new RouteCache(repo, cacheMs);
   const secure = new SecureSandboxes(repo);
   const inflight = new Map<string, Set<Live>>();
+  /**
+   * Into a local sandbox, connections kept per sandbox, never shared: its address is reused
+   * by later sandboxes, so a pooled socket must never carry a request (and its token) to
+   * another one. Dropped when the sandbox ends (killed, paused, suspended) or its node says
+   * it died. An idle one is closed before envd would close it (Node's agent takes envd's
+   * `Keep-Alive: timeout` hint, less a second), so a reused socket is not answered with a reset.
+   */
+  const envdAgents = new Map<string, { agent: http.Agent; offDead: () => void }>();
+  const dropEnvdAgent = (id: string) => {
+    const a = envdAgents.get(id);
+    if (!a) return;
+    envdAgents.delete(id);
+    a.offDead();
+    a.agent.destroy();
+  };
+  const envdAgentOf = (id: string, local: LocalNode): http.Agent => {
+    let a = envdAgents.get(id);
+    if (!a) {
+      a = { agent: new http.Agent({ keepAlive: true }), offDead: local.onDead(id, () => dropEnvdAgent(id)) };
+      envdAgents.set(id, a);
+    }
+    return a.agent;
+  };
   const onEnded = (id: SandboxId) => {
     routes.forget(id);
     secure.forget(id);
+    dropEnvdAgent(id);
     const set = inflight.get(id);
     if (!set) return;
     inflight.delete(id);
@@ -189,14 +214,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
     let url: URL;
     let extra: Record<string, string> = {};
     let onDead: ((fn: () => void) => () => void) | undefined;
-    // Into a local sandbox, a connection per request (as the node's proxy makes): its address
-    // is reused by later sandboxes, and a socket envd closed as idle would answer a reused
-    // request with a reset (a 502 for a running sandbox).
     let via: http.Agent | false = agent;
     if (local && rec.nodeId === local.nodeId()) {
       const at = local.target(rec.id, port);
       url = new URL(`http://${at.host}:${at.port}${path}`);
-      via = false;
+      // envd's connections are kept (envdAgents); a sandbox's own ports get one per request.
+      via = port === ENVD_PORT ? envdAgentOf(rec.id, local) : false;
       onDead = (fn) => local.onDead(rec.id, fn);
     } else {
       const t = await sandboxes.substrate.proxyTarget({ sandboxId: rec.id, nodeId: rec.nodeId! }, port, AbortSignal.timeout(5000));
@@ -362,6 +385,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       sandboxes.events.off("started", onStarted);
       for (const set of inflight.values()) for (const l of set) l.destroy();
       inflight.clear();
+      for (const id of [...envdAgents.keys()]) dropEnvdAgent(id);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         listener.closeAll();
