@@ -222,7 +222,9 @@ export async function claimReadySlot(
   const params: unknown[] = [[...pools], templateId, [...exclude], to, reservedFor];
   let admitted = "";
   if (admit) {
-    const call = admitLiveSandboxCall(params.length + 1, { vcpu: "$14::bigint", memoryMib: "$15::bigint", diskMib: "$16::bigint" });
+    // The admission's eight parameters follow the claim's, then the shape (as admitLiveSandbox numbers them).
+    const n = params.length;
+    const call = admitLiveSandboxCall(n + 1, { vcpu: `$${n + 9}::bigint`, memoryMib: `$${n + 10}::bigint`, diskMib: `$${n + 11}::bigint` });
     params.push(...call.params(admit.tenantId, admit.quotas, null), admit.claim.vcpu, admit.claim.memoryMib, admit.claim.diskMib);
     admitted = `admitted AS (SELECT ${call.sql}), `;
   }
