@@ -87,6 +87,8 @@ describe("ECW suspend/restore/fork with the e2b SDK", { skip, timeout: 10 * 60_0
     created.push(f.sandboxId);
     assert.notEqual(f.sandboxId, sb.sandboxId);
     assert.equal(await f.files.read("/home/user/note.txt"), marker);
+    // Its own name, not its source's (the kernel's UTS name came back from the checkpoint).
+    assert.equal((await f.commands.run("hostname; cat /etc/hostname")).stdout, `${f.sandboxId}\n${f.sandboxId}\n`);
     const fc = await counter(f);
     assert.ok(fc >= c4, `the fork's process has the source's past: ${fc} >= ${c4}`);
     await sleep(300);

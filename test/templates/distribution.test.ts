@@ -127,6 +127,7 @@ describe("template distribution (node)", { skip: !isRoot && "needs root", timeou
       assert.ok("restoreTotalMs" in timings, `restored, not booted cold: ${JSON.stringify(timings)}`);
       const started = (await sh(node, s.sandboxId, "cat /tmp/started")).stdout;
       assert.match(started, /^[0-9a-f]{16}$/);
+      assert.equal((await sh(node, s.sandboxId, "hostname")).stdout, `${s.sandboxId}\n`, "its own name, not the capture's");
       assert.ok((await sh(node, s.sandboxId, "pgrep -f 'sleep infinity'")).stdout.trim(), "the start command's process runs");
       await node.agent.manager!.kill(s.sandboxId, AbortSignal.timeout(60_000));
       return started;

@@ -152,14 +152,15 @@ class RuncCheckpointer implements Checkpointer {
     // Established TCP connections come back closed (see DUMP_CONFIG).
     await writeFile(join(bundle, CRIU_CONF), await this.rpcConfig());
     const cfgPath = join(bundle, "config.json");
-    const cfg = JSON.parse(await readFile(cfgPath, "utf8")) as { annotations?: Record<string, string> };
+    const cfg = JSON.parse(await readFile(cfgPath, "utf8")) as { annotations?: Record<string, string>; hostname?: string };
     cfg.annotations = { ...(cfg.annotations ?? {}), ...criuAnnotation(bundle) };
     await writeFile(cfgPath, JSON.stringify(cfg));
+    const pidFile = join(work, "init.pid");
     const devnull = await open("/dev/null", "r+");
     try {
       const r = await exec(
         "runc",
-        [...(await this.base()), "restore", "--detach", "--image-path", imageDir, "--work-path", work, "--bundle", bundle, "--file-locks", id],
+        [...(await this.base()), "restore", "--detach", "--image-path", imageDir, "--work-path", work, "--bundle", bundle, "--file-locks", "--pid-file", pidFile, id],
         { timeoutMs: T, signal, allowFailure: true, cwd: bundle },
       );
       if (r.exitCode !== 0) {
@@ -168,6 +169,12 @@ class RuncCheckpointer implements Checkpointer {
       }
     } finally {
       await devnull.close();
+    }
+    // CRIU brings the UTS namespace back as dumped: under a new id (a fork, a template's
+    // capture) the kernel's hostname would be the source sandbox's.
+    if (cfg.hostname && cfg.hostname !== meta.config.hostname) {
+      const pid = (await readFile(pidFile, "utf8")).trim();
+      await exec("nsenter", [`--target=${pid}`, "--uts", "hostname", cfg.hostname], { timeoutMs: 30_000, signal });
     }
   }
 }
