@@ -48,6 +48,7 @@ import { loadRootfsTrust } from "./templates/ca-trust.ts";
 import { TemplateBuilder } from "./templates/builder.ts";
 import { registerTemplateRoutes } from "./templates/template-routes.ts";
 import { TemplateCache } from "./templates/template-cache.ts";
+import { BootCaptures, nodeIdentity } from "./templates/boot-capture.ts";
 import { openBlobStore } from "../blob/open.ts";
 
 export const REPO_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -237,11 +238,12 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         await mkdir(nodeDir, { recursive: true });
         nodeId = await ensureNodeId(nodeDir);
         if (!token) token = await ensureTokenFile(join(config.SPACE_DATA_DIR, "internal-token"));
+        const criuPath = join(REPO_DIR, ".tools", "criu", "criu");
         runtime = createRuntime({
           kind: config.SPACE_RUNTIME,
           stateDir: deps.runtimeStateDir ?? "/run/space/runc",
           bundlesDir: join(nodeDir, "bundles"),
-          criuPath: join(REPO_DIR, ".tools", "criu", "criu"),
+          criuPath,
           cgroupParent: deps.hostScope?.cgroupParent,
           logger: log,
         });
@@ -295,6 +297,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         const trust = config.SPACE_EXTRA_CA_CERTS_IN_SANDBOXES ? extraCa : undefined;
         // The process runtime isolates nothing: plain directories and the host's network.
         const sandboxDisks = disks ?? new DirectoryDisks(join(nodeDir, "process-disks"));
+        const envdDir = deps.envdDir ?? join(REPO_DIR, "dist", "envd");
+        const nodeBinary = deps.nodeBinary ?? process.execPath;
         environment = environmentDigest({
           runtimeKind: runtime.kind,
           runtimeVersion: await runtime.version(signal),
@@ -309,8 +313,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           network: slots ? new SlotAttachments(slots) : new HostAttachments(),
           discardInitOutput: runtime.kind === "runc",
           bootConcurrency: config.SPACE_NODE_BOOT_CONCURRENCY,
-          envdDir: deps.envdDir ?? join(REPO_DIR, "dist", "envd"),
-          nodeBinary: deps.nodeBinary ?? process.execPath,
+          envdDir,
+          nodeBinary,
           ...(trust ? { trust } : {}),
           telemetry: {
             intervalMs: config.SPACE_METRICS_INTERVAL_MS,
@@ -397,6 +401,18 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             prefetch: config.SPACE_TEMPLATE_PREFETCH,
             scratchDir: join(nodeDir, "template-pulls"),
             ...(snapshots ? { capture: { manager: m, snapshots, disks, logger: log } } : {}),
+            ...(snapshots && config.SPACE_NODE_BOOT_CAPTURE
+              ? {
+                  bootCaptures: new BootCaptures({
+                    deps: { manager: m, snapshots, disks, logger: log },
+                    dir: join(nodeDir, "boot-captures"),
+                    identity: await nodeIdentity(
+                      [join(envdDir, "envd.mjs"), join(envdDir, "envd.blob"), nodeBinary, criuPath, ...(trust ? [config.SPACE_EXTRA_CA_CERTS] : [])],
+                      [environment, String(config.SPACE_SANDBOX_LOG_ENTRIES)],
+                    ),
+                  }),
+                }
+              : {}),
             provide: async (name, sig) => {
               const d = disks;
               if (name !== CODE_INTERPRETER_TEMPLATE || !interpreterTar || !d) return undefined;
@@ -413,7 +429,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             runtime,
             slots,
             blobs: openBlobStore(config),
-            nodeBinary: deps.nodeBinary ?? process.execPath,
+            nodeBinary,
             scratchDir: join(nodeDir, "builds"),
             environment: () => environment,
             capture: (name, sig) => tc.capture(name, sig),

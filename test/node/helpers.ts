@@ -51,6 +51,9 @@ export async function startTestNode(
     SPACE_LOG_LEVEL: "warn",
     SPACE_NODE_SLOT_CIDR: pickSlotRange(dir, scope.bridge),
     SPACE_NODE_MAX_SLOTS: "200",
+    // Node tests count sandboxes and host objects exactly: a template's checkpoint after boot (a
+    // sandbox and a snapshot made behind a create) is test/templates/boot-capture.test.ts's.
+    SPACE_NODE_BOOT_CAPTURE: "false",
     // As test/support/stack.ts: the machine's base template tarballs, when the caller names them.
     ...(process.env.SPACE_BASE_TEMPLATE_DIR ? { SPACE_BASE_TEMPLATE_DIR: process.env.SPACE_BASE_TEMPLATE_DIR } : {}),
     ...o.env,

@@ -78,8 +78,8 @@ export async function startTemplateCommand(host: string, port: number, accessTok
   }
 }
 
-/** Runs the ready command once through envd; true if it exits 0. */
-async function readyOnce(host: string, port: number, accessToken: string | undefined, cmd: string, signal: AbortSignal): Promise<boolean> {
+/** Runs `cmd` once through envd (`bash -l -c`, as the SDK runs commands); true if it exits 0. */
+export async function succeedsOnce(host: string, port: number, accessToken: string | undefined, cmd: string, signal: AbortSignal): Promise<boolean> {
   const stream = client(host, port, accessToken).start(
     { process: { cmd: "/bin/bash", args: ["-l", "-c", cmd], envs: {} }, stdin: false },
     { signal, timeoutMs: 10_000 },
@@ -107,7 +107,7 @@ export async function waitTemplateReady(
   while (Date.now() < end) {
     o.signal.throwIfAborted();
     try {
-      if (await readyOnce(host, port, accessToken, cmd, AbortSignal.any([o.signal, AbortSignal.timeout(Math.max(1000, end - Date.now()))]))) return true;
+      if (await succeedsOnce(host, port, accessToken, cmd, AbortSignal.any([o.signal, AbortSignal.timeout(Math.max(1000, end - Date.now()))]))) return true;
       last = "not ready";
     } catch (e) {
       o.signal.throwIfAborted();

@@ -33,6 +33,7 @@ import { fetchSubvolume, putSubvolume, type BlobPart } from "../disk/subvolume-s
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import type { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 import { captureReady, restoreCaptured, type CaptureDeps } from "./capture.ts";
+import { BootCaptures } from "./boot-capture.ts";
 import { sha256 } from "../../contract/build-recipe.ts";
 
 /** Metadata the cache adds to a template's TemplateInfo. */
@@ -90,6 +91,8 @@ export interface TemplateCacheOptions {
   scratchDir: string;
   /** Capture after ready (runc + CRIU nodes only). */
   capture?: CaptureDeps;
+  /** Capture after boot: cold creates of templates without a capture of their own restore one (boot-capture.ts); absent = they boot. */
+  bootCaptures?: BootCaptures;
   /** Templates the node makes itself on first use (e.g. `code-interpreter-v1` from its tarball); undefined = not one of them. */
   provide?: (name: string, signal: AbortSignal) => Promise<TemplateInfo | undefined>;
   logger: Logger;
@@ -190,11 +193,13 @@ export class TemplateCache {
     return desc;
   }
 
-  /** A create restored from its template's capture; undefined = boot cold. */
+  /** A create restored from its template's capture, after ready or else after boot; undefined = boot cold. */
   async restoreCaptured(spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus | undefined> {
     if (!this.o.capture) return undefined;
     const info = (await this.o.disks.templateInfo(spec.template)) as CachedTemplateInfo | undefined;
-    return restoreCaptured(this.o.capture, spec, info?.capture, signal);
+    if (info?.capture) return restoreCaptured(this.o.capture, spec, info.capture, signal);
+    if (!info || !this.o.bootCaptures || !BootCaptures.eligible(spec)) return undefined;
+    return this.o.bootCaptures.restore(spec, info, signal);
   }
 
   // ------------------------------------------------------------------ publish / pull
@@ -293,6 +298,7 @@ export class TemplateCache {
     const publish = o.publish !== false && this.o.blob;
     const aliased: CachedTemplateInfo = { ...info, name: alias, source: `alias:${name}`, catalog: Boolean(this.o.blob) };
     await this.writeInfo(aliased);
+    await this.o.bootCaptures?.drop(alias);
     await btrfs.subvolumeDelete(old, signal).catch(() => undefined);
     if (publish) {
       const blob = this.o.blob!;
@@ -309,6 +315,7 @@ export class TemplateCache {
     if (!NAME.test(name)) throw invalid(`template name ${JSON.stringify(name)} is not valid on a node`);
     await rm(this.meta(name), { force: true });
     this.o.disks.forgetTemplate(name);
+    await this.o.bootCaptures?.drop(name);
     await btrfs.subvolumeDelete(this.o.disks.templatePath(name), signal);
     if (!o.catalog || !this.o.blob) return;
     const blob = this.o.blob;
@@ -506,6 +513,7 @@ export class TemplateCache {
         this.o.logger.warn({ template: name, action, err }, "template recovery step failed (retried on next use)");
       }
     }
+    await this.o.bootCaptures?.prune(new Set((await this.o.disks.listTemplates()).map((i) => i.name)));
     this.o.logger.info({ decisions: out.filter((d) => d.action !== "keep").length, entries: out.length }, "template cache recovered");
     return out;
   }
@@ -537,7 +545,7 @@ export class TemplateCache {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     this.stopping.abort();
-    await this.running;
+    await Promise.all([this.running, this.o.bootCaptures?.close()]);
   }
 }
 
