@@ -40,7 +40,7 @@ import { nodeApply, nodeStatus, type NodeIdentity } from "./node-object.ts";
 
 export interface VirtualKubeletDeps {
   kube: KubeApi;
-  agent: Pick<NodeAgent, "inventory" | "manager" | "snapshots">;
+  agent: Pick<NodeAgent, "inventory" | "manager" | "snapshots" | "templates">;
   identity: NodeIdentity;
   /** The host address published as the Node's InternalIP. */
   address: string;
@@ -234,7 +234,7 @@ export class VirtualKubelet {
           const snaps = this.#d.agent.snapshots;
           if (!snaps) throw new SpaceError("failed_precondition", "this node cannot restore memory snapshots (runc + CRIU only)");
           st = await snaps.restore(spec, snapshot, signal);
-        } else st = await manager.create(spec, signal);
+        } else st = (await this.#d.agent.templates?.restoreCaptured(spec, signal)) ?? (await manager.create(spec, signal));
         await this.#writeRunning(pod, st);
         log.info({ sandboxId: spec.sandboxId, address: st.address }, "pod running");
         return;
