@@ -121,7 +121,8 @@ describe("crash and stop recovery", { skip, timeout: 20 * 60_000 }, () => {
       removeDataDir(dataDir);
     });
     const sbx = await Sandbox.create("base", { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 } as ConnectionOpts & { sandboxUrl: string });
-    assert.deepEqual(runcIds(stateDir), [sbx.sandboxId]);
+    // Its template's capture after boot may be under way beside it: a container of the node's too.
+    assert.ok(runcIds(stateDir).includes(sbx.sandboxId));
 
     process.kill(-stack.proc.child.pid!, "SIGINT");
     const code = await new Promise<number | null>((r) => {

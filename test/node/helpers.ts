@@ -118,7 +118,7 @@ export async function sh(node: TestNode, id: string, script: string, user: "root
   return node.agent.runtime!.execIn(id, ["/bin/sh", "-c", script], { user, timeoutMs });
 }
 
-const WARM = /\/\.warm-/;
+const WARM = /\/\.warm(src)?-/;
 
 /** Host objects a sandbox may leak, counted for leak tests. */
 export async function hostObjects(node: TestNode, ids?: Set<string>): Promise<Record<string, number>> {

@@ -78,7 +78,14 @@ describe("template capture after boot (node)", { skip, timeout: 10 * 60_000 }, (
     const memDir = node.agent.runtime!.cgroupDirs(b.id).memory!;
     const limit = await readFile(join(memDir, "memory.limit_in_bytes"), "utf8").catch(() => readFile(join(memDir, "memory.max"), "utf8"));
     assert.equal(Number(limit.trim()), 384 * 1048576);
-    for (const id of [first.id, a.id, b.id]) await kill(id);
+    // Disks of the checkpoint are made ahead: the next restore renames one into place.
+    const warm = async () => (await readdir(node.agent.disks!.cache.sandboxesDir)).filter((n) => n.startsWith(".warmsrc-"));
+    const ready = await waitFor(async () => ((await warm()).length ? warm() : undefined), 30_000, "a disk made ahead of the checkpoint's");
+    const c = await create();
+    assert.equal(c.restored, true);
+    const left = await warm();
+    assert.ok(ready.some((n) => !left.includes(n)), `one of ${ready.join(", ")} was taken (left: ${left.join(", ")})`);
+    for (const id of [first.id, a.id, b.id, c.id]) await kill(id);
   });
 
   it("a restore that fails drops the checkpoint, boots the create, and the next cold create makes a new one", async () => {
@@ -115,8 +122,12 @@ describe("template capture after boot (node)", { skip, timeout: 10 * 60_000 }, (
     assert.equal(again.restored, true, "restored after the restart");
     await kill(again.id);
 
+    const { snapshot } = JSON.parse(await readFile(record("bc-alias"), "utf8")) as { snapshot: { snapshotId: string } };
+    const madeAhead = async () => (await readdir(node.agent.disks!.cache.sandboxesDir)).filter((n) => n.startsWith(".warmsrc-") && n.includes(snapshot.snapshotId));
+    await waitFor(async () => (await madeAhead()).length > 0, 30_000, "disks made ahead of bc-alias's checkpoint");
     await node.agent.templates!.remove("bc-alias", AbortSignal.timeout(60_000), { catalog: false });
     assert.equal(await hasRecord("bc-alias"), false);
     assert.equal((await localSnapshots()).length, 1, "only base's is left");
+    await waitFor(async () => (await madeAhead()).length === 0, 30_000, "the disks made ahead of the dropped checkpoint deleted");
   });
 });

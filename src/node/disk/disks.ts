@@ -51,6 +51,8 @@ export class Disks implements SandboxDisks {
 
   /** Warm disks: disks made ahead of the templates creates used (warm-disks.ts). */
   readonly warm: WarmDisks;
+  /** Warm disks of snapshot disks many sandboxes start from (a template's capture after boot), by the source's path. */
+  readonly warmFrom: WarmDisks;
 
   /**
    * `keepMs`: how long a disk released with `keepFor` stays for a restore here (0: released at once).
@@ -71,6 +73,20 @@ export class Disks implements SandboxDisks {
         await prefetch(path, HOT_FILES, signal);
       },
       identity: async (template) => (await stat(this.templatePath(template)).catch(() => undefined))?.dev,
+      remove: (path) => this.#deleteSubvolume(path, AbortSignal.timeout(60_000)),
+      logger: o.logger,
+    });
+    this.warmFrom = new WarmDisks({
+      size: o.warmDisks ?? 0,
+      dir: cache.sandboxesDir,
+      prefix: ".warmsrc-",
+      quietMs: WARM_QUIET_MS,
+      templates: WARM_TEMPLATES,
+      make: async (from, path, signal) => {
+        await btrfs.snapshot(from, path, signal);
+        await prefetch(path, HOT_FILES, signal);
+      },
+      identity: async (from) => (await stat(from).catch(() => undefined))?.dev,
       remove: (path) => this.#deleteSubvolume(path, AbortSignal.timeout(60_000)),
       logger: o.logger,
     });
@@ -182,29 +198,32 @@ export class Disks implements SandboxDisks {
     await this.takeKeptDisk(id, undefined, signal);
     if (await exists(this.sandboxPath(id))) return { root: this.sandboxRoot(id), limited: Promise.resolve() };
     const baseMib = async () => (await this.templateInfo(template))?.rootfsSizeMib ?? 0;
-    const made = await this.warm.take(template);
-    if (made) {
-      const moved = await rename(made, this.sandboxPath(id)).then(
-        () => true,
-        async (e: unknown) => {
-          this.logger.warn({ sandboxId: id, err: e }, "a warm disk could not be moved into place; snapshotting instead");
-          await this.#deleteSubvolume(made, signal).catch(() => undefined);
-          return false;
-        },
-      );
-      if (moved) return this.#limited(id, diskMib, baseMib, signal);
-    }
+    if (await this.#placeWarm(id, await this.warm.take(template), signal)) return this.#limited(id, diskMib, baseMib, signal);
     return this.sandboxDiskFrom(id, this.templatePath(template), diskMib, baseMib, signal);
   }
 
   /**
    * Sandbox `id`'s disk as a writable snapshot of `from` (a template, or a snapshot's disk),
    * its limit landing in `limited` as `snapshotSandboxDisk`'s does. `baseMib`: `from`'s
-   * size, for the limit (limitSandboxDisk).
+   * size, for the limit (limitSandboxDisk). `warm`: `from` is a source many sandboxes start
+   * from (a template's capture after boot): a disk made ahead of it is taken when there is one.
    */
-  async sandboxDiskFrom(id: string, from: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal): Promise<{ root: string; limited: Promise<void> }> {
-    await btrfs.snapshot(from, this.sandboxPath(id), signal);
+  async sandboxDiskFrom(id: string, from: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal, o: { warm?: boolean } = {}): Promise<{ root: string; limited: Promise<void> }> {
+    if (!(o.warm && (await this.#placeWarm(id, await this.warmFrom.take(from), signal)))) await btrfs.snapshot(from, this.sandboxPath(id), signal);
     return this.#limited(id, diskMib, baseMib, signal);
+  }
+
+  /** Renames a warm disk into place as sandbox `id`'s; false (the disk deleted) when there was none or it could not be moved. */
+  async #placeWarm(id: string, made: string | undefined, signal: AbortSignal): Promise<boolean> {
+    if (!made) return false;
+    return rename(made, this.sandboxPath(id)).then(
+      () => true,
+      async (e: unknown) => {
+        this.logger.warn({ sandboxId: id, err: e }, "a warm disk could not be moved into place; snapshotting instead");
+        await this.#deleteSubvolume(made, signal).catch(() => undefined);
+        return false;
+      },
+    );
   }
 
   #limited(id: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal): { root: string; limited: Promise<void> } {
@@ -335,7 +354,7 @@ export class Disks implements SandboxDisks {
 
   /** Stops background work (agent stop). */
   async close(): Promise<void> {
-    await this.warm.close();
+    await Promise.all([this.warm.close(), this.warmFrom.close()]);
     if (this.reapTimer) {
       clearTimeout(this.reapTimer);
       this.reapTimer = undefined;

@@ -26,6 +26,8 @@ export interface WarmDisksOptions {
   dir: string;
   /** A refill starts once no disk of the template was taken for this long. */
   quietMs: number;
+  /** Names this kind's disks (`<prefix><key>-<random>`; default `.warm-`): each kind sweeps only its own leftovers, so no prefix may start another. */
+  prefix?: string;
   /** Makes a writable snapshot of `template` at `path`. */
   make(template: string, path: string, signal: AbortSignal): Promise<void>;
   /** The template subvolume's identity now; undefined when it is gone. */
@@ -36,6 +38,8 @@ export interface WarmDisksOptions {
 }
 
 const PREFIX = ".warm-";
+/** A key as a file name (template names already are one; a path is not). */
+const fileSafe = (key: string) => key.replace(/[^A-Za-z0-9._-]/g, "_").slice(-80);
 
 interface Made {
   path: string;
@@ -145,7 +149,7 @@ export class WarmDisks {
       while (!signal.aborted && this.#used.has(template) && !this.#timers.has(template) && this.readyCount(template) < this.#o.size) {
         const identity = await this.#o.identity(template);
         if (identity === undefined) return;
-        const path = join(this.#o.dir, `${PREFIX}${template}-${randomId(8)}`);
+        const path = join(this.#o.dir, `${this.#o.prefix ?? PREFIX}${fileSafe(template)}-${randomId(8)}`);
         try {
           await this.#o.make(template, path, signal);
         } catch (e) {
@@ -171,6 +175,7 @@ export class WarmDisks {
 
   async #sweep(): Promise<void> {
     const names = await readdir(this.#o.dir).catch(() => [] as string[]);
-    await Promise.allSettled(names.filter((n) => n.startsWith(PREFIX)).map((n) => this.#o.remove(join(this.#o.dir, n))));
+    const prefix = this.#o.prefix ?? PREFIX;
+    await Promise.allSettled(names.filter((n) => n.startsWith(prefix)).map((n) => this.#o.remove(join(this.#o.dir, n))));
   }
 }

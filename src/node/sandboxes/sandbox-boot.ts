@@ -38,6 +38,8 @@ export interface RestoreVia {
   start?: (id: string, signal: AbortSignal) => Promise<void>;
   /** The sandbox the checkpoint was taken of (another one for forks and template captures). */
   sourceSandboxId?: string;
+  /** Its sockets need none of the network's set-up (wildcard listeners only): restored beside it, awaited after, as a boot is. */
+  beforeNetwork?: boolean;
 }
 
 /** An init that holds the readiness fd this long without a word is checked over HTTP instead. */
@@ -232,7 +234,7 @@ export class SandboxBooter {
         // A memory checkpoint comes back with its sockets: its addresses must be in place.
         // (Measured: restoring while the slot or the disk quota is still being set up won under
         // heavy load but lost 40-100 ms on a quieter 2-core node, CPU and btrfs contention.)
-        await slotConfigured;
+        if (!via.beforeNetwork) await slotConfigured;
         await inChildSpan("runtime restore", "runtime", { "space.sandbox.id": id }, () => via.start!(id, signal));
       } else
         await inChildSpan("runtime start", "runtime", { "space.sandbox.id": id, "space.runtime": this.o.runtime.kind }, () =>

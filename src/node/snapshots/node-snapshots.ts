@@ -123,6 +123,16 @@ const MEMORY_PART = "memory.tar.zst";
 const PACK = ["bsdtar", "--zstd", "--options", "zstd:compression-level=1,zstd:threads=2"];
 const UNPACK = ["bsdtar", "-xf", "-"];
 
+/**
+ * `shared`: a checkpoint of envd alone that many sandboxes are restored from (a template's
+ * capture after boot, node/templates/boot-capture.ts): its disk has copies made ahead
+ * (`Disks.warmFrom`), and its restore runs beside the network's set-up: envd listens on a
+ * wildcard address, so nothing restored needs the slot's addresses.
+ */
+export interface SharedRestore {
+  shared?: boolean;
+}
+
 export class NodeSnapshots {
   private readonly o: NodeSnapshotsOptions;
   private readonly cp: Checkpointer;
@@ -475,12 +485,12 @@ export class NodeSnapshots {
    * when this node has it, else from the blob store (checksums verified before use, the
    * parent fetched when missing, refused when it cannot be found).
    */
-  async restore(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal): Promise<SandboxStatus> {
+  async restore(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal, o: SharedRestore = {}): Promise<SandboxStatus> {
     const id = desc.snapshotId;
     for (let r = this.reaping.get(id); r; r = this.reaping.get(id)) await r;
     this.users.set(id, (this.users.get(id) ?? 0) + 1);
     try {
-      return await this.restoreHeld(spec, desc, signal);
+      return await this.restoreHeld(spec, desc, signal, o);
     } finally {
       const n = (this.users.get(id) ?? 1) - 1;
       if (n > 0) this.users.set(id, n);
@@ -488,7 +498,7 @@ export class NodeSnapshots {
     }
   }
 
-  private async restoreHeld(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal): Promise<SandboxStatus> {
+  private async restoreHeld(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal, o: SharedRestore): Promise<SandboxStatus> {
     const t0 = performance.now();
     // A fork whose disk and slot its capture is still making: take them once made.
     await this.prepared.get(spec.sandboxId);
@@ -510,8 +520,9 @@ export class NodeSnapshots {
         if (await this.o.disks.takeKeptDisk(id, desc.snapshotId, sig)) return { root, limited: Promise.resolve() };
         // The limit lands while the runtime restores (the manager awaits it before `running`
         // and releases the disk when it fails), as a created disk's does.
-        return this.o.disks.sandboxDiskFrom(id, this.diskPath(desc.snapshotId), spec.diskMib, () => this.restoredBaseMib(meta.diskBaseMib, meta.template), sig);
+        return this.o.disks.sandboxDiskFrom(id, this.diskPath(desc.snapshotId), spec.diskMib, () => this.restoredBaseMib(meta.diskBaseMib, meta.template), sig, { warm: o.shared });
       },
+      ...(o.shared ? { beforeNetwork: true } : {}),
       // A disk snapshot (or a restore asked for as one: E2B's connect with `memory: false`) boots fresh.
       ...(checkpoint && desc.kind === "full" ? { start: (cid: string, sig: AbortSignal) => this.cp.restore(cid, image, checkpoint, sig) } : {}),
       sourceSandboxId: desc.sourceSandboxId,
@@ -688,6 +699,7 @@ export class NodeSnapshots {
       staged.cancel?.abort();
       await staged.settled;
     }
+    this.o.disks.warmFrom.drop(this.diskPath(snapshotId));
     await btrfs.subvolumeDelete(this.diskPath(snapshotId)).catch(() => undefined);
     await rm(join(this.cacheSnaps, snapshotId), { recursive: true, force: true });
     await rm(this.localDir(snapshotId), { recursive: true, force: true });

@@ -85,7 +85,7 @@ export class BootCaptures {
     }
     try {
       // The restored envd keeps the capture's environment; its /init brings the sandbox's own.
-      return await this.#o.deps.snapshots.restore({ ...spec, envVars: { E2B_SANDBOX_ID: spec.sandboxId, ...spec.envVars } }, rec.snapshot, signal);
+      return await this.#o.deps.snapshots.restore({ ...spec, envVars: { E2B_SANDBOX_ID: spec.sandboxId, ...spec.envVars } }, rec.snapshot, signal, { shared: true });
     } catch (e) {
       if (signal.aborted) throw e;
       this.#o.deps.logger.warn({ sandboxId: spec.sandboxId, template: info.name, err: e }, "restore from the template's boot checkpoint failed; booting, and the checkpoint is dropped");
