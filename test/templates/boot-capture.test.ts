@@ -78,6 +78,10 @@ describe("template capture after boot (node)", { skip, timeout: 10 * 60_000 }, (
     const memDir = node.agent.runtime!.cgroupDirs(b.id).memory!;
     const limit = await readFile(join(memDir, "memory.limit_in_bytes"), "utf8").catch(() => readFile(join(memDir, "memory.max"), "utf8"));
     assert.equal(Number(limit.trim()), 384 * 1048576);
+    // Restored or booted, a create is admitted the same: a disk below the template's rootfs is refused at once.
+    const small = await node.agent.app.inject({ method: "POST", url: "/v1/sandboxes", headers: { authorization: "Bearer test-token" }, payload: spec({ diskMib: 64 }) });
+    assert.equal(small.statusCode, 400, small.body);
+    assert.match(small.body, /rootfs_size_mb=64 is smaller than cloned rootfs size/);
     // Disks of the checkpoint are made ahead: the next restore renames one into place.
     const warm = async () => (await readdir(node.agent.disks!.cache.sandboxesDir)).filter((n) => n.startsWith(".warmsrc-"));
     const ready = await waitFor(async () => ((await warm()).length ? warm() : undefined), 30_000, "a disk made ahead of the checkpoint's");

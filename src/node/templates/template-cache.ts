@@ -197,9 +197,11 @@ export class TemplateCache {
   async restoreCaptured(spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus | undefined> {
     if (!this.o.capture) return undefined;
     const info = (await this.o.disks.templateInfo(spec.template)) as CachedTemplateInfo | undefined;
-    if (info?.capture) return restoreCaptured(this.o.capture, spec, info.capture, signal);
-    if (!info || !this.o.bootCaptures || !BootCaptures.eligible(spec)) return undefined;
-    return this.o.bootCaptures.restore(spec, info, signal);
+    if (!info || !(info.capture || (this.o.bootCaptures && BootCaptures.eligible(spec)))) return undefined;
+    // A create, restored or booted, is admitted the same: a restore skips the manager's admission.
+    await this.o.disks.admit(spec.template, spec.diskMib);
+    if (info.capture) return restoreCaptured(this.o.capture, spec, info.capture, signal);
+    return this.o.bootCaptures!.restore(spec, info, signal);
   }
 
   // ------------------------------------------------------------------ publish / pull
