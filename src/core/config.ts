@@ -142,7 +142,7 @@ const vars = {
   SPACE_NODE_BTRFS_PATH: [z.string(), "", "existing btrfs mount for the node cache; empty = a loop image under the node dir"],
   SPACE_NODE_BTRFS_IMAGE_GIB: [int(1, 100_000), "64", "size of the node cache loop image (sparse)"],
   SPACE_NODE_DISK_RESERVE_MIB: [int(0, 10_000_000), "8192", "disk kept free by admission"],
-  SPACE_NODE_WARM_DISKS: [int(0, 64), "2", "sandbox disks made ahead per template a create used on this node (a create takes one instead of waiting for a btrfs snapshot); 0 = none"],
+  SPACE_NODE_WARM_DISKS: [int(0, 64), "2", "sandbox disks made ahead per template a create used on this node, and per template capture after boot restored here (a create takes one instead of waiting for a btrfs snapshot); 0 = none"],
   SPACE_NODE_SLOT_CIDR: [z.string().regex(/^\d+\.\d+\.\d+\.\d+\/\d+$/, "a CIDR such as 10.200.0.0/16"), "10.200.0.0/16", "sandbox address range"],
   SPACE_NODE_MAX_SLOTS: [int(1, 60_000), "1000", "max network slots (advertised capacity)"],
   SPACE_NODE_BOOT_CONCURRENCY: [int(0, 1024), "0", "sandboxes a node starts at once (runtime start to envd ready; the rest wait their turn, creates before warm-pool refills); 0 = twice the CPUs"],
