@@ -209,7 +209,10 @@ async function main() {
     if (n && !adopted) {
       const readiness = n.envdEventMs !== undefined ? "by envd's word" : "polled over HTTP";
       lines.push(`      node create-to-ready               ${f(n.totalMs)}`);
-      lines.push(`        disk snapshot ${f(n.diskMs)} ∥ network slot ${f(n.slotMs)}; bundle ${f(n.bundleMs)}, runc run ${f(n.runtimeStartMs)}, slot wait ${f(n.slotWaitMs)}, envd ready ${f(n.envdMs)} (${readiness}), envd /init ${f(n.initMs)}`);
+      // A cold create restores its template's capture after boot once the node has made it (SPACE_NODE_BOOT_CAPTURE).
+      if (n.restoreTotalMs !== undefined)
+        lines.push(`        restored from its template's capture: disk ${f(n.diskMs)} ∥ network slot ${f(n.slotMs)}; bundle ${f(n.bundleMs)}, runc restore ${f(n.runtimeStartMs)}, slot wait ${f(n.slotWaitMs)}, envd /init (its readiness) ${f(n.envdMs)}`);
+      else lines.push(`        disk snapshot ${f(n.diskMs)} ∥ network slot ${f(n.slotMs)}; bundle ${f(n.bundleMs)}, runc run ${f(n.runtimeStartMs)}, slot wait ${f(n.slotWaitMs)}, envd ready ${f(n.envdMs)} (${readiness}), envd /init ${f(n.initMs)}`);
       lines.push(`      API, store, placement, hops        ${f(t.createMs - n.totalMs!)} (create − node)`);
     } else if (n) lines.push(`      a warm member adopted (its boot, ${f(n.totalMs)} on the node, happened before, off this path)`);
     else lines.push(`      (node breakdown: only for a stack this bench started)`);
