@@ -68,10 +68,7 @@ export class Disks implements SandboxDisks {
       dir: cache.sandboxesDir,
       quietMs: WARM_QUIET_MS,
       templates: WARM_TEMPLATES,
-      make: async (template, path, signal) => {
-        await btrfs.snapshot(this.templatePath(template), path, signal);
-        await prefetch(path, HOT_FILES, signal);
-      },
+      make: (template, path, signal) => this.#makeWarm(this.templatePath(template), path, signal),
       identity: async (template) => (await stat(this.templatePath(template)).catch(() => undefined))?.dev,
       remove: (path) => this.#deleteSubvolume(path, AbortSignal.timeout(60_000)),
       logger: o.logger,
@@ -82,10 +79,7 @@ export class Disks implements SandboxDisks {
       prefix: ".warmsrc-",
       quietMs: WARM_QUIET_MS,
       templates: WARM_TEMPLATES,
-      make: async (from, path, signal) => {
-        await btrfs.snapshot(from, path, signal);
-        await prefetch(path, HOT_FILES, signal);
-      },
+      make: (from, path, signal) => this.#makeWarm(from, path, signal),
       identity: async (from) => (await stat(from).catch(() => undefined))?.dev,
       remove: (path) => this.#deleteSubvolume(path, AbortSignal.timeout(60_000)),
       logger: o.logger,
@@ -211,6 +205,12 @@ export class Disks implements SandboxDisks {
   async sandboxDiskFrom(id: string, from: string, diskMib: number, baseMib: () => Promise<number>, signal: AbortSignal, o: { warm?: boolean } = {}): Promise<{ root: string; limited: Promise<void> }> {
     if (!(o.warm && (await this.#placeWarm(id, await this.warmFrom.take(from), signal)))) await btrfs.snapshot(from, this.sandboxPath(id), signal);
     return this.#limited(id, diskMib, baseMib, signal);
+  }
+
+  /** A warm disk: a writable snapshot of `from` with the files every start reads in its own page cache. */
+  async #makeWarm(from: string, path: string, signal: AbortSignal): Promise<void> {
+    await btrfs.snapshot(from, path, signal);
+    await prefetch(path, HOT_FILES, signal);
   }
 
   /** Renames a warm disk into place as sandbox `id`'s; false (the disk deleted) when there was none or it could not be moved. */
