@@ -56,7 +56,7 @@ describe("template capture after boot (node)", { skip, timeout: 10 * 60_000 }, (
     assert.equal(await hasRecord("base"), false);
     const first = await create();
     assert.equal(first.restored, false, "nothing to restore yet: booted");
-    await waitFor(() => hasRecord("base"), 60_000, "the boot checkpoint of base");
+    await waitFor(() => hasRecord("base"), 60_000, "the capture after boot of base");
     // The sandbox it was made of is gone: only the first create's is on the node.
     await waitFor(async () => node.agent.manager!.list().length === 1, 30_000, "the capture's sandbox ended");
     assert.deepEqual(node.agent.manager!.list().map((s) => s.sandboxId), [first.id]);
@@ -116,7 +116,7 @@ describe("template capture after boot (node)", { skip, timeout: 10 * 60_000 }, (
     await node.agent.templates!.point("bc-alias", "base", AbortSignal.timeout(60_000));
     const first = await create({ template: "bc-alias" });
     assert.equal(first.restored, false);
-    await waitFor(() => hasRecord("bc-alias"), 60_000, "the boot checkpoint of bc-alias");
+    await waitFor(() => hasRecord("bc-alias"), 60_000, "the capture after boot of bc-alias");
     await kill(first.id);
     assert.equal((await localSnapshots()).length, 2, "base's and bc-alias's");
 

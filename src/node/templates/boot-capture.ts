@@ -67,7 +67,7 @@ export class BootCaptures {
     this.#o = o;
   }
 
-  /** Whether `spec` may come from its template's boot checkpoint: it binds no volumes (the checkpoint's mounts are the template's alone). */
+  /** Whether `spec` may come from its template's capture after boot: it binds no volumes (the checkpoint's mounts are the template's alone). */
   static eligible(spec: SandboxSpec): boolean {
     return !spec.volumes?.length;
   }
@@ -88,7 +88,7 @@ export class BootCaptures {
       return await this.#o.deps.snapshots.restore({ ...spec, envVars: { E2B_SANDBOX_ID: spec.sandboxId, ...spec.envVars } }, rec.snapshot, signal, { shared: true });
     } catch (e) {
       if (signal.aborted) throw e;
-      this.#o.deps.logger.warn({ sandboxId: spec.sandboxId, template: info.name, err: e }, "restore from the template's boot checkpoint failed; booting, and the checkpoint is dropped");
+      this.#o.deps.logger.warn({ sandboxId: spec.sandboxId, template: info.name, err: e }, "restore from the template's capture after boot failed; booting, and the capture is dropped");
       await this.drop(info.name, rec);
       return undefined;
     }
@@ -101,7 +101,7 @@ export class BootCaptures {
     this.#records.set(name, undefined);
     await rm(this.#file(name), { force: true });
     await this.#o.deps.snapshots.dropLocal(rec.snapshot.snapshotId).catch((e: unknown) =>
-      this.#o.deps.logger.warn({ template: name, snapshotId: rec.snapshot.snapshotId, err: e }, "dropping a boot checkpoint's copy failed"),
+      this.#o.deps.logger.warn({ template: name, snapshotId: rec.snapshot.snapshotId, err: e }, "dropping a capture after boot's copy failed"),
     );
   }
 
@@ -152,7 +152,7 @@ export class BootCaptures {
       .catch((e: unknown) => {
         if (this.#stopping.signal.aborted) return;
         this.#failed.set(key, Date.now());
-        this.#o.deps.logger.warn({ template: info.name, err: e }, `making the template's boot checkpoint failed; its creates boot (tried again in ${FAILED_RETRY_MS / 60_000} min)`);
+        this.#o.deps.logger.warn({ template: info.name, err: e }, `making the template's capture after boot failed; its creates boot (tried again in ${FAILED_RETRY_MS / 60_000} min)`);
       })
       .finally(() => this.#making.delete(info.name));
     this.#making.set(info.name, p);
@@ -197,6 +197,6 @@ export class BootCaptures {
     await rename(tmp, this.#file(info.name));
     this.#records.set(info.name, { key, snapshot });
     if (old) await d.snapshots.dropLocal(old.snapshot.snapshotId).catch(() => undefined);
-    d.logger.info({ template: info.name, snapshotId: snapshot.snapshotId, ms: Date.now() - t0 }, "template checkpointed after boot: its cold creates restore it");
+    d.logger.info({ template: info.name, snapshotId: snapshot.snapshotId, ms: Date.now() - t0 }, "template captured after boot: its cold creates restore it");
   }
 }
