@@ -123,14 +123,12 @@ const MEMORY_PART = "memory.tar.zst";
 const PACK = ["bsdtar", "--zstd", "--options", "zstd:compression-level=1,zstd:threads=2"];
 const UNPACK = ["bsdtar", "-xf", "-"];
 
-/**
- * `shared`: a checkpoint of envd alone that many sandboxes are restored from (a template's
- * capture after boot, node/templates/boot-capture.ts): its disk has copies made ahead
- * (`Disks.warmFrom`), and its restore runs beside the network's set-up: envd listens on a
- * wildcard address, so nothing restored needs the slot's addresses.
- */
-export interface SharedRestore {
-  shared?: boolean;
+/** How a restore of a checkpoint many sandboxes start from (a template's capture after boot, node/templates/boot-capture.ts) may run. */
+export interface RestoreOptions {
+  /** Take a disk made ahead of the snapshot's (`Disks.warmFrom`), and keep some made for the next. */
+  warmDisks?: boolean;
+  /** Restore beside the network's set-up: the checkpoint's processes need none of the slot's addresses (envd listens on a wildcard one). */
+  beforeNetwork?: boolean;
 }
 
 export class NodeSnapshots {
@@ -485,7 +483,7 @@ export class NodeSnapshots {
    * when this node has it, else from the blob store (checksums verified before use, the
    * parent fetched when missing, refused when it cannot be found).
    */
-  async restore(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal, o: SharedRestore = {}): Promise<SandboxStatus> {
+  async restore(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal, o: RestoreOptions = {}): Promise<SandboxStatus> {
     const id = desc.snapshotId;
     for (let r = this.reaping.get(id); r; r = this.reaping.get(id)) await r;
     this.users.set(id, (this.users.get(id) ?? 0) + 1);
@@ -498,7 +496,7 @@ export class NodeSnapshots {
     }
   }
 
-  private async restoreHeld(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal, o: SharedRestore): Promise<SandboxStatus> {
+  private async restoreHeld(spec: SandboxSpec, desc: SnapshotDescriptor, signal: AbortSignal, o: RestoreOptions): Promise<SandboxStatus> {
     const t0 = performance.now();
     // A fork whose disk and slot its capture is still making: take them once made.
     await this.prepared.get(spec.sandboxId);
@@ -520,9 +518,9 @@ export class NodeSnapshots {
         if (await this.o.disks.takeKeptDisk(id, desc.snapshotId, sig)) return { root, limited: Promise.resolve() };
         // The limit lands while the runtime restores (the manager awaits it before `running`
         // and releases the disk when it fails), as a created disk's does.
-        return this.o.disks.sandboxDiskFrom(id, this.diskPath(desc.snapshotId), spec.diskMib, () => this.restoredBaseMib(meta.diskBaseMib, meta.template), sig, { warm: o.shared });
+        return this.o.disks.sandboxDiskFrom(id, this.diskPath(desc.snapshotId), spec.diskMib, () => this.restoredBaseMib(meta.diskBaseMib, meta.template), sig, { warm: o.warmDisks });
       },
-      ...(o.shared ? { beforeNetwork: true } : {}),
+      ...(o.beforeNetwork ? { beforeNetwork: true } : {}),
       // A disk snapshot (or a restore asked for as one: E2B's connect with `memory: false`) boots fresh.
       ...(checkpoint && desc.kind === "full" ? { start: (cid: string, sig: AbortSignal) => this.cp.restore(cid, image, checkpoint, sig) } : {}),
       sourceSandboxId: desc.sourceSandboxId,

@@ -21,7 +21,7 @@ import { ENVD_PORT, type SandboxSpec, type SandboxStatus } from "../../contract/
 import { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 import type { TemplateInfo } from "../disk/disks.ts";
 import { succeedsOnce } from "../sandboxes/template-boot.ts";
-import type { CaptureDeps } from "./capture.ts";
+import { restoreCaptured, type CaptureDeps } from "./capture.ts";
 
 export interface BootCaptureOptions {
   deps: CaptureDeps;
@@ -68,7 +68,7 @@ export class BootCaptures {
   }
 
   /** Whether `spec` may come from its template's capture after boot: it binds no volumes (the checkpoint's mounts are the template's alone). */
-  static eligible(spec: SandboxSpec): boolean {
+  eligible(spec: SandboxSpec): boolean {
     return !spec.volumes?.length;
   }
 
@@ -83,15 +83,7 @@ export class BootCaptures {
       this.#make(info, key);
       return undefined;
     }
-    try {
-      // The restored envd keeps the capture's environment; its /init brings the sandbox's own.
-      return await this.#o.deps.snapshots.restore({ ...spec, envVars: { E2B_SANDBOX_ID: spec.sandboxId, ...spec.envVars } }, rec.snapshot, signal, { shared: true });
-    } catch (e) {
-      if (signal.aborted) throw e;
-      this.#o.deps.logger.warn({ sandboxId: spec.sandboxId, template: info.name, err: e }, "restore from the template's capture after boot failed; booting, and the capture is dropped");
-      await this.drop(info.name, rec);
-      return undefined;
-    }
+    return restoreCaptured(this.#o.deps, spec, rec.snapshot, signal, { warmDisks: true, beforeNetwork: true, onFailure: () => this.drop(info.name, rec) });
   }
 
   /** Forgets template `name`'s checkpoint and frees its copy (its template was removed or re-pointed). */
@@ -117,12 +109,10 @@ export class BootCaptures {
     await Promise.allSettled(this.#making.values());
   }
 
-  /** A checkpoint depends on its template's build and on this node's identity. */
+  /** A checkpoint depends on its template's build and on this node's identity (a digest already: nothing to hash per create). */
   #key(info: TemplateInfo): string {
     const digest = (info as { digest?: unknown }).digest;
-    return createHash("sha256")
-      .update(`${this.#o.identity}\0${info.name}\0${info.source}\0${info.importedAt}\0${typeof digest === "string" ? digest : ""}`)
-      .digest("hex");
+    return JSON.stringify([this.#o.identity, info.name, info.source, info.importedAt, typeof digest === "string" ? digest : ""]);
   }
 
   #file(name: string): string {

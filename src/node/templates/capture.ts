@@ -12,7 +12,7 @@ import type { Logger } from "../../core/log.ts";
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import type { Disks } from "../disk/disks.ts";
 import type { SandboxManager } from "../sandboxes/manager.ts";
-import type { NodeSnapshots } from "../snapshots/node-snapshots.ts";
+import type { NodeSnapshots, RestoreOptions } from "../snapshots/node-snapshots.ts";
 import type { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 
 export interface CaptureDeps {
@@ -49,15 +49,24 @@ export async function captureReady(d: CaptureDeps, name: string, signal: AbortSi
   }
 }
 
-/** Restores `spec` from its template's capture; undefined = the template has none (or it failed: boot cold). */
-export async function restoreCaptured(d: CaptureDeps, spec: SandboxSpec, capture: SnapshotDescriptor | undefined, signal: AbortSignal): Promise<SandboxStatus | undefined> {
-  if (!capture) return undefined;
+/**
+ * Restores `spec` from its template's capture (after ready, or after boot: boot-capture.ts);
+ * undefined = it failed (logged, `onFailure` run): the caller boots cold.
+ */
+export async function restoreCaptured(
+  d: CaptureDeps,
+  spec: SandboxSpec,
+  capture: SnapshotDescriptor,
+  signal: AbortSignal,
+  o: RestoreOptions & { onFailure?: () => Promise<void> } = {},
+): Promise<SandboxStatus | undefined> {
   try {
     // The restored processes keep the capture's environment; envd's /init brings the sandbox's own.
-    return await d.snapshots.restore({ ...spec, envVars: { E2B_SANDBOX_ID: spec.sandboxId, ...spec.envVars } }, capture, signal);
+    return await d.snapshots.restore({ ...spec, envVars: { E2B_SANDBOX_ID: spec.sandboxId, ...spec.envVars } }, capture, signal, o);
   } catch (e) {
     if (signal.aborted) throw e;
-    d.logger.warn({ sandboxId: spec.sandboxId, template: spec.template, err: e }, "restore from the template's capture failed; booting cold");
+    d.logger.warn({ sandboxId: spec.sandboxId, template: spec.template, snapshotId: capture.snapshotId, err: e }, "restore from the template's capture failed; booting cold");
+    await o.onFailure?.();
     return undefined;
   }
 }

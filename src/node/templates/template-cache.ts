@@ -33,7 +33,7 @@ import { fetchSubvolume, putSubvolume, type BlobPart } from "../disk/subvolume-s
 import type { SandboxSpec, SandboxStatus } from "../../contract/node-api.ts";
 import type { SnapshotDescriptor } from "../../contract/snapshot-descriptor.ts";
 import { captureReady, restoreCaptured, type CaptureDeps } from "./capture.ts";
-import { BootCaptures } from "./boot-capture.ts";
+import type { BootCaptures } from "./boot-capture.ts";
 import { sha256 } from "../../contract/build-recipe.ts";
 
 /** Metadata the cache adds to a template's TemplateInfo. */
@@ -197,11 +197,12 @@ export class TemplateCache {
   async restoreCaptured(spec: SandboxSpec, signal: AbortSignal): Promise<SandboxStatus | undefined> {
     if (!this.o.capture) return undefined;
     const info = (await this.o.disks.templateInfo(spec.template)) as CachedTemplateInfo | undefined;
-    if (!info || !(info.capture || (this.o.bootCaptures && BootCaptures.eligible(spec)))) return undefined;
+    const boot = this.o.bootCaptures;
+    if (!info || !(info.capture || boot?.eligible(spec))) return undefined;
     // A create, restored or booted, is admitted the same: a restore skips the manager's admission.
     await this.o.disks.admit(spec.template, spec.diskMib);
     if (info.capture) return restoreCaptured(this.o.capture, spec, info.capture, signal);
-    return this.o.bootCaptures!.restore(spec, info, signal);
+    return boot?.restore(spec, info, signal);
   }
 
   // ------------------------------------------------------------------ publish / pull
