@@ -54,8 +54,8 @@ if (existsSync(join(native, "spawn-helper")))
 // file metadata as user.e2b.* extended attributes (src/envd/filesystem/metadata.ts),
 // envd undumpable and file operations with the requesting user's rights
 // (src/envd/privileges.ts), commands started without fork (src/envd/process/spawner.ts);
-// and the node agent's, which its egress proxy reads SO_ORIGINAL_DST through
-// (src/node/network/egress-proxy.ts).
+// and the node agent's: SO_ORIGINAL_DST for its egress proxy (src/node/network/egress-proxy.ts)
+// and commands started without fork for its spawn server (src/core/spawn-server.mjs).
 const nodeInclude = [join(dirname(process.execPath), "..", "include", "node"), "/usr/include/node"].find((d) =>
   existsSync(join(d, "node_api.h")),
 );
@@ -66,8 +66,9 @@ if (cc && nodeInclude) {
     ["reaper", join(root, "src/envd/native/reaper.c"), out],
     ["xattr", join(root, "src/envd/native/xattr.c"), out],
     ["privileges", join(root, "src/envd/native/privileges.c"), out],
-    ["spawn", join(root, "src/envd/native/spawn.c"), out],
+    ["spawn", join(root, "src/core/native/spawn.c"), out],
     ["original_dst", join(root, "src/node/network/native/original-dst.c"), join(root, "dist", "node"), "original-dst"],
+    ["spawn", join(root, "src/core/native/spawn.c"), join(root, "dist", "node")],
   ];
   for (const [name, src, dir, file = name] of addons) {
     const r = spawnSync(cc, ["-O2", "-shared", "-fPIC", `-DNODE_GYP_MODULE_NAME=${name}`, `-I${nodeInclude}`, "-o", join(dir, `${file}.node`), src], {

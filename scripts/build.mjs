@@ -9,8 +9,8 @@
 // Every output file sits in dist/space/, two levels below the repository root as src/<x>/
 // files are: the paths the code resolves from its own location keep working
 // (`../../package.json`, the repository's .tools/ and dist/envd/), and the assets it reads
-// beside itself are copied next to it (the migrations, the spawn helper, the egress proxy's
-// addon when build:envd built it).
+// beside itself are copied next to it (the migrations, the spawn server, the egress proxy's
+// and spawn server's addons when build:envd built them).
 //
 // dist/space/inputs.json lists the sources the bundle was built from and the assets it
 // copied: bin/space.mjs runs the compiled CLI only while none of them changed since (a
@@ -48,8 +48,7 @@ cpSync(join(root, "src/core/spawn-server.mjs"), join(out, "spawn-server.mjs"));
 // The code-interpreter template's recipe reads its sources beside the module (its digest names the
 // tarball a node offers): without them a compiled node offers no code-interpreter-v1.
 cpSync(join(root, "src/node/templates/code-interpreter"), join(out, "code-interpreter"), { recursive: true });
-const addon = join(root, "dist/node/original-dst.node");
-if (existsSync(addon)) cpSync(addon, join(out, "original-dst.node"));
+for (const addon of ["original-dst.node", "spawn.node"]) if (existsSync(join(root, "dist/node", addon))) cpSync(join(root, "dist/node", addon), join(out, addon));
 
 // The copied assets count as inputs too; the migrations folder itself (its mtime) catches a new migration.
 const assets = ["src/store/migrations", ...readdirSync(join(root, "src/store/migrations")).map((f) => `src/store/migrations/${f}`), "src/core/spawn-server.mjs", ...readdirSync(join(root, "src/node/templates/code-interpreter")).map((f) => `src/node/templates/code-interpreter/${f}`)];

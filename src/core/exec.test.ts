@@ -1,5 +1,9 @@
 // exec() through the spawn server: output, stdin, failures, timeouts, aborts, large outputs.
 import assert from "node:assert/strict";
+import { constants } from "node:fs";
+import { mkdtemp, open, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, it } from "node:test";
 import { exec, ExecError } from "./exec.ts";
 
@@ -25,6 +29,35 @@ describe("exec", () => {
     const t0 = performance.now();
     await assert.rejects(exec("sleep", ["5"], { signal: ac.signal }), /killed by SIGTERM/);
     assert.ok(performance.now() - t0 < 4000);
+  });
+
+  it("starts each command in its own session, without forking the server (its spawn addon), in the working directory asked for", async () => {
+    // The addon's children lead their own session; child_process's would share the server's.
+    const r = await exec("sh", ["-c", 'echo $$ $(cut -d" " -f6 /proc/$$/stat) $(pwd)'], { cwd: "/tmp" });
+    const [pid, sid, cwd] = r.stdout.trim().split(" ");
+    assert.equal(sid, pid, "the spawn server forked it through child_process: its addon (dist/node/spawn.node, npm run build:envd) did not load");
+    assert.equal(cwd, "/tmp");
+  });
+
+  it("writes to the files and passes the descriptors it is given (a runtime's log and its readiness FIFO)", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "space-exec-"));
+    try {
+      const log = join(dir, "log");
+      const fifo = join(dir, "ready");
+      await exec("mkfifo", [fifo]);
+      const reader = await open(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+      try {
+        await exec("sh", ["-c", "echo out; echo err >&2; echo ready >&3; cat"], { stdioPaths: ["/dev/null", log, log], passFdPaths: [fifo] });
+        assert.equal(await readFile(log, "utf8"), "out\nerr\n");
+        const buf = Buffer.alloc(16);
+        const { bytesRead } = await reader.read(buf, 0, 16, null);
+        assert.equal(buf.subarray(0, bytesRead).toString(), "ready\n");
+      } finally {
+        await reader.close();
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it("carries a 12 MiB output of control bytes and many concurrent commands", async () => {

@@ -1,5 +1,5 @@
 /**
- * How envd starts a command with pipes. With the spawn addon (native/spawn.c) the child
+ * How envd starts a command with pipes. With the spawn addon (core/native/spawn.c) the child
  * shares envd's memory until it execs, so a start costs the same whatever envd's heap
  * (libuv forks: ~1.1 ms of envd's CPU at 55 MB, ~5.5 ms at 260 MB, per command). Its
  * exit is learnt from SIGCHLD: libuv waits only for the children it spawned itself.

@@ -1,18 +1,23 @@
 /*
- * envd's process spawner (N-API, ABI-stable).
+ * A process spawner without fork (N-API, ABI-stable), for envd's commands
+ * (envd/process/spawner.ts) and the node's spawn server (core/spawn-server.mjs).
  *
- * Why not child_process.spawn: libuv forks, and fork copies the page tables of envd's
- * whole heap; on this code path that was half of envd's CPU per command (~1.1 ms at
- * 55 MB RSS, growing with the heap). Here the child shares envd's memory until it execs
- * (clone(CLONE_VM | CLONE_VFORK), as glibc's posix_spawn does), so the cost does not
- * depend on envd's size. posix_spawn itself cannot switch users, hence this file.
+ * Why not child_process.spawn: libuv forks, and fork copies the page tables of the
+ * caller's whole heap: for envd half of its CPU per command (~1.1 ms at 55 MB RSS,
+ * growing with the heap), for the spawn server ~1.2 ms of its event loop per command,
+ * ten of them on a sandbox's create. Here the child shares the caller's memory until it
+ * execs (clone(CLONE_VM | CLONE_VFORK), as glibc's posix_spawn does), so the cost does
+ * not depend on the caller's size. posix_spawn itself cannot switch users, hence this file.
  *
- * spawn(candidates, argv, envp, cwd, uid, gid, stdin) -> { pid, stdin, stdout, stderr }
- *   or { error: errno } when no candidate could be executed. `candidates` are the paths
- *   to try in order (the PATH lookup is done by the caller); `stdin` false gives the
- *   child /dev/null. The child: its own session (setsid), signal dispositions reset to
- *   the default and the mask cleared, supplementary groups dropped, then gid and uid set
- *   (what libuv does for spawn with uid/gid), cwd, and the pipes as fds 0, 1 and 2.
+ * spawn(candidates, argv, envp, cwd, uid, gid, stdin[, fds]) -> { pid, stdin?, stdout?,
+ *   stderr? } or { error: errno } when no candidate could be executed. `candidates` are
+ *   the paths to try in order (the PATH lookup is done by the caller); `stdin` false
+ *   gives the child /dev/null; `cwd` "" keeps the caller's; uid and gid 0xffffffff keep
+ *   the caller's (and its groups). `fds`, when given, are the child's descriptors 0..n-1:
+ *   an open descriptor of the caller each, or -1 at 0, 1 or 2 for a pipe as without it.
+ *   The child: its own session (setsid), signal dispositions reset to the default and the
+ *   mask cleared, supplementary groups dropped, then gid and uid set (what libuv does for
+ *   spawn with uid/gid), cwd, and its descriptors in place.
  * wait(pid) -> undefined while it runs, else { code } or { signal }; reaps it.
  *
  * The child runs on the caller's memory while the caller is suspended: it makes only raw
@@ -33,6 +38,8 @@
 #include <node_api.h>
 
 #define CHILD_STACK (64 * 1024)
+#define MAX_FDS 16
+#define KEEP_ID 0xffffffffu
 
 struct child_args {
   char **candidates;
@@ -42,9 +49,10 @@ struct child_args {
   char **sh_argv;
   char **envp;
   const char *cwd;
-  uid_t uid;
-  gid_t gid;
-  int fds[3];
+  uint32_t uid;
+  uint32_t gid;
+  int fds[MAX_FDS];
+  int nfds;
   sigset_t oldmask;
   volatile int error;
 };
@@ -61,14 +69,20 @@ static int child_main(void *p) {
     if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
   sigemptyset(&none);
   if (syscall(SYS_setsid) < 0) goto fail;
-  for (int i = 0; i < 3; i++) {
+  /* A source that is also a later target would be overwritten before it is moved: moved
+   * above every target first (close-on-exec: only its copy in place survives the exec). */
+  for (int i = 0; i < a->nfds; i++)
+    if (a->fds[i] != i && a->fds[i] < a->nfds && (a->fds[i] = fcntl(a->fds[i], F_DUPFD_CLOEXEC, a->nfds)) < 0) goto fail;
+  for (int i = 0; i < a->nfds; i++) {
     if (a->fds[i] == i) {
       if (fcntl(i, F_SETFD, 0) < 0) goto fail;
     } else if (syscall(SYS_dup2, a->fds[i], i) < 0) goto fail;
   }
-  if (syscall(SYS_setgroups, 0, NULL) < 0 && errno != EPERM) goto fail;
-  if (syscall(SYS_setgid, a->gid) < 0) goto fail;
-  if (syscall(SYS_setuid, a->uid) < 0) goto fail;
+  if (a->uid != KEEP_ID || a->gid != KEEP_ID) {
+    if (syscall(SYS_setgroups, 0, NULL) < 0 && errno != EPERM) goto fail;
+    if (syscall(SYS_setgid, a->gid) < 0) goto fail;
+    if (syscall(SYS_setuid, a->uid) < 0) goto fail;
+  }
   if (a->cwd && syscall(SYS_chdir, a->cwd) < 0) goto fail;
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, _NSIG / 8);
   {
@@ -137,8 +151,8 @@ static napi_value int_prop(napi_env env, napi_value obj, const char *name, int v
 }
 
 static napi_value Spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 7;
-  napi_value argv[7], result;
+  size_t argc = 8;
+  napi_value argv[8], result;
   uint32_t uid, gid;
   bool want_stdin;
   char *cwd = NULL;
@@ -151,8 +165,28 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
   if (argc < 7 || napi_get_value_string_utf8(env, argv[3], NULL, 0, &cwd_len) != napi_ok ||
       napi_get_value_uint32(env, argv[4], &uid) != napi_ok || napi_get_value_uint32(env, argv[5], &gid) != napi_ok ||
       napi_get_value_bool(env, argv[6], &want_stdin) != napi_ok) {
-    napi_throw_type_error(env, NULL, "spawn(candidates, argv, envp, cwd, uid, gid, stdin)");
+    napi_throw_type_error(env, NULL, "spawn(candidates, argv, envp, cwd, uid, gid, stdin[, fds])");
     return NULL;
+  }
+  /* The child's descriptors: pipes at 0-2 (-1) unless given. */
+  a.nfds = 3;
+  a.fds[0] = a.fds[1] = a.fds[2] = -1;
+  if (argc > 7) {
+    uint32_t n;
+    bool is_array = false;
+    napi_is_array(env, argv[7], &is_array);
+    if (!is_array || napi_get_array_length(env, argv[7], &n) != napi_ok || n < 3 || n > MAX_FDS) {
+      napi_throw_type_error(env, NULL, "spawn: fds must be an array of 3 to 16 descriptors");
+      return NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      napi_value v;
+      if (napi_get_element(env, argv[7], i, &v) != napi_ok || napi_get_value_int32(env, v, &a.fds[i]) != napi_ok || a.fds[i] < (i < 3 ? -1 : 0)) {
+        napi_throw_type_error(env, NULL, "spawn: fds must be descriptors (or -1 at 0, 1 and 2 for a pipe)");
+        return NULL;
+      }
+    }
+    a.nfds = (int)n;
   }
   a.candidates = strings(env, argv[0], "spawn: candidates must be strings");
   a.argv = a.candidates ? strings(env, argv[1], "spawn: argv must be strings") : NULL;
@@ -168,14 +202,14 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
     for (size_t i = 1; i < argc; i++) a.sh_argv[i + 1] = a.argv[i];
   }
   napi_get_value_string_utf8(env, argv[3], cwd, cwd_len + 1, &cwd_len);
-  a.cwd = cwd;
+  a.cwd = cwd_len ? cwd : NULL;
   a.uid = uid;
   a.gid = gid;
-  if (want_stdin ? pipe2(in, O_CLOEXEC) : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) goto sys;
-  if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) goto sys;
-  a.fds[0] = in[0];
-  a.fds[1] = out[1];
-  a.fds[2] = err[1];
+  if (a.fds[0] < 0 && (want_stdin ? pipe2(in, O_CLOEXEC) : (in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0) goto sys;
+  if ((a.fds[1] < 0 && pipe2(out, O_CLOEXEC) < 0) || (a.fds[2] < 0 && pipe2(err, O_CLOEXEC) < 0)) goto sys;
+  if (a.fds[0] < 0) a.fds[0] = in[0];
+  if (a.fds[1] < 0) a.fds[1] = out[1];
+  if (a.fds[2] < 0) a.fds[2] = err[1];
   {
     sigset_t all;
     sigfillset(&all);
@@ -184,27 +218,23 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
     pid_t pid = clone(child_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
     int clone_errno = errno;
     pthread_sigmask(SIG_SETMASK, &a.oldmask, NULL);
-    close(in[0]);
-    close(out[1]);
-    close(err[1]);
+    /* The child's ends (-1 where the caller gave the descriptor: it stays the caller's). */
+    int child_ends[] = {in[0], out[1], err[1]}, own_ends[] = {in[1], out[0], err[0]};
+    for (int i = 0; i < 3; i++)
+      if (child_ends[i] >= 0) close(child_ends[i]);
     napi_create_object(env, &result);
-    if (pid < 0) {
-      close(in[1]);
-      close(out[0]);
-      close(err[0]);
-      int_prop(env, result, "error", clone_errno);
-    } else if (a.error) {
+    if (pid < 0 || a.error) {
       /* It never ran the command: reap it now. */
-      while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
-      close(in[1]);
-      close(out[0]);
-      close(err[0]);
-      int_prop(env, result, "error", a.error);
+      if (pid >= 0)
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+      for (int i = 0; i < 3; i++)
+        if (own_ends[i] >= 0) close(own_ends[i]);
+      int_prop(env, result, "error", pid < 0 ? clone_errno : a.error);
     } else {
       int_prop(env, result, "pid", pid);
-      if (want_stdin) int_prop(env, result, "stdin", in[1]);
-      int_prop(env, result, "stdout", out[0]);
-      int_prop(env, result, "stderr", err[0]);
+      if (in[1] >= 0) int_prop(env, result, "stdin", in[1]);
+      if (out[0] >= 0) int_prop(env, result, "stdout", out[0]);
+      if (err[0] >= 0) int_prop(env, result, "stderr", err[0]);
     }
   }
   free_strings(a.candidates);
