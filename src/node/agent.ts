@@ -31,6 +31,7 @@ import { ensureNodeCache, freeMib, unmountNodeCache, type NodeCache } from "./di
 import { NodeResolver, upstreamFromConfig, upstreamFromResolvConf, type Upstream } from "./dns/resolver.ts";
 import { EgressProxy, guardrailCheck } from "./network/egress-proxy.ts";
 import { LinuxNetworkSlots } from "./network/slots.ts";
+import { ENVD_NODE_FLAGS } from "./sandboxes/envd-launch.ts";
 import { SandboxHealth } from "./sandboxes/sandbox-health.ts";
 import { SandboxManager } from "./sandboxes/manager.ts";
 import { HostAttachments, SlotAttachments } from "./sandboxes/network-attachments.ts";
@@ -408,7 +409,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
                     dir: join(nodeDir, "boot-captures"),
                     identity: await nodeIdentity(
                       [join(envdDir, "envd.mjs"), join(envdDir, "envd.blob"), nodeBinary, criuPath, ...(trust ? [config.SPACE_EXTRA_CA_CERTS] : [])],
-                      [environment, String(config.SPACE_SANDBOX_LOG_ENTRIES)],
+                      [environment, String(config.SPACE_SANDBOX_LOG_ENTRIES), ...ENVD_NODE_FLAGS],
                     ),
                   }),
                 }

@@ -31,8 +31,9 @@ describe("sandbox isolation", { skip, timeout: 300_000 }, () => {
     const r = await sh(node, a.sandboxId, "cat /proc/1/cmdline | tr '\\0' ' '; echo; hostname; id -un; sudo -n id -u; echo $HOME");
     assert.equal(r.exitCode, 0, r.stderr);
     const [cmd, host, user, sudoUid, home] = r.stdout.trim().split("\n");
-    // From the bundle's V8 startup snapshot, which `npm run build:envd` builds with this Node.js.
-    assert.match(cmd!, /^\/opt\/space\/bin\/node --snapshot-blob \/opt\/space\/envd\/envd\.blob -- --port 49983 $/);
+    // From the bundle's V8 startup snapshot, which `npm run build:envd` builds with this Node.js;
+    // no memory reducer (envd-launch.ts: its full GCs on every idle envd).
+    assert.match(cmd!, /^\/opt\/space\/bin\/node --no-memory-reducer --snapshot-blob \/opt\/space\/envd\/envd\.blob -- --port 49983 $/);
     assert.equal(host, a.sandboxId);
     assert.equal(user, "user");
     assert.equal(sudoUid, "0");
