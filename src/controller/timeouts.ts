@@ -54,17 +54,17 @@ export function startTimeoutEnforcer(deps: TimeoutEnforcerDeps): TimeoutEnforcer
 
   async function loop(): Promise<void> {
     while (!stopped) {
-      try {
-        await sweep();
-      } catch (e) {
-        log.warn({ err: e }, "timeout sweep failed");
-      }
+      // One statement per wake while nothing is due (the earliest end time); the sweep's list
+      // only when something is: an idle control plane wakes four times a second.
       let sleepMs = maxSleepMs;
       try {
         const next = await repo.nextEndAt();
-        if (next) sleepMs = Math.max(20, Math.min(maxSleepMs, next.getTime() - Date.now()));
-      } catch {
-        /* keep the default */
+        const dueInMs = next ? next.getTime() - Date.now() : Infinity;
+        // After a sweep, a short pause: what it could not end yet (a slow kill) is still due.
+        if (dueInMs <= 0) await sweep();
+        sleepMs = Math.max(20, Math.min(maxSleepMs, dueInMs));
+      } catch (e) {
+        log.warn({ err: e }, "timeout sweep failed");
       }
       if (stopped) break;
       await new Promise<void>((resolve) => {
