@@ -219,8 +219,10 @@ async function main() {
     if (n && !adopted) {
       const readiness = n.envdEventMs !== undefined ? "by envd's word" : "polled over HTTP";
       lines.push(`      node create-to-ready               ${f(n.totalMs)}`);
-      // A cold create restores its template's capture after boot once the node has made it (SPACE_NODE_BOOT_CAPTURE).
-      if (n.restoreTotalMs !== undefined)
+      // A cold create restores its template's capture after boot once the node has made it
+      // (SPACE_NODE_BOOT_CAPTURE). The node's record tells a memory restore by its readiness
+      // (sandbox-boot.ts): polled, by its /init itself (envdPollMs, no initMs).
+      if (n.envdPollMs !== undefined && n.initMs === undefined)
         lines.push(`        restored from its template's capture: disk ${f(n.diskMs)} ∥ network slot ${f(n.slotMs)}; bundle ${f(n.bundleMs)}, runc restore ${f(n.runtimeStartMs)}, slot wait ${f(n.slotWaitMs)}, envd /init (its readiness) ${f(n.envdMs)}`);
       else lines.push(`        disk snapshot ${f(n.diskMs)} ∥ network slot ${f(n.slotMs)}; bundle ${f(n.bundleMs)}, runc run ${f(n.runtimeStartMs)}, slot wait ${f(n.slotWaitMs)}, envd ready ${f(n.envdMs)} (${readiness}), envd /init ${f(n.initMs)}`);
       lines.push(`      API, store, placement, hops        ${f(t.createMs - n.totalMs!)} (create − node)`);
