@@ -1,6 +1,8 @@
 // exec() through the spawn server: output, stdin, failures, timeouts, aborts, large outputs.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { constants } from "node:fs";
+import { readlink } from "node:fs/promises";
 import { mkdtemp, open, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -57,6 +59,20 @@ describe("exec", () => {
       }
     } finally {
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("runs a command in the namespaces it is given (a sandbox's network, a process's hostname), naming one it cannot join", async () => {
+    const other = spawn("unshare", ["--uts", "--net", "sleep", "30"], { stdio: "ignore" });
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      const ns = (kind: string) => `/proc/${other.pid}/ns/${kind}`;
+      assert.notEqual(await readlink(ns("net")), await readlink("/proc/self/ns/net"), "unshare made no namespace of its own");
+      const r = await exec("sh", ["-c", "readlink /proc/self/ns/net /proc/self/ns/uts"], { namespaces: { net: ns("net"), uts: ns("uts") } });
+      assert.deepEqual(r.stdout.trim().split("\n"), [await readlink(ns("net")), await readlink(ns("uts"))]);
+      await assert.rejects(exec("true", [], { namespaces: { net: "/nonexistent-space-ns" } }), /\/nonexistent-space-ns/);
+    } finally {
+      other.kill("SIGKILL");
     }
   });
 

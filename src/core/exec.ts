@@ -6,7 +6,7 @@
  */
 import { spawn, type SpawnOptions } from "node:child_process";
 import { applyPriority, BACKGROUND_NICE, isBackground } from "./priority.ts";
-import { spawnClient } from "./spawn-client.ts";
+import { spawnClient, type CommandNamespaces } from "./spawn-client.ts";
 
 export interface ExecOptions {
   timeoutMs?: number;
@@ -29,6 +29,11 @@ export interface ExecOptions {
    * fds 3, 4, … (opened non-blocking; `runc run --preserve-fds` hands them to the init).
    */
   passFdPaths?: string[];
+  /**
+   * Run the command in these namespaces, joined before it starts (the spawn server's addon
+   * calls setns; nsenter without it): no `nsenter` exec on the hot path.
+   */
+  namespaces?: CommandNamespaces;
 }
 
 export interface ExecResult {
@@ -72,6 +77,7 @@ export async function exec(cmd: string, args: readonly string[], opts: ExecOptio
       ...(isBackground() ? { nice: BACKGROUND_NICE } : {}),
       ...(opts.stdioPaths ? { stdioPaths: opts.stdioPaths } : {}),
       ...(opts.passFdPaths?.length ? { passFdPaths: opts.passFdPaths } : {}),
+      ...(opts.namespaces ? { namespaces: opts.namespaces } : {}),
     },
     opts.signal,
   );

@@ -23,6 +23,14 @@ export interface SpawnRequest {
   stdioPaths?: [string, string, string];
   /** FIFOs (open for reading by the caller) whose write ends the command gets as fds 3, 4, … */
   passFdPaths?: string[];
+  /** Namespaces (their files) the command runs in. */
+  namespaces?: CommandNamespaces;
+}
+
+/** Files of namespaces a command joins before it starts: a netns (`/run/netns/<name>`), a process's UTS (`/proc/<pid>/ns/uts`). */
+export interface CommandNamespaces {
+  net?: string;
+  uts?: string;
 }
 
 export type SpawnReply =

@@ -8,7 +8,7 @@
  * TypeScript loader, which would double its memory).
  *
  * Protocol, one JSON object per line. In: `{id, cmd, args, cwd?, env, input?, inputBase64?,
- * timeoutMs, maxStdoutBytes, nice?, stdioPaths?, passFdPaths?}` or `{kill: id}`. Out: `{id, exitCode,
+ * timeoutMs, maxStdoutBytes, nice?, stdioPaths?, passFdPaths?, namespaces?}` or `{kill: id}`. Out: `{id, exitCode,
  * signal, timedOut, durationMs, stdout, stderr}` or `{id, error}` (the command did not start).
  * Stdin closing (the caller exited) ends this process; running commands are left to finish.
  * The caller starts it in its own process group, so a Ctrl-C to the caller's group does not
@@ -33,9 +33,9 @@ import { createInterface } from "node:readline";
 /**
  * @typedef {EventEmitter & { stdin: import("node:stream").Writable | null, stdout: import("node:stream").Readable | null,
  *   stderr: import("node:stream").Readable | null, kill(sig: NodeJS.Signals): unknown }} Started What start() uses of a command
- * @typedef {{ pid: number, stdin?: number, stdout?: number, stderr?: number } | { error: number }} Spawned
+ * @typedef {{ pid: number, stdin?: number, stdout?: number, stderr?: number } | { error: number, namespace?: number }} Spawned
  * @typedef {{ code: number } | { signal: number } | { error: number }} Status
- * @typedef {{ spawn(candidates: string[], argv: string[], envp: string[], cwd: string, uid: number, gid: number, stdin: boolean, fds: number[]): Spawned, wait(pid: number): Status | undefined }} Addon
+ * @typedef {{ spawn(candidates: string[], argv: string[], envp: string[], cwd: string, uid: number, gid: number, stdin: boolean, fds: number[], namespaces: string[]): Spawned, wait(pid: number): Status | undefined }} Addon
  */
 
 /** @returns {Addon | undefined} */
@@ -94,7 +94,7 @@ createInterface({ input: process.stdin, crlfDelay: Infinity })
 /**
  * @param {{ id: number, cmd: string, args: string[], cwd?: string, env: Record<string, string>, input?: string,
  *   inputBase64?: boolean, timeoutMs: number, maxStdoutBytes: number, nice?: number, stdioPaths?: [string, string, string],
- *   passFdPaths?: string[] }} req
+ *   passFdPaths?: string[], namespaces?: { net?: string, uts?: string } }} req
  */
 function start(req) {
   const started = performance.now();
@@ -112,8 +112,14 @@ function start(req) {
     for (const p of req.passFdPaths ?? []) stdio.push(keep(openSync(p, constants.O_WRONLY | constants.O_NONBLOCK)));
     // Niceness is per thread: renicing the pid after spawn raced the command's own threads
     // and children (runc forks the container's init from another thread), so start it niced.
-    const [cmd, args] = req.nice ? ["nice", ["-n", String(req.nice), req.cmd, ...req.args]] : [req.cmd, req.args];
-    child = addon ? addonSpawn(addon, cmd, args, req, stdio) : spawn(cmd, args, { cwd: req.cwd, env: req.env, stdio });
+    const [niced, nicedArgs] = req.nice ? ["nice", ["-n", String(req.nice), req.cmd, ...req.args]] : [req.cmd, req.args];
+    const ns = Object.entries(req.namespaces ?? {}).filter(([, path]) => path);
+    if (addon) child = addonSpawn(addon, niced, nicedArgs, req, stdio, ns.map(([, path]) => path));
+    else {
+      // Without the addon, nsenter joins them (an exec more).
+      const [cmd, args] = ns.length ? ["nsenter", [...ns.map(([kind, path]) => `--${kind}=${path}`), "--", niced, ...nicedArgs]] : [niced, nicedArgs];
+      child = spawn(cmd, args, { cwd: req.cwd, env: req.env, stdio });
+    }
   } catch (e) {
     send({ id: req.id, error: e instanceof Error ? e.message : String(e) });
     return;
@@ -178,9 +184,10 @@ function start(req) {
  * exited and its output pipes closed. It started, or this threw: no `error` event comes.
  * @param {Addon} addon @param {string} cmd @param {string[]} args
  * @param {{ cwd?: string, env: Record<string, string>, input?: string }} req @param {Array<"pipe" | number>} stdio
+ * @param {string[]} namespaces files of the namespaces it joins first
  * @returns {Started}
  */
-function addonSpawn(addon, cmd, args, req, stdio) {
+function addonSpawn(addon, cmd, args, req, stdio, namespaces) {
   const path = req.env.PATH ?? process.env.PATH ?? "/usr/bin:/bin";
   // execvp's lookup: the name itself when it has a slash, else each PATH entry (empty = cwd).
   const candidates = cmd.includes("/") ? [cmd] : path.split(":").map((d) => (d === "" ? cmd : `${d.replace(/\/+$/, "")}/${cmd}`));
@@ -190,13 +197,14 @@ function addonSpawn(addon, cmd, args, req, stdio) {
   const fds = stdio.map((x, i) => (i === 0 && devNull !== undefined ? devNull : x === "pipe" ? -1 : x));
   let r;
   try {
-    r = addon.spawn(candidates, [cmd, ...args], envp, req.cwd ?? "", KEEP_ID, KEEP_ID, true, fds);
+    r = addon.spawn(candidates, [cmd, ...args], envp, req.cwd ?? "", KEEP_ID, KEEP_ID, true, fds, namespaces);
   } finally {
     if (devNull !== undefined) closeSync(devNull);
   }
   if ("error" in r) {
     const code = ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`;
-    throw Object.assign(new Error(`spawn ${cmd} ${code}`), { code });
+    const what = r.namespace === undefined ? `spawn ${cmd}` : `spawn ${cmd}: joining the namespace ${namespaces[r.namespace]}`;
+    throw Object.assign(new Error(`${what} ${code}`), { code });
   }
   const pid = r.pid;
   const [stdin, stdout, stderr] = [r.stdin, r.stdout, r.stderr].map((fd, i) => (fd === undefined ? null : new Socket({ fd, readable: i > 0, writable: i === 0 })));

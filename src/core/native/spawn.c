@@ -9,15 +9,18 @@
  * execs (clone(CLONE_VM | CLONE_VFORK), as glibc's posix_spawn does), so the cost does
  * not depend on the caller's size. posix_spawn itself cannot switch users, hence this file.
  *
- * spawn(candidates, argv, envp, cwd, uid, gid, stdin[, fds]) -> { pid, stdin?, stdout?,
- *   stderr? } or { error: errno } when no candidate could be executed. `candidates` are
+ * spawn(candidates, argv, envp, cwd, uid, gid, stdin[, fds[, namespaces]]) -> { pid, stdin?,
+ *   stdout?, stderr? } or { error: errno } when no candidate could be executed ({ error,
+ *   namespace: i } when joining namespaces[i] failed). `candidates` are
  *   the paths to try in order (the PATH lookup is done by the caller); `stdin` false
  *   gives the child /dev/null; `cwd` "" keeps the caller's; uid and gid 0xffffffff keep
  *   the caller's (and its groups). `fds`, when given, are the child's descriptors 0..n-1:
  *   an open descriptor of the caller each, or -1 at 0, 1 or 2 for a pipe as without it.
- *   The child: its own session (setsid), signal dispositions reset to the default and the
- *   mask cleared, supplementary groups dropped, then gid and uid set (what libuv does for
- *   spawn with uid/gid), cwd, and its descriptors in place.
+ *   `namespaces`: files of namespaces the child joins first (/run/netns/<name>,
+ *   /proc/<pid>/ns/uts), as nsenter would, without nsenter's own exec.
+ *   The child: its own session (setsid), the namespaces joined, signal dispositions reset
+ *   to the default and the mask cleared, supplementary groups dropped, then gid and uid set
+ *   (what libuv does for spawn with uid/gid), cwd, and its descriptors in place.
  * wait(pid) -> undefined while it runs, else { code } or { signal }; reaps it.
  *
  * The child runs on the caller's memory while the caller is suspended: it makes only raw
@@ -53,6 +56,9 @@ struct child_args {
   uint32_t gid;
   int fds[MAX_FDS];
   int nfds;
+  char **namespaces;
+  /* The namespace whose join failed (-1: none). */
+  volatile int failed_namespace;
   sigset_t oldmask;
   volatile int error;
 };
@@ -69,6 +75,14 @@ static int child_main(void *p) {
     if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
   sigemptyset(&none);
   if (syscall(SYS_setsid) < 0) goto fail;
+  for (int i = 0; a->namespaces && a->namespaces[i]; i++) {
+    int fd = syscall(SYS_openat, AT_FDCWD, a->namespaces[i], O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || syscall(SYS_setns, fd, 0) < 0) {
+      a->failed_namespace = i;
+      goto fail;
+    }
+    syscall(SYS_close, fd);
+  }
   /* A source that is also a later target would be overwritten before it is moved: moved
    * above every target first (close-on-exec: only its copy in place survives the exec). */
   for (int i = 0; i < a->nfds; i++)
@@ -151,8 +165,8 @@ static napi_value int_prop(napi_env env, napi_value obj, const char *name, int v
 }
 
 static napi_value Spawn(napi_env env, napi_callback_info info) {
-  size_t argc = 8;
-  napi_value argv[8], result;
+  size_t argc = 9;
+  napi_value argv[9], result;
   uint32_t uid, gid;
   bool want_stdin;
   char *cwd = NULL;
@@ -161,11 +175,12 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
   static char stack[CHILD_STACK] __attribute__((aligned(16)));
   struct child_args a;
   memset(&a, 0, sizeof a);
+  a.failed_namespace = -1;
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 7 || napi_get_value_string_utf8(env, argv[3], NULL, 0, &cwd_len) != napi_ok ||
       napi_get_value_uint32(env, argv[4], &uid) != napi_ok || napi_get_value_uint32(env, argv[5], &gid) != napi_ok ||
       napi_get_value_bool(env, argv[6], &want_stdin) != napi_ok) {
-    napi_throw_type_error(env, NULL, "spawn(candidates, argv, envp, cwd, uid, gid, stdin[, fds])");
+    napi_throw_type_error(env, NULL, "spawn(candidates, argv, envp, cwd, uid, gid, stdin[, fds[, namespaces]])");
     return NULL;
   }
   /* The child's descriptors: pipes at 0-2 (-1) unless given. */
@@ -191,7 +206,8 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
   a.candidates = strings(env, argv[0], "spawn: candidates must be strings");
   a.argv = a.candidates ? strings(env, argv[1], "spawn: argv must be strings") : NULL;
   a.envp = a.argv ? strings(env, argv[2], "spawn: envp must be strings") : NULL;
-  cwd = a.envp ? malloc(cwd_len + 1) : NULL;
+  a.namespaces = a.envp && argc > 8 ? strings(env, argv[8], "spawn: namespaces must be strings") : NULL;
+  cwd = a.envp && (argc <= 8 || a.namespaces) ? malloc(cwd_len + 1) : NULL;
   if (!cwd) goto oom;
   {
     size_t argc = 0;
@@ -230,6 +246,7 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
       for (int i = 0; i < 3; i++)
         if (own_ends[i] >= 0) close(own_ends[i]);
       int_prop(env, result, "error", pid < 0 ? clone_errno : a.error);
+      if (pid >= 0 && a.failed_namespace >= 0) int_prop(env, result, "namespace", a.failed_namespace);
     } else {
       int_prop(env, result, "pid", pid);
       if (in[1] >= 0) int_prop(env, result, "stdin", in[1]);
@@ -240,6 +257,7 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
   free_strings(a.candidates);
   free_strings(a.argv);
   free_strings(a.envp);
+  free_strings(a.namespaces);
   free(cwd);
   free(a.sh_argv);
   return result;
@@ -252,6 +270,7 @@ sys:
     free_strings(a.candidates);
     free_strings(a.argv);
     free_strings(a.envp);
+    free_strings(a.namespaces);
     free(cwd);
     free(a.sh_argv);
     napi_create_object(env, &result);
@@ -262,6 +281,7 @@ oom:
   free_strings(a.candidates);
   free_strings(a.argv);
   free_strings(a.envp);
+  free_strings(a.namespaces);
   {
     bool pending = false;
     napi_is_exception_pending(env, &pending);

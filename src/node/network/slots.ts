@@ -367,15 +367,14 @@ export class LinuxNetworkSlots implements NetworkSlots {
    * matches eth0 by name) waits for the veth.
    */
   private async loopbackPorts(slot: Slot, signal: AbortSignal): Promise<void> {
-    // nsenter joins only the network namespace (`ip netns exec` also builds a mount
-    // namespace and remounts /sys: several times slower); /proc/sys/net is per netns.
-    const inNetns = ["nsenter", `--net=${slot.netnsPath}`];
+    // Only the network namespace is joined (`ip netns exec` also builds a mount namespace and
+    // remounts /sys: several times slower); /proc/sys/net is per netns.
+    const inNetns = { timeoutMs: T, signal, namespaces: { net: slot.netnsPath } };
     await Promise.all([
-      exec(inNetns[0]!, [...inNetns.slice(1), "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1"], { timeoutMs: T, signal }),
-      exec(inNetns[0]!, [...inNetns.slice(1), "nft", "-f", "-"], {
-      timeoutMs: T,
-      signal,
-      input: `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
+      exec("sysctl", ["-qw", "net.ipv4.conf.all.route_localnet=1"], inNetns),
+      exec("nft", ["-f", "-"], {
+        ...inNetns,
+        input: `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
       }),
     ]);
   }

@@ -174,7 +174,7 @@ class RuncCheckpointer implements Checkpointer {
     // capture) the kernel's hostname would be the source sandbox's.
     if (cfg.hostname && cfg.hostname !== meta.config.hostname) {
       const pid = (await readFile(pidFile, "utf8")).trim();
-      await exec("nsenter", [`--target=${pid}`, "--uts", "hostname", cfg.hostname], { timeoutMs: 30_000, signal });
+      await exec("hostname", [cfg.hostname], { timeoutMs: 30_000, signal, namespaces: { uts: `/proc/${pid}/ns/uts` } });
     }
   }
 }
