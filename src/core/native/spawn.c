@@ -157,6 +157,16 @@ static char **strings(napi_env env, napi_value arr, const char *what) {
   return v;
 }
 
+/* What Spawn allocated for the child, freed on every way out. */
+static void free_args(struct child_args *a, char *cwd) {
+  free_strings(a->candidates);
+  free_strings(a->argv);
+  free_strings(a->envp);
+  free_strings(a->namespaces);
+  free(cwd);
+  free(a->sh_argv);
+}
+
 static napi_value int_prop(napi_env env, napi_value obj, const char *name, int v) {
   napi_value x;
   napi_create_int32(env, v, &x);
@@ -254,12 +264,7 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
       if (err[0] >= 0) int_prop(env, result, "stderr", err[0]);
     }
   }
-  free_strings(a.candidates);
-  free_strings(a.argv);
-  free_strings(a.envp);
-  free_strings(a.namespaces);
-  free(cwd);
-  free(a.sh_argv);
+  free_args(&a, cwd);
   return result;
 sys:
   {
@@ -267,21 +272,12 @@ sys:
     int fds[] = {in[0], in[1], out[0], out[1], err[0], err[1]};
     for (int i = 0; i < 6; i++)
       if (fds[i] >= 0) close(fds[i]);
-    free_strings(a.candidates);
-    free_strings(a.argv);
-    free_strings(a.envp);
-    free_strings(a.namespaces);
-    free(cwd);
-    free(a.sh_argv);
+    free_args(&a, cwd);
     napi_create_object(env, &result);
     return int_prop(env, result, "error", e);
   }
 oom:
-  free(cwd);
-  free_strings(a.candidates);
-  free_strings(a.argv);
-  free_strings(a.envp);
-  free_strings(a.namespaces);
+  free_args(&a, cwd);
   {
     bool pending = false;
     napi_is_exception_pending(env, &pending);
