@@ -33,6 +33,16 @@ describe("exec", () => {
     assert.ok(performance.now() - t0 < 4000);
   });
 
+  it("gives a command this process's environment, or exactly the one asked for", async () => {
+    const env = (r: { stdout: string }) => new Map(r.stdout.split("\0").filter(Boolean).map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]));
+    const inherited = env(await exec("cat", ["/proc/self/environ"]));
+    assert.equal(inherited.get("PATH"), process.env.PATH);
+    assert.equal(inherited.get("HOME"), process.env.HOME);
+    const given = env(await exec("cat", ["/proc/self/environ"], { env: { PATH: process.env.PATH, SPACE_EXEC_TEST: "a b=c" } }));
+    assert.deepEqual([...given.keys()].sort(), ["PATH", "SPACE_EXEC_TEST"]);
+    assert.equal(given.get("SPACE_EXEC_TEST"), "a b=c");
+  });
+
   it("starts each command in its own session, without forking the server (its spawn addon), in the working directory asked for", async () => {
     // The addon's children lead their own session; child_process's would share the server's.
     const r = await exec("sh", ["-c", 'echo $$ $(cut -d" " -f6 /proc/$$/stat) $(pwd)'], { cwd: "/tmp" });

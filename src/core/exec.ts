@@ -14,6 +14,7 @@ export interface ExecOptions {
   /** Text or bytes for stdin. */
   input?: string | Buffer;
   cwd?: string;
+  /** The command's whole environment; absent: this process's (as the spawn server inherited it). */
   env?: NodeJS.ProcessEnv;
   /** Do not throw on a non-zero exit; the caller reads `exitCode`. */
   allowFailure?: boolean;
@@ -70,7 +71,7 @@ export async function exec(cmd: string, args: readonly string[], opts: ExecOptio
       cmd,
       args,
       ...(opts.cwd ? { cwd: opts.cwd } : {}),
-      env: opts.env ?? process.env,
+      ...(opts.env ? { env: opts.env } : {}),
       ...(opts.input !== undefined ? { input: opts.input } : {}),
       timeoutMs: opts.timeoutMs ?? 60_000,
       maxStdoutBytes: opts.maxStdoutBytes ?? 16 * 1024 * 1024,

@@ -13,7 +13,8 @@ export interface SpawnRequest {
   cmd: string;
   args: readonly string[];
   cwd?: string;
-  env: Record<string, string | undefined>;
+  /** Absent: the spawn server's own, the caller's environment as it was when the server started. */
+  env?: Record<string, string | undefined>;
   input?: string | Buffer;
   timeoutMs: number;
   maxStdoutBytes: number;

@@ -7,10 +7,12 @@
  * never stalls the caller. Plain JavaScript on purpose: it is started by bare `node` (no
  * TypeScript loader, which would double its memory).
  *
- * Protocol, one JSON object per line. In: `{id, cmd, args, cwd?, env, input?, inputBase64?,
+ * Protocol, one JSON object per line. In: `{id, cmd, args, cwd?, env?, input?, inputBase64?,
  * timeoutMs, maxStdoutBytes, nice?, stdioPaths?, passFdPaths?, namespaces?}` or `{kill: id}`. Out: `{id, exitCode,
  * signal, timedOut, durationMs, stdout, stderr}` or `{id, error}` (the command did not start).
- * Stdin closing (the caller exited) ends this process; running commands are left to finish.
+ * Without `env` a command gets this process's environment, which is the caller's as it was when
+ * it started this one (reading the caller's `process.env` for every request cost its loop ~0.1 ms:
+ * each variable is a call into the C++ environment). Stdin closing (the caller exited) ends this process; running commands are left to finish.
  * The caller starts it in its own process group, so a Ctrl-C to the caller's group does not
  * reach it (nor the commands it runs) while the caller shuts down: only the pipe ends it.
  *
@@ -91,8 +93,11 @@ createInterface({ input: process.stdin, crlfDelay: Infinity })
   })
   .on("close", () => process.exit(0));
 
+/** The environment of a request without one, as given to the addon. */
+const INHERITED_ENVP = Object.entries(process.env).map(([k, v]) => `${k}=${v}`);
+
 /**
- * @param {{ id: number, cmd: string, args: string[], cwd?: string, env: Record<string, string>, input?: string,
+ * @param {{ id: number, cmd: string, args: string[], cwd?: string, env?: Record<string, string>, input?: string,
  *   inputBase64?: boolean, timeoutMs: number, maxStdoutBytes: number, nice?: number, stdioPaths?: [string, string, string],
  *   passFdPaths?: string[], namespaces?: { net?: string, uts?: string } }} req
  */
@@ -183,15 +188,15 @@ function start(req) {
  * `stdout`, `stderr` (null where `stdio` gave a descriptor), `kill`, and `close` once it
  * exited and its output pipes closed. It started, or this threw: no `error` event comes.
  * @param {Addon} addon @param {string} cmd @param {string[]} args
- * @param {{ cwd?: string, env: Record<string, string>, input?: string }} req @param {Array<"pipe" | number>} stdio
+ * @param {{ cwd?: string, env?: Record<string, string>, input?: string }} req @param {Array<"pipe" | number>} stdio
  * @param {string[]} namespaces files of the namespaces it joins first
  * @returns {Started}
  */
 function addonSpawn(addon, cmd, args, req, stdio, namespaces) {
-  const path = req.env.PATH ?? process.env.PATH ?? "/usr/bin:/bin";
+  const path = (req.env ?? process.env).PATH ?? "/usr/bin:/bin";
   // execvp's lookup: the name itself when it has a slash, else each PATH entry (empty = cwd).
   const candidates = cmd.includes("/") ? [cmd] : path.split(":").map((d) => (d === "" ? cmd : `${d.replace(/\/+$/, "")}/${cmd}`));
-  const envp = Object.entries(req.env).map(([k, v]) => `${k}=${v}`);
+  const envp = req.env ? Object.entries(req.env).map(([k, v]) => `${k}=${v}`) : INHERITED_ENVP;
   // A pipe for stdin only when there is input; else /dev/null (EOF at once, as an ended pipe).
   const devNull = stdio[0] === "pipe" && req.input === undefined ? openSync("/dev/null", "r") : undefined;
   const fds = stdio.map((x, i) => (i === 0 && devNull !== undefined ? devNull : x === "pipe" ? -1 : x));
