@@ -11,7 +11,7 @@ import { internal, notFound, SpaceError, unavailable } from "../../core/errors.t
 import type { Logger } from "../../core/log.ts";
 import type { Runtime, RunSpec, RuntimeState, RuntimeStatus, StartOptions } from "../runtime.ts";
 import { freeze, thaw } from "./freezer.ts";
-import { buildOciSpec, criuAnnotation, sandboxCapabilities } from "./spec.ts";
+import { buildOciSpec, CRIU_CONF_ANNOTATION, criuAnnotation, sandboxCapabilities } from "./spec.ts";
 
 export interface OciRuntimeOptions {
   kind: "runc" | "crun";
@@ -53,9 +53,9 @@ export class OciRuntime implements Runtime {
   bundleDir(id: string): string {
     return join(this.o.bundlesDir, id);
   }
-  /** For runtime/oci/checkpoint.ts (runc --criu). */
-  get checkpointConfig(): { stateDir: string; criuPath?: string } {
-    return { stateDir: this.o.stateDir, criuPath: this.o.criuPath };
+  /** For runtime/oci/checkpoint.ts (runc --criu; the CRIU config file every bundle names). */
+  get checkpointConfig(): { stateDir: string; criuPath?: string; criuConf: string } {
+    return { stateDir: this.o.stateDir, criuPath: this.o.criuPath, criuConf: criuAnnotation(this.o.bundlesDir)[CRIU_CONF_ANNOTATION]! };
   }
 
   async version(signal: AbortSignal): Promise<string> {
@@ -70,7 +70,7 @@ export class OciRuntime implements Runtime {
     const dir = this.bundleDir(spec.id);
     await mkdir(dir, { recursive: true });
     const config = buildOciSpec(spec, { cgroupsPath: `${this.cgroupParent}/${spec.id}` });
-    config.annotations = { ...(config.annotations as Record<string, string> | undefined), ...criuAnnotation(dir) };
+    config.annotations = { ...(config.annotations as Record<string, string> | undefined), ...criuAnnotation(this.o.bundlesDir) };
     await writeFile(join(dir, "config.json"), JSON.stringify(config));
     await writeFile(join(dir, "log-path"), spec.logPath);
     this.logPaths.set(spec.id, spec.logPath);

@@ -43,12 +43,14 @@ export interface OciSpecOptions {
 }
 
 /**
- * The container's CRIU RPC config file, in its bundle: runc hands it to CRIU on checkpoint
- * and restore (runtime/oci/checkpoint.ts writes it), and its options override runc's own.
+ * The CRIU RPC config file of a runtime's containers, one beside their bundles (a sandbox
+ * id has no dot): runc hands it to CRIU on checkpoint and restore (runtime/oci/checkpoint.ts
+ * writes it), and its options override runc's own.
  */
 export const CRIU_CONF = "criu.conf";
-export function criuAnnotation(bundleDir: string): Record<string, string> {
-  return { "org.criu.config": join(bundleDir, CRIU_CONF) };
+export const CRIU_CONF_ANNOTATION = "org.criu.config";
+export function criuAnnotation(bundlesDir: string): Record<string, string> {
+  return { [CRIU_CONF_ANNOTATION]: join(bundlesDir, CRIU_CONF) };
 }
 
 export function buildOciSpec(spec: RunSpec, opts: OciSpecOptions): Record<string, unknown> {
