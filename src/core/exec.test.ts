@@ -4,10 +4,10 @@ import { spawn } from "node:child_process";
 import { constants } from "node:fs";
 import { readlink } from "node:fs/promises";
 import { mkdtemp, open, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { exec, ExecError } from "./exec.ts";
+import { exec, ExecError, writeIn } from "./exec.ts";
 
 describe("exec", () => {
   it("returns stdout and stderr, feeds stdin (text and bytes)", async () => {
@@ -81,6 +81,27 @@ describe("exec", () => {
       const r = await exec("sh", ["-c", "readlink /proc/self/ns/net /proc/self/ns/uts"], { namespaces: { net: ns("net"), uts: ns("uts") } });
       assert.deepEqual(r.stdout.trim().split("\n"), [await readlink(ns("net")), await readlink(ns("uts"))]);
       await assert.rejects(exec("true", [], { namespaces: { net: "/nonexistent-space-ns" } }), /\/nonexistent-space-ns/);
+    } finally {
+      other.kill("SIGKILL");
+    }
+  });
+
+  it("writes a file as seen from inside namespaces (a netns's sysctl, a UTS namespace's hostname), naming what failed", async () => {
+    const other = spawn("unshare", ["--uts", "--net", "sleep", "30"], { stdio: "ignore" });
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      const ns = (kind: string) => `/proc/${other.pid}/ns/${kind}`;
+      const sysctl = "/proc/sys/net/ipv4/conf/all/route_localnet";
+      const ours = (await readFile(sysctl, "utf8")).trim();
+      const theirs = ours === "1" ? "0" : "1";
+      await writeIn(sysctl, theirs, { net: ns("net") });
+      await writeIn("/proc/sys/kernel/hostname", "space-write-in", { uts: ns("uts") });
+      const r = await exec("sh", ["-c", `cat ${sysctl}; hostname`], { namespaces: { net: ns("net"), uts: ns("uts") } });
+      assert.deepEqual(r.stdout.trim().split("\n"), [theirs, "space-write-in"]);
+      assert.equal((await readFile(sysctl, "utf8")).trim(), ours, "the write reached this process's namespace");
+      assert.notEqual(hostname(), "space-write-in");
+      await assert.rejects(writeIn("/nonexistent-space-file", "x", {}), /\/nonexistent-space-file.*(ENOENT|No such file)/);
+      await assert.rejects(writeIn(sysctl, "1", { net: "/nonexistent-space-ns" }), /\/nonexistent-space-ns/);
     } finally {
       other.kill("SIGKILL");
     }

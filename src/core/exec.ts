@@ -89,6 +89,18 @@ export async function exec(cmd: string, args: readonly string[], opts: ExecOptio
   throw new ExecError(result);
 }
 
+/**
+ * Writes `content` to the file `path` as seen from inside `namespaces`: a sysctl of a
+ * network namespace (`/proc/sys/net/...`), a UTS namespace's hostname
+ * (`/proc/sys/kernel/hostname`), each belonging to whoever opens it. The spawn server's
+ * addon writes it from a child that joined them, no command (`sysctl`, `hostname`) runs.
+ */
+export async function writeIn(path: string, content: string, namespaces: CommandNamespaces, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
+  const reply = await spawnClient.run({ write: path, content, namespaces, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
+  if ("error" in reply) throw new Error(reply.error);
+  if (reply.exitCode !== 0) throw new ExecError({ argv: ["write", path], ...reply });
+}
+
 /** Starts a long-running child the caller supervises (envd under the process runtime, postgres in tests). */
 export function spawnDaemon(cmd: string, args: readonly string[], opts: SpawnOptions = {}) {
   const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], ...opts });

@@ -34,6 +34,14 @@ export interface CommandNamespaces {
   uts?: string;
 }
 
+/** `content` written to the file `write` as seen from inside `namespaces` (no command runs). */
+export interface WriteRequest {
+  write: string;
+  content: string;
+  namespaces: CommandNamespaces;
+  timeoutMs: number;
+}
+
 export type SpawnReply =
   | { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; durationMs: number; stdout: string; stderr: string }
   | { error: string };
@@ -51,7 +59,7 @@ class SpawnClient {
   #seq = 0;
   #buf = "";
 
-  run(req: SpawnRequest, signal?: AbortSignal): Promise<SpawnReply> {
+  run(req: SpawnRequest | WriteRequest, signal?: AbortSignal): Promise<SpawnReply> {
     const child = this.#server();
     const id = ++this.#seq;
     return new Promise<SpawnReply>((resolve, reject) => {
@@ -73,12 +81,15 @@ class SpawnClient {
         },
       });
       this.#idle(child, false);
-      const { input, ...rest } = req;
-      this.#write(child, {
-        id,
-        ...rest,
-        ...(input === undefined ? {} : Buffer.isBuffer(input) ? { input: input.toString("base64"), inputBase64: true } : { input }),
-      });
+      if ("write" in req) this.#write(child, { id, ...req });
+      else {
+        const { input, ...rest } = req;
+        this.#write(child, {
+          id,
+          ...rest,
+          ...(input === undefined ? {} : Buffer.isBuffer(input) ? { input: input.toString("base64"), inputBase64: true } : { input }),
+        });
+      }
       if (signal?.aborted) onAbort();
     });
   }

@@ -8,8 +8,11 @@
  * TypeScript loader, which would double its memory).
  *
  * Protocol, one JSON object per line. In: `{id, cmd, args, cwd?, env?, input?, inputBase64?,
- * timeoutMs, maxStdoutBytes, nice?, stdioPaths?, passFdPaths?, namespaces?}` or `{kill: id}`. Out: `{id, exitCode,
- * signal, timedOut, durationMs, stdout, stderr}` or `{id, error}` (the command did not start).
+ * timeoutMs, maxStdoutBytes, nice?, stdioPaths?, passFdPaths?, namespaces?}`, `{id, write, content,
+ * namespaces, timeoutMs}` (`content` written to the file `write` as seen from `namespaces`: a
+ * sysctl of a netns, a UTS namespace's hostname; the addon's child writes it, no command runs)
+ * or `{kill: id}`. Out: `{id, exitCode, signal, timedOut, durationMs, stdout, stderr}` or
+ * `{id, error}` (the command did not start, the write failed).
  * Without `env` a command gets this process's environment, which is the caller's as it was when
  * it started this one (reading the caller's `process.env` for every request cost its loop ~0.1 ms:
  * each variable is a call into the C++ environment). Stdin closing (the caller exited) ends this process; running commands are left to finish.
@@ -37,7 +40,8 @@ import { createInterface } from "node:readline";
  *   stderr: import("node:stream").Readable | null, kill(sig: NodeJS.Signals): unknown }} Started What start() uses of a command
  * @typedef {{ pid: number, stdin?: number, stdout?: number, stderr?: number } | { error: number, namespace?: number }} Spawned
  * @typedef {{ code: number } | { signal: number } | { error: number }} Status
- * @typedef {{ spawn(candidates: string[], argv: string[], envp: string[], cwd: string, uid: number, gid: number, stdin: boolean, fds: number[], namespaces: string[]): Spawned, wait(pid: number): Status | undefined }} Addon
+ * @typedef {{ spawn(candidates: string[], argv: string[], envp: string[], cwd: string, uid: number, gid: number, stdin: boolean, fds: number[], namespaces: string[]): Spawned,
+ *   wait(pid: number): Status | undefined, writeIn(namespaces: string[], path: string, content: string): 0 | { error: number, namespace?: number } }} Addon
  */
 
 /** @returns {Addon | undefined} */
@@ -89,9 +93,31 @@ createInterface({ input: process.stdin, crlfDelay: Infinity })
       return;
     }
     if (typeof req.kill === "number") terminators.get(req.kill)?.();
+    else if (typeof req.write === "string") write(req);
     else start(req);
   })
   .on("close", () => process.exit(0));
+
+/**
+ * Writes a file from inside namespaces. Without the addon, a command does it (`dd`, under
+ * nsenter as start() runs any command in namespaces).
+ * @param {{ id: number, write: string, content: string, namespaces: { net?: string, uts?: string }, timeoutMs: number }} req
+ */
+function write(req) {
+  const started = performance.now();
+  if (!addon) {
+    start({ id: req.id, cmd: "dd", args: [`of=${req.write}`, "conv=nocreat", "status=none"], input: req.content, namespaces: req.namespaces, timeoutMs: req.timeoutMs, maxStdoutBytes: 0 });
+    return;
+  }
+  const ns = Object.values(req.namespaces ?? {}).filter(Boolean);
+  const r = addon.writeIn(ns, req.write, req.content);
+  if (r !== 0) {
+    const code = ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`;
+    send({ id: req.id, error: r.namespace === undefined ? `write ${req.write} ${code}` : `write ${req.write}: joining the namespace ${ns[r.namespace]} ${code}` });
+    return;
+  }
+  send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: "", stderr: "" });
+}
 
 /** The environment of a request without one, as given to the addon. */
 const INHERITED_ENVP = Object.entries(process.env).map(([k, v]) => `${k}=${v}`);

@@ -22,6 +22,10 @@
  *   to the default and the mask cleared, supplementary groups dropped, then gid and uid set
  *   (what libuv does for spawn with uid/gid), cwd, and its descriptors in place.
  * wait(pid) -> undefined while it runs, else { code } or { signal }; reaps it.
+ * writeIn(namespaces, path, content) -> 0, or { error: errno[, namespace: i] }: writes
+ *   `content` to `path` from a child that joined `namespaces` first and exits, no exec: a
+ *   network namespace's sysctl, a UTS namespace's hostname (/proc/sys/kernel/hostname), each
+ *   the namespace of whoever opens the file. Returns once the child is reaped.
  *
  * The child runs on the caller's memory while the caller is suspended: it makes only raw
  * system calls (no malloc, no glibc setuid, which would signal envd's other threads).
@@ -43,6 +47,22 @@
 #define CHILD_STACK (64 * 1024)
 #define MAX_FDS 16
 #define KEEP_ID 0xffffffffu
+
+/* The children's stack: each runs while its caller is suspended (CLONE_VFORK), one at a time. */
+static char stack[CHILD_STACK] __attribute__((aligned(16)));
+
+/* Joins each namespace file in turn; on failure its index in *failed and -1 (errno set). */
+static int join_namespaces(char **namespaces, volatile int *failed) {
+  for (int i = 0; namespaces && namespaces[i]; i++) {
+    int fd = syscall(SYS_openat, AT_FDCWD, namespaces[i], O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || syscall(SYS_setns, fd, 0) < 0) {
+      *failed = i;
+      return -1;
+    }
+    syscall(SYS_close, fd);
+  }
+  return 0;
+}
 
 struct child_args {
   char **candidates;
@@ -75,14 +95,7 @@ static int child_main(void *p) {
     if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
   sigemptyset(&none);
   if (syscall(SYS_setsid) < 0) goto fail;
-  for (int i = 0; a->namespaces && a->namespaces[i]; i++) {
-    int fd = syscall(SYS_openat, AT_FDCWD, a->namespaces[i], O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || syscall(SYS_setns, fd, 0) < 0) {
-      a->failed_namespace = i;
-      goto fail;
-    }
-    syscall(SYS_close, fd);
-  }
+  if (join_namespaces(a->namespaces, &a->failed_namespace) < 0) goto fail;
   /* A source that is also a later target would be overwritten before it is moved: moved
    * above every target first (close-on-exec: only its copy in place survives the exec). */
   for (int i = 0; i < a->nfds; i++)
@@ -182,7 +195,6 @@ static napi_value Spawn(napi_env env, napi_callback_info info) {
   char *cwd = NULL;
   size_t cwd_len;
   int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-  static char stack[CHILD_STACK] __attribute__((aligned(16)));
   struct child_args a;
   memset(&a, 0, sizeof a);
   a.failed_namespace = -1;
@@ -286,6 +298,84 @@ oom:
   return NULL;
 }
 
+struct write_args {
+  char **namespaces;
+  const char *path;
+  const char *data;
+  size_t len;
+  volatile int failed_namespace;
+  volatile int error;
+};
+
+/* Raw system calls only, as child_main (it runs on the caller's memory); every signal stays
+ * blocked (the caller's mask while it clones), so no handler of the caller's runs here. */
+static int write_main(void *p) {
+  struct write_args *a = p;
+  int fd;
+  long n;
+  if (join_namespaces(a->namespaces, &a->failed_namespace) < 0 ||
+      (fd = syscall(SYS_openat, AT_FDCWD, a->path, O_WRONLY | O_TRUNC | O_CLOEXEC)) < 0) {
+    a->error = errno;
+    syscall(SYS_exit_group, 1);
+  }
+  n = syscall(SYS_write, fd, a->data, a->len);
+  if (n < 0) a->error = errno;
+  else if ((size_t)n != a->len) a->error = EIO;
+  syscall(SYS_close, fd);
+  syscall(SYS_exit_group, a->error ? 1 : 0);
+  return 0;
+}
+
+static napi_value WriteIn(napi_env env, napi_callback_info info) {
+  size_t argc = 3, path_len, data_len;
+  napi_value argv[3], result;
+  char *path = NULL, *data = NULL;
+  struct write_args a;
+  memset(&a, 0, sizeof a);
+  a.failed_namespace = -1;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 3 || napi_get_value_string_utf8(env, argv[1], NULL, 0, &path_len) != napi_ok ||
+      napi_get_value_string_utf8(env, argv[2], NULL, 0, &data_len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "writeIn(namespaces, path, content)");
+    return NULL;
+  }
+  a.namespaces = strings(env, argv[0], "writeIn: namespaces must be strings");
+  path = a.namespaces ? malloc(path_len + 1) : NULL;
+  data = path ? malloc(data_len + 1) : NULL;
+  if (!data) {
+    free_strings(a.namespaces);
+    free(path);
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (!pending) napi_throw_error(env, "ENOMEM", "writeIn: out of memory");
+    return NULL;
+  }
+  napi_get_value_string_utf8(env, argv[1], path, path_len + 1, &path_len);
+  napi_get_value_string_utf8(env, argv[2], data, data_len + 1, &data_len);
+  a.path = path;
+  a.data = data;
+  a.len = data_len;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(write_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (pid >= 0)
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+  free_strings(a.namespaces);
+  free(path);
+  free(data);
+  if (pid >= 0 && !a.error) {
+    napi_create_int32(env, 0, &result);
+    return result;
+  }
+  napi_create_object(env, &result);
+  int_prop(env, result, "error", pid < 0 ? clone_errno : a.error);
+  if (pid >= 0 && a.failed_namespace >= 0) int_prop(env, result, "namespace", a.failed_namespace);
+  return result;
+}
+
 static napi_value Wait(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1], result;
@@ -313,6 +403,8 @@ static napi_value Init(napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "spawn", fn);
   napi_create_function(env, "wait", NAPI_AUTO_LENGTH, Wait, NULL, &fn);
   napi_set_named_property(env, exports, "wait", fn);
+  napi_create_function(env, "writeIn", NAPI_AUTO_LENGTH, WriteIn, NULL, &fn);
+  napi_set_named_property(env, exports, "writeIn", fn);
   return exports;
 }
 

@@ -10,7 +10,7 @@
 import { createSocket } from "node:dgram";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { exec } from "../../core/exec.ts";
+import { exec, writeIn } from "../../core/exec.ts";
 import { settleAll } from "../../core/settle.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -371,7 +371,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     // remounts /sys: several times slower); /proc/sys/net is per netns.
     const inNetns = { timeoutMs: T, signal, namespaces: { net: slot.netnsPath } };
     await Promise.all([
-      exec("sysctl", ["-qw", "net.ipv4.conf.all.route_localnet=1"], inNetns),
+      writeIn("/proc/sys/net/ipv4/conf/all/route_localnet", "1", inNetns.namespaces, inNetns),
       exec("nft", ["-f", "-"], {
         ...inNetns,
         input: `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,

@@ -15,7 +15,7 @@
 import { mkdir, readFile, stat, statfs, writeFile } from "node:fs/promises";
 import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { exec } from "../../core/exec.ts";
+import { exec, writeIn } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Runtime } from "../runtime.ts";
 import { OciRuntime } from "./oci-runtime.ts";
@@ -182,7 +182,7 @@ class RuncCheckpointer implements Checkpointer {
     // capture) the kernel's hostname would be the source sandbox's.
     if (hostname && hostname !== meta.config.hostname) {
       const pid = (await readFile(pidFile, "utf8")).trim();
-      await exec("hostname", [hostname], { timeoutMs: 30_000, signal, namespaces: { uts: `/proc/${pid}/ns/uts` } });
+      await writeIn("/proc/sys/kernel/hostname", hostname, { uts: `/proc/${pid}/ns/uts` }, { timeoutMs: 30_000, signal });
     }
   }
 }
