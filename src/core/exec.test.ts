@@ -7,7 +7,7 @@ import { mkdtemp, open, readFile, rm } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, it } from "node:test";
-import { exec, ExecError, writeIn } from "./exec.ts";
+import { addNetns, exec, ExecError, writeIn } from "./exec.ts";
 
 describe("exec", () => {
   it("returns stdout and stderr, feeds stdin (text and bytes)", async () => {
@@ -104,6 +104,23 @@ describe("exec", () => {
       await assert.rejects(writeIn(sysctl, "1", { net: "/nonexistent-space-ns" }), /\/nonexistent-space-ns/);
     } finally {
       other.kill("SIGKILL");
+    }
+  });
+
+  it("binds a new network namespace at a file that did not exist, and refuses one that does", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "space-netns-"));
+    const path = join(dir, "ns");
+    try {
+      await addNetns(path);
+      const r = await exec("sh", ["-c", "readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1"], { namespaces: { net: path } });
+      const [ns, ...links] = r.stdout.trim().split("\n");
+      assert.notEqual(ns, await readlink("/proc/self/ns/net"));
+      assert.deepEqual(links.map((l) => l.trim()), ["lo"]);
+      await assert.rejects(addNetns(path), /EEXIST/);
+      assert.equal((await exec("sh", ["-c", "readlink /proc/self/ns/net"], { namespaces: { net: path } })).stdout.trim(), ns, "the refused call replaced the namespace");
+    } finally {
+      await exec("umount", [path], { allowFailure: true });
+      await rm(dir, { recursive: true, force: true });
     }
   });
 

@@ -5,6 +5,8 @@
  * would stall its event loop for as long as copying its page tables takes.
  */
 import { spawn, type SpawnOptions } from "node:child_process";
+import { closeSync, openSync } from "node:fs";
+import { unlink } from "node:fs/promises";
 import { applyPriority, BACKGROUND_NICE, isBackground } from "./priority.ts";
 import { spawnClient, type CommandNamespaces } from "./spawn-client.ts";
 
@@ -99,6 +101,25 @@ export async function writeIn(path: string, content: string, namespaces: Command
   const reply = await spawnClient.run({ write: path, content, namespaces, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
   if ("error" in reply) throw new Error(reply.error);
   if (reply.exitCode !== 0) throw new ExecError({ argv: ["write", path], ...reply });
+}
+
+/**
+ * A new network namespace bound at `path` (created here; it must not exist), as `ip netns
+ * add` makes one under /run/netns (whose mount the caller prepares: `ip netns add` makes it
+ * a shared mount point once). The spawn addon's child unshares it, no command runs. Nothing
+ * is left at `path` when it fails.
+ */
+export async function addNetns(path: string, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
+  // Synchronous: one create of an empty file, microseconds, on every slot's path.
+  closeSync(openSync(path, "wx", 0));
+  try {
+    const reply = await spawnClient.run({ netns: path, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
+    if ("error" in reply) throw new Error(reply.error);
+    if (reply.exitCode !== 0) throw new ExecError({ argv: ["unshare", `--net=${path}`], ...reply });
+  } catch (e) {
+    await unlink(path).catch(() => undefined);
+    throw e;
+  }
 }
 
 /** Starts a long-running child the caller supervises (envd under the process runtime, postgres in tests). */

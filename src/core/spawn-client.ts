@@ -42,6 +42,12 @@ export interface WriteRequest {
   timeoutMs: number;
 }
 
+/** A new network namespace bound at the existing file `netns` (what `ip netns add` makes). */
+export interface NetnsRequest {
+  netns: string;
+  timeoutMs: number;
+}
+
 export type SpawnReply =
   | { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; durationMs: number; stdout: string; stderr: string }
   | { error: string };
@@ -59,7 +65,7 @@ class SpawnClient {
   #seq = 0;
   #buf = "";
 
-  run(req: SpawnRequest | WriteRequest, signal?: AbortSignal): Promise<SpawnReply> {
+  run(req: SpawnRequest | WriteRequest | NetnsRequest, signal?: AbortSignal): Promise<SpawnReply> {
     const child = this.#server();
     const id = ++this.#seq;
     return new Promise<SpawnReply>((resolve, reject) => {
@@ -81,7 +87,7 @@ class SpawnClient {
         },
       });
       this.#idle(child, false);
-      if ("write" in req) this.#write(child, { id, ...req });
+      if (!("cmd" in req)) this.#write(child, { id, ...req });
       else {
         const { input, ...rest } = req;
         this.#write(child, {

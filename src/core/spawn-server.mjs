@@ -10,8 +10,9 @@
  * Protocol, one JSON object per line. In: `{id, cmd, args, cwd?, env?, input?, inputBase64?,
  * timeoutMs, maxStdoutBytes, nice?, stdioPaths?, passFdPaths?, namespaces?}`, `{id, write, content,
  * namespaces, timeoutMs}` (`content` written to the file `write` as seen from `namespaces`: a
- * sysctl of a netns, a UTS namespace's hostname; the addon's child writes it, no command runs)
- * or `{kill: id}`. Out: `{id, exitCode, signal, timedOut, durationMs, stdout, stderr}` or
+ * sysctl of a netns, a UTS namespace's hostname; the addon's child writes it, no command runs),
+ * `{id, netns, timeoutMs}` (a new network namespace bound at the existing file `netns`, as `ip
+ * netns add` makes one) or `{kill: id}`. Out: `{id, exitCode, signal, timedOut, durationMs, stdout, stderr}` or
  * `{id, error}` (the command did not start, the write failed).
  * Without `env` a command gets this process's environment, which is the caller's as it was when
  * it started this one (reading the caller's `process.env` for every request cost its loop ~0.1 ms:
@@ -41,7 +42,8 @@ import { createInterface } from "node:readline";
  * @typedef {{ pid: number, stdin?: number, stdout?: number, stderr?: number } | { error: number, namespace?: number }} Spawned
  * @typedef {{ code: number } | { signal: number } | { error: number }} Status
  * @typedef {{ spawn(candidates: string[], argv: string[], envp: string[], cwd: string, uid: number, gid: number, stdin: boolean, fds: number[], namespaces: string[]): Spawned,
- *   wait(pid: number): Status | undefined, writeIn(namespaces: string[], path: string, content: string): 0 | { error: number, namespace?: number } }} Addon
+ *   wait(pid: number): Status | undefined, writeIn(namespaces: string[], path: string, content: string): 0 | { error: number, namespace?: number },
+ *   netnsAdd(path: string): 0 | { error: number } }} Addon
  */
 
 /** @returns {Addon | undefined} */
@@ -94,6 +96,7 @@ createInterface({ input: process.stdin, crlfDelay: Infinity })
     }
     if (typeof req.kill === "number") terminators.get(req.kill)?.();
     else if (typeof req.write === "string") write(req);
+    else if (typeof req.netns === "string") netns(req);
     else start(req);
   })
   .on("close", () => process.exit(0));
@@ -117,6 +120,21 @@ function write(req) {
     return;
   }
   send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: "", stderr: "" });
+}
+
+/**
+ * A new network namespace bound at `req.netns`. Without the addon, `unshare --net=<file>`.
+ * @param {{ id: number, netns: string, timeoutMs: number }} req
+ */
+function netns(req) {
+  const started = performance.now();
+  if (!addon) {
+    start({ id: req.id, cmd: "unshare", args: [`--net=${req.netns}`, "true"], timeoutMs: req.timeoutMs, maxStdoutBytes: 0 });
+    return;
+  }
+  const r = addon.netnsAdd(req.netns);
+  if (r !== 0) send({ id: req.id, error: `new network namespace at ${req.netns} ${ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`}` });
+  else send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: "", stderr: "" });
 }
 
 /** The environment of a request without one, as given to the addon. */

@@ -26,6 +26,8 @@
  *   `content` to `path` from a child that joined `namespaces` first and exits, no exec: a
  *   network namespace's sysctl, a UTS namespace's hostname (/proc/sys/kernel/hostname), each
  *   the namespace of whoever opens the file. Returns once the child is reaped.
+ * netnsAdd(path) -> 0 or { error: errno }: a new network namespace bound at `path` (an
+ *   existing empty file), as `ip netns add` does, from a child that unshares it and exits.
  *
  * The child runs on the caller's memory while the caller is suspended: it makes only raw
  * system calls (no malloc, no glibc setuid, which would signal envd's other threads).
@@ -38,6 +40,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -326,6 +329,61 @@ static int write_main(void *p) {
   return 0;
 }
 
+/* Runs fn(arg) in a child on the caller's memory, every signal blocked, and reaps it: -1 and errno when it could not be cloned. */
+static int run_child(int (*fn)(void *), void *arg) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = clone(fn, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (pid < 0) {
+    errno = clone_errno;
+    return -1;
+  }
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+  return 0;
+}
+
+struct netns_args {
+  const char *path;
+  volatile int error;
+};
+
+/* /proc/self is the child's own: it is a process of its own (no CLONE_THREAD). */
+static int netns_main(void *p) {
+  struct netns_args *a = p;
+  if (syscall(SYS_unshare, CLONE_NEWNET) < 0 || syscall(SYS_mount, "/proc/self/ns/net", a->path, "none", MS_BIND, NULL) < 0) a->error = errno;
+  syscall(SYS_exit_group, a->error ? 1 : 0);
+  return 0;
+}
+
+static napi_value NetnsAdd(napi_env env, napi_callback_info info) {
+  size_t argc = 1, len;
+  napi_value argv[1], result;
+  struct netns_args a = {NULL, 0};
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1 || napi_get_value_string_utf8(env, argv[0], NULL, 0, &len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "netnsAdd(path)");
+    return NULL;
+  }
+  char *path = malloc(len + 1);
+  if (!path) {
+    napi_throw_error(env, "ENOMEM", "netnsAdd: out of memory");
+    return NULL;
+  }
+  napi_get_value_string_utf8(env, argv[0], path, len + 1, &len);
+  a.path = path;
+  int e = run_child(netns_main, &a) < 0 ? errno : a.error;
+  free(path);
+  if (!e) {
+    napi_create_int32(env, 0, &result);
+    return result;
+  }
+  napi_create_object(env, &result);
+  return int_prop(env, result, "error", e);
+}
+
 static napi_value WriteIn(napi_env env, napi_callback_info info) {
   size_t argc = 3, path_len, data_len;
   napi_value argv[3], result;
@@ -355,24 +413,17 @@ static napi_value WriteIn(napi_env env, napi_callback_info info) {
   a.path = path;
   a.data = data;
   a.len = data_len;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t pid = clone(write_main, stack + CHILD_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-  int clone_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (pid >= 0)
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+  int cloned = run_child(write_main, &a), e = cloned < 0 ? errno : a.error;
   free_strings(a.namespaces);
   free(path);
   free(data);
-  if (pid >= 0 && !a.error) {
+  if (!e) {
     napi_create_int32(env, 0, &result);
     return result;
   }
   napi_create_object(env, &result);
-  int_prop(env, result, "error", pid < 0 ? clone_errno : a.error);
-  if (pid >= 0 && a.failed_namespace >= 0) int_prop(env, result, "namespace", a.failed_namespace);
+  int_prop(env, result, "error", e);
+  if (cloned == 0 && a.failed_namespace >= 0) int_prop(env, result, "namespace", a.failed_namespace);
   return result;
 }
 
@@ -405,6 +456,8 @@ static napi_value Init(napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "wait", fn);
   napi_create_function(env, "writeIn", NAPI_AUTO_LENGTH, WriteIn, NULL, &fn);
   napi_set_named_property(env, exports, "writeIn", fn);
+  napi_create_function(env, "netnsAdd", NAPI_AUTO_LENGTH, NetnsAdd, NULL, &fn);
+  napi_set_named_property(env, exports, "netnsAdd", fn);
   return exports;
 }
 

@@ -10,7 +10,7 @@
 import { createSocket } from "node:dgram";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { exec, writeIn } from "../../core/exec.ts";
+import { addNetns, exec, writeIn } from "../../core/exec.ts";
 import { settleAll } from "../../core/settle.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -86,6 +86,8 @@ export interface NetworkSlots {
 }
 
 const T = 30_000;
+/** Where `ip netns` keeps named network namespaces (and looks for them). */
+const NETNS_DIR = "/run/netns";
 const POOL = /^pool\d+$/;
 
 
@@ -112,6 +114,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
   private bridgeMac = "";
   /** Policy generation: the conntrack mark of the flows a policy version accepted. */
   private generation = (Date.now() / 1000) >>> 0;
+  private netnsDir: Promise<void> | undefined;
   /** Names a sandbox resolved through the node resolver (re-bound when its policy changes). */
   private readonly resolvedNames = new Map<string, Map<string, { addresses: string[]; expires: number }>>();
   /** Slots released with `keep` (owner → the timer that releases them). */
@@ -262,6 +265,23 @@ export class LinuxNetworkSlots implements NetworkSlots {
     return { slot, configured };
   }
 
+  /**
+   * /run/netns as `ip netns add` leaves it, once: a mount point of its own and shared, so
+   * unmounting a namespace's file there unmounts it in the mount namespaces made since.
+   */
+  private netnsDirReady(signal: AbortSignal): Promise<void> {
+    return (this.netnsDir ??= (async () => {
+      await mkdir(NETNS_DIR, { recursive: true });
+      const shared = await exec("mount", ["--make-rshared", NETNS_DIR], { timeoutMs: T, signal, allowFailure: true });
+      if (shared.exitCode === 0) return;
+      await exec("mount", ["--rbind", NETNS_DIR, NETNS_DIR], { timeoutMs: T, signal });
+      await exec("mount", ["--make-rshared", NETNS_DIR], { timeoutMs: T, signal });
+    })().catch((e: unknown) => {
+      this.netnsDir = undefined;
+      throw e;
+    }));
+  }
+
   /** The network namespace of a slot's owner: this node's (its bridge), not another agent's on the host. */
   netnsOf(owner: string): string {
     return `${this.bridge}-${owner}`;
@@ -293,14 +313,15 @@ export class LinuxNetworkSlots implements NetworkSlots {
       gateway: this.range.gateway,
       prefix: this.range.prefix,
       netns: this.netnsOf(owner),
-      netnsPath: `/run/netns/${this.netnsOf(owner)}`,
+      netnsPath: join(NETNS_DIR, this.netnsOf(owner)),
       hostVeth: `${this.vethPrefix}${index}`,
       policy,
     };
     try {
       // Record first: a crash in the middle leaves a record the next init tears down.
       await this.writeRecord(slot);
-      await ip(["netns", "add", slot.netns], signal);
+      await this.netnsDirReady(signal);
+      await addNetns(slot.netnsPath, { timeoutMs: T, signal });
       return slot;
     } catch (e) {
       await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
