@@ -54,8 +54,9 @@ if (existsSync(join(native, "spawn-helper")))
 // file metadata as user.e2b.* extended attributes (src/envd/filesystem/metadata.ts),
 // envd undumpable and file operations with the requesting user's rights
 // (src/envd/privileges.ts), commands started without fork (src/envd/process/spawner.ts);
-// and the node agent's: SO_ORIGINAL_DST for its egress proxy (src/node/network/egress-proxy.ts)
-// and commands started without fork for its spawn server (src/core/spawn-server.mjs).
+// and the node agent's: SO_ORIGINAL_DST for its egress proxy (src/node/network/egress-proxy.ts),
+// commands started without fork for its spawn server (src/core/spawn-server.mjs) and the
+// btrfs snapshot and qgroup limit of a create as ioctls (src/node/disk/btrfs.ts).
 const nodeInclude = [join(dirname(process.execPath), "..", "include", "node"), "/usr/include/node"].find((d) =>
   existsSync(join(d, "node_api.h")),
 );
@@ -68,6 +69,7 @@ if (cc && nodeInclude) {
     ["privileges", join(root, "src/envd/native/privileges.c"), out],
     ["spawn", join(root, "src/core/native/spawn.c"), out],
     ["original_dst", join(root, "src/node/network/native/original-dst.c"), join(root, "dist", "node"), "original-dst"],
+    ["btrfs_ioctl", join(root, "src/node/disk/native/btrfs-ioctl.c"), join(root, "dist", "node"), "btrfs-ioctl"],
     ["spawn", join(root, "src/core/native/spawn.c"), join(root, "dist", "node")],
   ];
   for (const [name, src, dir, file = name] of addons) {

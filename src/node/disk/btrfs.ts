@@ -5,6 +5,10 @@
  * Best-effort calls (the cleaner waits, a read-only probe, a listing) ignore a failing
  * exit and say so; every other failure is classified.
  */
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { basename, dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { exec, ExecError } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import { pipeInto, spawnStream, type SpawnedStream } from "./pipes.ts";
@@ -30,8 +34,40 @@ async function btrfs(args: string[], what: string, signal?: AbortSignal, timeout
   }
 }
 
+/** The create path's two operations as ioctls (native/btrfs-ioctl.c), when the addon is built: no `btrfs` process. */
+interface BtrfsIoctl {
+  snapshot(src: string, dir: string, name: string): Promise<void>;
+  qgroupLimit(path: string, bytes: number): Promise<void>;
+}
+
+let ioctls: BtrfsIoctl | null | undefined;
+function ioctl(): BtrfsIoctl | null {
+  if (ioctls !== undefined) return ioctls;
+  const here = dirname(fileURLToPath(import.meta.url));
+  // Beside the bundle (dist/space), else the build's output (running from src/).
+  const file = [join(here, "btrfs-ioctl.node"), join(here, "..", "..", "..", "dist", "node", "btrfs-ioctl.node")].find((f) => existsSync(f));
+  ioctls = file ? (createRequire(import.meta.url)(file) as BtrfsIoctl) : null;
+  return ioctls;
+}
+
+/** An ioctl's failure classified as the CLI's (its message names the errno: EEXIST, ENOSPC, …). */
+async function viaIoctl(call: Promise<void>, what: string): Promise<void> {
+  try {
+    await call;
+  } catch (e) {
+    throw classifyBtrfsError(e instanceof Error ? e.message : String(e), what);
+  }
+}
+
 export const subvolumeCreate = (path: string, signal?: AbortSignal) => btrfs(["subvolume", "create", path], `create subvolume ${path}`, signal);
-export const snapshot = (src: string, dst: string, signal?: AbortSignal) => btrfs(["subvolume", "snapshot", src, dst], `snapshot ${src} to ${dst}`, signal);
+export async function snapshot(src: string, dst: string, signal?: AbortSignal): Promise<void> {
+  const what = `snapshot ${src} to ${dst}`;
+  const native = ioctl();
+  if (native) await viaIoctl(native.snapshot(src, dirname(dst), basename(dst)), what);
+  // The CLI would snapshot into an existing directory; the ioctl refuses the name, as here.
+  else if (existsSync(dst)) throw classifyBtrfsError(`${dst}: EEXIST`, what);
+  else await btrfs(["subvolume", "snapshot", src, dst], what, signal);
+}
 /** A read-only snapshot (a send source, a frozen copy). `timeoutMs`: the caller's bound, default 60 s. */
 export const snapshotReadonly = (src: string, dst: string, signal?: AbortSignal, timeoutMs = T) =>
   btrfs(["subvolume", "snapshot", "-r", src, dst], `read-only snapshot ${src} to ${dst}`, signal, timeoutMs);
@@ -73,8 +109,12 @@ export async function subvolumeId(path: string, signal?: AbortSignal): Promise<n
 }
 
 /** Sets the referenced-bytes limit of a subvolume's qgroup (the sandbox's disk size). */
-export const qgroupLimit = (path: string, mib: number, signal?: AbortSignal) =>
-  btrfs(["qgroup", "limit", `${mib}M`, path], `limit ${path} to ${mib} MiB`, signal);
+export async function qgroupLimit(path: string, mib: number, signal?: AbortSignal): Promise<void> {
+  const what = `limit ${path} to ${mib} MiB`;
+  const native = ioctl();
+  if (native) await viaIoctl(native.qgroupLimit(path, mib * 1024 * 1024), what);
+  else await btrfs(["qgroup", "limit", `${mib}M`, path], what, signal);
+}
 
 export interface QgroupUsage {
   referencedBytes: number;
