@@ -6,9 +6,8 @@
  * exit and say so; every other failure is classified.
  */
 import { existsSync } from "node:fs";
-import { createRequire } from "node:module";
-import { basename, dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { basename, dirname } from "node:path";
+import { loadNodeAddon } from "../../core/addons.ts";
 import { exec, ExecError } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
 import { pipeInto, spawnStream, type SpawnedStream } from "./pipes.ts";
@@ -42,12 +41,7 @@ interface BtrfsIoctl {
 
 let ioctls: BtrfsIoctl | null | undefined;
 function ioctl(): BtrfsIoctl | null {
-  if (ioctls !== undefined) return ioctls;
-  const here = dirname(fileURLToPath(import.meta.url));
-  // Beside the bundle (dist/space), else the build's output (running from src/).
-  const file = [join(here, "btrfs-ioctl.node"), join(here, "..", "..", "..", "dist", "node", "btrfs-ioctl.node")].find((f) => existsSync(f));
-  ioctls = file ? (createRequire(import.meta.url)(file) as BtrfsIoctl) : null;
-  return ioctls;
+  return (ioctls ??= loadNodeAddon<BtrfsIoctl>("btrfs-ioctl") ?? null);
 }
 
 /** An ioctl's failure classified as the CLI's (its message names the errno: EEXIST, ENOSPC, …). */

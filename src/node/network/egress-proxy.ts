@@ -13,10 +13,8 @@
  *
  *   const p = new EgressProxy({ listen: gateway, policyOf, guarded, logger }); await p.start();
  */
-import { createRequire } from "node:module";
 import { connect, createServer, type Server, type Socket } from "node:net";
-import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { addonCandidates, loadNodeAddon } from "../../core/addons.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { inCidr } from "../../core/cidr.ts";
@@ -63,11 +61,8 @@ export function guardrailCheck(o: { slotCidr: string; guardrails?: string[]; exc
 
 /** SO_ORIGINAL_DST of an accepted socket through the addon (loaded once). */
 export function addonOriginalDst(): (socket: Socket) => Destination {
-  const here = import.meta.dirname;
-  const candidates = [join(here, "original-dst.node"), join(here, "..", "..", "..", "dist", "node", "original-dst.node")];
-  const file = candidates.find((f) => existsSync(f));
-  if (!file) throw new SpaceError("failed_precondition", `egress proxy: original-dst.node not found (looked in ${candidates.join(", ")}); run \`npm run build:envd\``);
-  const addon = createRequire(import.meta.url)(file) as { originalDst(fd: number): string };
+  const addon = loadNodeAddon<{ originalDst(fd: number): string }>("original-dst");
+  if (!addon) throw new SpaceError("failed_precondition", `egress proxy: original-dst.node not found (looked in ${addonCandidates("original-dst").join(", ")}); run \`npm run build:envd\``);
   return (socket) => {
     // libuv's TCP handle exposes its descriptor as `fd` (Linux); there is no public accessor.
     const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;

@@ -11,6 +11,7 @@ import { createSocket } from "node:dgram";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { addNetns, exec, writeIn } from "../../core/exec.ts";
+import { runNft } from "./nftables.ts";
 import { settleAll } from "../../core/settle.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -94,8 +95,15 @@ const POOL = /^pool\d+$/;
 async function ip(args: string[], signal: AbortSignal, input?: string): Promise<void> {
   await exec("ip", args, { timeoutMs: T, signal, input });
 }
-async function nft(script: string, signal: AbortSignal): Promise<void> {
-  await exec("nft", ["-f", "-"], { timeoutMs: T, signal, input: script });
+function nft(script: string, signal: AbortSignal): Promise<void> {
+  return runNft(script, { signal, timeoutMs: T });
+}
+/** A script whose failure is expected at times (objects already gone): whether it ran. */
+function nftMaybe(script: string, signal: AbortSignal): Promise<boolean> {
+  return nft(script, signal).then(
+    () => true,
+    () => false,
+  );
 }
 
 export class LinuxNetworkSlots implements NetworkSlots {
@@ -390,13 +398,12 @@ export class LinuxNetworkSlots implements NetworkSlots {
   private async loopbackPorts(slot: Slot, signal: AbortSignal): Promise<void> {
     // Only the network namespace is joined (`ip netns exec` also builds a mount namespace and
     // remounts /sys: several times slower); /proc/sys/net is per netns.
-    const inNetns = { timeoutMs: T, signal, namespaces: { net: slot.netnsPath } };
     await Promise.all([
-      writeIn("/proc/sys/net/ipv4/conf/all/route_localnet", "1", inNetns.namespaces, inNetns),
-      exec("nft", ["-f", "-"], {
-        ...inNetns,
-        input: `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
-      }),
+      writeIn("/proc/sys/net/ipv4/conf/all/route_localnet", "1", { net: slot.netnsPath }, { timeoutMs: T, signal }),
+      runNft(
+        `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
+        { signal, timeoutMs: T, netns: slot.netnsPath },
+      ),
     ]);
   }
 
@@ -476,7 +483,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     if (!s) {
       // Not known in memory: still clear whatever a crash may have left under this name.
       await exec("ip", ["netns", "delete", this.netnsOf(sandboxId)], { timeoutMs: T, signal, allowFailure: true });
-      await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, sandboxId, undefined) });
+      await nftMaybe(removeSlotScript(this.table, sandboxId, undefined), signal);
       await rm(this.recordPath(sandboxId), { force: true });
       return;
     }
@@ -502,7 +509,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
   }
 
   private async teardown(s: Slot, signal: AbortSignal): Promise<void> {
-    // One `ip` and one `nft` process when everything is there (each process costs ~5-15 ms
+    // One `ip` process and one nft transaction when everything is there (each process costs ~5-15 ms
     // on a kill's, stop's or suspend's path). `-force` goes on past a missing object.
     // Delete the host veth first: it takes its peer with it synchronously, while a netns
     // delete frees its devices asynchronously (a reused index would collide).
@@ -513,12 +520,11 @@ export class LinuxNetworkSlots implements NetworkSlots {
       input: `link delete ${s.hostVeth}\nnetns delete ${s.netns}\nneigh del ${s.address} dev ${this.bridge}\n`,
     });
     // An nft script is one transaction: any missing object fails all of it, so then each part alone.
-    const whole = await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, s.owner, s.address, s.policy) });
-    if (whole.exitCode !== 0) {
-      await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, s.owner, s.address) });
-      await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: removeSlotScript(this.table, s.owner, undefined) });
+    if (!(await nftMaybe(removeSlotScript(this.table, s.owner, s.address, s.policy), signal))) {
+      await nftMaybe(removeSlotScript(this.table, s.owner, s.address), signal);
+      await nftMaybe(removeSlotScript(this.table, s.owner, undefined), signal);
       for (const line of removeSlotScript(this.table, s.owner, undefined, s.policy).split("\n").filter((l) => l.startsWith("delete set"))) {
-        await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: `${line}\n` });
+        await nftMaybe(`${line}\n`, signal);
       }
     }
     this.usedIndexes.delete(s.index);
