@@ -162,9 +162,11 @@ class RuncCheckpointer implements Checkpointer {
   async restore(id: string, imageDir: string, meta: CheckpointMeta, signal: AbortSignal): Promise<void> {
     const bundle = this.rt.bundleDir(id);
     prepareLog(meta);
-    const work = join(imageDir, "..", `${imageDir.split("/").pop()}.restore-${id}`);
+    // CRIU's log and the init's pid go to the bundle: deleted with the container (a failed
+    // restore's log tail is in its error), never left beside an image restored thousands of times.
+    const work = bundle;
     // The bundle (runtime.prepare) names the config file (spec.ts criuAnnotation) and the hostname.
-    const [config, base] = await Promise.all([readFile(join(bundle, "config.json"), "utf8"), this.base(), mkdir(work, { recursive: true })]);
+    const [config, base] = await Promise.all([readFile(join(bundle, "config.json"), "utf8"), this.base()]);
     const hostname = (JSON.parse(config) as { hostname?: string }).hostname;
     const pidFile = join(work, "init.pid");
     const r = await exec("runc", [...base, "restore", "--detach", "--image-path", imageDir, "--work-path", work, "--bundle", bundle, "--file-locks", "--pid-file", pidFile, id], {
