@@ -118,16 +118,20 @@ static napi_value queue(napi_env env, struct work *w, napi_async_execute_callbac
   return promise;
 }
 
+/* A work item for `op` (NULL and a pending error when out of memory). */
+static struct work *new_work(napi_env env, const char *op) {
+  struct work *w = calloc(1, sizeof *w);
+  if (!w) napi_throw_error(env, "ENOMEM", "btrfs-ioctl: out of memory");
+  else w->op = op;
+  return w;
+}
+
 static napi_value Snapshot(napi_env env, napi_callback_info info) {
   static const char usage[] = "snapshot(src, dir, name): strings";
   size_t argc = 3;
   napi_value argv[3];
-  struct work *w = calloc(1, sizeof *w);
-  if (!w) {
-    napi_throw_error(env, "ENOMEM", "btrfs-ioctl: out of memory");
-    return NULL;
-  }
-  w->op = "snapshot";
+  struct work *w = new_work(env, "snapshot");
+  if (!w) return NULL;
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 3 || !(w->src = string_arg(env, argv[0], usage)) || !(w->dir = string_arg(env, argv[1], usage)) || !(w->name = string_arg(env, argv[2], usage))) {
     if (argc < 3) napi_throw_type_error(env, NULL, usage);
@@ -144,12 +148,8 @@ static napi_value QgroupLimit(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value argv[2];
   int64_t bytes;
-  struct work *w = calloc(1, sizeof *w);
-  if (!w) {
-    napi_throw_error(env, "ENOMEM", "btrfs-ioctl: out of memory");
-    return NULL;
-  }
-  w->op = "qgroup limit";
+  struct work *w = new_work(env, "qgroup limit");
+  if (!w) return NULL;
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 2 || napi_get_value_int64(env, argv[1], &bytes) != napi_ok || bytes <= 0 || !(w->src = string_arg(env, argv[0], usage))) {
     bool pending = false;
