@@ -56,8 +56,7 @@ if (existsSync(join(native, "spawn-helper")))
 // (src/envd/privileges.ts), commands started without fork (src/envd/process/spawner.ts);
 // and the node agent's: SO_ORIGINAL_DST for its egress proxy (src/node/network/egress-proxy.ts),
 // commands started without fork for its spawn server (src/core/spawn-server.mjs) and the
-// btrfs snapshot and qgroup limit of a create as ioctls (src/node/disk/btrfs.ts), nft scripts
-// through libnftables in process (src/node/network/nftables.ts).
+// btrfs snapshot and qgroup limit of a create as ioctls (src/node/disk/btrfs.ts).
 const nodeInclude = [join(dirname(process.execPath), "..", "include", "node"), "/usr/include/node"].find((d) =>
   existsSync(join(d, "node_api.h")),
 );
@@ -71,7 +70,6 @@ if (cc && nodeInclude) {
     ["spawn", join(root, "src/core/native/spawn.c"), out],
     ["original_dst", join(root, "src/node/network/native/original-dst.c"), join(root, "dist", "node"), "original-dst"],
     ["btrfs_ioctl", join(root, "src/node/disk/native/btrfs-ioctl.c"), join(root, "dist", "node"), "btrfs-ioctl"],
-    ["nftables", join(root, "src/node/network/native/nftables.c"), join(root, "dist", "node")],
     ["spawn", join(root, "src/core/native/spawn.c"), join(root, "dist", "node")],
   ];
   for (const [name, src, dir, file = name] of addons) {

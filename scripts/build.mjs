@@ -48,7 +48,7 @@ cpSync(join(root, "src/core/spawn-server.mjs"), join(out, "spawn-server.mjs"));
 // The code-interpreter template's recipe reads its sources beside the module (its digest names the
 // tarball a node offers): without them a compiled node offers no code-interpreter-v1.
 cpSync(join(root, "src/node/templates/code-interpreter"), join(out, "code-interpreter"), { recursive: true });
-for (const addon of ["original-dst.node", "spawn.node", "btrfs-ioctl.node", "nftables.node"]) if (existsSync(join(root, "dist/node", addon))) cpSync(join(root, "dist/node", addon), join(out, addon));
+for (const addon of ["original-dst.node", "spawn.node", "btrfs-ioctl.node"]) if (existsSync(join(root, "dist/node", addon))) cpSync(join(root, "dist/node", addon), join(out, addon));
 
 // The copied assets count as inputs too; the migrations folder itself (its mtime) catches a new migration.
 const assets = ["src/store/migrations", ...readdirSync(join(root, "src/store/migrations")).map((f) => `src/store/migrations/${f}`), "src/core/spawn-server.mjs", ...readdirSync(join(root, "src/node/templates/code-interpreter")).map((f) => `src/node/templates/code-interpreter/${f}`)];

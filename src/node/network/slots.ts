@@ -11,7 +11,7 @@ import { createSocket } from "node:dgram";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { addNetns, exec, writeIn } from "../../core/exec.ts";
-import { runNft } from "./nftables.ts";
+import type { CommandNamespaces } from "../../core/spawn-client.ts";
 import { settleAll } from "../../core/settle.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -95,15 +95,12 @@ const POOL = /^pool\d+$/;
 async function ip(args: string[], signal: AbortSignal, input?: string): Promise<void> {
   await exec("ip", args, { timeoutMs: T, signal, input });
 }
-function nft(script: string, signal: AbortSignal): Promise<void> {
-  return runNft(script, { signal, timeoutMs: T });
+async function nft(script: string, signal: AbortSignal, namespaces?: CommandNamespaces): Promise<void> {
+  await exec("nft", ["-f", "-"], { timeoutMs: T, signal, input: script, ...(namespaces ? { namespaces } : {}) });
 }
 /** A script whose failure is expected at times (objects already gone): whether it ran. */
-function nftMaybe(script: string, signal: AbortSignal): Promise<boolean> {
-  return nft(script, signal).then(
-    () => true,
-    () => false,
-  );
+async function nftMaybe(script: string, signal: AbortSignal): Promise<boolean> {
+  return (await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: script })).exitCode === 0;
 }
 
 export class LinuxNetworkSlots implements NetworkSlots {
@@ -400,9 +397,10 @@ export class LinuxNetworkSlots implements NetworkSlots {
     // remounts /sys: several times slower); /proc/sys/net is per netns.
     await Promise.all([
       writeIn("/proc/sys/net/ipv4/conf/all/route_localnet", "1", { net: slot.netnsPath }, { timeoutMs: T, signal }),
-      runNft(
+      nft(
         `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
-        { signal, timeoutMs: T, netns: slot.netnsPath },
+        signal,
+        { net: slot.netnsPath },
       ),
     ]);
   }
@@ -509,7 +507,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
   }
 
   private async teardown(s: Slot, signal: AbortSignal): Promise<void> {
-    // One `ip` process and one nft transaction when everything is there (each process costs ~5-15 ms
+    // One `ip` and one `nft` process when everything is there (each process costs ~5-15 ms
     // on a kill's, stop's or suspend's path). `-force` goes on past a missing object.
     // Delete the host veth first: it takes its peer with it synchronously, while a netns
     // delete frees its devices asynchronously (a reused index would collide).
