@@ -8,7 +8,7 @@ import { spawn, type SpawnOptions } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { unlink } from "node:fs/promises";
 import { applyPriority, BACKGROUND_NICE, isBackground } from "./priority.ts";
-import { spawnClient, type CommandNamespaces } from "./spawn-client.ts";
+import { spawnClient, type CommandNamespaces, type SpawnReply } from "./spawn-client.ts";
 
 export interface ExecOptions {
   timeoutMs?: number;
@@ -98,9 +98,13 @@ export async function exec(cmd: string, args: readonly string[], opts: ExecOptio
  * addon writes it from a child that joined them, no command (`sysctl`, `hostname`) runs.
  */
 export async function writeIn(path: string, content: string, namespaces: CommandNamespaces, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<void> {
-  const reply = await spawnClient.run({ write: path, content, namespaces, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
+  succeeded(await spawnClient.run({ write: path, content, namespaces, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal), ["write", path]);
+}
+
+/** A reply of the spawn server's own work (no command of the caller's): throws unless it succeeded. */
+function succeeded(reply: SpawnReply, argv: string[]): void {
   if ("error" in reply) throw new Error(reply.error);
-  if (reply.exitCode !== 0) throw new ExecError({ argv: ["write", path], ...reply });
+  if (reply.exitCode !== 0) throw new ExecError({ argv, ...reply });
 }
 
 /**
@@ -113,9 +117,7 @@ export async function addNetns(path: string, opts: { timeoutMs?: number; signal?
   // Synchronous: one create of an empty file, microseconds, on every slot's path.
   closeSync(openSync(path, "wx", 0));
   try {
-    const reply = await spawnClient.run({ netns: path, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
-    if ("error" in reply) throw new Error(reply.error);
-    if (reply.exitCode !== 0) throw new ExecError({ argv: ["unshare", `--net=${path}`], ...reply });
+    succeeded(await spawnClient.run({ netns: path, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal), ["unshare", `--net=${path}`]);
   } catch (e) {
     await unlink(path).catch(() => undefined);
     throw e;

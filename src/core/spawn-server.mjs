@@ -119,7 +119,12 @@ function write(req) {
     send({ id: req.id, error: r.namespace === undefined ? `write ${req.write} ${code}` : `write ${req.write}: joining the namespace ${ns[r.namespace]} ${code}` });
     return;
   }
-  send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: "", stderr: "" });
+  sendDone(req.id, started);
+}
+
+/** The reply to work this process did itself (a write, a namespace): done, no output. @param {number} id @param {number} started */
+function sendDone(id, started) {
+  send({ id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: "", stderr: "" });
 }
 
 /**
@@ -134,7 +139,7 @@ function netns(req) {
   }
   const r = addon.netnsAdd(req.netns);
   if (r !== 0) send({ id: req.id, error: `new network namespace at ${req.netns} ${ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`}` });
-  else send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: "", stderr: "" });
+  else sendDone(req.id, started);
 }
 
 /** The environment of a request without one, as given to the addon. */
