@@ -12,7 +12,7 @@
  * files by path and checks their size, so the checkpoint records the log's size and the
  * restore recreates the file at the same path with that size (`prepareLog`).
  */
-import { mkdir, readFile, stat, statfs, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, stat, statfs, writeFile } from "node:fs/promises";
 import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { exec, writeIn } from "../../core/exec.ts";
@@ -113,11 +113,16 @@ class RuncCheckpointer implements Checkpointer {
     return ["--root", this.stateDir, "--criu", this.criu];
   }
 
-  /** The config file every bundle names, written once (again after a failed checkpoint or restore: it may be gone). */
+  /**
+   * The config file every bundle names, written once (again after a failed checkpoint or
+   * restore: it may be gone). Renamed into place: a CRIU of a concurrent restore reads it whole.
+   */
   private writeConf(): Promise<void> {
     return (this.conf ??= (async () => {
       await mkdir(dirname(this.criuConf), { recursive: true });
-      await writeFile(this.criuConf, await this.rpcConfig());
+      const tmp = `${this.criuConf}.${process.pid}.tmp`;
+      await writeFile(tmp, await this.rpcConfig());
+      await rename(tmp, this.criuConf);
     })().catch((e: unknown) => {
       this.conf = undefined;
       throw e;
