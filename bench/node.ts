@@ -86,6 +86,7 @@ try {
   }
   const keys = ["totalMs", "diskMs", "slotMs", "slotWaitMs", "runtimeMs", "bundleMs", "runtimeStartMs", "envdMs"];
   const parts: Record<string, number[]> = { wallMs: [], ...Object.fromEntries(keys.map((k) => [k, []])) };
+  const kills: number[] = [];
   const readiness = { event: 0, http: 0 };
   for (let i = 0; i < N; i++) {
     const s = spec();
@@ -94,7 +95,9 @@ try {
     parts.wallMs!.push(performance.now() - t0);
     for (const k of keys) parts[k]!.push(st.timings![k] ?? NaN);
     readiness[st.timings!.envdEventMs !== undefined ? "event" : "http"]++;
+    const tk = performance.now();
     await m.kill(s.sandboxId, sig());
+    kills.push(performance.now() - tk);
   }
 
   // ---- baseline: bare `runc run` of the same rootfs (template subvolume, read-only),
@@ -125,6 +128,8 @@ try {
   // With a snapshot, every other baseline run starts envd from the ESM bundle instead: what
   // the snapshot saves, measured in the same run.
   const baseReadyBundle: number[] = [];
+  // runc's own `delete -f` of the live container (what a node's kill ran before it ended the tasks itself).
+  const baseDelete: number[] = [];
   const launches: EnvdLaunch[] = launch.kind === "snapshot" ? [launch, BUNDLE] : [launch];
   // The same adapter as the node (stdio on files, never pipes), on the plain bundle above.
   const bare = new OciRuntime({ kind: "runc", stateDir: join(stateDir, "baseline"), bundlesDir: join(dir, "baseline-bundles"), logger: createLogger("warn", "bench") });
@@ -155,6 +160,9 @@ try {
         baseReady.push(t2 - t0);
       } else baseReadyBundle.push(t2 - t0);
     }
+    const td = performance.now();
+    await exec("runc", ["--root", join(stateDir, "baseline"), "delete", "-f", id], { allowFailure: true });
+    if (i >= 3 * variants.length) baseDelete.push(performance.now() - td);
     await bare.delete(id, sig());
     for (let k = 0; k < 100 && (await httpStatusOf("127.0.0.1", 49999, "/health", { timeoutMs: 200 }).catch(() => 0)); k++) await new Promise((r) => setTimeout(r, 10));
   }
@@ -194,6 +202,8 @@ try {
       networkSlotWait: stats(parts.slotWaitMs!),
       envdReady: stats(parts.envdMs!),
     },
+    // The node's kill of a running sandbox: its container, network slot, disk, log and record.
+    nodeKillMs: stats(kills),
     // How envd's readiness was learnt: its word on the readiness FIFO, or the HTTP check.
     envdReadiness: readiness,
     baselineBareRunc: {
@@ -201,6 +211,7 @@ try {
       runcRunToEnvdReadyMs: stats(baseReady),
       runcRunToEnvdReadyEventMs: stats(baseReadyEvent),
       ...(baseReadyBundle.length ? { runcRunToEnvdReadyFromBundleMs: stats(baseReadyBundle) } : {}),
+      runcDeleteForceMs: stats(baseDelete),
     },
     idleSandboxMemoryMiB: { rss: stats(rss), cgroupUsageInclPageCache: stats(usage) },
   };

@@ -1,6 +1,7 @@
 // node-api end to end: lifecycle (pause/resume, stop/start with the same disk, kill),
 // metrics, egress hook, auth, and the raw streaming proxy (stub envd with echo/stream routes).
 import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
@@ -13,6 +14,15 @@ import { qgroupUsage } from "../../src/node/disk/btrfs.ts";
 import { isRoot, sh, spec, startTestNode, waitFor, type TestNode } from "./helpers.ts";
 
 const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
+
+/** Whether `pid` is a live process (a zombie waiting for its reaper is not). */
+function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z /.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
+  } catch {
+    return false;
+  }
+}
 const auth = { authorization: "Bearer test-token" };
 
 describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
@@ -212,8 +222,24 @@ describe("node-api lifecycle and proxy", { skip, timeout: 300_000 }, () => {
     await rm(dirname(hostFile), { recursive: true, force: true });
   });
 
+  it("kills a paused sandbox: every task ends (thawed to take the signal) and its cgroups go", async () => {
+    const p = spec();
+    assert.equal((await call("POST", "/v1/sandboxes", p)).statusCode, 201);
+    const rt = node.agent.runtime!;
+    const pid = (await rt.state(p.sandboxId, AbortSignal.timeout(10_000)))!.pid;
+    assert.equal((await call("POST", `/v1/sandboxes/${p.sandboxId}/pause`)).json().state, "paused");
+    const dirs = Object.values(rt.cgroupDirs(p.sandboxId)).filter((d) => existsSync(d));
+    assert.ok(dirs.length > 0);
+    assert.equal((await call("DELETE", `/v1/sandboxes/${p.sandboxId}`)).statusCode, 204);
+    assert.equal(alive(pid), false, `the init ${pid} still runs`);
+    assert.deepEqual(dirs.filter((d) => existsSync(d)), []);
+    assert.equal(await rt.state(p.sandboxId, AbortSignal.timeout(10_000)), null);
+  });
+
   it("kills idempotently and releases everything", async () => {
+    const pid = (await node.agent.runtime!.state(s.sandboxId, AbortSignal.timeout(10_000)))!.pid;
     assert.equal((await call("DELETE", `/v1/sandboxes/${s.sandboxId}`)).statusCode, 204);
+    assert.equal(alive(pid), false, `the init ${pid} still runs`);
     assert.equal((await call("DELETE", `/v1/sandboxes/${s.sandboxId}`)).statusCode, 204);
     assert.equal((await call("GET", `/v1/sandboxes/${s.sandboxId}`)).statusCode, 404);
     assert.equal((await call("POST", `/v1/sandboxes/${s.sandboxId}/pause`)).json().code, "not_found");

@@ -27,6 +27,9 @@ export interface OciRuntimeOptions {
 }
 
 const CMD_TIMEOUT_MS = 30_000;
+/** How long a killed container's tasks get to leave its cgroup before `delete -f` takes over, and the poll's step. */
+const KILL_WAIT_MS = 2_000;
+const TASKS_POLL_MS = 2;
 
 export class OciRuntime implements Runtime {
   readonly kind: "runc" | "crun";
@@ -136,20 +139,18 @@ export class OciRuntime implements Runtime {
     if (st.status === "paused") await this.resume(id, signal).catch(() => undefined);
     if (st.status === "running" || st.status === "paused") {
       await exec(this.bin(), [...this.base(), "kill", id, "TERM"], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
-      const deadline = Date.now() + graceMs;
-      while (Date.now() < deadline) {
-        const s = await this.state(id, signal);
-        if (!s || s.status === "stopped") break;
-        await sleep(20);
-      }
+      await this.tasksEnded(id, graceMs);
     }
+    await this.endTasks(id, signal);
     await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
   }
 
   async delete(id: string, signal: AbortSignal): Promise<void> {
     // No state dir, no container: the runtime would only say so (a process, ~7 ms, on the
     // release a restore after a suspend waits for; a checkpoint already destroyed the container).
-    const r = existsSync(join(this.o.stateDir, id))
+    const live = existsSync(join(this.o.stateDir, id));
+    if (live) await this.endTasks(id, signal);
+    const r = live
       ? await exec(this.bin(), [...this.base(), "delete", "-f", id], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true })
       : { exitCode: 0, stderr: "" };
     if (r.exitCode !== 0 && !/does not exist|not found|no such file/i.test(r.stderr)) {
@@ -162,6 +163,43 @@ export class OciRuntime implements Runtime {
     await rm(this.bundleDir(id), { recursive: true, force: true });
     this.logPaths.delete(id);
     await this.removeCgroups(id);
+  }
+
+  /**
+   * SIGKILL for a live container's tasks, then a wait for its cgroup to empty, so that
+   * `delete -f` finds it stopped: on a live one runc (1.1) sends the signal itself and then
+   * sleeps 100 ms before it first looks (killContainer), ~150 ms of every kill at the node.
+   * One that has not emptied in time is left to `delete -f`, as before.
+   */
+  private async endTasks(id: string, signal: AbortSignal): Promise<void> {
+    if (!this.hasTasks(id)) return;
+    // A frozen task takes its SIGKILL only once thawed.
+    const freezer = this.freezerDir(id);
+    if (freezer) thaw(freezer);
+    await exec(this.bin(), [...this.base(), "kill", id, "KILL"], { timeoutMs: CMD_TIMEOUT_MS, signal, allowFailure: true });
+    await this.tasksEnded(id, KILL_WAIT_MS);
+  }
+
+  /** Waits up to `ms` for the container's cgroup to have no task left (a file read per poll, not a runtime process). */
+  private async tasksEnded(id: string, ms: number): Promise<boolean> {
+    const deadline = Date.now() + ms;
+    while (this.hasTasks(id)) {
+      if (Date.now() >= deadline) return false;
+      await sleep(TASKS_POLL_MS);
+    }
+    return true;
+  }
+
+  /** Whether the container's cgroup holds a task (false when it has none, or no cgroup). */
+  private hasTasks(id: string): boolean {
+    const dirs = this.cgroupDirs(id);
+    const dir = dirs.pids ?? dirs.memory ?? dirs.unified;
+    if (!dir) return false;
+    try {
+      return readFileSync(join(dir, "cgroup.procs"), "utf8").trim() !== "";
+    } catch {
+      return false;
+    }
   }
 
   /** runc removes a container's cgroups on delete; a crash between create and delete may leave empty dirs. */
