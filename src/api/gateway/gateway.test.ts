@@ -209,6 +209,40 @@ test("into a local sandbox, envd calls keep one connection per sandbox, never sh
   }
 });
 
+test("a local sandbox that starts has its envd connection opened before its first call, which uses it", async () => {
+  let nodeId: string | undefined;
+  const s = await setup({
+    localNode: (port) => ({
+      nodeId: () => nodeId,
+      target: () => ({ host: "127.0.0.1", port }),
+      onDead: () => () => {},
+    }),
+  });
+  const healthChecks = () => s.seen.filter((x) => x.url === "/health").length;
+  try {
+    // Started before the gateway knew its node as its own: no connection opened for it.
+    const other = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    nodeId = other.nodeId!;
+    assert.equal(healthChecks(), 0);
+    const a = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    for (let i = 0; healthChecks() < 1; i++) {
+      assert.ok(i < 100, "the start opened a connection into envd (a /health request)");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const opened = s.conns.accepted;
+    const r = await fetch(`${s.base}/process.Process/List`, { method: "POST", headers: { "e2b-sandbox-id": a.id, "e2b-sandbox-port": "49983" }, body: "{}" });
+    assert.equal(r.status, 200);
+    await r.arrayBuffer();
+    assert.equal(s.conns.accepted, opened, "the first call went over the connection opened at the start");
+    // Started again (a hand-over) with its connection open: no second one.
+    s.sandboxes.events.emit("started", (await s.sandboxes.repo.getById(a.id))!);
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(healthChecks(), 1);
+  } finally {
+    await s.close();
+  }
+});
+
 test("signed file URL without routing header finds its sandbox by signature", async () => {
   const s = await setup();
   try {
