@@ -238,6 +238,14 @@ test("a local sandbox that starts has its envd connection opened before its firs
     s.sandboxes.events.emit("started", (await s.sandboxes.repo.getById(a.id))!);
     await new Promise((r) => setTimeout(r, 100));
     assert.equal(healthChecks(), 1);
+    // A call that comes while the start's connection is still opening waits for it.
+    const b = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
+    const before = s.conns.accepted;
+    const rb = await fetch(`${s.base}/process.Process/List`, { method: "POST", headers: { "e2b-sandbox-id": b.id, "e2b-sandbox-port": "49983" }, body: "{}" });
+    assert.equal(rb.status, 200);
+    await rb.arrayBuffer();
+    assert.equal(healthChecks(), 2);
+    assert.equal(s.conns.accepted, before + 1, "the call went over the connection its start opened");
   } finally {
     await s.close();
   }

@@ -110,7 +110,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
    * `Keep-Alive: timeout` hint, less a second), so a reused socket is not answered with a reset.
    */
   const envdAgents = new Map<string, { agent: http.Agent; offDead: () => void }>();
+  /** A start's connection into envd being opened (`preconnect`): its first call waits for it rather than opening another. */
+  const opening = new Map<string, Promise<void>>();
   const dropEnvdAgent = (id: string) => {
+    opening.delete(id);
     const a = envdAgents.get(id);
     if (!a) return;
     envdAgents.delete(id);
@@ -144,8 +147,8 @@ export function createGateway(deps: GatewayDeps): Gateway {
    * command on a sandbox restored from its template's capture (`bench -- ttfc`, alternated
    * runs; its envd's first connection since the restore). It is opened when the sandbox
    * starts instead: a /health request, its socket then kept in the sandbox's agent for that
-   * call (none when the agent holds one already). Best effort: a failure costs only the
-   * head start.
+   * call, which waits for it rather than opening a second one beside it (none when the agent
+   * holds one already). Best effort: a failure costs only the head start.
    */
   const preconnect = (id: SandboxId, nodeId: string) => {
     const local = deps.localNode;
@@ -157,10 +160,22 @@ export function createGateway(deps: GatewayDeps): Gateway {
       return;
     }
     const agent = envdAgentOf(id, local);
-    if (Object.keys(agent.sockets).length || Object.keys(agent.freeSockets).length) return;
-    const req = http.get({ host: at.host, port: at.port, path: "/health", agent, timeout: PRECONNECT_TIMEOUT_MS }, (res) => res.resume());
-    req.on("timeout", () => req.destroy());
-    req.on("error", () => undefined);
+    if (opening.has(id) || Object.keys(agent.sockets).length || Object.keys(agent.freeSockets).length) return;
+    const opened = new Promise<void>((resolve) => {
+      const req = http.get({ host: at.host, port: at.port, path: "/health", agent, timeout: PRECONNECT_TIMEOUT_MS }, (res) => {
+        // Its socket is back in the agent's free list once the response has ended.
+        res.on("end", () => setImmediate(resolve));
+        res.on("error", () => resolve());
+        res.resume();
+      });
+      req.on("timeout", () => req.destroy());
+      req.on("error", () => resolve());
+      req.on("close", () => setImmediate(resolve));
+    });
+    opening.set(id, opened);
+    void opened.then(() => {
+      if (opening.get(id) === opened) opening.delete(id);
+    });
   };
   sandboxes.events.on("ended", onEnded);
   sandboxes.events.on("started", onStarted);
@@ -247,6 +262,7 @@ export function createGateway(deps: GatewayDeps): Gateway {
       url = new URL(`http://${at.host}:${at.port}${path}`);
       // envd's connections are kept (envdAgents); a sandbox's own ports get one per request.
       via = port === ENVD_PORT ? envdAgentOf(rec.id, local) : false;
+      if (via) await opening.get(rec.id);
       onDead = (fn) => local.onDead(rec.id, fn);
     } else {
       const t = await sandboxes.substrate.proxyTarget({ sandboxId: rec.id, nodeId: rec.nodeId! }, port, AbortSignal.timeout(5000));
