@@ -84,6 +84,18 @@ async function setup(opts: { localNode?: (nodePort: number) => LocalNode } = {})
   };
 }
 
+/** A gateway whose own node is the stand-in once `own` names it (until then, every sandbox's node is another's). */
+async function setupLocal() {
+  let nodeId: string | undefined;
+  const s = await setup({ localNode: (port) => ({ nodeId: () => nodeId, target: () => ({ host: "127.0.0.1", port }), onDead: () => () => {} }) });
+  return {
+    ...s,
+    own(id: string) {
+      nodeId = id;
+    },
+  };
+}
+
 test("gateway forwards by header with the node token, client auth untouched; 502 for unknown", async () => {
   const s = await setup();
   try {
@@ -173,18 +185,11 @@ test("a sandbox on the gateway's own node: straight to its address, no node toke
 });
 
 test("into a local sandbox, envd calls keep one connection per sandbox, never shared, dropped when it ends; its own ports get one per request", async () => {
-  let nodeId: string | undefined;
-  const s = await setup({
-    localNode: (port) => ({
-      nodeId: () => nodeId,
-      target: () => ({ host: "127.0.0.1", port }),
-      onDead: () => () => {},
-    }),
-  });
+  const s = await setupLocal();
   try {
     const a = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
     const b = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
-    nodeId = a.nodeId!;
+    s.own(a.nodeId!);
     const call = async (id: string, port = "49983") => {
       const r = await fetch(`${s.base}/process.Process/List`, { method: "POST", headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": port }, body: "{}" });
       assert.equal(r.status, 200);
@@ -210,19 +215,12 @@ test("into a local sandbox, envd calls keep one connection per sandbox, never sh
 });
 
 test("a local sandbox that starts has its envd connection opened before its first call, which uses it", async () => {
-  let nodeId: string | undefined;
-  const s = await setup({
-    localNode: (port) => ({
-      nodeId: () => nodeId,
-      target: () => ({ host: "127.0.0.1", port }),
-      onDead: () => () => {},
-    }),
-  });
+  const s = await setupLocal();
   const healthChecks = () => s.seen.filter((x) => x.url === "/health").length;
   try {
     // Started before the gateway knew its node as its own: no connection opened for it.
     const other = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
-    nodeId = other.nodeId!;
+    s.own(other.nodeId!);
     assert.equal(healthChecks(), 0);
     const a = await s.sandboxes.create("tn_a" as TenantId, input(), AbortSignal.timeout(5000));
     for (let i = 0; healthChecks() < 1; i++) {
