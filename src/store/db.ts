@@ -316,7 +316,7 @@ class Mutex {
  * statement is parsed once under its name (as on Postgres, `statementName`) and each run is
  * one call: bind, describe, execute, sync (2-3x less time per simple statement, measured
  * against `query` on this machine). Results are parsed by PGlite's own parsers, as `query`'s.
- * `begin`: a transaction's BEGIN goes in the same call, ahead of its first statement (one call
+ * `withBegin`: a transaction's BEGIN goes in the same call, ahead of its first statement (one call
  * less per transaction).
  */
 function preparedRunner(pgl: PGlite) {
