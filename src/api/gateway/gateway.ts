@@ -163,13 +163,12 @@ export function createGateway(deps: GatewayDeps): Gateway {
     if (opening.has(id) || Object.keys(agent.sockets).length || Object.keys(agent.freeSockets).length) return;
     const opened = new Promise<void>((resolve) => {
       const req = http.get({ host: at.host, port: at.port, path: "/health", agent, timeout: PRECONNECT_TIMEOUT_MS }, (res) => {
-        // Its socket is back in the agent's free list once the response has ended.
-        res.on("end", () => setImmediate(resolve));
-        res.on("error", () => resolve());
+        res.on("error", () => undefined);
         res.resume();
       });
       req.on("timeout", () => req.destroy());
-      req.on("error", () => resolve());
+      req.on("error", () => undefined);
+      // Done or failed; once done, its socket is back in the agent's free list by the next turn.
       req.on("close", () => setImmediate(resolve));
     });
     opening.set(id, opened);
