@@ -163,6 +163,7 @@ const vars = {
   SPACE_NODE_CGROUP_FAVOR_DYNMODS: [bool(), "true", "remount the host's cgroup2 hierarchy with favordynmods (Linux 6.0+): moving a sandbox's first process into its cgroups no longer waits for an RCU grace period (~9 ms of each start and restore); host-wide, until reboot"],
   SPACE_NODE_RELEASE_ON_STOP: [bool(), "false", "on stop, kill this node's sandboxes and remove its host objects (bridge, nft tables, cache mount): retiring a host, or test stacks; default keeps sandboxes running for the next start to adopt"],
   SPACE_NODE_HEARTBEAT_MS: [int(100, 600_000), "5000", "node-ctl heartbeat interval"],
+  SPACE_NODE_MEMORY_CHECK_MS: [int(0, 60_000), "250", "how often the node reads host memory between heartbeats; it beats at once when memory moved by SPACE_CAPACITY_MEMORY_REQUEST_MIB since its last; 0 = only on the interval"],
   SPACE_METRICS_INTERVAL_MS: [int(1000, 600_000), "5000", "how often a node samples each running sandbox's metrics and pulls its envd log lines (E2B samples every 5 s)"],
   SPACE_NODE_HEALTH_INTERVAL_MS: [int(500, 600_000), "5000", "how often a node checks that each running sandbox's envd answers (a log pull, 2 s timeout; a lost link or a stopped envd fails it)"],
   SPACE_NODE_HEALTH_THRESHOLD: [int(0, 1000), "3", "consecutive failed envd checks after which a node reports a running sandbox unhealthy: it becomes `failed` (reason named) and is killed; 0 turns the watchdog off"],

@@ -23,7 +23,7 @@ import { registerNodeMetrics } from "./api/node-metrics.ts";
 import type { NodeHealth, NodeInventory } from "../contract/node-api.ts";
 import { startHeartbeat } from "./ctl/heartbeat.ts";
 import { ensureNodeId } from "./ctl/node-id.ts";
-import { hostMemory } from "./ctl/host-memory.ts";
+import { hostMemory, memoryMoved } from "./ctl/host-memory.ts";
 import { DirectoryDisks } from "./disk/directory-disks.ts";
 import { Disks } from "./disk/disks.ts";
 import { VolumeDisks } from "./disk/volume-disks.ts";
@@ -448,7 +448,11 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             logger: log,
           });
         }
-        if (deps.publish) heartbeat = startHeartbeat({ intervalMs: config.SPACE_NODE_HEARTBEAT_MS, inventory, publish: deps.publish, logger: log });
+        if (deps.publish) {
+          const everyMs = config.SPACE_NODE_MEMORY_CHECK_MS;
+          const early = { everyMs, due: async (p: NodeInventory) => memoryMoved(p.used, await hostMemory(), config.SPACE_CAPACITY_MEMORY_REQUEST_MIB) };
+          heartbeat = startHeartbeat({ intervalMs: config.SPACE_NODE_HEARTBEAT_MS, inventory, publish: deps.publish, logger: log, ...(everyMs ? { early } : {}) });
+        }
         log.info({ nodeId, runtime: runtime.kind, environment, nodeDir }, "node agent started");
       } catch (e) {
         startError = e instanceof Error ? e.message : String(e);

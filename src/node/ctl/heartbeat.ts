@@ -2,7 +2,10 @@
  * node-ctl heartbeat: publishes the node's inventory (capacity, usage, usable execution
  * environments, templates) at once and then every interval through `publish`, the
  * control-plane wiring given by the caller. A failed publish is logged and retried on the
- * next beat; beats never overlap.
+ * next beat; beats never overlap. With `early`, it also beats as soon as what it last
+ * published is out of date (checked every `everyMs`): placement admits by the last
+ * published measurement, and on a node near its memory target a few seconds of drift
+ * is room it does not have.
  */
 import type { Logger } from "../../core/log.ts";
 import type { NodeInventory } from "../../contract/node-api.ts";
@@ -12,15 +15,19 @@ export interface HeartbeatOptions {
   inventory: () => Promise<NodeInventory>;
   publish: (inventory: NodeInventory) => Promise<void>;
   logger: Logger;
+  early?: { everyMs: number; due: (published: NodeInventory) => Promise<boolean> };
 }
 
 export function startHeartbeat(o: HeartbeatOptions): { stop(): Promise<void>; beat(): Promise<void> } {
   let stopped = false;
   let running: Promise<void> | undefined;
   let failures = 0;
+  let published: NodeInventory | undefined;
   const beat = async () => {
     try {
-      await o.publish(await o.inventory());
+      const inv = await o.inventory();
+      await o.publish(inv);
+      published = inv;
       if (failures) o.logger.info({ after: failures }, "node inventory published again");
       failures = 0;
     } catch (e) {
@@ -37,10 +44,24 @@ export function startHeartbeat(o: HeartbeatOptions): { stop(): Promise<void>; be
   tick();
   const timer = setInterval(tick, o.intervalMs);
   timer.unref();
+  const early = o.early;
+  let checking = false;
+  const check = async () => {
+    if (!early || checking || running || !published) return;
+    checking = true;
+    try {
+      if (await early.due(published)) tick();
+    } finally {
+      checking = false;
+    }
+  };
+  const watch = early ? setInterval(() => void check().catch(() => undefined), early.everyMs) : undefined;
+  watch?.unref();
   return {
     async stop() {
       stopped = true;
       clearInterval(timer);
+      clearInterval(watch);
       await running;
     },
     beat,

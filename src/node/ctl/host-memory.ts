@@ -23,3 +23,13 @@ export async function hostMemory(proc = "/proc"): Promise<HostMemory> {
     ...(some !== undefined ? { memoryPressure: Number(some) } : {}),
   };
 }
+
+/**
+ * Whether host memory now differs from what `published` measured by `byMib` or more, either
+ * way (sandboxes growing or created, memory coming back from ended ones): the capacity
+ * model's reading is then out of date by at least one sandbox's request.
+ */
+export function memoryMoved(published: Pick<HostMemory, "memoryAvailableMib">, now: HostMemory, byMib: number): boolean {
+  if (published.memoryAvailableMib === undefined || now.memoryAvailableMib === undefined) return false;
+  return Math.abs(now.memoryAvailableMib - published.memoryAvailableMib) >= byMib;
+}
