@@ -187,7 +187,7 @@ const vars = {
   SPACE_RATE_LIMIT_KEY_CREATE_BURST: [int(1, 1_000_000), "1000", "creates one API key or token may make at once on a full bucket"],
   SPACE_RATE_LIMIT_DATABASE_URL: [z.string().regex(/^$|^(postgres(ql)?:\/\/|pglite:)/, "postgres://… or pglite:<dir>"), "", "where the rate limiter keeps its buckets; empty = the main database. When it cannot be reached the limiter lets creates through (fails open) and counts them in space_rate_limiter_fail_open_total"],
   SPACE_CAPACITY_RETRY_AFTER_S: [int(1, 3600), "5", "Retry-After (seconds) of a create refused because no node has room (429)"],
-  SPACE_WARM_POOLS: [z.string().regex(/^$|^[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?(,[A-Za-z0-9._:/-]+=\d+(:\d+\/\d+\/\d+)?)*$/, "template=size[:vcpu/memoryMib/diskMib],…"), "", "warm pools kept by the controller, e.g. base=5 (admin API pools of the same name win); empty = none"],
+  SPACE_WARM_POOLS: [z.string().regex(/^$|^[A-Za-z0-9._:/-]+=\d+(\.\.\d+)?(:\d+\/\d+\/\d+)?(,[A-Za-z0-9._:/-]+=\d+(\.\.\d+)?(:\d+\/\d+\/\d+)?)*$/, "template=size[..maxSize][:vcpu/memoryMib/diskMib],…"), "", "warm pools kept by the controller, e.g. base=5, or base=5..50 to grow for a burst (admin API pools of the same name win); empty = none"],
   SPACE_WARM_POOL_IDLE_POLICY: [
     oneOf(["running", "suspended", "suspend_when_memory_short"] as const),
     "running",
@@ -195,6 +195,7 @@ const vars = {
   ],
   SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT: [int(0, 100), "20", "suspend_when_memory_short: a node with less free memory than this share of its budget (memory × overcommit) is short"],
   SPACE_WARM_POOL_REFILL_QUIET_MS: [int(0, 60_000), "500", "a pool's refill starts once no member was adopted for this long (a burst's adoptions keep the cores; 0 = refill at once)"],
+  SPACE_WARM_POOL_DEMAND_WINDOW_S: [int(1, 86_400), "120", "a pool with a max size grows to the creates of its template and shape in this window (at most its max size) and shrinks back as they age out"],
   SPACE_WARM_POOL_REFILL_MAX_DEFER_MS: [int(0, 600_000), "3000", "the longest a refill waits for adoptions to be quiet (a steady stream of creates still gets members)"],
   SPACE_DEBIAN_MIRROR: [url(), "", "Debian mirror for the base template; empty = the machine's apt sources"],
   SPACE_REGISTRY_AUTH_FILE: [z.string(), "", "credentials a node uses for registry pulls (containers-auth.json, as `skopeo login` or `docker login` write it); a build's own fromImage credentials win for their registry; empty = none"],

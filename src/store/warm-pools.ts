@@ -23,6 +23,8 @@ export interface WarmPool {
   name: string;
   tenantId: TenantId | null;
   size: number;
+  /** The most members a burst grows it to; null = never beyond `size`. */
+  maxSize: number | null;
   vcpu: number;
   memoryMib: number;
   diskMib: number;
@@ -53,7 +55,7 @@ export interface WarmSlot {
 }
 
 const PCOLS = columns([
-  "name", "tenant_id", "size", "vcpu", "memory_mib", "disk_mib", "source", "idle_policy", "min_free_memory_percent", "template_id", "build_id", "status",
+  "name", "tenant_id", "size", "max_size", "vcpu", "memory_mib", "disk_mib", "source", "idle_policy", "min_free_memory_percent", "template_id", "build_id", "status",
   "created_at", "updated_at",
 ]);
 const SLOT_COLUMNS = [
@@ -65,6 +67,8 @@ export interface WarmPoolSpec {
   name: string;
   tenantId?: TenantId | null;
   size: number;
+  /** Absent or null: never beyond `size`. */
+  maxSize?: number | null;
   vcpu: number;
   memoryMib: number;
   diskMib: number;
@@ -80,16 +84,16 @@ export interface WarmPoolSpec {
  */
 export async function upsertWarmPool(q: Queryable, s: WarmPoolSpec, opts: { onlyIfSource?: "config" } = {}): Promise<WarmPool | undefined> {
   return q.maybeOne<WarmPool>(
-    `INSERT INTO warm_pools (name, tenant_id, size, vcpu, memory_mib, disk_mib, source, idle_policy, min_free_memory_percent)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $10)
-     ON CONFLICT (name) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, size = EXCLUDED.size, vcpu = EXCLUDED.vcpu,
+    `INSERT INTO warm_pools (name, tenant_id, size, vcpu, memory_mib, disk_mib, source, idle_policy, min_free_memory_percent, max_size)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $10, $11)
+     ON CONFLICT (name) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, size = EXCLUDED.size, max_size = EXCLUDED.max_size, vcpu = EXCLUDED.vcpu,
        memory_mib = EXCLUDED.memory_mib, disk_mib = EXCLUDED.disk_mib, source = EXCLUDED.source,
        idle_policy = EXCLUDED.idle_policy, min_free_memory_percent = EXCLUDED.min_free_memory_percent, updated_at = now()
        WHERE $8::text IS NULL OR warm_pools.source = $8
      RETURNING ${PCOLS}`,
     [
       s.name, s.tenantId ?? null, s.size, s.vcpu, s.memoryMib, s.diskMib, s.source ?? "api", opts.onlyIfSource ?? null,
-      s.idlePolicy ?? "running", s.minFreeMemoryPercent ?? 20,
+      s.idlePolicy ?? "running", s.minFreeMemoryPercent ?? 20, s.maxSize ?? null,
     ],
   );
 }
@@ -107,6 +111,25 @@ export async function deleteWarmPool(q: Queryable, name: string, opts: { onlyIfS
   return opts.onlyIfSource
     ? (await q.execute(`DELETE FROM warm_pools WHERE name = $1 AND source = $2`, [name, opts.onlyIfSource])) > 0
     : (await q.execute(`DELETE FROM warm_pools WHERE name = $1`, [name])) > 0;
+}
+
+/**
+ * A pool's demand: the creates of its template and shape in the last `windowMs` that one of
+ * its members could have served (adopted or cold alike: a hand-over dates the row anew), by
+ * any tenant but the pool's own, or only by `tenantId` for a tenant's pool.
+ */
+export async function recentCreates(
+  q: Queryable,
+  o: { templateId: string; vcpu: number; memoryMib: number; diskMib: number; tenantId: TenantId | null; poolTenant: TenantId; windowMs: number },
+): Promise<number> {
+  const r = await q.one<{ n: number }>(
+    `SELECT count(*)::int AS n FROM sandboxes
+      WHERE template_id = $1 AND created_at > now() - $2 * interval '1 millisecond'
+        AND tenant_id <> $3 AND ($4::text IS NULL OR tenant_id = $4)
+        AND vcpu = $5 AND memory_mib = $6 AND disk_mib = $7`,
+    [o.templateId, o.windowMs, o.poolTenant, o.tenantId, o.vcpu, o.memoryMib, o.diskMib],
+  );
+  return Number(r.n);
 }
 
 /** What the reconciler resolved: the template and the build members must come from. */

@@ -466,8 +466,11 @@ describe("the space CLI against space up", { skip, timeout: 30 * 60_000 }, () =>
   });
 
   test("pool set, list, info, delete (warm pools)", async () => {
-    const set = json<{ template: string; size: number }>(await space(["pool", "set", "base", "--size", "0", "--json"], env));
-    assert.deepEqual([set.template, set.size], ["base", 0]);
+    const set = json<{ template: string; size: number; max_size: number }>(await space(["pool", "set", "base", "--size", "0", "--max-size", "2", "--json"], env));
+    assert.deepEqual([set.template, set.size, set.max_size], ["base", 0, 2]);
+    const under = await space(["pool", "set", "base", "--size", "3", "--max-size", "2"], env);
+    assert.equal(under.code, 2, under.stderr);
+    assert.match(under.stderr, /max_size: must be at least size \(3\)/);
     assert.ok(json<Array<{ template: string }>>(await space(["pool", "list", "--json"], env)).some((p) => p.template === "base"));
     const info = json<{ template: string; members: unknown[] }>(await space(["pool", "info", "base", "--json"], env));
     assert.equal(info.template, "base");

@@ -1,6 +1,7 @@
 /**
  * warm_pool_environment end to end: the real stack (`space up`: api + controller + node
- * with runc) and the unmodified e2b SDK. A pool of 5 set through the admin API fills;
+ * with runc) and the unmodified e2b SDK. A pool with a max size grows after a burst that
+ * found it short, and the next burst adopts. A pool of 5 set through the admin API fills;
  * 5 sequential SDK creates each adopt a member and see their own env var and metadata
  * inside; the pool refills; 6 concurrent creates take 5 distinct members and 1 goes
  * cold; Native HTTP creates adopt too (the 202 already names the member); a deleted pool
@@ -33,6 +34,31 @@ describe("warm pools with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
   after(async () => {
     await Promise.allSettled(created.map((s) => s.kill()));
     await stack?.stop();
+  });
+
+  // First: the demand a pool grows to counts every create of its template in the window.
+  test("a pool with a max size grows for a burst: the next burst adopts", async () => {
+    const refused = await admin("PUT", "/warm-pools/base", { size: 3, max_size: 2 });
+    assert.equal(refused.status, 400);
+    assert.match(String(refused.body.message), /max_size: must be at least size \(3\) \(got 2\)/);
+    const put = await admin("PUT", "/warm-pools/base", { size: 1, max_size: 4 });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    assert.deepEqual([put.body.size, put.body.max_size], [1, 4]);
+    await waitFor(async () => (await readyIds()).length === 1, "1 ready member", 120_000, 250);
+    const burst = async () => {
+      const before = await metric("space_warm_pool_adoptions_total");
+      const sbs = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(opts)));
+      created.push(...sbs);
+      const adopted = (await metric("space_warm_pool_adoptions_total")) - before;
+      await Promise.all(sbs.map((s) => s.kill()));
+      return adopted;
+    };
+    assert.equal(await burst(), 1, "the first burst of 4 finds 1 member");
+    await waitFor(async () => (await readyIds()).length === 4, "grown to 4 ready members", 120_000, 250);
+    const status = (await pool()).status as { size?: number; demand?: number };
+    assert.deepEqual([status.size, status.demand], [4, 4]);
+    await waitFor(async () => (await metric("space_warm_pool_creating")) === 0, "no refill in flight", 30_000, 100);
+    assert.equal(await burst(), 4, "the next burst of 4 adopts 4");
   });
 
   test("admin API: validation and a pool of 5 fills", async () => {

@@ -75,7 +75,7 @@ class RecordingPersonaliser implements MemberPersonaliser {
   }
 }
 
-async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?: number; refillQuietMs?: number } = {}) {
+async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?: number; refillQuietMs?: number; demandWindowMs?: number } = {}) {
   const t = await freshDb(engine);
   const tenant = await createTenant(t.db, { name: "a" });
   for (const [id, name, envs] of [[N1, "n1", [ENV]], [N2, "n2", []]] as const) {
@@ -101,6 +101,7 @@ async function setup(engine: "pglite" | "postgres", o: { gate?: GateMode; size?:
   const reconciler = createWarmPoolReconciler({
     db: t.db, sandboxes: layer.sandboxes, templates, nodes, gate, metrics, log, poolTenant: () => adoption.poolTenant(), maxParallelCreates: 10,
     ...(o.refillQuietMs ? { refillQuietMs: o.refillQuietMs, refillMaxDeferMs: 60_000 } : {}),
+    ...(o.demandWindowMs ? { demandWindowMs: o.demandWindowMs } : {}),
   });
   await upsertWarmPool(t.db, { name: "base", size: o.size ?? 3, ...SHAPE });
   /** Reconcile until the pool holds `n` ready members (level-triggered: a few passes). */
@@ -508,6 +509,47 @@ for (const engine of testEngines()) {
       }
     });
 
+    test("a pool with a max size grows for a burst to the creates it could have served, up to its max, and back as they age out", async () => {
+      const s = await setup(engine.name, { size: 1, demandWindowMs: 2000 });
+      const pass = async () => {
+        await s.reconciler.reconcileAll();
+        await s.reconciler.settle();
+      };
+      const ready = async () => (await listSlots(s.db, "base")).filter((x) => x.state === "ready").length;
+      const status = async () => (await getWarmPool(s.db, "base"))!.status as { size: number; demand?: number };
+      try {
+        await upsertWarmPool(s.db, { name: "base", size: 1, maxSize: 4, ...SHAPE });
+        await s.fill(1);
+        // Another shape is no demand for this pool.
+        await s.sandboxes.create(s.tenant.id, input({ resources: { vcpu: 2 } }), AbortSignal.timeout(10_000));
+        await pass();
+        assert.equal(await ready(), 1, "a create of another shape does not grow it");
+        // A burst of 6: one adopts the member, five go cold.
+        await Promise.all(Array.from({ length: 6 }, () => s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(10_000))));
+        await s.fill(4);
+        await pass();
+        assert.equal(await ready(), 4, "grown to its max size, not to the burst's 6");
+        assert.deepEqual([(await status()).size, (await status()).demand], [4, 6]);
+        assert.equal((await getWarmPool(s.db, "base"))!.size, 1, "the spec keeps its size");
+        // The burst ages out of the window: the pool goes back to its size.
+        await new Promise((r) => setTimeout(r, 2100));
+        await pass();
+        await pass();
+        assert.equal(await ready(), 1, "back to its size");
+        assert.deepEqual([(await status()).size, (await status()).demand], [1, 0]);
+        // Without a max size, a burst does not grow it.
+        await upsertWarmPool(s.db, { name: "base", size: 1, ...SHAPE });
+        await Promise.all(Array.from({ length: 3 }, () => s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(10_000))));
+        await s.fill(1);
+        await pass();
+        assert.equal(await ready(), 1, "no max size: never beyond its size");
+        assert.equal((await status()).demand, undefined);
+      } finally {
+        await s.reconciler.stop();
+        await s.drop();
+      }
+    });
+
     test("pool tenant refills never adopt; a deleted pool drains", async () => {
       const s = await setup(engine.name, { size: 2 });
       try {
@@ -559,9 +601,15 @@ describe("warm pools: pure parts", () => {
     const d = { vcpu: 2, memoryMib: 1024, diskMib: 2048 };
     assert.deepEqual(parseWarmPoolsConfig("", d), []);
     assert.deepEqual(parseWarmPoolsConfig("base=5, py:v2=2:1/512/4096", d), [
-      { name: "base", size: 5, ...d, source: "config" },
-      { name: "py:v2", size: 2, vcpu: 1, memoryMib: 512, diskMib: 4096, source: "config" },
+      { name: "base", size: 5, maxSize: null, ...d, source: "config" },
+      { name: "py:v2", size: 2, maxSize: null, vcpu: 1, memoryMib: 512, diskMib: 4096, source: "config" },
     ]);
+    assert.deepEqual(parseWarmPoolsConfig("base=5..50,py=0..8:1/512/4096", d), [
+      { name: "base", size: 5, maxSize: 50, ...d, source: "config" },
+      { name: "py", size: 0, maxSize: 8, vcpu: 1, memoryMib: 512, diskMib: 4096, source: "config" },
+    ]);
+    assert.throws(() => parseWarmPoolsConfig("base=5..4", d), /max size 4 must be from size \(5\) to 1000/);
+    assert.throws(() => parseWarmPoolsConfig("base=5..2000", d), /max size 2000/);
     assert.throws(() => parseWarmPoolsConfig("base", d), /template=size/);
     assert.throws(() => parseWarmPoolsConfig("base=1,base=2", d), /twice/);
   });

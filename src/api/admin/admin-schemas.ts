@@ -64,6 +64,7 @@ export const PoolParams = z.object({ template: z.string().min(1).max(200).regex(
 export const PoolBody = z
   .object({
     size: z.number().int().min(0).max(1000),
+    max_size: z.number().int().min(0).max(1000).nullable().optional().meta({ description: "the most members a burst grows the pool to (plan.ts burstSize); absent or null = never beyond size" }),
     vcpu: z.number().int().min(1).max(256).optional(),
     memory_mib: z.number().int().min(64).max(1_048_576).optional(),
     disk_mib: z.number().int().min(64).max(10_000_000).optional(),
@@ -71,7 +72,10 @@ export const PoolBody = z
     idle_policy: z.enum(idlePolicies, { message: `idle_policy must be one of ${idlePolicies.join(", ")}` }).optional(),
     min_free_memory_percent: z.number().int().min(0).max(100).optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((b, ctx) => {
+    if (b.max_size != null && b.max_size < b.size) ctx.addIssue({ code: "custom", message: `must be at least size (${b.size})`, path: ["max_size"] });
+  });
 
 /** A tenant's quota overrides (PUT replaces them all; absent or null = the process default). */
 const Count = z.number().int().min(0).max(2_000_000_000);

@@ -4,7 +4,7 @@
  *
  *   GET    /admin/api/v1/warm-pools                    → { pools: [...] }
  *   GET    /admin/api/v1/warm-pools/{template}         → pool with members
- *   PUT    /admin/api/v1/warm-pools/{template}         { size, vcpu?, memory_mib?, disk_mib?, tenant_id?,
+ *   PUT    /admin/api/v1/warm-pools/{template}         { size, max_size?, vcpu?, memory_mib?, disk_mib?, tenant_id?,
  *                                                        idle_policy?, min_free_memory_percent? } → pool
  *   DELETE /admin/api/v1/warm-pools/{template}         → 204 (members drain)
  *
@@ -13,7 +13,10 @@
  * `idle_policy`: `running` (default), `suspended` (idle members kept suspended on their
  * node, restored when adopted) or `suspend_when_memory_short` (suspended while their node's
  * free memory is under `min_free_memory_percent` of its budget, resumed once it is not);
- * absent fields take SPACE_WARM_POOL_IDLE_POLICY / _MIN_FREE_MEMORY_PERCENT.
+ * absent fields take SPACE_WARM_POOL_IDLE_POLICY / _MIN_FREE_MEMORY_PERCENT. `max_size`
+ * (at least `size`): the pool grows for a burst up to it, to the creates it could have served
+ * in the last SPACE_WARM_POOL_DEMAND_WINDOW_S (its status shows that `demand` and the size it
+ * holds now).
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { Db } from "../../store/db.ts";
@@ -37,6 +40,7 @@ export function present(p: WarmPool) {
     template: p.name,
     tenant_id: p.tenantId,
     size: p.size,
+    max_size: p.maxSize ?? p.size,
     vcpu: p.vcpu,
     memory_mib: p.memoryMib,
     disk_mib: p.diskMib,
@@ -84,6 +88,7 @@ export function registerWarmPoolAdminRoutes(app: FastifyInstance, deps: WarmPool
       name: template,
       tenantId: (b.tenant_id ?? null) as TenantId | null,
       size: b.size,
+      maxSize: b.max_size ?? null,
       vcpu: b.vcpu ?? deps.defaults.vcpu,
       memoryMib: b.memory_mib ?? deps.defaults.memoryMib,
       diskMib: b.disk_mib ?? deps.defaults.diskMib,

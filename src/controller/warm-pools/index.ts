@@ -32,6 +32,7 @@ type WarmPoolConfig = Pick<
   | "SPACE_WARM_POOL_MIN_FREE_MEMORY_PERCENT"
   | "SPACE_WARM_POOL_REFILL_QUIET_MS"
   | "SPACE_WARM_POOL_REFILL_MAX_DEFER_MS"
+  | "SPACE_WARM_POOL_DEMAND_WINDOW_S"
   | "SPACE_ENVIRONMENT_PLACEMENT_GATE"
   | "SPACE_WARM_POOLS"
   | "SPACE_NODE_HEARTBEAT_MS"
@@ -99,5 +100,6 @@ export function warmPoolLoop(cp: WarmPoolHost): WarmPoolReconciler {
     idleSettleMs: 2 * c.SPACE_NODE_HEARTBEAT_MS + 1000,
     refillQuietMs: c.SPACE_WARM_POOL_REFILL_QUIET_MS,
     refillMaxDeferMs: c.SPACE_WARM_POOL_REFILL_MAX_DEFER_MS,
+    demandWindowMs: c.SPACE_WARM_POOL_DEMAND_WINDOW_S * 1000,
   });
 }

@@ -249,6 +249,17 @@ function retireReason(i: PlanInput, s: WarmSlot, sb: MemberSandbox): RetireReaso
   return null;
 }
 
+/**
+ * The size a pool holds now: its `size`, grown for a burst to its demand (the creates its
+ * members could have served in the demand window, `recentCreates`) up to `maxSize`, and
+ * back as they age out of the window (the excess retires, newest first). A burst that found
+ * the pool short is what grows it: the next one finds members where the last went cold.
+ */
+export function burstSize(size: number, maxSize: number | null, demand: number): number {
+  if (maxSize === null || maxSize <= size) return size;
+  return Math.min(maxSize, Math.max(size, demand));
+}
+
 /** Pure: Ready when the pool holds its size (running or suspended members); the reason names what is missing. */
 export function condition(t: PoolTarget | null, ready: number, creating: number): PoolStatus["conditions"][number] {
   if (!t) return { type: "Ready", status: false, reason: "PoolDeletedOrUnresolved" };

@@ -30,6 +30,7 @@ import {
   listWarmPools,
   moveSlot,
   orphanMembers,
+  recentCreates,
   setWarmPoolStatus,
   setWarmPoolTarget,
   slotPoolNames,
@@ -39,7 +40,7 @@ import {
   type WarmPoolSpec,
   type WarmSlot,
 } from "../../store/warm-pools.ts";
-import { planPool, type PoolTarget } from "./plan.ts";
+import { burstSize, planPool, type PoolTarget } from "./plan.ts";
 import { WARM_POOL_METADATA_KEY } from "./adoption.ts";
 import type { WarmPoolMetrics } from "./metrics.ts";
 import type { MemberWarmer } from "./warm-up.ts";
@@ -67,6 +68,8 @@ export interface WarmPoolReconcilerDeps {
   refillQuietMs?: number;
   /** ...but never longer than this after the first deferral. */
   refillMaxDeferMs?: number;
+  /** A pool with a max size grows to its creates in this window (plan.ts `burstSize`). Default 120 s. */
+  demandWindowMs?: number;
   now?: () => Date;
 }
 
@@ -109,15 +112,28 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
     configApplied = true;
   }
 
-  /** The template and build members of `pool` must come from; null = unresolvable (drain). */
-  async function targetOf(pool: WarmPool, poolTenant: TenantId): Promise<{ target: PoolTarget; rootfsSizeMib: number | null; alias: string | null } | null> {
+  /**
+   * The template and build members of `pool` must come from, and the size it holds now
+   * (grown for a burst when it has a max size: `demand` is then its recent creates);
+   * null = unresolvable (drain).
+   */
+  async function targetOf(
+    pool: WarmPool,
+    poolTenant: TenantId,
+  ): Promise<{ target: PoolTarget; rootfsSizeMib: number | null; alias: string | null; demand: number | null } | null> {
     const t = await deps.templates.resolve(pool.tenantId ?? poolTenant, pool.name);
     if (!t) return null;
     const buildId = await currentBuildOf(db, t.templateId);
+    const shape = { vcpu: pool.vcpu, memoryMib: pool.memoryMib, diskMib: pool.diskMib };
+    const grows = pool.maxSize !== null && pool.maxSize > pool.size;
+    const demand = grows
+      ? await recentCreates(db, { templateId: t.templateId, ...shape, tenantId: pool.tenantId, poolTenant, windowMs: deps.demandWindowMs ?? 120_000 })
+      : null;
     return {
-      target: { size: pool.size, vcpu: pool.vcpu, memoryMib: pool.memoryMib, diskMib: pool.diskMib, templateId: t.templateId, buildId },
+      target: { size: burstSize(pool.size, pool.maxSize, demand ?? 0), ...shape, templateId: t.templateId, buildId },
       rootfsSizeMib: t.rootfsSizeMib,
       alias: t.alias,
+      demand,
     };
   }
 
@@ -206,7 +222,11 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
     metrics.suspended.set({ pool: name }, plan.status.suspended);
     metrics.creating.set({ pool: name }, plan.status.creating + plan.create);
     if (pool) {
-      const status = { ...plan.status, ...(errors.length ? { lastError: SpaceError.from(errors[0]).message.slice(0, 300) } : {}) };
+      const status = {
+        ...plan.status,
+        ...(resolved && resolved.demand !== null ? { demand: resolved.demand } : {}),
+        ...(errors.length ? { lastError: SpaceError.from(errors[0]).message.slice(0, 300) } : {}),
+      };
       if (JSON.stringify(status) !== JSON.stringify(pool.status)) await setWarmPoolStatus(db, name, status);
     } else {
       metrics.size.remove({ pool: name });
