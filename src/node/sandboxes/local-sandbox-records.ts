@@ -3,7 +3,8 @@
  * (its spec, state, address and envd port), root-only because the spec holds env vars and
  * the envd token. The startup reconcile reads them back (manager.ts).
  */
-import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { renameSync, writeFileSync } from "node:fs";
+import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import type { SandboxSpec } from "../../contract/node-api.ts";
 import type { NodeState } from "./states.ts";
@@ -42,15 +43,23 @@ export class LocalSandboxRecords {
     return join(this.dir, `${id}.json`);
   }
 
+  /**
+   * Replaces the record whole (a new file renamed over the old: a crash mid-write leaves the
+   * old record, never a truncated one the restart would skip and so not adopt). Synchronous,
+   * like the cgroup writes beside it: a small file written and renamed is ~0.2 ms of the
+   * loop, against three round trips through the thread pool (open, write, close).
+   */
   async save(s: LocalSandboxRecord): Promise<void> {
     await this.makeDir();
     const r: LocalSandboxRecord = { spec: s.spec, state: s.state, address: s.address, envdPort: s.envdPort, startedAt: s.startedAt, ...(s.timings ? { timings: s.timings } : {}) };
-    await writeFile(this.path(s.spec.sandboxId), JSON.stringify(r), { mode: 0o600 });
+    const path = this.path(s.spec.sandboxId);
+    writeFileSync(`${path}.new`, JSON.stringify(r), { mode: 0o600 });
+    renameSync(`${path}.new`, path);
   }
 
-  /** Absent = ok. */
+  /** Absent = ok; with a replacement a crash left unrenamed. */
   async remove(id: string): Promise<void> {
-    await rm(this.path(id), { force: true });
+    await Promise.all([rm(this.path(id), { force: true }), rm(`${this.path(id)}.new`, { force: true })]);
   }
 
   async list(): Promise<LocalSandboxRecord[]> {
