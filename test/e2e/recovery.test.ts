@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { Sandbox, type ConnectionOpts } from "e2b";
 import { removeNodeContainers, removeNodeNetwork } from "../support/node-network-cleanup.ts";
 import { runSpace, type SpaceProcess, type SpaceProcessOptions } from "../support/space-process.ts";
-import { freePort, hostScopeFor, nodeNetworkOf, removeDataDir, waitFor } from "../support/stack.ts";
+import { adminRequest, freePort, hostScopeFor, nodeNetworkOf, removeDataDir, waitFor } from "../support/stack.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root (runc, network namespaces, btrfs)" : false;
 
@@ -23,6 +23,7 @@ interface Up {
   apiUrl: string;
   sandboxUrl: string;
   apiKey: string;
+  adminToken: string;
 }
 
 async function up(env: Record<string, string>, opts: SpaceProcessOptions = {}): Promise<Up> {
@@ -30,7 +31,7 @@ async function up(env: Record<string, string>, opts: SpaceProcessOptions = {}): 
   try {
     await proc.waitFor(/^export SPACE_ADMIN_TOKEN=\S+\n/m, 10 * 60_000);
     const v = (name: string) => new RegExp(`^export ${name}=(\\S+)$`, "m").exec(proc.out())?.[1] ?? "";
-    return { proc, apiUrl: v("E2B_API_URL"), sandboxUrl: v("E2B_SANDBOX_URL"), apiKey: v("E2B_API_KEY") };
+    return { proc, apiUrl: v("E2B_API_URL"), sandboxUrl: v("E2B_SANDBOX_URL"), apiKey: v("E2B_API_KEY"), adminToken: v("SPACE_ADMIN_TOKEN") };
   } catch (e) {
     await proc.stop();
     throw e;
@@ -156,9 +157,13 @@ describe("crash and stop recovery", { skip, timeout: 20 * 60_000 }, () => {
     });
     const conn = { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, requestTimeoutMs: 120_000 } as ConnectionOpts & { sandboxUrl: string };
     const sbxs = await Promise.all([1, 2, 3].map(() => Sandbox.create("base", conn)));
-    // The kills are running on the node (runc, umount, ip in flight) when the terminal's Ctrl-C comes.
+    // The kills are running on the node (runc, umount, ip in flight) when the terminal's Ctrl-C comes:
+    // a runc of theirs seen, or a record `killing` (the node tearing it down). A kill's runc
+    // processes live a few ms each, shorter than a pgrep on a busy machine can be sure to see.
+    const nodeId = String(((await adminRequest(stack, "GET", "/nodes")).body.nodes as Array<{ id: string }>)[0]!.id);
     const kills = sbxs.map((s) => fetch(`${stack.apiUrl}/sandboxes/${s.sandboxId}`, { method: "DELETE", headers: { "x-api-key": stack.apiKey } }).catch(() => undefined));
-    await waitFor(() => spawnSync("pgrep", ["-f", `runc --root ${stateDir} (kill|delete)`]).status === 0, "a kill in flight", 30_000, 5);
+    const killing = async () => ((await adminRequest(stack, "GET", `/nodes/${nodeId}`)).body.sandboxes as Array<{ state: string }>).some((x) => x.state === "killing");
+    await waitFor(async () => spawnSync("pgrep", ["-f", `runc --root ${stateDir} (kill|delete)`]).status === 0 || (await killing()), "a kill in flight", 30_000, 5);
     process.kill(-stack.proc.child.pid!, "SIGINT");
     await Promise.all(kills);
     const code = await new Promise<number | null>((r) => {
