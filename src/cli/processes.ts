@@ -42,6 +42,7 @@ import { parseSelector } from "../core/selector.ts";
 import { quotaDefaults } from "../store/tenant-quotas.ts";
 import { CreateRateLimiter, DbBucketStore } from "../api/rate-limit.ts";
 import { registerTenantQuotaRoutes } from "../api/admin/tenant-quotas.ts";
+import { closeGracefully } from "../core/http-close.ts";
 
 /** What every control-plane component shares inside one process. */
 export interface ControlPlane {
@@ -260,7 +261,7 @@ export async function startApiServer(
     sandboxDomain,
     async stop() {
       await gateway.close();
-      await app.close();
+      await closeGracefully(() => app.close(), app.server);
       await builds.close();
       // Leased tokens back to the shared bucket, before its database closes.
       await limiter.close().catch(() => undefined);

@@ -51,6 +51,7 @@ import { registerTemplateRoutes } from "./templates/template-routes.ts";
 import { TemplateCache } from "./templates/template-cache.ts";
 import { BootCaptures, nodeIdentity } from "./templates/boot-capture.ts";
 import { openBlobStore } from "../blob/open.ts";
+import { closeGracefully } from "../core/http-close.ts";
 
 export const REPO_DIR = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -474,7 +475,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
       egressProxy = undefined;
       await builder?.close();
       await templates?.close();
-      await app.close();
+      await closeGracefully(() => app.close(), app.server);
       await snapshots?.stop();
       const release = config.SPACE_NODE_RELEASE_ON_STOP;
       const signal = AbortSignal.timeout(120_000);
