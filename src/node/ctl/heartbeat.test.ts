@@ -12,6 +12,12 @@ import type { NodeInventory } from "../../contract/node-api.ts";
 
 const log = createLogger("silent", "heartbeat");
 
+/** Waits for `cond` (a loaded machine delays timers); the assertion after it says what was wrong. */
+async function until(cond: () => boolean, ms = 3000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond() && Date.now() < end) await sleep(5);
+}
+
 function inventoryWith(memoryAvailableMib: number): NodeInventory {
   return {
     nodeId: "n1",
@@ -44,11 +50,40 @@ describe("heartbeat", () => {
       await sleep(60);
       assert.deepEqual(published, [10_000], "a move under the threshold is no reason to beat");
       available -= 1;
-      await sleep(60);
+      await until(() => published.length === 2);
       assert.deepEqual(published, [10_000, 9_968], "a move by the threshold beats before the interval");
       available += 40;
-      await sleep(60);
+      await until(() => published.length === 3);
       assert.deepEqual(published, [10_000, 9_968, 10_008], "memory coming back beats too");
+    } finally {
+      await hb.stop();
+    }
+  });
+
+  test("while publishing fails, a move does not retry it early: the interval does", async () => {
+    let available = 10_000;
+    let calls = 0;
+    let failing = false;
+    const hb = startHeartbeat({
+      intervalMs: 60_000,
+      inventory: async () => inventoryWith(available),
+      publish: async () => {
+        calls++;
+        if (failing) throw new Error("control plane down");
+      },
+      logger: log,
+      early: { everyMs: 10, due: async (p) => memoryMoved(p.used, { memoryAvailableMib: available }, 32) },
+    });
+    try {
+      await sleep(30);
+      available -= 100;
+      failing = true;
+      await until(() => calls === 2);
+      await sleep(30);
+      assert.equal(calls, 2, "the move beat once, and that beat failed");
+      available -= 100;
+      await sleep(80);
+      assert.equal(calls, 2, "no early retry while the last beat failed");
     } finally {
       await hb.stop();
     }

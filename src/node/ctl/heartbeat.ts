@@ -47,7 +47,8 @@ export function startHeartbeat(o: HeartbeatOptions): { stop(): Promise<void>; be
   const early = o.early;
   let checking = false;
   const check = async () => {
-    if (!early || checking || running || !published) return;
+    // A failing control plane is retried on the interval only, not at every move.
+    if (!early || checking || running || !published || failures) return;
     checking = true;
     try {
       if (await early.due(published)) tick();
