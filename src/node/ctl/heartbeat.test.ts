@@ -44,6 +44,7 @@ describe("heartbeat", () => {
       early: { everyMs: 10, due: async (p) => memoryMoved(p.used, { memoryAvailableMib: available }, 32) },
     });
     try {
+      await until(() => published.length === 1);
       await sleep(60);
       assert.deepEqual(published, [10_000], "only the first beat while memory stays put");
       available -= 31;
@@ -75,7 +76,7 @@ describe("heartbeat", () => {
       early: { everyMs: 10, due: async (p) => memoryMoved(p.used, { memoryAvailableMib: available }, 32) },
     });
     try {
-      await sleep(30);
+      await until(() => calls === 1);
       available -= 100;
       failing = true;
       await until(() => calls === 2);
@@ -101,7 +102,7 @@ describe("heartbeat", () => {
       logger: log,
     });
     try {
-      await sleep(30);
+      await until(() => beats === 1);
       available -= 1000;
       await sleep(60);
       assert.equal(beats, 1);
