@@ -6,17 +6,15 @@ import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { startHeartbeat } from "./heartbeat.ts";
+import { waitFor } from "../../../test/support/wait.ts";
 import { memoryMoved } from "./host-memory.ts";
 import { createLogger } from "../../core/log.ts";
 import type { NodeInventory } from "../../contract/node-api.ts";
 
 const log = createLogger("silent", "heartbeat");
 
-/** Waits for `cond` (a loaded machine delays timers); the assertion after it says what was wrong. */
-async function until(cond: () => boolean, ms = 3000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond() && Date.now() < end) await sleep(5);
-}
+/** Waits for a beat it expects (a loaded machine delays timers). */
+const until = (cond: () => boolean) => waitFor(cond, "the expected beat", 3000, 5);
 
 function inventoryWith(memoryAvailableMib: number): NodeInventory {
   return {
