@@ -32,6 +32,13 @@ module.exports = {
       to: { path: `^src/(?!(${[from, ...allowed[from]].join("|")})/)[^/]+/` },
     })),
     {
+      name: "envd-zod-mini",
+      comment: "envd, and every module it reaches, validates with zod/mini: the full zod was two thirds of envd's bundle and ~4 MB of every sandbox's envd (src/contract/envd-logs.ts)",
+      severity: "error",
+      from: { path: "^src/envd/" },
+      to: { path: "^node_modules/zod/(?!mini/|v4/mini/|v4/core/)", reachable: true },
+    },
+    {
       name: "unknown-folder",
       comment: "every top-level folder of src/ has a place in the dependency rule (.dependency-cruiser.cjs)",
       severity: "error",

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { selectLogs, type LogQuery, type SandboxLogEntry } from "./sandbox-logs.ts";
+import type { SandboxLogEntry } from "./envd-logs.ts";
+import { selectLogs, type LogQuery } from "./sandbox-logs.ts";
 
 const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
 const entries: SandboxLogEntry[] = [

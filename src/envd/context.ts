@@ -7,7 +7,7 @@ import type { User, Users } from "./users.ts";
 import type { ProcessManager } from "./process/manager.ts";
 import type { FileMetadata } from "./filesystem/metadata.ts";
 import type { Watchers } from "./filesystem/watchers.ts";
-import type { LogLevel } from "../contract/sandbox-logs.ts";
+import type { LogLevel } from "../contract/envd-logs.ts";
 import type { EnvdLogRing } from "./log-ring.ts";
 import type { Privileges } from "./privileges.ts";
 

@@ -1,12 +1,12 @@
 /**
  * envd's own structured log lines, kept in a bounded ring the node pulls from
- * (`GET ENVD_LOGS_PATH?after=<seq>`, src/contract/sandbox-logs.ts): the sandbox's logs as
+ * (`GET ENVD_LOGS_PATH?after=<seq>`, src/contract/envd-logs.ts): the sandbox's logs as
  * E2B's logs endpoints serve them. The ring lives in envd's memory, so a memory checkpoint
  * (pause, connect, restore on another node) carries it along. Timestamps are strictly
  * increasing (see the contract); field values are strings, truncated like messages.
  */
 import { randomUUID } from "node:crypto";
-import { LOG_TEXT_MAX, LOGS_PAGE_MAX, type EnvdLogsPage, type LogLevel } from "../contract/sandbox-logs.ts";
+import { LOG_TEXT_MAX, LOGS_PAGE_MAX, type EnvdLogsPage, type LogLevel } from "../contract/envd-logs.ts";
 
 type Entry = EnvdLogsPage["entries"][number];
 

@@ -16,8 +16,9 @@ import { processService } from "./process/process-service.ts";
 import { filesystemService } from "./filesystem/filesystem-service.ts";
 import { getFile, postFile } from "./http/files.ts";
 import { getEnvs, getMetrics, postInit } from "./http/system.ts";
+import { ENVD_INIT_PATH } from "../contract/envd-init.ts";
 import { ENDED_PROCESSES_PATH } from "../contract/ended-process.ts";
-import { ENVD_LOGS_PATH, LOGS_PAGE_MAX } from "../contract/sandbox-logs.ts";
+import { ENVD_LOGS_PATH, LOGS_PAGE_MAX } from "../contract/envd-logs.ts";
 import { sendJson } from "./http/respond.ts";
 
 async function* mapStreamErrors<T>(it: AsyncIterable<T>): AsyncIterable<T> {
@@ -84,7 +85,7 @@ export function createEnvdHandler(envd: Envd): (req: IncomingMessage, res: Serve
     }
     if (p === ENDED_PROCESSES_PATH && req.method === "GET") return getEndedProcess(envd, res, url);
     if (p === ENVD_LOGS_PATH && req.method === "GET") return getLogs(envd, res, url);
-    if (p === "/init" && req.method === "POST") {
+    if (p === ENVD_INIT_PATH && req.method === "POST") {
       void postInit(envd, req, res);
       return;
     }

@@ -15,7 +15,7 @@ import { createEnvdServer } from "./server.ts";
 import type { Envd } from "./context.ts";
 import { startReaper } from "./reaper.ts";
 import { EnvdLogRing } from "./log-ring.ts";
-import type { LogLevel } from "../contract/sandbox-logs.ts";
+import type { LogLevel } from "../contract/envd-logs.ts";
 import { loadPrivileges } from "./privileges.ts";
 import { signalReady } from "./ready-signal.ts";
 

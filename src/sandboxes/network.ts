@@ -7,7 +7,8 @@
 import { notFound, SpaceError } from "../core/errors.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
-import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../contract/envd-logs.ts";
+import type { LogQuery } from "../contract/sandbox-logs.ts";
 import { egressPolicyOf } from "./egress-rules.ts";
 import { effectiveInternetAccess } from "./create-input.ts";
 import type { NetworkPolicy, SandboxRecord } from "./model.ts";

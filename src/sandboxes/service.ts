@@ -16,7 +16,8 @@ import { secondsSince, spaceMetrics, type SandboxLifecycleMetrics } from "../cor
 import { inSpan } from "../core/tracing.ts";
 import type { SandboxId, TenantId } from "../core/ids.ts";
 import type { NetworkRecord, SandboxMetrics } from "../contract/node-api.ts";
-import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../contract/envd-logs.ts";
+import type { LogQuery } from "../contract/sandbox-logs.ts";
 import type { SnapshotKind, Substrate } from "../substrate/substrate.ts";
 import { announcingRepo, SandboxChanges, type SandboxChangeFeed } from "./changes.ts";
 import type { CreateInput } from "./create-input.ts";

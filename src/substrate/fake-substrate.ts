@@ -6,7 +6,8 @@
 import { SpaceError } from "../core/errors.ts";
 import type { NodeVolume, VolumeSent } from "../contract/volume-wire.ts";
 import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
-import { selectLogs, type LogQuery, type SandboxLogEntry } from "../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../contract/envd-logs.ts";
+import { selectLogs, type LogQuery } from "../contract/sandbox-logs.ts";
 import type {
   NodeBuildRequest,
   NodeBuildStatusWire,

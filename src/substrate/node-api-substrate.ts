@@ -5,7 +5,8 @@
  * Substrates say how to reach a node (`client`) and own placement, start and kill.
  */
 import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxStatus } from "../contract/node-api.ts";
-import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../contract/envd-logs.ts";
+import type { LogQuery } from "../contract/sandbox-logs.ts";
 import { SpaceError } from "../core/errors.ts";
 import type { NodeVolume, VolumeSent } from "../contract/volume-wire.ts";
 import type { NodeClient } from "./node-client.ts";

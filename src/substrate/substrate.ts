@@ -12,7 +12,8 @@
  * idempotent (absent = ok).
  */
 import type { MetricsRange, NetworkRecord, SandboxEgress, SandboxInit, SandboxMetrics, SandboxSpec, SandboxStatus } from "../contract/node-api.ts";
-import type { LogQuery, SandboxLogEntry } from "../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../contract/envd-logs.ts";
+import type { LogQuery } from "../contract/sandbox-logs.ts";
 import type { SnapshotDescriptor, SnapshotKind } from "../contract/snapshot-descriptor.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../contract/node-builds.ts";
 import type { EnvironmentBinding } from "./placement.ts";

@@ -216,6 +216,13 @@ describe("envd HTTP", () => {
     assert.equal(out, "set-by-init from-env\n");
     const bad = await fetch(`${envd.url}/init`, { method: "POST", body: "{not json" });
     assert.equal(bad.status, 400);
+    // A body of the wrong shape is refused whole, naming the field; nothing of it is applied.
+    const wrong = await fetch(`${envd.url}/init`, { method: "POST", body: JSON.stringify({ envVars: { INIT_VAR: 7, OTHER: "x" } }) });
+    assert.equal(wrong.status, 400);
+    assert.match(await wrong.text(), /envVars/);
+    const after = (await (await fetch(`${envd.url}/envs`)).json()) as Record<string, string>;
+    assert.equal(after.INIT_VAR, "set-by-init");
+    assert.equal(after.OTHER, undefined);
   });
 
   test("access token: 401 body, Connect unauthenticated, signed URLs", async () => {

@@ -6,7 +6,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { ENVD_LOGS_PATH, EnvdLogsPage } from "../../src/contract/sandbox-logs.ts";
+import { ENVD_LOGS_PATH, EnvdLogsPage } from "../../src/contract/envd-logs.ts";
 import { startEnvd, type RunningEnvd } from "./harness.ts";
 
 describe("envd: its log ring", () => {

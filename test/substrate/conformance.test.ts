@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { SpaceError } from "../../src/core/errors.ts";
 import { createLogger } from "../../src/core/log.ts";
 import type { SandboxEgress, SandboxInit, SandboxMetrics } from "../../src/contract/node-api.ts";
-import type { SandboxLogEntry } from "../../src/contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../../src/contract/envd-logs.ts";
 import type { NodeBuildRequest } from "../../src/contract/node-builds.ts";
 import { VirtualKubelet, type VirtualKubeletDeps } from "../../src/node/kubelet/virtual-kubelet.ts";
 import { DirectSubstrate } from "../../src/substrate/direct/direct-substrate.ts";

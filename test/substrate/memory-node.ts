@@ -28,7 +28,8 @@ import type { TemplateBuilder } from "../../src/node/templates/builder.ts";
 import type { TemplateCache } from "../../src/node/templates/template-cache.ts";
 import { registerTemplateRoutes } from "../../src/node/templates/template-routes.ts";
 import type { NodeBuildRequest, NodeBuildStatusWire } from "../../src/contract/node-builds.ts";
-import { selectLogs, type LogQuery, type SandboxLogEntry } from "../../src/contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../../src/contract/envd-logs.ts";
+import { selectLogs, type LogQuery } from "../../src/contract/sandbox-logs.ts";
 
 export class MemoryNode {
   readonly sandboxes = new Map<string, SandboxStatus>();

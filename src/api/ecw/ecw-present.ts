@@ -1,6 +1,6 @@
 /** SandboxRecord → the ECW JSON shapes the SDK reads (e2b-wire.md §2). */
 import type { SandboxMetrics } from "../../contract/node-api.ts";
-import type { SandboxLogEntry } from "../../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../../contract/envd-logs.ts";
 import { endAtOf, networkOf, startedAtOf, type SandboxRecord, type SandboxState } from "../../sandboxes/model.ts";
 import { assertNever } from "../../core/errors.ts";
 import type { VolumeMount } from "../../sandboxes/volume-service.ts";

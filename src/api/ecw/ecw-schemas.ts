@@ -4,7 +4,7 @@
  * fields); response builders live in ecw-present.ts.
  */
 import { z } from "zod";
-import { LogLevel, LOGS_PAGE_MAX } from "../../contract/sandbox-logs.ts";
+import { LogLevel, LOGS_PAGE_MAX } from "../../contract/envd-logs.ts";
 import { LIMITS, boundedStringMap, timeoutSeconds } from "../../core/limits.ts";
 
 /** E2B network config. `denyOut` takes IPs/CIDRs only; `allowOut` also domains. */
@@ -86,7 +86,7 @@ export const LogsV2Query = z.looseObject({
   cursor: z.coerce.number().int().nonnegative().optional(),
   limit: z.coerce.number().int().min(0).max(LOGS_PAGE_MAX).default(LOGS_PAGE_MAX),
   direction: z.enum(["forward", "backward"]).default("forward"),
-  level: LogLevel.optional(),
+  level: z.optional(LogLevel),
   search: z.string().max(1024).optional(),
 });
 

@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { statfs } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { availableParallelism, cpus, freemem, totalmem } from "node:os";
-import { z } from "zod";
+import { EnvdInitBody } from "../../contract/envd-init.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Envd } from "../context.ts";
 import { sendError, sendJson } from "./respond.ts";
@@ -77,14 +77,6 @@ export async function getMetrics(_envd: Envd, res: ServerResponse): Promise<void
   }
 }
 
-const InitBody = z.object({
-  envVars: z.record(z.string(), z.string()).optional(),
-  accessToken: z.string().optional(),
-  defaultUser: z.string().optional(),
-  defaultWorkdir: z.string().optional(),
-  timestamp: z.string().optional(),
-});
-
 /**
  * Parses a body like the node's once. zod builds a schema's parser on its first use: the
  * first /init, which a cold-created sandbox meets only when it is restored, paid ~2-3 ms
@@ -92,7 +84,7 @@ const InitBody = z.object({
  * parser made.
  */
 export function warmInitBody(): void {
-  InitBody.safeParse({ envVars: { NAME: "value" }, accessToken: "token", timestamp: "2026-01-01T00:00:00.000Z" });
+  EnvdInitBody.safeParse({ envVars: { NAME: "value" }, accessToken: "token", timestamp: "2026-01-01T00:00:00.000Z" });
 }
 
 async function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
@@ -118,7 +110,7 @@ export async function postInit(envd: Envd, req: IncomingMessage, res: ServerResp
         throw new SpaceError("invalid_argument", "init body is not JSON");
       }
     }
-    const parsed = InitBody.safeParse(json);
+    const parsed = EnvdInitBody.safeParse(json);
     if (!parsed.success) throw new SpaceError("invalid_argument", `invalid init body: ${parsed.error.message}`);
     const b = parsed.data;
     if (b.envVars) envd.state.envVars = { ...envd.state.envVars, ...b.envVars };

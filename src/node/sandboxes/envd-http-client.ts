@@ -1,6 +1,6 @@
 /** The node's few calls to a sandbox's envd: health (readiness), init (env, token) and its log ring. */
 import { request, type Agent } from "node:http";
-import { ENVD_LOGS_PATH, EnvdLogsPage } from "../../contract/sandbox-logs.ts";
+import { ENVD_LOGS_PATH, EnvdLogsPage } from "../../contract/envd-logs.ts";
 
 /** A page bigger than this is not read (envd is the sandbox's: never trusted to be small). */
 const LOGS_PAGE_BYTES = 8 * 1024 * 1024;

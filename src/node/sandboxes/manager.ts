@@ -21,7 +21,8 @@ import { CleanupStack } from "./cleanup-stack.ts";
 import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBootOptions } from "./sandbox-boot.ts";
 import { sandboxMetrics } from "./sandbox-metrics.ts";
 import { DEFAULT_TELEMETRY, SandboxTelemetry, type Observed, type TelemetryOptions } from "./sandbox-telemetry.ts";
-import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../../contract/envd-logs.ts";
+import type { LogQuery } from "../../contract/sandbox-logs.ts";
 import { LocalSandboxRecords, type LocalSandboxRecord } from "./local-sandbox-records.ts";
 import { canTransition, type NodeState } from "./states.ts";
 

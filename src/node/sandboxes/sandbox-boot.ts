@@ -17,6 +17,7 @@ import type { Logger } from "../../core/log.ts";
 import { inChildSpan } from "../../core/tracing.ts";
 import type { Runtime, RunSpec } from "../../runtime/runtime.ts";
 import type { SandboxSpec } from "../../contract/node-api.ts";
+import { ENVD_INIT_PATH, type EnvdInitBody } from "../../contract/envd-init.ts";
 import type { SandboxDisks } from "../disk/sandbox-disks.ts";
 import type { VolumeDisks } from "../disk/volume-disks.ts";
 import { BootQueue } from "./boot-queue.ts";
@@ -309,7 +310,7 @@ export class SandboxBooter {
   }
 
   #postInit(s: BootTarget, body: InitBody): Promise<number> {
-    return httpStatusOf(s.address, s.envdPort, "/init", {
+    return httpStatusOf(s.address, s.envdPort, ENVD_INIT_PATH, {
       method: "POST",
       timeoutMs: 5000,
       body: JSON.stringify({ ...body, timestamp: new Date().toISOString() }),
@@ -318,7 +319,8 @@ export class SandboxBooter {
   }
 }
 
-type InitBody = { envVars?: Record<string, string>; accessToken?: string };
+/** What the node sets at /init; envd keeps its own default user and workdir. */
+type InitBody = Pick<EnvdInitBody, "envVars" | "accessToken">;
 
 /** An envd too old for /init (404) is fine; any other refusal fails the boot. */
 function initAnswered(s: BootTarget, status: number): void {

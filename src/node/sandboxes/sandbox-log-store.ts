@@ -13,7 +13,8 @@
 import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../../core/log.ts";
-import { LOG_TEXT_MAX, selectLogs, type EnvdLogsPage, type LogQuery, type SandboxLogEntry } from "../../contract/sandbox-logs.ts";
+import { LOG_TEXT_MAX, type EnvdLogsPage, type SandboxLogEntry } from "../../contract/envd-logs.ts";
+import { selectLogs, type LogQuery } from "../../contract/sandbox-logs.ts";
 
 /** Where envd of a running sandbox answers. */
 export interface EnvdTarget {

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { createLogger } from "../../core/log.ts";
 import type { SandboxMetrics } from "../../contract/node-api.ts";
-import type { EnvdLogsPage } from "../../contract/sandbox-logs.ts";
+import type { EnvdLogsPage } from "../../contract/envd-logs.ts";
 import { EnvdLogRing } from "../../envd/log-ring.ts";
 import { SandboxLogStore, type EnvdTarget } from "./sandbox-log-store.ts";
 import { SandboxTelemetry, type Observed } from "./sandbox-telemetry.ts";

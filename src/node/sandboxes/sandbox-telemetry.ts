@@ -20,7 +20,8 @@
 import { Agent } from "node:http";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxMetrics } from "../../contract/node-api.ts";
-import type { LogQuery, SandboxLogEntry } from "../../contract/sandbox-logs.ts";
+import type { SandboxLogEntry } from "../../contract/envd-logs.ts";
+import type { LogQuery } from "../../contract/sandbox-logs.ts";
 import { fetchEnvdLogs } from "./envd-http-client.ts";
 import { SandboxLogStore, type EnvdTarget, type FetchPage } from "./sandbox-log-store.ts";
 import { forEachPaced, Periodic } from "../../core/periodic.ts";
