@@ -1,7 +1,7 @@
 /**
- * A sandbox's logs on the node → control plane wire (`GET /v1/sandboxes/:id/logs`, the
- * node's retained copy of envd's entries (contract/envd-logs.ts), selected by
- * `selectLogs`).
+ * A sandbox's logs on the node → control plane wire: `GET /v1/sandboxes/:id/logs` answers
+ * from the node's retained copy of envd's entries (contract/envd-logs.ts), selected by
+ * `selectLogs`.
  */
 import { z } from "zod";
 import { LOGS_PAGE_MAX, LogLevel, SandboxLogEntry } from "./envd-logs.ts";
