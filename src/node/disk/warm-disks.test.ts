@@ -132,6 +132,21 @@ describe("WarmDisks", () => {
     await warm.close();
   });
 
+  it("a drop while a disk is being made deletes that disk too, and makes no more until the next use", async () => {
+    const d = join(dir, "drop");
+    await mkdir(d);
+    const { warm, made, removed } = fixture(d, { makeMs: 80 });
+    await warm.take("base");
+    await until(() => made.length === 0 && warm.readyCount("base") === 0 && removed.length === 0, "nothing yet");
+    await sleep(40); // the fill has started its first disk (quiet window 20 ms, a make 80 ms)
+    warm.drop("base"); // the source is dropped (a checkpoint deleted) mid-make
+    await sleep(200);
+    assert.equal(warm.readyCount("base"), 0, "the disk that was under way is not kept");
+    assert.deepEqual(await readdir(d), [], "nor left on disk");
+    assert.ok(made.length <= 1, `no more were made after the drop (made ${made.length})`);
+    await warm.close();
+  });
+
   it("size 0 makes nothing", async () => {
     const d = join(dir, "off");
     await mkdir(d);

@@ -54,6 +54,8 @@ export class WarmDisks {
   readonly #stop = new AbortController();
   /** Templates by last use, oldest first: those beyond `templates` lose their disks. */
   readonly #used = new Set<string>();
+  /** Bumped by each drop: a disk whose make began before the drop is deleted, never kept. */
+  readonly #drops = new Map<string, number>();
   /** Leftovers of an earlier agent (a crash leaves them) are deleted before the first fill. */
   #swept: Promise<void> | undefined;
 
@@ -86,13 +88,17 @@ export class WarmDisks {
     if (made.identity !== identity) {
       this.#discard([made]);
       this.drop(template);
+      this.#schedule(template);
       return undefined;
     }
     return made.path;
   }
 
-  /** Deletes `template`'s disks (it was re-pointed, rewritten or evicted); the next use fills again. */
+  /** Deletes `template`'s disks, and the one being made (it was re-pointed, rewritten, evicted or deleted); the next use fills again. */
   drop(template: string): void {
+    this.#drops.set(template, (this.#drops.get(template) ?? 0) + 1);
+    clearTimeout(this.#timers.get(template));
+    this.#timers.delete(template);
     const made = this.#ready.get(template);
     this.#ready.delete(template);
     if (made?.length) this.#discard(made);
@@ -126,11 +132,12 @@ export class WarmDisks {
     clearTimeout(this.#timers.get(template));
     const timer = setTimeout(() => {
       this.#timers.delete(template);
+      const drops = this.#drops.get(template);
       // After a fill still under way (it stops at its next disk: a take came), never beside it.
       const before = this.#filling.get(template);
       const run: Promise<void> = (async () => {
         await before;
-        await this.#fill(template);
+        await this.#fill(template, drops);
       })().finally(() => {
         if (this.#filling.get(template) === run) this.#filling.delete(template);
       });
@@ -140,13 +147,15 @@ export class WarmDisks {
     this.#timers.set(template, timer);
   }
 
-  async #fill(template: string): Promise<void> {
+  /** `drops`: the template's drop count when the fill was due; a drop since ends it. */
+  async #fill(template: string, drops: number | undefined): Promise<void> {
     this.#swept ??= this.#sweep();
     await this.#swept;
     const signal = this.#stop.signal;
     try {
-      // Stops at the size, at close, when a take arrives (it schedules the next fill) and when the template is no longer among the recent.
-      while (!signal.aborted && this.#used.has(template) && !this.#timers.has(template) && this.readyCount(template) < this.#o.size) {
+      // Stops at the size, at close, at a drop, when a take arrives (it schedules the next fill) and when the template is no longer among the recent.
+      const current = () => !signal.aborted && this.#used.has(template) && this.#drops.get(template) === drops;
+      while (current() && !this.#timers.has(template) && this.readyCount(template) < this.#o.size) {
         const identity = await this.#o.identity(template);
         if (identity === undefined) return;
         const path = join(this.#o.dir, `${this.#o.prefix ?? PREFIX}${fileSafe(template)}-${randomId(8)}`);
@@ -156,7 +165,7 @@ export class WarmDisks {
           await this.#o.remove(path).catch(() => undefined);
           throw e;
         }
-        if (signal.aborted || !this.#used.has(template)) {
+        if (!current()) {
           await this.#o.remove(path);
           return;
         }
