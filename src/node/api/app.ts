@@ -7,7 +7,7 @@
  */
 import { timingSafeEqual } from "node:crypto";
 import type { Registry } from "prom-client";
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import { z } from "zod";
 import { httpStatus, SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
@@ -52,10 +52,9 @@ function tokenMatches(given: string | undefined, want: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-
 export function createNodeApi(deps: NodeApiDeps): FastifyInstance {
   // Request lines at debug: at info they were most of a node's log (the control plane polls it).
-  const app = Fastify({ loggerInstance: deps.logger as FastifyBaseLogger, bodyLimit: 16 * 1024 * 1024, disableRequestLogging: true }) as unknown as FastifyInstance;
+  const app = Fastify({ loggerInstance: deps.logger as FastifyBaseLogger, bodyLimit: 16 * 1024 * 1024, logController: new LogController({ disableRequestLogging: true }) }) as unknown as FastifyInstance;
   app.addHook("onResponse", (req, reply, done) => {
     req.log.debug({ method: req.method, url: req.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime) }, "node-api request");
     done();
