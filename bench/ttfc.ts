@@ -4,7 +4,7 @@
  * sequential and M concurrent creates, cold first (no pool), then warm (pool of `size`,
  * waited full before each phase), and the cold/warm ratio.
  *
- *   [BENCH_ENV=k=v,…] node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--phases 7] [--bare 20] [--postgres] [--json]
+ *   [BENCH_ENV=k=v,…] node --import tsx bench/ttfc.ts [--sequential 50] [--concurrent 20] [--rounds 1] [--size 50] [--commands 50] [--podman 0] [--phases 7] [--bare 20] [--floor 300] [--postgres] [--json]
  *
  * Then a per-phase trace of one cold and one warm create and their first command (SDK → API →
  * store → node → envd → command): the SDK's times, and, when this bench started the stack, the
@@ -21,6 +21,11 @@
  *
  * `--bare N` (root; 0 skips): the bare baseline of a cold create in the same run: `bench -- node
  * --n N`, which times `runc run` of the same rootfs until envd says it is ready, without SPACE.
+ *
+ * `--floor N` (0 skips): the client's own floor in the same run: `bench -- sdk-floor --n N`, the
+ * e2b SDK against a server answering from prepared bytes, and the mean time of the
+ * `bash -l -c true` every SDK command runs, timed inside the cold sandbox (a loop of 200): what
+ * no server can take below.
  *
  * `--podman N` (a stack this bench started, podman installed): N × `podman run -d` of the same
  * rootfs (the node's `base` template, overlaid, `--network none`) + `podman exec … echo hi`, and
@@ -73,6 +78,18 @@ function summarize(name: string, samples: Sample[], wallMs: number, failed: numb
     failed,
     ...extra,
   };
+}
+
+/** `bench -- sdk-floor --n N`: the e2b SDK against a server answering from prepared bytes. */
+async function sdkFloor(n: number): Promise<{ commandMs: { median: number }; createAndCommandMs: { median: number } }> {
+  const r = await exec(process.execPath, ["scripts/bench.mjs", "sdk-floor", "--n", String(n), "--json"], { timeoutMs: 10 * 60_000 });
+  return JSON.parse(r.stdout.slice(r.stdout.indexOf("\n{") + 1)) as { commandMs: { median: number }; createAndCommandMs: { median: number } };
+}
+
+/** Mean ms of `bash -l -c true` (the shell every SDK command runs) inside `sb`, over a loop of `n`. */
+async function loginShellMs(sb: Sandbox, n: number): Promise<number> {
+  const r = await sb.commands.run(`s=$(date +%s%N); for i in $(seq ${n}); do /bin/bash -l -c true; done; e=$(date +%s%N); echo $(( (e - s) / ${n} ))`);
+  return Number(r.stdout.trim()) / 1e6;
 }
 
 /** `bench -- node --n N`'s bare baseline: `runc run` of the same rootfs until envd's word, and the node's own create. */
@@ -128,6 +145,7 @@ async function main() {
       podman: { type: "string", default: "0" },
       phases: { type: "string", default: "7" },
       bare: { type: "string", default: "20" },
+      floor: { type: "string", default: "300" },
       postgres: { type: "boolean", default: false },
       json: { type: "boolean", default: false },
     },
@@ -384,6 +402,8 @@ async function main() {
   let phases: Awaited<ReturnType<typeof phaseRuns>> | undefined;
   let stackStopped = false;
   let tracedPg: TestDb | undefined;
+  const nFloor = Number(values.floor);
+  let loginShell: number | undefined;
   try {
     await admin("DELETE", "/warm-pools/base");
     await one(); // warm-up (template cache, JIT), not counted
@@ -399,6 +419,7 @@ async function main() {
         const d = await roundTrips(direct, nCommands);
         trips.push({ name: "straight to envd (bare)", median: percentile(d, 50), p99: percentile(d, 99), n: d.length });
       }
+      if (nFloor > 0) loginShell = await loginShellMs(cold.sb, 200);
     } finally {
       await cold.sb.kill().catch(() => {});
     }
@@ -443,6 +464,17 @@ async function main() {
   }
   const nBare = Number(values.bare);
   const bare = nBare > 0 && process.getuid?.() === 0 ? await bareBaseline(nBare) : undefined;
+  const floorRun = nFloor > 0 ? await sdkFloor(nFloor) : undefined;
+  const floor =
+    floorRun && loginShell !== undefined
+      ? {
+          sdkCommandMs: floorRun.commandMs.median,
+          sdkCreateAndCommandMs: floorRun.createAndCommandMs.median,
+          loginShellMs: Math.round(loginShell * 100) / 100,
+          commandRoundTripMs: Math.round((floorRun.commandMs.median + loginShell) * 100) / 100,
+          ttfcMs: Math.round((floorRun.createAndCommandMs.median + loginShell) * 100) / 100,
+        }
+      : undefined;
   const ratio = (cold: string, warm: string) => {
     const c = results.find((r) => r.name.startsWith(cold))!;
     const w = results.find((r) => r.name.startsWith(warm))!;
@@ -474,6 +506,7 @@ async function main() {
           commandRoundTripMs: roundTrip,
           ...(phases ? { phases } : {}),
           ...(bare ? { bareBaseline: bare, coldOverBare } : {}),
+          ...(floor ? { clientFloor: floor } : {}),
           ...(overPodman ? { podman: podmanOut, podmanOverSpace: overPodman } : {}),
         },
         null,
@@ -509,6 +542,12 @@ async function main() {
       process.stdout.write(`Bare baseline, same run: bench -- node --n ${values.bare} (the same rootfs, no SPACE)\n`);
       process.stdout.write(`  runc run ${f(bare.runcRunMs)}; runc run → envd ready (its word on the FIFO) ${f(bare.runcToEnvdReadyMs)}; the node's create-to-ready ${f(bare.nodeCreateToReadyMs)}\n`);
       process.stdout.write(`  cold sequential TTFC over bare runc + envd: ${coldOverBare.ttfc}x; the node's create-to-ready over it: ${coldOverBare.node}x\n`);
+    }
+    if (floor) {
+      process.stdout.write(`The client's floor, same run: bench -- sdk-floor --n ${nFloor} (the e2b SDK against a server answering from prepared bytes)\n`);
+      process.stdout.write(`  commands.run('true') ${f(floor.sdkCommandMs)}; Sandbox.create → commands.run('echo hi') ${f(floor.sdkCreateAndCommandMs)} (medians)\n`);
+      process.stdout.write(`  bash -l -c true inside the sandbox (the shell every SDK command runs), mean of 200: ${f(floor.loginShellMs)}\n`);
+      process.stdout.write(`  so no server here gives a command round trip under ${f(floor.commandRoundTripMs)}, nor a TTFC under ${f(floor.ttfcMs)}\n`);
     }
     if (overPodman) {
       process.stdout.write(`Podman, same rootfs (overlaid), --network none, same run\n`);
