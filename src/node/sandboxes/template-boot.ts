@@ -47,7 +47,8 @@ function client(host: string, port: number, accessToken: string | undefined) {
     if (accessToken) req.header.set("x-access-token", accessToken);
     return next(req);
   };
-  return createClient(Process, createConnectTransport({ baseUrl: `http://${host}:${port}`, httpVersion: "1.1", interceptors: [auth] }));
+  // JSON, as the e2b SDKs speak it: a capture after boot's warm-up then compiles the path their commands take.
+  return createClient(Process, createConnectTransport({ baseUrl: `http://${host}:${port}`, httpVersion: "1.1", useBinaryFormat: false, interceptors: [auth] }));
 }
 
 /**
