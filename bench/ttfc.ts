@@ -80,11 +80,18 @@ function summarize(name: string, samples: Sample[], wallMs: number, failed: numb
   };
 }
 
-/** `bench -- sdk-floor --n N`: the e2b SDK against a server answering from prepared bytes. */
-async function sdkFloor(n: number): Promise<{ commandMs: { median: number }; createAndCommandMs: { median: number } }> {
-  const r = await exec(process.execPath, ["scripts/bench.mjs", "sdk-floor", "--n", String(n), "--json"], { timeoutMs: 10 * 60_000 });
-  return JSON.parse(r.stdout.slice(r.stdout.indexOf("\n{") + 1)) as { commandMs: { median: number }; createAndCommandMs: { median: number } };
+/**
+ * Another bench's JSON (the text from its first line opening an object), run by the same runner
+ * (scripts/bench.mjs: compiled), from the repository root `npm run bench` runs in.
+ */
+async function benchJson<T>(name: string, args: string[], timeoutMs: number): Promise<T> {
+  const r = await exec(process.execPath, ["scripts/bench.mjs", name, ...args], { timeoutMs });
+  return JSON.parse(r.stdout.slice(r.stdout.indexOf("\n{") + 1)) as T;
 }
+
+/** `bench -- sdk-floor --n N`: the e2b SDK against a server answering from prepared bytes. */
+const sdkFloor = (n: number) =>
+  benchJson<{ commandMs: { median: number }; createAndCommandMs: { median: number } }>("sdk-floor", ["--n", String(n), "--json"], 10 * 60_000);
 
 /** Mean ms of `bash -l -c true` (the shell every SDK command runs) inside `sb`, over a loop of `n`. */
 async function loginShellMs(sb: Sandbox, n: number): Promise<number> {
@@ -94,12 +101,10 @@ async function loginShellMs(sb: Sandbox, n: number): Promise<number> {
 
 /** `bench -- node --n N`'s bare baseline: `runc run` of the same rootfs until envd's word, and the node's own create. */
 async function bareBaseline(n: number): Promise<{ runcToEnvdReadyMs: number; nodeCreateToReadyMs: number; runcRunMs: number }> {
-  // The same runner (scripts/bench.mjs: compiled), from the repository root `npm run bench` runs in.
-  const r = await exec(process.execPath, ["scripts/bench.mjs", "node", "--n", String(n)], { timeoutMs: 30 * 60_000 });
-  const out = JSON.parse(r.stdout.slice(r.stdout.indexOf("\n{") + 1)) as {
+  const out = await benchJson<{
     nodeCreateToReadyMs: { median: number };
     baselineBareRunc: { runcRunMs: { median: number }; runcRunToEnvdReadyEventMs: { median: number } };
-  };
+  }>("node", ["--n", String(n)], 30 * 60_000);
   return {
     runcToEnvdReadyMs: out.baselineBareRunc.runcRunToEnvdReadyEventMs.median,
     runcRunMs: out.baselineBareRunc.runcRunMs.median,
