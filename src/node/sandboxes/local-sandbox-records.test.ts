@@ -35,3 +35,19 @@ test("a save replaces the record whole; a leftover replacement is not a record; 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("saves and a remove of one record, not awaited between, land in call order: the last one stands", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "space-records-"));
+  try {
+    const records = new LocalSandboxRecords(dir);
+    const states: LocalSandboxRecord["state"][] = ["creating", "running", "paused", "running", "killing"];
+    await Promise.all(states.map((st) => records.save(record("sb1", st))));
+    assert.deepEqual((await records.list()).map((r) => r.state), ["killing"]);
+    await Promise.all([records.save(record("sb1", "running")), records.remove("sb1"), records.save(record("sb2", "running"))]);
+    assert.deepEqual(readdirSync(dir), ["sb2.json"], "the remove came after the save before it");
+    await Promise.all([records.remove("sb2"), records.save(record("sb2", "paused"))]);
+    assert.deepEqual((await records.list()).map((r) => [r.spec.sandboxId, r.state]), [["sb2", "paused"]]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
