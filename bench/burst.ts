@@ -18,11 +18,8 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
 import { adminRequest, startStack, waitFor, type Stack } from "../test/support/stack.ts";
+import { percentile } from "./support/stats.ts";
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 const round = (x: number) => Math.round(x);
 
 /** Share of the machine's CPU time left idle over `ms`. */
@@ -64,7 +61,7 @@ async function burst(stack: Stack, n: number, pool: number) {
   const ok = results.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
   const failed = results.filter((r) => r.status === "rejected").map((r) => String((r as PromiseRejectedResult).reason).slice(0, 160));
   await Promise.allSettled(ok.map((o) => o.sb.kill()));
-  const each = ok.map((o) => o.ms).sort((a, b) => a - b);
+  const each = ok.map((o) => o.ms);
   return { allReadyMs: round(allReadyMs), p50Ms: round(percentile(each, 50)), p99Ms: round(percentile(each, 99)), failed: failed.length, firstFailure: failed[0] ?? "" };
 }
 

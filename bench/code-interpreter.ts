@@ -16,13 +16,10 @@ import { parseArgs } from "node:util";
 import { Sandbox as CodeSandbox } from "@e2b/code-interpreter";
 import { Sandbox } from "e2b";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
+import { percentile } from "./support/stats.ts";
 
 const TEMPLATE = "code-interpreter-v1";
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 
 interface Sample {
   createMs: number;
@@ -31,8 +28,8 @@ interface Sample {
 }
 
 function summarize(name: string, samples: Sample[], failed: number) {
-  const first = samples.map((s) => s.firstMs).sort((a, b) => a - b);
-  const create = samples.map((s) => s.createMs).sort((a, b) => a - b);
+  const first = samples.map((s) => s.firstMs);
+  const create = samples.map((s) => s.createMs);
   const r1 = (x: number) => Math.round(x * 10) / 10;
   return {
     name,

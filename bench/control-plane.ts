@@ -48,6 +48,7 @@ import { createTenant } from "../src/store/tenants.ts";
 import { startDispatcher } from "../src/controller/dispatcher.ts";
 import { createControlPlaneLink } from "../src/node/ctl/registration.ts";
 import { startHeartbeat } from "../src/node/ctl/heartbeat.ts";
+import { median, percentile } from "./support/stats.ts";
 
 const parts = process.argv.slice(2).length ? process.argv.slice(2) : ["placement", "dispatcher", "api"];
 const SECONDS = Number(process.env.SPACE_BENCH_SECONDS ?? 8);
@@ -60,12 +61,8 @@ const TENANTS = Number(process.env.SPACE_BENCH_TENANTS ?? 16);
 const ENVS = ["sha256:aaaaaaaaaaaaaaaa", "sha256:bbbbbbbbbbbbbbbb"];
 const quiet = pino({ level: "silent" });
 
-const quantile = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? NaN;
-};
 const stats = (xs: number[], digits = 2) =>
-  `median ${quantile(xs, 0.5).toFixed(digits)} ms, p99 ${quantile(xs, 0.99).toFixed(digits)} ms (n=${xs.length})`;
+  `median ${median(xs).toFixed(digits)} ms, p99 ${percentile(xs, 99).toFixed(digits)} ms (n=${xs.length})`;
 
 console.log(`control plane bench: ${cpus().length} cores, load average ${loadavg()[0]!.toFixed(1)} at start`);
 

@@ -22,6 +22,7 @@ import type { Page } from "playwright-core";
 import { startStack, type Stack } from "../test/support/stack.ts";
 import { startTwoNodes } from "../test/support/two-nodes.ts";
 import { launchBrowser } from "../test/support/browser.ts";
+import { median } from "./support/stats.ts";
 
 const argOf = (name: string, d: number) => {
   const i = process.argv.indexOf(name);
@@ -84,8 +85,7 @@ try {
   for (const [name, run] of Object.entries(pages)) {
     const ms: number[] = [];
     for (let r = 0; r < ROUNDS; r++) ms.push(await run());
-    ms.sort((a, b) => a - b);
-    process.stdout.write(`${name.padEnd(22)} median ${ms[Math.floor(ms.length / 2)]!.toFixed(0)} ms  max ${ms.at(-1)!.toFixed(0)} ms  (${ROUNDS} cold loads; load average ${load()})\n`);
+    process.stdout.write(`${name.padEnd(22)} median ${median(ms).toFixed(0)} ms  max ${Math.max(...ms).toFixed(0)} ms  (${ROUNDS} cold loads; load average ${load()})\n`);
   }
 } finally {
   await browser.close();

@@ -27,11 +27,8 @@ import { loadConfig } from "../src/core/config.ts";
 import { hostScopeFor, removeDataDir, startStack } from "../test/support/stack.ts";
 import { pickSlotRange } from "../test/support/node-network-cleanup.ts";
 import { processCpu } from "../test/support/proc-cpu.ts";
+import { percentile } from "./support/stats.ts";
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 const round = (x: number) => Math.round(x * 10) / 10;
 const meminfoMib = async (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, "m").exec(await readFile("/proc/meminfo", "utf8"))?.[1] ?? 0) / 1024;
 const memAvailableMib = () => meminfoMib("MemAvailable");

@@ -10,6 +10,7 @@ import { Agent, request } from "node:http";
 import { pipeline } from "node:stream/promises";
 import { performance } from "node:perf_hooks";
 import { envelope, startEnvd } from "../test/envd/harness.ts";
+import { percentile } from "./support/stats.ts";
 
 const RUNS = 200;
 const FILE_MIB = 256;
@@ -21,10 +22,6 @@ const CMDS = [
   { cmd: "/bin/bash", args: ["-l", "-c", "echo hi"] },
 ];
 
-const pct = (xs: number[], p: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
-};
 const fmt = (x: number) => x.toFixed(2);
 
 async function rawSpawn(CMD: { cmd: string; args: string[] }): Promise<void> {
@@ -65,10 +62,10 @@ try {
       rawMs.push(performance.now() - t);
     }
     console.log(`echo hi round trip (${runs} runs, '${CMD.cmd} ${CMD.args.join(" ")}')`);
-    console.log(`  envd (Connect JSON, HTTP/1.1): median ${fmt(pct(envdMs, 50))} ms  p99 ${fmt(pct(envdMs, 99))} ms`);
-    console.log(`  baseline child_process.spawn:  median ${fmt(pct(rawMs, 50))} ms  p99 ${fmt(pct(rawMs, 99))} ms`);
+    console.log(`  envd (Connect JSON, HTTP/1.1): median ${fmt(percentile(envdMs, 50))} ms  p99 ${fmt(percentile(envdMs, 99))} ms`);
+    console.log(`  baseline child_process.spawn:  median ${fmt(percentile(rawMs, 50))} ms  p99 ${fmt(percentile(rawMs, 99))} ms`);
     console.log(
-      `  ratio (median): ${fmt(pct(envdMs, 50) / pct(rawMs, 50))}x; overhead ${fmt(pct(envdMs, 50) - pct(rawMs, 50))} ms`,
+      `  ratio (median): ${fmt(percentile(envdMs, 50) / percentile(rawMs, 50))}x; overhead ${fmt(percentile(envdMs, 50) - percentile(rawMs, 50))} ms`,
     );
   }
 
@@ -98,7 +95,7 @@ try {
       if (i >= 20) ms.push(performance.now() - t);
     }
     agent.destroy();
-    console.log(`'/bin/echo hi' via a bare HTTP/1.1 client: median ${fmt(pct(ms, 50))} ms  p99 ${fmt(pct(ms, 99))} ms`);
+    console.log(`'/bin/echo hi' via a bare HTTP/1.1 client: median ${fmt(percentile(ms, 50))} ms  p99 ${fmt(percentile(ms, 99))} ms`);
   }
 
   const src = `/tmp/envd-bench-src-${process.pid}`;

@@ -13,17 +13,15 @@
  */
 import { freshDb } from "../test/support/db.ts";
 import { startLab } from "../test/fleet/lab.ts";
+import { median, percentile } from "./support/stats.ts";
 
 const CONCURRENT = Number(process.argv[2] ?? 100);
 const SEQUENTIAL = Number(process.argv[3] ?? 5);
 
 const stats = (xs: number[]) => {
   if (!xs.length) return "n=0";
-  const s = [...xs].sort((a, b) => a - b);
-  const q = (p: number) => s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
-  return `median ${q(0.5).toFixed(0)} ms, p99 ${q(0.99).toFixed(0)} ms (n=${s.length})`;
+  return `median ${median(xs).toFixed(0)} ms, p99 ${percentile(xs, 99).toFixed(0)} ms (n=${xs.length})`;
 };
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 
 const db = await freshDb("postgres");
 const lab = await startLab({

@@ -14,6 +14,7 @@ import { DirectSubstrate } from "../src/substrate/direct/direct-substrate.ts";
 import { StoreNodeDirectory } from "../src/sandboxes/queries.ts";
 import { registerNode } from "../src/store/nodes.ts";
 import type { NodeId } from "../src/core/ids.ts";
+import { median, percentile } from "./support/stats.ts";
 
 const N = Number(process.env.SPACE_BENCH_NODES ?? 1000);
 const ENVS = ["sha256:aaaaaaaaaaaaaaaa", "sha256:bbbbbbbbbbbbbbbb"];
@@ -35,9 +36,7 @@ function simNode(i: number): PlacementNode & { url: string } {
 }
 
 const stats = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const q = (p: number) => s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
-  return `median ${q(0.5).toFixed(3)} ms, p99 ${q(0.99).toFixed(3)} ms (n=${s.length})`;
+  return `median ${median(xs).toFixed(3)} ms, p99 ${percentile(xs, 99).toFixed(3)} ms (n=${xs.length})`;
 };
 
 const nodes = Array.from({ length: N }, (_, i) => simNode(i));

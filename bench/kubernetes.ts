@@ -16,14 +16,10 @@ import { podNameOf } from "../src/kube/names.ts";
 import type { PodObject } from "../src/kube/objects.ts";
 import { k8sSkipReason } from "../test/kubernetes/cluster.ts";
 import { startKubeFleet, type KubeFleet } from "../test/kubernetes/fleet.ts";
+import { percentile } from "./support/stats.ts";
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 const stats = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return { medianMs: Math.round(percentile(s, 50)), p99Ms: Math.round(percentile(s, 99)) };
+  return { medianMs: Math.round(percentile(xs, 50)), p99Ms: Math.round(percentile(xs, 99)) };
 };
 
 interface PodTimes {

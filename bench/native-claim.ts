@@ -7,6 +7,7 @@ import { freshDb } from "../test/support/db.ts";
 import { startDispatcher } from "../src/controller/dispatcher.ts";
 import { enqueueOperation, waitForOperation } from "../src/store/operations.ts";
 import { createTenant } from "../src/store/tenants.ts";
+import { median } from "./support/stats.ts";
 
 const engine = (process.env.SPACE_BENCH_ENGINE ?? "pglite") as "pglite" | "postgres";
 const t = await freshDb(engine);
@@ -28,7 +29,6 @@ for (let i = 0; i < 200; i++) {
   claim.push(op.claimedAt!.getTime() - op.queuedAt.getTime());
   done.push(op.succeededAt!.getTime() - op.queuedAt.getTime());
 }
-const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-console.log(JSON.stringify({ engine, queued_to_claimed_median_ms: med(claim), queued_to_succeeded_median_ms: med(done), client_enqueue_to_done_median_ms: Number(med(notifyToClaim)!.toFixed(2)) }));
+console.log(JSON.stringify({ engine, queued_to_claimed_median_ms: median(claim), queued_to_succeeded_median_ms: median(done), client_enqueue_to_done_median_ms: Number(median(notifyToClaim).toFixed(2)) }));
 await d.stop();
 await t.drop();

@@ -26,6 +26,7 @@ import { parseArgs } from "node:util";
 import { startHarness, type Harness } from "../test/native/harness.ts";
 import { freshDb, type TestDb } from "../test/support/db.ts";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
+import { median, percentile } from "./support/stats.ts";
 
 interface Op {
   id: string;
@@ -38,14 +39,7 @@ interface Op {
   result: { id: string } | null;
 }
 
-const median = (xs: number[]) => {
-  if (!xs.length) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
-/** Nearest rank. */
-const pct = (xs: number[], p: number) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.max(0, Math.ceil(p * xs.length) - 1))]! : NaN);
-const stats = (xs: number[]) => ({ n: xs.length, median: Math.round(median(xs) * 10) / 10, p90: pct(xs, 0.9), p99: pct(xs, 0.99), max: xs.length ? Math.max(...xs) : NaN });
+const stats = (xs: number[]) => ({ n: xs.length, median: Math.round(median(xs) * 10) / 10, p90: percentile(xs, 90), p99: percentile(xs, 99), max: xs.length ? Math.max(...xs) : NaN });
 
 async function main() {
   const { values } = parseArgs({

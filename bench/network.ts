@@ -12,6 +12,7 @@
 import { compileEcw } from "../src/sandboxes/egress-rules.ts";
 import { OPEN_POLICY, type EgressPolicy } from "../src/contract/egress-policy.ts";
 import { INET, probe, startRig } from "../test/network/harness.ts";
+import { median } from "./support/stats.ts";
 
 const rig = await startRig();
 const results: Record<string, unknown> = {};
@@ -48,8 +49,7 @@ try {
       await rig.slots.setPolicy(filtered.owner, i % 2 ? p : OPEN_POLICY, AbortSignal.timeout(30_000));
       times.push(performance.now() - t);
     }
-    times.sort((a, b) => a - b);
-    results[`policy_update_${n}_rules_ms`] = { median: +times[7]!.toFixed(1), max: +times[14]!.toFixed(1) };
+    results[`policy_update_${n}_rules_ms`] = { median: +median(times).toFixed(1), max: +Math.max(...times).toFixed(1) };
   }
 } finally {
   await rig.close();

@@ -24,15 +24,14 @@ import { httpStatusOf, waitEnvdHealthy } from "../src/node/sandboxes/envd-http-c
 import { READY_FD, ReadyFifo } from "../src/node/sandboxes/envd-ready.ts";
 import { cleanupOnSignal, OWNER_PID_FILE, pickSlotRange, removeNodeNetwork } from "../test/support/node-network-cleanup.ts";
 import { removeDataDir } from "../test/support/stack.ts";
+import { median, percentile } from "./support/stats.ts";
 
 const { values } = parseArgs({ options: { n: { type: "string", default: "50" }, "stub-envd": { type: "boolean", default: false }, "slot-pool": { type: "string", default: "0" }, "warm-disks": { type: "string", default: "2" } } });
 const N = Number(values.n);
 const envdDir = values["stub-envd"] ? join(REPO_DIR, "test", "node", "fixtures", "envd-stub") : join(REPO_DIR, "dist", "envd");
 
 const stats = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const q = (p: number) => s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
-  return { median: round(q(0.5)), p99: round(q(0.99)), min: round(s[0]!), max: round(s[s.length - 1]!) };
+  return { median: round(median(xs)), p99: round(percentile(xs, 99)), min: round(Math.min(...xs)), max: round(Math.max(...xs)) };
 };
 const round = (x: number) => Math.round(x * 10) / 10;
 const sig = () => AbortSignal.timeout(60_000);

@@ -13,6 +13,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { parseArgs } from "node:util";
 import { Sandbox } from "e2b";
+import { percentile } from "./support/stats.ts";
 
 /** One Connect envelope (flags, big-endian length, JSON). */
 function envelope(message: unknown, flags = 0): Buffer {
@@ -61,9 +62,8 @@ interface Floor {
 }
 
 const stats = (ms: number[]) => {
-  const s = [...ms].sort((a, b) => a - b);
-  const at = (p: number) => Math.round(s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)]! * 100) / 100;
-  return { median: at(0.5), p99: at(0.99) };
+  const at = (p: number) => Math.round(percentile(ms, p) * 100) / 100;
+  return { median: at(50), p99: at(99) };
 };
 
 async function sdkFloor(n: number): Promise<Floor> {

@@ -28,6 +28,7 @@ import { join } from "node:path";
 import { newExecutionId, newSandboxId } from "../src/core/ids.ts";
 import { newSnapshotId } from "../src/store/snapshots.ts";
 import { sh, spec, startTestNode, type TestNode } from "../test/node/helpers.ts";
+import { median, percentile } from "./support/stats.ts";
 
 const n = Number(process.argv.slice(2).find((a) => /^\d+$/.test(a)) ?? 5);
 const encrypt = process.argv.includes("--encrypt");
@@ -42,8 +43,7 @@ const sig = () => AbortSignal.timeout(600_000);
 const DIRTY = `nohup python3 -c "import time; b = bytearray(b'\\x5a') * (256 << 20); open('/tmp/dirty-ready', 'w').close(); time.sleep(1e9)" >/dev/null 2>&1 &`;
 
 type Series = Record<string, number[]>;
-const q = (a: number[], p: number) => [...a].sort((x, y) => x - y)[Math.min(a.length - 1, Math.floor(p * a.length))]!;
-const medians = (s: Series) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, q(v, 0.5)]));
+const medians = (s: Series) => Object.fromEntries(Object.entries(s).map(([k, v]) => [k, median(v)]));
 
 /** One row of issue #25's table: its totals and the medians of its phases. */
 interface Row {
@@ -133,15 +133,15 @@ try {
     console.log(`${kind}:`);
     console.log(`  warm-up iteration (not counted), ms: ${JSON.stringify(warmUp)}`);
     for (const [k, r] of Object.entries(rows)) {
-      console.log(`  ${k.padEnd(40)}  median ${q(r.total, 0.5).toFixed(0).padStart(5)} ms   p99 ${q(r.total, 0.99).toFixed(0).padStart(5)} ms`);
+      console.log(`  ${k.padEnd(40)}  median ${median(r.total).toFixed(0).padStart(5)} ms   p99 ${percentile(r.total, 99).toFixed(0).padStart(5)} ms`);
       if (Object.keys(r.phases).length) console.log(`    phases (medians, ms) ${JSON.stringify(medians(r.phases))}`);
     }
     if (kind !== "idle") {
-      const perGiB = (k: string) => ((q(rows[k]!.total, 0.5) * 4) / 1000).toFixed(2);
+      const perGiB = (k: string) => ((median(rows[k]!.total) * 4) / 1000).toFixed(2);
       console.log(`  per GiB dirty (median x 4): suspend to durable ${perGiB("suspend to durable")} s, suspend with upload inside (before #25) ${perGiB("suspend with upload inside (before #25)")} s`);
     }
-    console.log(`  bytes stored per snapshot   median ${(q(bytes, 0.5) / 1048576).toFixed(1)} MiB   max ${(Math.max(...bytes) / 1048576).toFixed(1)} MiB`);
-    const ratio = (k: string) => (q(rows[k]!.total, 0.5) / q(rows["cold create"]!.total, 0.5)).toFixed(2);
+    console.log(`  bytes stored per snapshot   median ${(median(bytes) / 1048576).toFixed(1)} MiB   max ${(Math.max(...bytes) / 1048576).toFixed(1)} MiB`);
+    const ratio = (k: string) => (median(rows[k]!.total) / median(rows["cold create"]!.total)).toFixed(2);
     console.log(`  vs cold create (median): pause ${ratio("pause returned to caller")}x, restore same node ${ratio("restore same node")}x, cross node ${ratio("restore cross node")}x, fork ${ratio("fork")}x`);
   }
 } finally {

@@ -18,11 +18,10 @@ import { BuildRecipe } from "../src/contract/build-recipe.ts";
 import { spec, startTestNode } from "../test/node/helpers.ts";
 import { startStack } from "../test/support/stack.ts";
 import { makeOciArchive } from "../test/templates/fixtures.ts";
+import { median, percentile } from "./support/stats.ts";
 
 const runs = Number(process.argv.slice(2).find((a) => /^\d+$/.test(a)) ?? 3);
 const nodeOnly = process.argv.includes("--node-only");
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const p99 = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(0.99 * xs.length))]!;
 
 if (!nodeOnly) await stackBench();
 await nodeBench();
@@ -123,11 +122,11 @@ async function nodeBench(): Promise<void> {
       runs,
       baseRootfsMib: manifestBytes,
       basePublishMs: publish,
-      basePullMs: { median: median(pulls), p99: p99(pulls), samples: pulls },
+      basePullMs: { median: median(pulls), p99: percentile(pulls, 99), samples: pulls },
       buildWithStartCmdMs: buildCold,
       buildWithCaptureAfterReadyMs: buildCaptured,
-      createColdWithStartCmdMs: { median: median(cold), p99: p99(cold), samples: cold },
-      createFromCaptureMs: { median: median(captured), p99: p99(captured), samples: captured },
+      createColdWithStartCmdMs: { median: median(cold), p99: percentile(cold, 99), samples: cold },
+      createFromCaptureMs: { median: median(captured), p99: percentile(captured, 99), samples: captured },
       coldOverCaptured: Math.round((median(cold) / median(captured)) * 100) / 100,
     };
     process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);

@@ -50,13 +50,9 @@ import { exec } from "../src/core/exec.ts";
 import { freshDb, type TestDb } from "../test/support/db.ts";
 import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
 import { phasesOf, startOtlpReceiver, type Phase, type ReceivedSpan } from "../test/support/otlp-receiver.ts";
+import { percentile } from "./support/stats.ts";
 
 /** Nearest-rank percentile. */
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return NaN;
-  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[i]!;
-}
 
 interface Sample {
   createMs: number;
@@ -66,8 +62,8 @@ interface Sample {
 }
 
 function summarize(name: string, samples: Sample[], wallMs: number, failed: number, extra: Record<string, number> = {}) {
-  const ttfc = samples.map((s) => s.ttfcMs).sort((a, b) => a - b);
-  const create = samples.map((s) => s.createMs).sort((a, b) => a - b);
+  const ttfc = samples.map((s) => s.ttfcMs);
+  const create = samples.map((s) => s.createMs);
   return {
     name,
     n: samples.length,
@@ -134,8 +130,7 @@ function phaseMedians(samples: Phase[][]): PhaseRow[] {
   return [...byPath.values()]
     .sort((a, b) => a.order - b.order)
     .map((r) => {
-      const sorted = r.ms.sort((a, b) => a - b);
-      return { path: r.path, medianMs: percentile(sorted, 50), p99Ms: percentile(sorted, 99), seen: sorted.length };
+      return { path: r.path, medianMs: percentile(r.ms, 50), p99Ms: percentile(r.ms, 99), seen: r.ms.length };
     });
 }
 
@@ -293,8 +288,7 @@ async function main() {
       await rm(id);
     }
     const row = (name: string, xs: number[]) => {
-      const sorted = [...xs].sort((a, b) => a - b);
-      return { name, median: percentile(sorted, 50), p99: percentile(sorted, 99), n: xs.length };
+      return { name, median: percentile(xs, 50), p99: percentile(xs, 99), n: xs.length };
     };
     return [row("podman run -d + exec echo hi", ttfc), row("podman exec true", trip)];
   };
@@ -366,8 +360,8 @@ async function main() {
     };
     type S = Awaited<ReturnType<typeof sample>>;
     const summarise = (xs: S[]) => ({
-      sdkCreateMs: percentile(xs.map((x) => x.createMs).sort((a, b) => a - b), 50),
-      sdkCommandMs: percentile(xs.map((x) => x.commandMs).sort((a, b) => a - b), 50),
+      sdkCreateMs: percentile(xs.map((x) => x.createMs), 50),
+      sdkCommandMs: percentile(xs.map((x) => x.commandMs), 50),
       create: phaseMedians(xs.map((x) => x.create)),
       command: phaseMedians(xs.map((x) => x.command)),
     });
