@@ -17,6 +17,7 @@ import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type SlotRange } from "../../core/cidr.ts";
 import type { ARecord } from "../dns/wire.ts";
+import { NftBatch } from "./nft-batch.ts";
 import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
 import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "../../contract/egress-policy.ts";
 
@@ -98,10 +99,6 @@ async function ip(args: string[], signal: AbortSignal, input?: string): Promise<
 async function nft(script: string, signal: AbortSignal, namespaces?: CommandNamespaces): Promise<void> {
   await exec("nft", ["-f", "-"], { timeoutMs: T, signal, input: script, ...(namespaces ? { namespaces } : {}) });
 }
-/** A script whose failure is expected at times (objects already gone): whether it ran. */
-async function nftMaybe(script: string, signal: AbortSignal): Promise<boolean> {
-  return (await exec("nft", ["-f", "-"], { timeoutMs: T, signal, allowFailure: true, input: script })).exitCode === 0;
-}
 
 export class LinuxNetworkSlots implements NetworkSlots {
   readonly range: SlotRange;
@@ -115,6 +112,8 @@ export class LinuxNetworkSlots implements NetworkSlots {
   private readonly slots = new Map<string, Slot>();
   private readonly usedIndexes = new Set<number>();
   private readonly pool: Slot[] = [];
+  /** Scripts on the node's table (its slots' rules), batched while one runs. */
+  private readonly rules = new NftBatch((script, signal) => nft(script, signal), T);
   private filling: Promise<void> | undefined;
   private bridgeMac = "";
   /** Policy generation: the conntrack mark of the flows a policy version accepted. */
@@ -211,7 +210,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
       if (keep(s.owner) && liveNetns.has(s.netns)) {
         this.slots.set(s.owner, s);
         this.usedIndexes.add(s.index);
-        await nft(addSlotScript(this.table, s.owner, s.address, s.policy, this.nextGeneration()), signal);
+        await this.rules.apply(addSlotScript(this.table, s.owner, s.address, s.policy, this.nextGeneration()), signal);
       } else {
         await this.teardown(s, signal);
       }
@@ -252,7 +251,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     const warm = this.pool.shift();
     if (warm) {
       const slot: Slot = { ...warm, owner: sandboxId, policy };
-      await nft(removeSlotScript(this.table, warm.owner, warm.address, warm.policy) + addSlotScript(this.table, sandboxId, slot.address, policy, this.nextGeneration()), signal);
+      await this.rules.apply(removeSlotScript(this.table, warm.owner, warm.address, warm.policy) + addSlotScript(this.table, sandboxId, slot.address, policy, this.nextGeneration()), signal);
       this.slots.set(sandboxId, slot);
       await rm(this.recordPath(warm.owner), { force: true });
       await this.writeRecord(slot);
@@ -341,7 +340,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
    */
   private async configure(slot: Slot, signal: AbortSignal): Promise<void> {
     try {
-      await settleAll([this.veth(slot, signal), this.loopbackPorts(slot, signal), nft(addSlotScript(this.table, slot.owner, slot.address, slot.policy, this.nextGeneration()), signal)]);
+      await settleAll([this.veth(slot, signal), this.loopbackPorts(slot, signal), this.rules.apply(addSlotScript(this.table, slot.owner, slot.address, slot.policy, this.nextGeneration()), signal)]);
     } catch (e) {
       await this.teardown(slot, AbortSignal.timeout(T)).catch(() => undefined);
       throw e;
@@ -370,7 +369,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
   async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
     const s = this.slots.get(sandboxId);
     if (!s) throw new SpaceError("not_found", `sandbox ${sandboxId} has no network slot on this node`);
-    await nft(setPolicyScript(this.table, sandboxId, policy, s.policy, this.nextGeneration()), signal);
+    await this.rules.apply(setPolicyScript(this.table, sandboxId, policy, s.policy, this.nextGeneration()), signal);
     s.policy = policy;
     await this.writeRecord(s);
     // Names resolved under the previous policy keep working under the new one while their TTL runs.
@@ -453,7 +452,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
       .filter(({ rule }) => domainMatches(rule.domain!, name))
       .map(({ index }) => bindScript(this.table, s.owner, index, addresses, ttlSec))
       .join("");
-    if (script) await nft(script, signal);
+    if (script) await this.rules.apply(script, signal);
   }
 
   /** Takes a kept slot back from its timer; whether it was kept. */
@@ -481,7 +480,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     if (!s) {
       // Not known in memory: still clear whatever a crash may have left under this name.
       await exec("ip", ["netns", "delete", this.netnsOf(sandboxId)], { timeoutMs: T, signal, allowFailure: true });
-      await nftMaybe(removeSlotScript(this.table, sandboxId, undefined), signal);
+      await this.rules.applies(removeSlotScript(this.table, sandboxId, undefined), signal);
       await rm(this.recordPath(sandboxId), { force: true });
       return;
     }
@@ -491,7 +490,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
       // Retained warm: back to the pool under a pool name, with a default (open) policy.
       const owner = `pool${s.index}`;
       const pooled: Slot = { ...s, owner, policy: OPEN_POLICY };
-      await nft(removeSlotScript(this.table, sandboxId, s.address, s.policy) + addSlotScript(this.table, owner, s.address, pooled.policy, this.nextGeneration()), signal);
+      await this.rules.apply(removeSlotScript(this.table, sandboxId, s.address, s.policy) + addSlotScript(this.table, owner, s.address, pooled.policy, this.nextGeneration()), signal);
       await rm(this.recordPath(sandboxId), { force: true });
       await this.writeRecord(pooled);
       this.pool.push(pooled);
@@ -518,11 +517,11 @@ export class LinuxNetworkSlots implements NetworkSlots {
       input: `link delete ${s.hostVeth}\nnetns delete ${s.netns}\nneigh del ${s.address} dev ${this.bridge}\n`,
     });
     // An nft script is one transaction: any missing object fails all of it, so then each part alone.
-    if (!(await nftMaybe(removeSlotScript(this.table, s.owner, s.address, s.policy), signal))) {
-      await nftMaybe(removeSlotScript(this.table, s.owner, s.address), signal);
-      await nftMaybe(removeSlotScript(this.table, s.owner, undefined), signal);
+    if (!(await this.rules.applies(removeSlotScript(this.table, s.owner, s.address, s.policy), signal))) {
+      await this.rules.applies(removeSlotScript(this.table, s.owner, s.address), signal);
+      await this.rules.applies(removeSlotScript(this.table, s.owner, undefined), signal);
       for (const line of removeSlotScript(this.table, s.owner, undefined, s.policy).split("\n").filter((l) => l.startsWith("delete set"))) {
-        await nftMaybe(`${line}\n`, signal);
+        await this.rules.applies(`${line}\n`, signal);
       }
     }
     this.usedIndexes.delete(s.index);
