@@ -47,9 +47,8 @@ export class LocalSandboxRecords {
   /**
    * Replaces the record whole (a new file renamed over the old: a crash mid-write leaves the
    * old record, never a truncated one the restart would skip and so not adopt). Through the
-   * thread pool, not synchronously: alone a write and rename is ~0.2 ms, but in a burst the
-   * rename waited ~1.7 ms for the filesystem (freeing the old record's block), stalling the
-   * loop every other create and command goes through.
+   * thread pool, not synchronously: alone a write and rename is ~0.2 ms, but in a burst of
+   * adoptions the rename held the loop every other create and command goes through ~1.7 ms.
    */
   save(s: LocalSandboxRecord): Promise<void> {
     // What the record holds when its turn comes: a later save's state is never overwritten by an earlier one.
