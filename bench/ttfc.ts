@@ -52,8 +52,6 @@ import { startStack, waitFor, type Stack } from "../test/support/stack.ts";
 import { phasesOf, startOtlpReceiver, type Phase, type ReceivedSpan } from "../test/support/otlp-receiver.ts";
 import { percentile } from "./support/stats.ts";
 
-/** Nearest-rank percentile. */
-
 interface Sample {
   createMs: number;
   ttfcMs: number;
@@ -129,9 +127,7 @@ function phaseMedians(samples: Phase[][]): PhaseRow[] {
   );
   return [...byPath.values()]
     .sort((a, b) => a.order - b.order)
-    .map((r) => {
-      return { path: r.path, medianMs: percentile(r.ms, 50), p99Ms: percentile(r.ms, 99), seen: r.ms.length };
-    });
+    .map((r) => ({ path: r.path, medianMs: percentile(r.ms, 50), p99Ms: percentile(r.ms, 99), seen: r.ms.length }));
 }
 
 async function main() {
@@ -287,9 +283,7 @@ async function main() {
     } finally {
       await rm(id);
     }
-    const row = (name: string, xs: number[]) => {
-      return { name, median: percentile(xs, 50), p99: percentile(xs, 99), n: xs.length };
-    };
+    const row = (name: string, xs: number[]) => ({ name, median: percentile(xs, 50), p99: percentile(xs, 99), n: xs.length });
     return [row("podman run -d + exec echo hi", ttfc), row("podman exec true", trip)];
   };
 
