@@ -17,7 +17,8 @@ import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
 import type { Config } from "../core/config.ts";
 import type { Logger } from "../core/log.ts";
-import { createRuntime, favorCgroupMigrations, type Runtime } from "../runtime/index.ts";
+import { ensureTmpfs } from "../core/tmpfs.ts";
+import { createRuntime, favorCgroupMigrations, RUNTIME_REGENERATED_FILES, type Runtime } from "../runtime/index.ts";
 import { createNodeApi } from "./api/app.ts";
 import { registerNodeMetrics } from "./api/node-metrics.ts";
 import type { NodeHealth, NodeInventory } from "../contract/node-api.ts";
@@ -241,6 +242,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         nodeId = await ensureNodeId(nodeDir);
         if (!token) token = await ensureTokenFile(join(config.SPACE_DATA_DIR, "internal-token"));
         const criuPath = join(REPO_DIR, ".tools", "criu", "criu");
+        // runc's state dir is the host scope's (SPACE_NODE_RUNTIME_STATE_DIR): on /run, or where the operator put it.
+        if (config.SPACE_RUNTIME !== "process") await bootScopedDirs([join(nodeDir, "bundles"), join(nodeDir, "slots")], RUNTIME_REGENERATED_FILES, log, signal);
         runtime = createRuntime({
           kind: config.SPACE_RUNTIME,
           stateDir: deps.runtimeStateDir ?? "/run/space/runc",
@@ -497,6 +500,23 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
     },
   };
   return agent;
+}
+
+/**
+ * The node's dirs whose files live as long as the host's boot, each on a tmpfs of its own
+ * unless it is on one already (core/tmpfs.ts). One that cannot be (it holds files from
+ * before, or the mount failed) stays where it is, said once.
+ */
+async function bootScopedDirs(dirs: string[], regenerated: readonly string[], log: Logger, signal: AbortSignal): Promise<void> {
+  await Promise.all(
+    dirs.map(async (dir) => {
+      const why = await ensureTmpfs(dir, { name: "space-run", sizeMib: 256, regenerated, signal }).then(
+        (onTmpfs) => (onTmpfs ? undefined : "it holds files from before"),
+        (e: unknown) => `the mount failed: ${e instanceof Error ? e.message : String(e)}`,
+      );
+      if (why) log.warn({ dir, why }, "a boot-scoped dir stays on its disk (its files cost inodes on every create)");
+    }),
+  );
 }
 
 async function ensureTokenFile(path: string): Promise<string> {

@@ -1,5 +1,6 @@
 import type { Logger } from "../core/log.ts";
 import { OciRuntime } from "./oci/oci-runtime.ts";
+import { CRIU_CONF } from "./oci/spec.ts";
 import { ProcessRuntime } from "./process/process-runtime.ts";
 import type { Runtime, RuntimeKind } from "./runtime.ts";
 
@@ -7,6 +8,9 @@ export type { Runtime, RuntimeKind, RunSpec, RuntimeState, RuntimeStatus } from 
 export { OciRuntime } from "./oci/oci-runtime.ts";
 export { ProcessRuntime } from "./process/process-runtime.ts";
 export { favorCgroupMigrations } from "./oci/cgroup-dynmods.ts";
+
+/** Files a runtime writes anew into its bundles dir at each start (never state to keep). */
+export const RUNTIME_REGENERATED_FILES: readonly string[] = [CRIU_CONF];
 
 export interface CreateRuntimeOptions {
   kind: RuntimeKind;

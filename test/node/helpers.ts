@@ -92,7 +92,7 @@ export async function startTestNode(
       forget();
       if (!c.keepDir) {
         removeNodeNetwork(network);
-        await rm(dir, { recursive: true, force: true });
+        removeDataDir(dir); // the node's tmpfs dirs (bundles, slots) are mounts
         await rm(stateDir, { recursive: true, force: true });
       }
     },

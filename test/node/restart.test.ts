@@ -8,6 +8,7 @@ import { after, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
 import { newSnapshotId } from "../../src/store/snapshots.ts";
+import { isTmpfs } from "../../src/core/tmpfs.ts";
 import { hasRealEnvd, hostObjects, isRoot, spec, startTestNode, type TestNode } from "./helpers.ts";
 
 const skip = isRoot ? false : "needs root (runc, btrfs, netns)";
@@ -43,6 +44,10 @@ describe("node restart", { skip, timeout: 300_000 }, () => {
 
     const n2 = await startTestNode({ dir: n1.dir });
     node = n2;
+    // Slot records and bundles live as long as the host's boot: on tmpfs mounts of the first
+    // agent's, which its restart kept (the running sandbox's slot is adopted below).
+    assert.equal(await isTmpfs(slotsDir), true);
+    assert.equal(await isTmpfs(join(n1.dir, "node", "bundles")), true);
     const m = n2.agent.manager!;
     assert.equal(m.get(running.sandboxId).state, "running");
     assert.equal(m.get(running.sandboxId).address, runningAddr);

@@ -12,11 +12,12 @@
  * files by path and checks their size, so the checkpoint records the log's size and the
  * restore recreates the file at the same path with that size (`prepareLog`).
  */
-import { mkdir, readFile, rename, stat, statfs, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, stat, writeFile } from "node:fs/promises";
 import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { exec, writeIn } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
+import { ensureTmpfs } from "../../core/tmpfs.ts";
 import type { Runtime } from "../runtime.ts";
 import { OciRuntime } from "./oci-runtime.ts";
 import { CRIU_CONF_ANNOTATION } from "./spec.ts";
@@ -83,18 +84,15 @@ export function checkpointerFor(runtime: Runtime): Checkpointer | undefined {
 
 /** Where the project's CRIU build keeps its kernel-feature cache (RUNDIR in scripts/setup/criu.sh). */
 export const CRIU_KDAT_DIR = "/run/space/criu";
-const TMPFS_MAGIC = 0x01021994;
 
 /**
  * CRIU probes the kernel's features on every run (~40-70 ms of each dump and restore
  * measured here) unless it can keep them in a file on tmpfs (gone at reboot, so never stale).
  * /run is tmpfs on most hosts but not on every one (here it is ext4): the cache's dir gets a
- * small root-only tmpfs of its own then. Best effort: without it CRIU just probes each time.
+ * small tmpfs of its own then. Best effort: without it CRIU just probes each time.
  */
 async function ensureKdatDir(): Promise<void> {
-  await mkdir(CRIU_KDAT_DIR, { recursive: true, mode: 0o700 });
-  if ((await statfs(CRIU_KDAT_DIR)).type === TMPFS_MAGIC) return;
-  await exec("mount", ["-t", "tmpfs", "-o", "size=1m,mode=0700,nosuid,nodev,noexec", "space-criu", CRIU_KDAT_DIR], { timeoutMs: 30_000 });
+  await ensureTmpfs(CRIU_KDAT_DIR, { name: "space-criu", sizeMib: 1 });
 }
 
 class RuncCheckpointer implements Checkpointer {
