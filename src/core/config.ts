@@ -127,7 +127,7 @@ const vars = {
   SPACE_NODE_NFT_TABLE: [z.string().regex(/^$|^[a-z][a-z0-9_]{0,30}$/, "an nft table name"), "", "host scope: the node's nft table; empty = space"],
   SPACE_NODE_VETH_PREFIX: [z.string().regex(/^$|^[a-z][a-z0-9]{0,3}$/, "1-4 lowercase letters/digits"), "", "host scope: prefix of the node's veth names; empty = vs"],
   SPACE_NODE_CGROUP_PARENT: [z.string().regex(/^$|^[a-z][a-z0-9_.-]{0,62}$/, "a cgroup directory name"), "", "host scope: the node's cgroup parent; empty = space"],
-  SPACE_NODE_RUNTIME_STATE_DIR: [z.string(), "", "host scope: runc/crun state dir (the node reclaims every container listed there); empty = /run/space/runc"],
+  SPACE_NODE_RUNTIME_STATE_DIR: [z.string(), "", "host scope: runc/crun state dir (the node reclaims every container listed there); empty = /run/space/runc; on tmpfs (the node mounts one there, or on a dir in its data dir, when it is not on one)"],
   SPACE_PLACEMENT_DIRECTORY_MAX_AGE_MS: [int(0, 60_000), "1000", "Direct placement decides on a snapshot of the node rows at most this old (one read shared by every create; a refusal is re-checked on fresh rows); 0 = read every row per decision"],
   SPACE_PLACEMENT_VCPU_OVERCOMMIT: [int(1, 64), "8", "Kubernetes allocatable: vCPUs a node publishes per host CPU (Direct placement admits by SPACE_CAPACITY_* instead)"],
   SPACE_PLACEMENT_MEMORY_OVERCOMMIT: [int(1, 8), "2", "Kubernetes allocatable and the warm-pool memory budget: memory per MiB of host memory (Direct placement admits by SPACE_CAPACITY_* instead)"],

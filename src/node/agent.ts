@@ -11,7 +11,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import { cpus, hostname, totalmem } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, isAbsolute, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
@@ -242,11 +242,15 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
         nodeId = await ensureNodeId(nodeDir);
         if (!token) token = await ensureTokenFile(join(config.SPACE_DATA_DIR, "internal-token"));
         const criuPath = join(REPO_DIR, ".tools", "criu", "criu");
-        // runc's state dir is the host scope's (SPACE_NODE_RUNTIME_STATE_DIR): on /run, or where the operator put it.
-        if (config.SPACE_RUNTIME !== "process") await bootScopedDirs([join(nodeDir, "bundles"), join(nodeDir, "slots")], RUNTIME_REGENERATED_FILES, log, signal);
+        // runc's state dir too when it is this node's: the default one, or one in its data dir
+        // (one elsewhere is the operator's to place).
+        const runtimeStateDir = deps.runtimeStateDir ?? DEFAULT_RUNTIME_STATE_DIR;
+        const ownsStateDir = !deps.runtimeStateDir || [config.SPACE_DATA_DIR, nodeDir].some((d) => isInside(runtimeStateDir, d));
+        const bootScoped = [join(nodeDir, "bundles"), join(nodeDir, "slots"), ...(ownsStateDir ? [runtimeStateDir] : [])];
+        if (config.SPACE_RUNTIME !== "process") await bootScopedDirs(bootScoped, RUNTIME_REGENERATED_FILES, log, signal);
         runtime = createRuntime({
           kind: config.SPACE_RUNTIME,
-          stateDir: deps.runtimeStateDir ?? "/run/space/runc",
+          stateDir: runtimeStateDir,
           bundlesDir: join(nodeDir, "bundles"),
           criuPath,
           cgroupParent: deps.hostScope?.cgroupParent,
@@ -507,6 +511,13 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
  * unless it is on one already (core/tmpfs.ts). One that cannot be (it holds files from
  * before, or the mount failed) stays where it is, said once.
  */
+const DEFAULT_RUNTIME_STATE_DIR = "/run/space/runc";
+
+function isInside(path: string, dir: string): boolean {
+  const r = relative(resolve(dir), resolve(path));
+  return r !== "" && !r.startsWith("..") && !isAbsolute(r);
+}
+
 async function bootScopedDirs(dirs: string[], regenerated: readonly string[], log: Logger, signal: AbortSignal): Promise<void> {
   await Promise.all(
     dirs.map(async (dir) => {

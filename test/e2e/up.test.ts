@@ -5,6 +5,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { isTmpfs } from "../../src/core/tmpfs.ts";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -67,6 +68,8 @@ test("space up: health, metrics, lock, admin, and a restart that keeps tenant an
     await stack.stop();
     stack = await startStack({ dataDir });
     assert.equal(stack.apiKey, firstKey, "the default API key survives a restart");
+    // What lives as long as the host's boot is on tmpfs mounts of the node's own, kept across its restart.
+    for (const d of [join(dataDir, "node", "bundles"), join(dataDir, "node", "slots"), join(dataDir, "runc")]) assert.equal(await isTmpfs(d), true, d);
     const list = (await (await fetch(`${stack.apiUrl}/admin/api/v1/tenants`, { headers: admin })).json()) as { tenants: Array<{ name: string }> };
     // Platform tenants (e.g. the warm pools' owner) may exist beside the users' ones.
     const names = list.tenants.map((x) => x.name).filter((n) => !n.startsWith("space-"));
