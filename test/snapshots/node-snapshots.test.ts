@@ -172,6 +172,16 @@ describe("node snapshots: suspend, restore (same node, cross node), fork", { ski
     assert.ok((await counter(b, id)) > 0);
     console.log(`fork x2: ${Math.round(forkMs)} ms`);
     for (const fid of ids) await b.agent.manager!.kill(fid, AbortSignal.timeout(60_000));
+    // A killed restore leaves no file naming it: not in the node dir (its logs aside, kept
+    // for their retention) nor beside the disks in the cache (the disk's notes go with it).
+    const nodeDir = join(b.dir, "node");
+    const left: string[] = [];
+    for (const top of await readdir(nodeDir, { withFileTypes: true })) {
+      if (!top.isDirectory() || ["cache", "roots", "sandbox-logs"].includes(top.name)) continue;
+      left.push(...(await files(join(nodeDir, top.name))));
+    }
+    left.push(...(await readdir(join(nodeDir, "cache", "sandboxes"))));
+    assert.deepEqual(left.filter((f) => ids.some((fid) => f.includes(fid))), []);
   });
 
   it("a restored disk counts what its source wrote against disk_mib, on the same node and fetched on another", async () => {

@@ -25,6 +25,8 @@ export interface TemplateInfo {
 }
 
 const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+const DISK_NOTES = ["base", "parent"] as const;
+export type DiskNote = (typeof DISK_NOTES)[number];
 /** Warm disks are made again once no create took one for this long (off a burst's path). */
 const WARM_QUIET_MS = 100;
 /** Templates that keep warm disks (the most recently used). */
@@ -257,7 +259,7 @@ export class Disks implements SandboxDisks {
       await btrfs.qgroupLimit(this.sandboxPath(id), diskMib, signal);
       return;
     }
-    await writeFile(this.basePath(id), String(baseMib));
+    await this.writeNote(id, "base", String(baseMib));
     // A restored disk may already hold more than diskMib: then it is full, not unlimited.
     await btrfs.qgroupLimit(this.sandboxPath(id), Math.max(1, diskMib - baseMib), signal);
   }
@@ -265,11 +267,29 @@ export class Disks implements SandboxDisks {
   /** The size a sandbox disk started from that its qgroup does not count (0: classic qgroups). */
   async baseMib(id: string): Promise<number> {
     if (this.cache.quotaMode === "classic") return 0;
-    return Number(await readFile(this.basePath(id), "utf8").catch(() => "0")) || 0;
+    return Number((await this.note(id, "base")) ?? "0") || 0;
   }
 
-  private basePath(id: string): string {
-    return join(this.cache.sandboxesDir, `.base-${id}`);
+  /**
+   * A note kept beside a sandbox's disk in the cache, gone with the disk: `base`, the size
+   * it started from; `parent`, the subvolume it descends from (NodeSnapshots). On the cache,
+   * not the node dir, as the disk is: its files cost no inode of the node dir's filesystem on
+   * a create (docs/capacity.md) and never outlive the disk.
+   */
+  async writeNote(id: string, kind: DiskNote, text: string): Promise<void> {
+    await writeFile(this.notePath(id, kind), text);
+  }
+
+  async note(id: string, kind: DiskNote): Promise<string | undefined> {
+    return readFile(this.notePath(id, kind), "utf8").catch(() => undefined);
+  }
+
+  async removeNote(id: string, kind: DiskNote): Promise<void> {
+    await rm(this.notePath(id, kind), { force: true });
+  }
+
+  private notePath(id: string, kind: DiskNote): string {
+    return join(this.cache.sandboxesDir, `.${kind}-${id}`);
   }
 
   /**
@@ -318,7 +338,7 @@ export class Disks implements SandboxDisks {
   private async deleteSandboxDisk(id: string, signal: AbortSignal): Promise<void> {
     this.#subvolumes.delete(id);
     await this.#deleteSubvolume(this.sandboxPath(id), signal);
-    await rm(this.basePath(id), { force: true });
+    await Promise.all(DISK_NOTES.map((kind) => this.removeNote(id, kind)));
   }
 
   async #deleteSubvolume(path: string, signal: AbortSignal): Promise<void> {

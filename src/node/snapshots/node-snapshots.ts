@@ -173,13 +173,10 @@ export class NodeSnapshots {
   private localDir(snapshotId: string): string {
     return join(this.o.nodeDir, "snapshots", snapshotId);
   }
-  private parentRecord(sandboxId: string): string {
-    return join(this.o.nodeDir, "snapshots", "sandbox-parents", `${sandboxId}.json`);
-  }
-
   /** The subvolume a sandbox's disk descends from (its template, or a received parent). */
   private async parentOf(sandboxId: string, template: string): Promise<{ path: string; uuid: string }> {
-    const rec = await readFile(this.parentRecord(sandboxId), "utf8").then((t) => JSON.parse(t) as { path: string; uuid: string }, () => undefined);
+    const note = await this.o.disks.note(sandboxId, "parent");
+    const rec = note === undefined ? undefined : (JSON.parse(note) as { path: string; uuid: string });
     if (rec && (await exists(rec.path))) return rec;
     const path = this.o.disks.templatePath(template);
     return { path, uuid: await btrfs.sendIdentity(path) };
@@ -208,7 +205,7 @@ export class NodeSnapshots {
       (opts.kind ?? "full") === "full" ? { keepDiskFor: snapshotId } : {},
     );
     timings.captureMs = ms(t0);
-    await rm(this.parentRecord(sandboxId), { force: true }).catch(() => undefined);
+    await this.o.disks.removeNote(sandboxId, "parent").catch(() => undefined);
     return this.finish(meta!, opts.upload, timings, signal).finally(() => void this.settle(snapshotId));
   }
 
@@ -525,8 +522,7 @@ export class NodeSnapshots {
       ...(checkpoint && desc.kind === "full" ? { start: (cid: string, sig: AbortSignal) => this.cp.restore(cid, image, checkpoint, sig) } : {}),
       sourceSandboxId: desc.sourceSandboxId,
     });
-    await mkdir(join(this.o.nodeDir, "snapshots", "sandbox-parents"), { recursive: true });
-    await writeFile(this.parentRecord(id), JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
+    await this.o.disks.writeNote(id, "parent", JSON.stringify({ path: meta.parentPath, uuid: meta.parentUuid }));
     const fetchPhases = Object.fromEntries(Object.entries(fetched).map(([k, v]) => [`fetch.${k}`, v]));
     return { ...st, timings: { ...(st.timings ?? {}), ...fetchPhases, fetchMs, restoreTotalMs: ms(t0) } };
   }
