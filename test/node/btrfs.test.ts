@@ -8,11 +8,11 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { SpaceError } from "../../src/core/errors.ts";
-import { qgroupLimit, qgroupUsage, quotaEnable, snapshot, subvolumeCreate } from "../../src/node/disk/btrfs.ts";
+import { qgroupLimit, qgroupUsage, quotaEnable, snapshot, subvolumeCreate, subvolumeId } from "../../src/node/disk/btrfs.ts";
 import { REPO_DIR } from "../../src/node/agent.ts";
 import { isRoot } from "./helpers.ts";
 
-describe("btrfs snapshot and qgroup limit", { skip: !isRoot && "needs root (a loop-mounted btrfs)" }, () => {
+describe("btrfs snapshot, qgroup limit and subvolume id", { skip: !isRoot && "needs root (a loop-mounted btrfs)" }, () => {
   let dir = "";
   let mnt = "";
   before(async () => {
@@ -56,5 +56,15 @@ describe("btrfs snapshot and qgroup limit", { skip: !isRoot && "needs root (a lo
     assert.notEqual(r.exitCode, 0);
     assert.match(r.stderr, /quota|No space/i);
     await assert.rejects(qgroupLimit(join(mnt, "missing"), 8), (e: unknown) => e instanceof SpaceError && e.code === "not_found");
+  });
+
+  it("names a subvolume's id as `btrfs inspect-internal rootid` does, and refuses a missing path", async () => {
+    const path = join(mnt, "identified");
+    await subvolumeCreate(path);
+    const cli = Number((await exec("btrfs", ["inspect-internal", "rootid", path])).stdout.trim());
+    assert.ok(cli > 255);
+    assert.equal(await subvolumeId(path), cli);
+    assert.equal(await subvolumeId(mnt), 5, "the top-level subvolume");
+    await assert.rejects(subvolumeId(join(mnt, "missing")), (e: unknown) => e instanceof SpaceError && e.code === "not_found");
   });
 });

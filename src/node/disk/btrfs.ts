@@ -37,6 +37,7 @@ async function btrfs(args: string[], what: string, signal?: AbortSignal, timeout
 interface BtrfsIoctl {
   snapshot(src: string, dir: string, name: string): Promise<void>;
   qgroupLimit(path: string, bytes: number): Promise<void>;
+  subvolumeId(path: string): Promise<number>;
 }
 
 let ioctls: BtrfsIoctl | null | undefined;
@@ -45,9 +46,9 @@ function ioctl(): BtrfsIoctl | null {
 }
 
 /** An ioctl's failure classified as the CLI's (its message names the errno: EEXIST, ENOSPC, …). */
-async function viaIoctl(call: Promise<void>, what: string): Promise<void> {
+async function viaIoctl<T>(call: Promise<T>, what: string): Promise<T> {
   try {
-    await call;
+    return await call;
   } catch (e) {
     throw classifyBtrfsError(e instanceof Error ? e.message : String(e), what);
   }
@@ -98,7 +99,10 @@ function mountRootOf(path: string): string {
 }
 
 export async function subvolumeId(path: string, signal?: AbortSignal): Promise<number> {
-  const out = await btrfs(["inspect-internal", "rootid", path], `subvolume id of ${path}`, signal);
+  const what = `subvolume id of ${path}`;
+  const native = ioctl();
+  if (native) return viaIoctl(native.subvolumeId(path), what);
+  const out = await btrfs(["inspect-internal", "rootid", path], what, signal);
   return Number(out.trim());
 }
 

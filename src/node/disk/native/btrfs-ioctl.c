@@ -1,12 +1,14 @@
 /*
- * The two btrfs operations on a sandbox's create path as ioctls, not `btrfs` processes
- * (each process ~2.5 ms of CPU on this 2-core machine, two per create): a writable
- * snapshot of a subvolume and its qgroup's referenced-bytes limit, as `btrfs subvolume
- * snapshot <src> <dir>/<name>` and `btrfs qgroup limit <bytes> <path>` make them
- * (BTRFS_IOC_SNAP_CREATE_V2, BTRFS_IOC_QGROUP_LIMIT). A snapshot waits for a transaction
- * commit (tens of ms): both run on libuv's thread pool, never on the caller's loop.
+ * The btrfs operations of a sandbox's create and its first metrics sample as ioctls, not
+ * `btrfs` processes (each process ~2.5 ms of CPU on this 2-core machine): a writable
+ * snapshot of a subvolume, its qgroup's referenced-bytes limit and its id, as `btrfs
+ * subvolume snapshot <src> <dir>/<name>`, `btrfs qgroup limit <bytes> <path>` and `btrfs
+ * inspect-internal rootid <path>` get them (BTRFS_IOC_SNAP_CREATE_V2, BTRFS_IOC_QGROUP_LIMIT,
+ * BTRFS_IOC_INO_LOOKUP). A snapshot waits for a transaction commit (tens of ms): all run on
+ * libuv's thread pool, never on the caller's loop.
  *
- * snapshot(src, dir, name) -> Promise<void>; qgroupLimit(path, bytes) -> Promise<void>.
+ * snapshot(src, dir, name) -> Promise<void>; qgroupLimit(path, bytes) -> Promise<void>;
+ * subvolumeId(path) -> Promise<number>.
  * A failure rejects with an Error whose `code` is the errno's name (EEXIST, ENOSPC, ...).
  * Built by scripts/build-envd.mjs into dist/node/btrfs-ioctl.node (N-API, ABI-stable).
  */
@@ -28,6 +30,9 @@ struct work {
   char *dir; /* snapshot: the directory the snapshot is made in */
   char *name;
   uint64_t bytes;
+  /* subvolumeId: the answer (resolved as a number; the others resolve undefined) */
+  uint64_t id;
+  int answers;
   int err;
   const char *op;
 };
@@ -70,11 +75,29 @@ static void limit_execute(napi_env env, void *data) {
   close(fd);
 }
 
+static void rootid_execute(napi_env env, void *data) {
+  struct work *w = data;
+  struct btrfs_ioctl_ino_lookup_args args;
+  int fd;
+  (void)env;
+  if ((fd = open(w->src, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    w->err = errno;
+    return;
+  }
+  memset(&args, 0, sizeof args);
+  /* The first inode of any subvolume (BTRFS_FIRST_FREE_OBJECTID): the lookup names the tree it is in. */
+  args.objectid = 256;
+  if (ioctl(fd, BTRFS_IOC_INO_LOOKUP, &args) < 0) w->err = errno;
+  else w->id = args.treeid;
+  close(fd);
+}
+
 static void complete(napi_env env, napi_status status, void *data) {
   struct work *w = data;
   napi_value v;
   if (status == napi_ok && !w->err) {
-    napi_get_undefined(env, &v);
+    if (w->answers) napi_create_double(env, (double)w->id, &v);
+    else napi_get_undefined(env, &v);
     napi_resolve_deferred(env, w->deferred, v);
   } else {
     int e = w->err ? w->err : EIO;
@@ -162,12 +185,30 @@ static napi_value QgroupLimit(napi_env env, napi_callback_info info) {
   return queue(env, w, limit_execute);
 }
 
+static napi_value SubvolumeId(napi_env env, napi_callback_info info) {
+  static const char usage[] = "subvolumeId(path): a string";
+  size_t argc = 1;
+  napi_value argv[1];
+  struct work *w = new_work(env, "subvolume id of");
+  if (!w) return NULL;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 1 || !(w->src = string_arg(env, argv[0], usage))) {
+    if (argc < 1) napi_throw_type_error(env, NULL, usage);
+    free(w);
+    return NULL;
+  }
+  w->answers = 1;
+  return queue(env, w, rootid_execute);
+}
+
 static napi_value Init(napi_env env, napi_value exports) {
   napi_value fn;
   napi_create_function(env, "snapshot", NAPI_AUTO_LENGTH, Snapshot, NULL, &fn);
   napi_set_named_property(env, exports, "snapshot", fn);
   napi_create_function(env, "qgroupLimit", NAPI_AUTO_LENGTH, QgroupLimit, NULL, &fn);
   napi_set_named_property(env, exports, "qgroupLimit", fn);
+  napi_create_function(env, "subvolumeId", NAPI_AUTO_LENGTH, SubvolumeId, NULL, &fn);
+  napi_set_named_property(env, exports, "subvolumeId", fn);
   return exports;
 }
 
