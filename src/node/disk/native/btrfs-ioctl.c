@@ -58,38 +58,33 @@ static void snapshot_execute(napi_env env, void *data) {
   if (dir >= 0) close(dir);
 }
 
+/* `req` on the directory w->src, its errno in w->err; 0 when it succeeded. */
+static int ioctl_on_src(struct work *w, unsigned long req, void *args) {
+  int fd = open(w->src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ioctl(fd, req, args) < 0) w->err = errno;
+  if (fd >= 0) close(fd);
+  return w->err;
+}
+
 static void limit_execute(napi_env env, void *data) {
   struct work *w = data;
   struct btrfs_ioctl_qgroup_limit_args args;
-  int fd;
   (void)env;
-  if ((fd = open(w->src, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-    w->err = errno;
-    return;
-  }
   memset(&args, 0, sizeof args);
-  /* qgroupid 0: the qgroup of the subvolume `fd` is in (0/<its id>), as `btrfs qgroup limit <size> <path>`. */
+  /* qgroupid 0: the qgroup of the subvolume w->src is in (0/<its id>), as `btrfs qgroup limit <size> <path>`. */
   args.lim.flags = BTRFS_QGROUP_LIMIT_MAX_RFER;
   args.lim.max_rfer = w->bytes;
-  if (ioctl(fd, BTRFS_IOC_QGROUP_LIMIT, &args) < 0) w->err = errno;
-  close(fd);
+  ioctl_on_src(w, BTRFS_IOC_QGROUP_LIMIT, &args);
 }
 
 static void rootid_execute(napi_env env, void *data) {
   struct work *w = data;
   struct btrfs_ioctl_ino_lookup_args args;
-  int fd;
   (void)env;
-  if ((fd = open(w->src, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-    w->err = errno;
-    return;
-  }
   memset(&args, 0, sizeof args);
   /* The first inode of any subvolume (BTRFS_FIRST_FREE_OBJECTID): the lookup names the tree it is in. */
   args.objectid = 256;
-  if (ioctl(fd, BTRFS_IOC_INO_LOOKUP, &args) < 0) w->err = errno;
-  else w->id = args.treeid;
-  close(fd);
+  if (!ioctl_on_src(w, BTRFS_IOC_INO_LOOKUP, &args)) w->id = args.treeid;
 }
 
 static void complete(napi_env env, napi_status status, void *data) {
