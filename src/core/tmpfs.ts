@@ -4,7 +4,8 @@
  * a disk they cost a burst of creates its inodes: on an ext4 without a journal (this
  * project's test VMs) each new inode is checked against the recently deleted ones, and a cold
  * burst of 100 after another one's teardown used ~15% more CPU with them there
- * (docs/capacity.md). */
+ * (docs/capacity.md).
+ */
 import { mkdir, readdir, statfs } from "node:fs/promises";
 import { exec } from "./exec.ts";
 

@@ -506,11 +506,6 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   return agent;
 }
 
-/**
- * The node's dirs whose files live as long as the host's boot, each on a tmpfs of its own
- * unless it is on one already (core/tmpfs.ts). One that cannot be (it holds files from
- * before, or the mount failed) stays where it is, said once.
- */
 const DEFAULT_RUNTIME_STATE_DIR = "/run/space/runc";
 
 function isInside(path: string, dir: string): boolean {
@@ -518,6 +513,11 @@ function isInside(path: string, dir: string): boolean {
   return r !== "" && !r.startsWith("..") && !isAbsolute(r);
 }
 
+/**
+ * The node's dirs whose files live as long as the host's boot, each on a tmpfs of its own
+ * unless it is on one already (core/tmpfs.ts). One that cannot be (it holds files from
+ * before, or the mount failed) stays where it is, said once.
+ */
 async function bootScopedDirs(dirs: string[], regenerated: readonly string[], log: Logger, signal: AbortSignal): Promise<void> {
   await Promise.all(
     dirs.map(async (dir) => {
