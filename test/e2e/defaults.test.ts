@@ -7,7 +7,7 @@
  */
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { Sandbox } from "e2b";
 import { startStack, type Stack } from "../support/stack.ts";
@@ -41,11 +41,11 @@ describe("defaults: /metrics with SPACE_METRICS_TOKEN, start failures without ho
     assert.match(await r.text(), /space_api_requests_total/);
   });
 
-  test("a start the node cannot do (its runtime state dir is a file) answers without a host path: ECW 500, Native failed operation", async () => {
-    // hostScopeFor: the stack's runc state directory; a file there makes every runtime start fail.
+  test("a start the node cannot do (its runtime state dir is read-only) answers without a host path: ECW 500, Native failed operation", async () => {
+    // hostScopeFor: the stack's runc state directory, a tmpfs the node mounted (in its data
+    // dir); read-only, every runtime start fails on it naming a host path.
     const state = join(stack.dataDir, "runc");
-    renameSync(state, `${state}.kept`);
-    writeFileSync(state, "");
+    execFileSync("mount", ["-o", "remount,ro", state]);
     try {
       const ecw = await Sandbox.create("base", { apiKey: stack.apiKey, apiUrl: stack.apiUrl, sandboxUrl: stack.sandboxUrl, timeoutMs: 60_000 }).then(
         () => assert.fail("the create should fail"),
@@ -61,9 +61,7 @@ describe("defaults: /metrics with SPACE_METRICS_TOKEN, start failures without ho
       assert.doesNotMatch(op.failure!.message, new RegExp(stack.dataDir), JSON.stringify(op));
       assert.doesNotMatch(op.failure!.message, /\/tmp\/|EEXIST|mkdir/, JSON.stringify(op));
     } finally {
-      rmSync(state, { force: true });
-      renameSync(`${state}.kept`, state);
-      mkdirSync(state, { recursive: true });
+      execFileSync("mount", ["-o", "remount,rw", state]);
     }
   });
 });
