@@ -350,6 +350,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
               if (report && (await report(id, reason))) await m.kill(id, AbortSignal.timeout(120_000));
               return true;
             },
+            foreground: m.foreground,
             logger: log,
           });
           watchdog.start();

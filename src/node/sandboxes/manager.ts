@@ -19,6 +19,7 @@ import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } fro
 import { CleanupStack } from "./cleanup-stack.ts";
 import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBootOptions } from "./sandbox-boot.ts";
 import { sandboxMetrics } from "./sandbox-metrics.ts";
+import { ForegroundActivity } from "./foreground-activity.ts";
 import { DEFAULT_TELEMETRY, SandboxTelemetry, type Observed, type TelemetryOptions } from "./sandbox-telemetry.ts";
 import type { SandboxLogEntry } from "../../contract/envd-logs.ts";
 import type { LogQuery } from "../../contract/sandbox-logs.ts";
@@ -54,6 +55,8 @@ export class SandboxManager {
   private readonly booter: SandboxBooter;
   /** Metrics history and logs; the agent starts and stops its tick. */
   readonly telemetry: SandboxTelemetry;
+  /** Creates and adoptions a caller waits for: the telemetry and the health watchdog yield to them. */
+  readonly foreground = new ForegroundActivity();
 
   constructor(o: SandboxManagerOptions) {
     this.o = o;
@@ -67,6 +70,7 @@ export class SandboxManager {
       options: telemetry,
       observed: () => [...this.sandboxes.values()].filter((s) => s.state !== "creating" && s.state !== "killing").map(observedOf),
       sample: (id, signal) => sandboxMetrics(this.o.runtime, this.o.disks, this.mustGet(id), signal, DISK_SAMPLE_MAX_AGE_MS),
+      foreground: this.foreground,
       logger: o.logger,
     });
   }
@@ -168,6 +172,10 @@ export class SandboxManager {
    */
   async create(spec: SandboxSpec, signal: AbortSignal, via?: RestoreVia): Promise<SandboxStatus> {
     if (spec.background && !isBackground()) return inBackground(() => this.create(spec, signal, via));
+    return spec.background ? this.runCreate(spec, signal, via) : this.foreground.run(() => this.runCreate(spec, signal, via));
+  }
+
+  private async runCreate(spec: SandboxSpec, signal: AbortSignal, via?: RestoreVia): Promise<SandboxStatus> {
     const t0 = performance.now();
     const id = spec.sandboxId;
     const ending = this.sandboxes.get(id);
@@ -410,7 +418,11 @@ export class SandboxManager {
     });
   }
 
-  async init(id: string, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<SandboxStatus> {
+  init(id: string, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<SandboxStatus> {
+    return this.foreground.run(() => this.runInit(id, body));
+  }
+
+  private async runInit(id: string, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<SandboxStatus> {
     const s = this.mustGet(id);
     if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
     if (body.envVars) s.spec.envVars = { ...s.spec.envVars, ...body.envVars };

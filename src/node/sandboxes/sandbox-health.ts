@@ -6,9 +6,12 @@
  * in a row the sandbox is reported unhealthy with a reason, once: the caller fails its
  * record and kills it, so clients get an answer instead of a hang. A refusal (a status,
  * a bad page) is an answer: envd is alive. A sandbox that answers again starts over.
+ * A round waits for the node's creates and adoptions to pause (foreground-activity.ts), at
+ * most one interval.
  */
 import type { Logger } from "../../core/log.ts";
 import type { Observed } from "./sandbox-telemetry.ts";
+import type { ForegroundActivity } from "./foreground-activity.ts";
 import { forEachLimit, Periodic } from "../../core/periodic.ts";
 
 export interface SandboxHealthDeps {
@@ -21,6 +24,8 @@ export interface SandboxHealthDeps {
   probe: (o: Observed) => Promise<boolean | undefined>;
   /** Reports it; resolves true when it was handled (reported again next check otherwise). */
   unhealthy: (id: string, reason: string) => Promise<boolean>;
+  /** What a round yields to (creates, adoptions), for at most an interval: a check is deferred, not counted as missed. */
+  foreground?: Pick<ForegroundActivity, "untilQuiet">;
   logger: Logger;
 }
 
@@ -35,7 +40,7 @@ export class SandboxHealth {
 
   constructor(d: SandboxHealthDeps) {
     this.#d = d;
-    this.#rounds = new Periodic(d.intervalMs, () => this.tick());
+    this.#rounds = new Periodic(d.intervalMs, (signal) => this.tick(signal));
   }
 
   start(): void {
@@ -47,7 +52,9 @@ export class SandboxHealth {
   }
 
   /** One round over the running sandboxes. */
-  async tick(): Promise<void> {
+  async tick(signal?: AbortSignal): Promise<void> {
+    await this.#d.foreground?.untilQuiet(this.#d.intervalMs, signal);
+    if (signal?.aborted) return;
     const todo = [...this.#d.running()];
     const here = new Set(todo.map((o) => o.id));
     for (const id of this.#misses.keys()) if (!here.has(id)) this.#misses.delete(id);

@@ -5,12 +5,14 @@ import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { createLogger } from "../../core/log.ts";
 import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { EnvdLogsPage } from "../../contract/envd-logs.ts";
 import { EnvdLogRing } from "../../envd/log-ring.ts";
 import { SandboxLogStore, type EnvdTarget } from "./sandbox-log-store.ts";
 import { SandboxTelemetry, type Observed } from "./sandbox-telemetry.ts";
+import { ForegroundActivity } from "./foreground-activity.ts";
 
 const logger = createLogger("silent", "test");
 const dirs: string[] = [];
@@ -190,6 +192,47 @@ describe("the node's telemetry", () => {
     now += 10_000;
     await t.tick();
     assert.equal(await t.probe(live, 5000), false, "a failed pull is no answer: the probe asks, and hears nothing");
+  });
+
+  it("a sandbox's first observation and a round wait while a create runs on the node, at most one interval", async () => {
+    const e = envds();
+    const live: Observed = { id: ID, running: true, envd: target };
+    const foreground = new ForegroundActivity(50);
+    let sampled = 0;
+    const t = new SandboxTelemetry({
+      dir: tmp(),
+      options: { intervalMs: 2500, metricsSamples: 10, logEntries: 100, retentionMs: 60_000 },
+      observed: () => [live],
+      sample: async () => (sampled++, sample(Date.now())),
+      foreground,
+      logger,
+      fetchPage: e.fetchPage,
+    });
+    try {
+      let created!: () => void;
+      const create = foreground.run(() => new Promise<void>((r) => (created = r)));
+      t.arrived(live, false);
+      const round = t.tick();
+      await sleep(1200);
+      assert.equal(sampled, 0, "1.2 s after arriving, with a create still running: not observed yet");
+      assert.equal(e.asked.length, 0, "nor pulled");
+      created();
+      await create;
+      await round;
+      await waitFor(() => sampled >= 2);
+      assert.equal(sampled, 2, "once the create ended: the round's observation and the first one");
+
+      let done!: () => void;
+      const busy = foreground.run(() => new Promise<void>((r) => (done = r)));
+      const t0 = performance.now();
+      await t.tick();
+      assert.ok(performance.now() - t0 >= 2400, "a round waits for a create at most one interval");
+      assert.equal(sampled, 3, "then observes anyway");
+      done();
+      await busy;
+    } finally {
+      await t.stop();
+    }
   });
 
   it("a quiesced sandbox is not pulled by the tick until resumed", async () => {

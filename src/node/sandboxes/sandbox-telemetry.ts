@@ -13,11 +13,16 @@
  * and a new connection per pull cost envd ~70% and the node ~20% more CPU than a kept one
  * (docs/capacity.md).
  *
+ * Both yield to the node's foreground work (foreground-activity.ts): a round, and a
+ * sandbox's first observation, wait until no create or adoption ran for a moment, at most
+ * one interval.
+ *
  * Before a checkpoint the manager quiesces a sandbox: the tick leaves it alone, the
  * pull in flight is awaited, one last pull is made and the connection is closed, so no
  * node→envd connection is open while CRIU dumps the sandbox's sockets.
  */
 import { Agent } from "node:http";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "../../core/log.ts";
 import type { SandboxMetrics } from "../../contract/node-api.ts";
 import type { SandboxLogEntry } from "../../contract/envd-logs.ts";
@@ -25,6 +30,7 @@ import type { LogQuery } from "../../contract/sandbox-logs.ts";
 import { fetchEnvdLogs } from "./envd-http-client.ts";
 import { SandboxLogStore, type EnvdTarget, type FetchPage } from "./sandbox-log-store.ts";
 import { forEachPaced, Periodic } from "../../core/periodic.ts";
+import type { ForegroundActivity } from "./foreground-activity.ts";
 
 export interface TelemetryOptions {
   /** Sampling (and log pull) interval. */
@@ -52,6 +58,8 @@ export interface SandboxTelemetryDeps {
   /** The node's sandboxes now. */
   observed: () => Observed[];
   sample: (id: string, signal: AbortSignal) => Promise<SandboxMetrics>;
+  /** What samples and pulls yield to (creates, adoptions), each for at most an interval; none: they never wait. */
+  foreground?: Pick<ForegroundActivity, "untilQuiet">;
   logger: Logger;
   fetchPage?: FetchPage;
   now?: () => number;
@@ -84,8 +92,8 @@ export class SandboxTelemetry {
   readonly logs: SandboxLogStore;
   readonly #history = new Map<string, History>();
   readonly #quiet = new Set<string>();
-  /** First observations waiting for FIRST_OBSERVE_DELAY_MS, by sandbox. */
-  readonly #firsts = new Map<string, NodeJS.Timeout>();
+  /** First observations waiting (FIRST_OBSERVE_DELAY_MS, then a quiet node), by sandbox: aborting one cancels it. */
+  readonly #firsts = new Map<string, AbortController>();
   readonly #rounds: Periodic;
   readonly #now: () => number;
   /** When envd last answered a pull, by sandbox: a probe within its age needs no call of its own. */
@@ -113,7 +121,7 @@ export class SandboxTelemetry {
   }
 
   async stop(): Promise<void> {
-    for (const t of this.#firsts.values()) clearTimeout(t);
+    for (const c of this.#firsts.values()) c.abort();
     this.#firsts.clear();
     await this.#rounds.stop();
     for (const id of [...this.#connections.keys()]) this.#close(id);
@@ -135,9 +143,16 @@ export class SandboxTelemetry {
    * `spreadMs`; none more once `signal` aborts), drop what outlived the retention.
    */
   async tick(signal: AbortSignal = new AbortController().signal, spreadMs = 0): Promise<void> {
+    // Yielding to foreground work is bounded by one interval over the whole round.
+    const deadline = this.#now() + this.#o.intervalMs;
+    const yielded = () => this.#d.foreground?.untilQuiet(deadline - this.#now(), signal);
+    await yielded();
     const all = this.#d.observed();
     const todo = all.filter((o) => o.running && !this.#quiet.has(o.id));
-    await forEachPaced(todo, TICK_CONCURRENCY, spreadMs, signal, (o) => (this.#quiet.has(o.id) ? Promise.resolve() : this.#observe(o)));
+    await forEachPaced(todo, TICK_CONCURRENCY, spreadMs, signal, async (o) => {
+      await yielded();
+      if (!this.#quiet.has(o.id) && !signal.aborted) await this.#observe(o);
+    });
     const here = new Set(all.map((o) => o.id));
     const now = this.#now();
     for (const [id, h] of this.#history) if (h.endedAt !== undefined && now - h.endedAt > this.#o.retentionMs) this.#history.delete(id);
@@ -184,16 +199,22 @@ export class SandboxTelemetry {
     // so the pull that sets it cannot wait (lines logged meanwhile would be skipped as the source's).
     if (inherited) void this.logs.pull(o.id, o.envd).catch((e: unknown) => this.#d.logger.debug({ sandboxId: o.id, err: e }, "envd log pull failed"));
     this.#cancelFirst(o.id);
-    const t = setTimeout(() => {
-      this.#firsts.delete(o.id);
-      if (!this.#quiet.has(o.id)) void this.#observe(o);
-    }, FIRST_OBSERVE_DELAY_MS);
-    t.unref();
-    this.#firsts.set(o.id, t);
+    const first = new AbortController();
+    this.#firsts.set(o.id, first);
+    void sleep(FIRST_OBSERVE_DELAY_MS, undefined, { signal: first.signal, ref: false })
+      .then(() => this.#d.foreground?.untilQuiet(this.#o.intervalMs, first.signal))
+      .then(
+        () => {
+          if (first.signal.aborted) return;
+          this.#firsts.delete(o.id);
+          if (!this.#quiet.has(o.id)) return this.#observe(o);
+        },
+        () => undefined, // cancelled
+      );
   }
 
   #cancelFirst(id: string): void {
-    clearTimeout(this.#firsts.get(id));
+    this.#firsts.get(id)?.abort();
     this.#firsts.delete(id);
   }
 
