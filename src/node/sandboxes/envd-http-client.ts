@@ -6,13 +6,14 @@ import { ENVD_LOGS_PATH, EnvdLogsPage } from "../../contract/envd-logs.ts";
 const LOGS_PAGE_BYTES = 8 * 1024 * 1024;
 
 /**
- * One page of envd's log ring after `after`; rejects on any failure or a malformed page.
+ * One page of envd's log ring after `after` (at most `limit` entries, envd's page size when
+ * absent; 0 asks only for its boot and head); rejects on any failure or a malformed page.
  * `agent`: the connection to keep between pulls (none: one connection per pull).
  */
-export function fetchEnvdLogs(host: string, port: number, accessToken: string | undefined, after: number, timeoutMs: number, agent?: Agent): Promise<EnvdLogsPage> {
+export function fetchEnvdLogs(host: string, port: number, accessToken: string | undefined, after: number, timeoutMs: number, agent?: Agent, limit?: number): Promise<EnvdLogsPage> {
   return new Promise((resolve, reject) => {
     const req = request(
-      { host, port, path: `${ENVD_LOGS_PATH}?after=${after}`, agent: agent ?? false, timeout: timeoutMs, headers: accessToken ? { "x-access-token": accessToken } : {} },
+      { host, port, path: `${ENVD_LOGS_PATH}?after=${after}${limit === undefined ? "" : `&limit=${limit}`}`, agent: agent ?? false, timeout: timeoutMs, headers: accessToken ? { "x-access-token": accessToken } : {} },
       (res) => {
         const chunks: Buffer[] = [];
         let size = 0;

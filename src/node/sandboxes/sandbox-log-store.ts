@@ -23,8 +23,8 @@ export interface EnvdTarget {
   accessToken: string | undefined;
 }
 
-/** One page of sandbox `id`'s log ring after `after`, from its envd at `t`. */
-export type FetchPage = (id: string, t: EnvdTarget, after: number) => Promise<EnvdLogsPage>;
+/** One page of sandbox `id`'s log ring after `after` (at most `limit` entries; envd's page size when absent), from its envd at `t`. */
+export type FetchPage = (id: string, t: EnvdTarget, after: number, limit?: number) => Promise<EnvdLogsPage>;
 
 interface Ring {
   boot?: string;
@@ -32,7 +32,7 @@ interface Ring {
   entries: SandboxLogEntry[];
   /** When the sandbox left the node (ms since epoch); undefined while it is here. */
   endedAt?: number;
-  /** The next boot seen starts at envd's head (restored from another sandbox's checkpoint). */
+  /** The next pull starts the cursor at envd's head (restored from another sandbox's checkpoint). */
   skipInherited?: boolean;
 }
 
@@ -133,16 +133,25 @@ export class SandboxLogStore {
 
   async #pull(id: string, target: EnvdTarget): Promise<void> {
     const r = await this.#ring(id);
+    if (r.skipInherited) {
+      // Restored from another sandbox's checkpoint: every line envd holds now is the source's.
+      // Only its boot and head are wanted (no entries), and nothing lies beyond that head yet.
+      const page = await this.#o.fetchPage(id, target, 0, 0);
+      r.boot = page.boot;
+      r.seq = page.head;
+      delete r.skipInherited;
+      await this.#save(id, r);
+      return;
+    }
     let added = false;
     for (let i = 0; i < PAGES_PER_PULL; i++) {
       const after = r.seq;
       let page = await this.#o.fetchPage(id, target, after);
       if (page.boot !== r.boot) {
         r.boot = page.boot;
-        r.seq = r.skipInherited ? page.head : 0;
-        delete r.skipInherited;
+        r.seq = 0;
         added = true;
-        if (r.seq !== after) page = await this.#o.fetchPage(id, target, r.seq);
+        if (after !== 0) page = await this.#o.fetchPage(id, target, 0);
       }
       const fresh = page.entries.filter((e) => e.seq > r.seq);
       if (fresh.length === 0) break;

@@ -32,13 +32,18 @@ function envds() {
   const rings = { a: new EnvdLogRing(), b: new EnvdLogRing() };
   let current: keyof typeof rings = "a";
   const asked: number[] = [];
+  /** Entries envd sent, page after page. */
+  const sent: number[] = [];
   return {
     rings,
     use: (k: keyof typeof rings) => (current = k),
     asked,
-    fetchPage: async (_id: string, _t: EnvdTarget, after: number): Promise<EnvdLogsPage> => {
+    sent,
+    fetchPage: async (_id: string, _t: EnvdTarget, after: number, limit = 1000): Promise<EnvdLogsPage> => {
       asked.push(after);
-      return rings[current].page(after, 1000);
+      const page = rings[current].page(after, limit);
+      sent.push(page.entries.length);
+      return page;
     },
   };
 }
@@ -76,8 +81,10 @@ describe("the node's log store", () => {
 
     // A fork of ID: envd (ring b, restored from ID's checkpoint) remembers ID's lines.
     await store.arrived(OTHER, true);
+    const before = e.sent.length;
     await store.pull(OTHER, target);
     assert.deepEqual(await messages(store, OTHER), []);
+    assert.deepEqual(e.sent.slice(before), [0], "one call, and envd sent none of the lines the fork inherited");
     e.rings.b.push("info", "fork's own");
     await store.pull(OTHER, target);
     assert.deepEqual(await messages(store, OTHER), ["fork's own"]);

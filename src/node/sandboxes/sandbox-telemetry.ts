@@ -110,7 +110,7 @@ export class SandboxTelemetry {
       dir: d.dir,
       maxEntries: d.options.logEntries,
       retentionMs: d.options.retentionMs,
-      fetchPage: d.fetchPage ?? ((id, t, after) => fetchEnvdLogs(t.host, t.port, t.accessToken, after, PULL_TIMEOUT_MS, this.#connection(id))),
+      fetchPage: d.fetchPage ?? ((id, t, after, limit) => fetchEnvdLogs(t.host, t.port, t.accessToken, after, PULL_TIMEOUT_MS, this.#connection(id), limit)),
       logger: d.logger,
       ...(d.now ? { now: d.now } : {}),
     });
