@@ -1,11 +1,10 @@
 /**
- * The node's sandbox records: a save replaces the record whole (a page rewritten in place,
- * else written beside it and renamed over it), a replacement a crash left unrenamed is
- * never read back as a record, and a remove takes both.
+ * The node's sandbox records: a save replaces the record whole (core/whole-files.ts), a
+ * replacement a crash left unrenamed is never read back as a record, and a remove takes both.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LocalSandboxRecords, type LocalSandboxRecord } from "./local-sandbox-records.ts";
@@ -47,35 +46,6 @@ test("saves and a remove of one record, not awaited between, land in call order:
     assert.deepEqual(readdirSync(dir), ["sb2.json"], "the remove came after the save before it");
     await Promise.all([records.remove("sb2"), records.save(record("sb2", "paused"))]);
     assert.deepEqual((await records.list()).map((r) => [r.spec.sandboxId, r.state]), [["sb2", "paused"]]);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
-
-test("a record that fits in a page is rewritten in place, a shorter one padded; a larger one is replaced by a new file", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "space-records-"));
-  try {
-    const records = new LocalSandboxRecords(dir);
-    const file = join(dir, "sb1.json");
-    const big = record("sb1", "running");
-    big.spec.envVars = { A: "x".repeat(400) };
-    await records.save(big);
-    const ino = statSync(file).ino;
-    const small = record("sb1", "paused");
-    await records.save(small);
-    assert.equal(statSync(file).ino, ino, "the same file: no new one renamed over it");
-    assert.ok(statSync(file).size > JSON.stringify(small).length, "padded to the old length");
-    assert.deepEqual(JSON.parse(readFileSync(file, "utf8")), small, "a shorter record leaves nothing of the longer one");
-    // After a restart (a new instance does not know the file's length): still in place, still whole.
-    await new LocalSandboxRecords(dir).save(record("sb1", "running"));
-    assert.equal(statSync(file).ino, ino);
-    assert.deepEqual((await records.list()).map((r) => r.state), ["running"]);
-    const huge = record("sb1", "running");
-    huge.spec.envVars = { A: "x".repeat(5000) };
-    await records.save(huge);
-    assert.notEqual(statSync(file).ino, ino, "over a page: written beside and renamed");
-    assert.deepEqual((await records.list()).map((r) => r.spec.envVars), [{ A: "x".repeat(5000) }]);
-    assert.deepEqual(readdirSync(dir), ["sb1.json"]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -10,9 +10,10 @@
  * the source's lines, which are not this sandbox's. A restore of the sandbox itself (on any
  * node) keeps envd's ring, so a node that never saw it gets its whole history.
  */
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import type { Logger } from "../../core/log.ts";
+import { WholeFiles } from "../../core/whole-files.ts";
 import { LOG_TEXT_MAX, type EnvdLogsPage, type SandboxLogEntry } from "../../contract/envd-logs.ts";
 import { selectLogs, type LogQuery } from "../../contract/sandbox-logs.ts";
 
@@ -58,6 +59,7 @@ export class SandboxLogStore {
   /** Arrivals of sandboxes whose ring is not loaded yet (value: inherited), applied when it loads. */
   readonly #arrivals = new Map<string, boolean>();
   readonly #now: () => number;
+  readonly #files = new WholeFiles();
 
   constructor(o: SandboxLogStoreOptions) {
     this.#o = o;
@@ -91,11 +93,10 @@ export class SandboxLogStore {
     return r;
   }
 
+  /** Whole (core/whole-files.ts): a few lines' ring fits in a page and is rewritten in place. */
   async #save(id: string, r: Ring): Promise<void> {
     await mkdir(this.#o.dir, { recursive: true });
-    const tmp = `${this.#path(id)}.tmp`;
-    await writeFile(tmp, JSON.stringify(r), { mode: 0o600 });
-    await rename(tmp, this.#path(id));
+    await this.#files.write(this.#path(id), JSON.stringify(r));
   }
 
   /**
@@ -175,11 +176,12 @@ export class SandboxLogStore {
     for (const [id, r] of this.#rings) {
       if (r.endedAt !== undefined && now - r.endedAt > this.#o.retentionMs && !this.#pulls.has(id) && !isHere(id)) {
         this.#rings.delete(id);
+        this.#files.forget(this.#path(id));
         await rm(this.#path(id), { force: true });
       }
     }
     for (const f of await readdir(this.#o.dir).catch(() => [] as string[])) {
-      const id = f.replace(/\.json(\.tmp)?$/, "");
+      const id = f.replace(/\.json(\.tmp|\.new)?$/, "");
       if (!ID.test(id) || this.#rings.has(id) || isHere(id)) continue;
       const st = await stat(join(this.#o.dir, f)).catch(() => undefined);
       if (st && now - st.mtimeMs > this.#o.retentionMs) await rm(join(this.#o.dir, f), { force: true });
