@@ -51,6 +51,7 @@ import { TemplateBuilder } from "./templates/builder.ts";
 import { registerTemplateRoutes } from "./templates/template-routes.ts";
 import { TemplateCache } from "./templates/template-cache.ts";
 import { BootCaptures, nodeIdentity } from "./templates/boot-capture.ts";
+import { ForegroundActivity } from "../core/foreground-activity.ts";
 import { openBlobStore } from "../blob/open.ts";
 import { closeGracefully } from "../core/http-close.ts";
 
@@ -124,6 +125,8 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
   let manager: SandboxManager | undefined;
   let runtime: Runtime | undefined;
   let slots: LinuxNetworkSlots | undefined;
+  /** Creates and adoptions: the telemetry, the health watchdog and the slot pool's refill yield to them. */
+  const foreground = new ForegroundActivity();
   let disks: Disks | undefined;
   let volumes: VolumeDisks | undefined;
   let builder: TemplateBuilder | undefined;
@@ -298,6 +301,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
             guardrails: config.SPACE_NODE_GUARDRAILS,
             guardrailExceptions: config.SPACE_NODE_GUARDRAIL_EXCEPTIONS,
             keepMs: config.SPACE_NODE_SLOT_KEEP_MS,
+            foreground,
             logger: log,
           });
         }
@@ -325,6 +329,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
           envdDir,
           nodeBinary,
           ...(trust ? { trust } : {}),
+          foreground,
           telemetry: {
             intervalMs: config.SPACE_METRICS_INTERVAL_MS,
             metricsSamples: config.SPACE_METRICS_SAMPLES,
@@ -350,7 +355,7 @@ export function createNodeAgent(config: Config, logger: Logger, deps: NodeAgentD
               if (report && (await report(id, reason))) await m.kill(id, AbortSignal.timeout(120_000));
               return true;
             },
-            foreground: m.foreground,
+            foreground,
             logger: log,
           });
           watchdog.start();

@@ -18,6 +18,7 @@ import type { Logger } from "../../core/log.ts";
 import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type SlotRange } from "../../core/cidr.ts";
 import type { ARecord } from "../dns/wire.ts";
 import { NftBatch } from "./nft-batch.ts";
+import type { ForegroundActivity } from "../../core/foreground-activity.ts";
 import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
 import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "../../contract/egress-policy.ts";
 
@@ -52,6 +53,8 @@ export interface NetworkSlotsOptions {
   minBindSec?: number;
   /** How long a slot released with `keep` stays set up for its owner's return (0: released at once). */
   keepMs?: number;
+  /** What the warm pool's refill yields to (creates, adoptions): each slot it builds waits for a pause in them, at most POOL_YIELD_MAX_MS. */
+  foreground?: Pick<ForegroundActivity, "untilQuiet">;
   logger: Logger;
 }
 
@@ -91,6 +94,8 @@ const T = 30_000;
 /** Where `ip netns` keeps named network namespaces (and looks for them). */
 const NETNS_DIR = "/run/netns";
 const POOL = /^pool\d+$/;
+/** The longest a warm slot's build waits for the node's creates to pause: under a steady stream the pool still refills, slowly. */
+const POOL_YIELD_MAX_MS = 10_000;
 
 
 async function ip(args: string[], signal: AbortSignal, input?: string): Promise<void> {
@@ -534,6 +539,8 @@ export class LinuxNetworkSlots implements NetworkSlots {
     this.filling = (async () => {
       try {
         while (this.pool.length < this.o.pool.target && this.slots.size + this.pool.length < this.o.maxSlots) {
+          // Built between bursts: inside one, its processes (ip, nft) took the cores the burst's creates wait for.
+          await this.o.foreground?.untilQuiet(POOL_YIELD_MAX_MS);
           const index = [...Array(this.o.maxSlots).keys()].find((i) => !this.usedIndexes.has(i));
           if (index === undefined) break;
           const s = await this.build(`pool${index}`, OPEN_POLICY, AbortSignal.timeout(T));

@@ -19,7 +19,7 @@ import { CLOSED_POLICY, OPEN_POLICY, type EgressPolicy, type NetworkRecord } fro
 import { CleanupStack } from "./cleanup-stack.ts";
 import { DEFAULT_CPU_SHARES, ms, SandboxBooter, type RestoreVia, type SandboxBootOptions } from "./sandbox-boot.ts";
 import { sandboxMetrics } from "./sandbox-metrics.ts";
-import { ForegroundActivity } from "./foreground-activity.ts";
+import { ForegroundActivity } from "../../core/foreground-activity.ts";
 import { DEFAULT_TELEMETRY, SandboxTelemetry, type Observed, type TelemetryOptions } from "./sandbox-telemetry.ts";
 import type { SandboxLogEntry } from "../../contract/envd-logs.ts";
 import type { LogQuery } from "../../contract/sandbox-logs.ts";
@@ -31,6 +31,8 @@ export interface SandboxManagerOptions extends SandboxBootOptions {
   stopGraceMs?: number;
   /** Metrics sampling and log retention (config: SPACE_METRICS_*, SPACE_SANDBOX_LOG_*). */
   telemetry?: Partial<TelemetryOptions>;
+  /** The node's foreground work (creates, adoptions), shared with what else on the node yields to it; absent: the manager's own. */
+  foreground?: ForegroundActivity;
 }
 
 interface Live extends LocalSandboxRecord {
@@ -55,11 +57,12 @@ export class SandboxManager {
   private readonly booter: SandboxBooter;
   /** Metrics history and logs; the agent starts and stops its tick. */
   readonly telemetry: SandboxTelemetry;
-  /** Creates and adoptions a caller waits for: the telemetry and the health watchdog yield to them. */
-  readonly foreground = new ForegroundActivity();
+  /** Creates and adoptions a caller waits for: the node's background work yields to them. */
+  readonly foreground: ForegroundActivity;
 
   constructor(o: SandboxManagerOptions) {
     this.o = o;
+    this.foreground = o.foreground ?? new ForegroundActivity();
     this.records = new LocalSandboxRecords(join(o.nodeDir, "sandboxes"));
     this.logsDir = join(o.nodeDir, "logs");
     const telemetry = { ...DEFAULT_TELEMETRY, ...o.telemetry };

@@ -11,7 +11,7 @@
  */
 import type { Logger } from "../../core/log.ts";
 import type { Observed } from "./sandbox-telemetry.ts";
-import type { ForegroundActivity } from "./foreground-activity.ts";
+import type { ForegroundActivity } from "../../core/foreground-activity.ts";
 import { forEachLimit, Periodic } from "../../core/periodic.ts";
 
 export interface SandboxHealthDeps {

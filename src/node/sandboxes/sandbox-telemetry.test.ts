@@ -12,7 +12,7 @@ import type { EnvdLogsPage } from "../../contract/envd-logs.ts";
 import { EnvdLogRing } from "../../envd/log-ring.ts";
 import { SandboxLogStore, type EnvdTarget } from "./sandbox-log-store.ts";
 import { SandboxTelemetry, type Observed } from "./sandbox-telemetry.ts";
-import { ForegroundActivity } from "./foreground-activity.ts";
+import { ForegroundActivity } from "../../core/foreground-activity.ts";
 
 const logger = createLogger("silent", "test");
 const dirs: string[] = [];

@@ -30,7 +30,7 @@ import type { LogQuery } from "../../contract/sandbox-logs.ts";
 import { fetchEnvdLogs } from "./envd-http-client.ts";
 import { SandboxLogStore, type EnvdTarget, type FetchPage } from "./sandbox-log-store.ts";
 import { forEachPaced, Periodic } from "../../core/periodic.ts";
-import type { ForegroundActivity } from "./foreground-activity.ts";
+import type { ForegroundActivity } from "../../core/foreground-activity.ts";
 
 export interface TelemetryOptions {
   /** Sampling (and log pull) interval. */
