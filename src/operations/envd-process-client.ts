@@ -20,7 +20,8 @@ export interface EnvdAuth {
   user?: string;
 }
 
-function envdHeaders(target: ProxyTarget, auth: EnvdAuth): Record<string, string> {
+/** The proxy target's headers and envd's access token. */
+export function envdHeaders(target: ProxyTarget, auth: EnvdAuth): Record<string, string> {
   const headers: Record<string, string> = { ...target.headers };
   if (auth.accessToken) headers["x-access-token"] = auth.accessToken;
   return headers;

@@ -220,7 +220,8 @@ export async function deleteSlot(q: Queryable, id: string): Promise<void> {
 }
 
 /** A claimed slot and the state it was claimed from (a `suspended` member must be restored first). */
-export type ClaimedSlot = WarmSlot & { claimedFrom: "ready" | "suspended" };
+/** `memberToken`: whether the member has an envd access token of its own (members made before they had one do not). */
+export type ClaimedSlot = WarmSlot & { claimedFrom: "ready" | "suspended"; memberToken: boolean };
 
 /**
  * Claims one member of `pools` from the current build of `templateId` (currentBuildOf, read
@@ -261,7 +262,8 @@ export async function claimReadySlot(
        UPDATE warm_pool_slots w SET state = $4, updated_at = now(), reserved_for = $5,
           adopted_at = CASE WHEN $4 = 'adopted' THEN now() ELSE w.adopted_at END
          FROM c WHERE w.id = c.id AND w.state = c.state
-       RETURNING ${columns(SLOT_COLUMNS, "w")}, c.state AS "claimedFrom"`,
+       RETURNING ${columns(SLOT_COLUMNS, "w")}, c.state AS "claimedFrom",
+         (SELECT s.envd_access_token IS NOT NULL FROM sandboxes s WHERE s.id = w.sandbox_id) AS "memberToken"`,
       params,
     ),
   );
@@ -282,7 +284,8 @@ export interface Handover {
   alias: string | null;
   metadata: Record<string, string>;
   envVars: Record<string, string>;
-  envdAccessToken: string | null;
+  /** The adopter's envd access token: a new one, null (not secure), or `member`: the one the member has, kept. */
+  envdAccessToken: string | null | "member";
   trafficAccessToken: string | null;
   allowInternetAccess: boolean;
   network: Record<string, unknown>;
@@ -299,14 +302,17 @@ export interface Handover {
  * against the adopter; `resource_exhausted` when it would pass a limit): one round trip.
  */
 export async function handOverSandbox(db: Queryable, h: Handover, quotas?: QuotaLimits): Promise<SandboxRecord | null> {
-  const set = `UPDATE sandboxes SET tenant_id = $2, alias = $3, metadata = $4::jsonb, env_vars = $5::jsonb, envd_access_token = $6::text,
-          traffic_access_token = $7, secure = ($6::text IS NOT NULL), allow_internet_access = $8, network = $9::jsonb, lifecycle = $10::jsonb,
+  // $6 NULL with $14: the member's own token stays (and with it `secure`).
+  const token = `CASE WHEN $14::boolean THEN envd_access_token ELSE $6::text END`;
+  const set = `UPDATE sandboxes SET tenant_id = $2, alias = $3, metadata = $4::jsonb, env_vars = $5::jsonb, envd_access_token = ${token},
+          traffic_access_token = $7, secure = (${token} IS NOT NULL), allow_internet_access = $8, network = $9::jsonb, lifecycle = $10::jsonb,
           started_at = $11, end_at = $12, created_at = now(), generation = generation + 1, updated_at = now()
         WHERE id = $1 AND tenant_id = $13 AND state = 'running'`;
   const returning = `RETURNING ${SANDBOX_COLUMNS}`;
+  const keep = h.envdAccessToken === "member";
   const params = [
-    h.sandboxId, h.toTenant, h.alias, json(h.metadata), json(h.envVars), h.envdAccessToken, h.trafficAccessToken,
-    h.allowInternetAccess, json(h.network), json(h.lifecycle), h.startedAt, h.endAt, h.fromTenant,
+    h.sandboxId, h.toTenant, h.alias, json(h.metadata), json(h.envVars), keep ? null : h.envdAccessToken, h.trafficAccessToken,
+    h.allowInternetAccess, json(h.network), json(h.lifecycle), h.startedAt, h.endAt, h.fromTenant, keep,
   ];
   if (!quotas) return (await db.maybeOne<SandboxRecord>(`${set} ${returning}`, params)) ?? null;
   // The member's shape is read by the statement itself; no member (not the pool's, not running) = nothing admitted.

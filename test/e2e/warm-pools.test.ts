@@ -97,6 +97,34 @@ describe("warm pools with the e2b SDK", { skip, timeout: 20 * 60_000 }, () => {
     }
   });
 
+  test("a secure create keeps the member's own envd token, which envd requires; a create that is not secure clears it", async () => {
+    await waitFor(async () => (await readyIds()).length >= 2, "two ready members", 120_000, 250);
+    const members = new Set(await readyIds());
+    const envs = (id: string, token?: string) =>
+      fetch(`${stack.sandboxUrl}/envs`, { headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "49983", ...(token ? { "x-access-token": token } : {}) } });
+    const secure = await Sandbox.create({ ...opts, timeoutMs: 60_000 });
+    created.push(secure);
+    assert.ok(members.has(secure.sandboxId), "adopted");
+    assert.equal((await secure.commands.run("echo ok")).stdout, "ok\n");
+    const token = (secure as unknown as { envdAccessToken?: string }).envdAccessToken;
+    assert.ok(token, "the create answered a token");
+    assert.equal((await envs(secure.sandboxId)).status, 401, "envd refuses a call without it");
+    assert.equal((await envs(secure.sandboxId, token)).status, 200);
+    await secure.kill();
+
+    // ECW v1 without `secure`: not secure.
+    const res = await fetch(`${stack.apiUrl}/sandboxes`, { method: "POST", headers: { "x-api-key": stack.apiKey, "content-type": "application/json" }, body: JSON.stringify({ templateID: "base", timeout: 60 }) });
+    const body = (await res.json()) as { sandboxID: string; envdAccessToken?: string | null };
+    assert.equal(res.status, 201, JSON.stringify(body));
+    assert.ok(members.has(body.sandboxID), "adopted");
+    assert.ok(!body.envdAccessToken, "no token for a create that is not secure");
+    assert.equal((await envs(body.sandboxID)).status, 200, "envd's token was cleared");
+    const open = await Sandbox.connect(body.sandboxID, opts);
+    created.push(open);
+    assert.equal((await open.commands.run("echo open")).stdout, "open\n");
+    await open.kill();
+  });
+
   test("the pool refills; 6 concurrent creates never share a member and the 6th goes cold", async () => {
     await waitFor(async () => (await readyIds()).length === 5, "refilled to 5", 120_000, 250);
     const members = new Set(await readyIds());

@@ -162,6 +162,11 @@ for (const engine of testEngines()) {
       try {
         await s.fill();
         const members = (await listSlots(s.db, "base")).map((x) => x.sandboxId);
+        const tokens = new Map(
+          (await s.db.query<{ id: string; token: string | null }>(`SELECT id, envd_access_token AS token FROM sandboxes WHERE id = ANY($1::text[])`, [members])).map((r) => [r.id, r.token]),
+        );
+        assert.ok([...tokens.values()].every((t) => t && t.length >= 32), "each member has an envd token of its own");
+        assert.equal(new Set(tokens.values()).size, members.length);
         const startsBefore = s.substrate.calls.filter((c) => c.startsWith("start")).length;
         const t0 = Date.now();
         const sb = await s.sandboxes.create(
@@ -175,9 +180,9 @@ for (const engine of testEngines()) {
         assert.equal(sb.state, "running");
         assert.deepEqual(sb.metadata, { who: "caller" }, "pool metadata replaced by the caller's");
         assert.ok(Math.abs(sb.endAt!.getTime() - (t0 + 120_000)) < 2000, "timeout counts from adoption");
-        assert.ok(sb.envdAccessToken, "a secure create gets its own access token");
+        assert.equal(sb.envdAccessToken, tokens.get(sb.id), "a secure create keeps the member's own token");
         const init = s.personaliser.inits.find((i) => i.sandboxId === sb.id);
-        assert.deepEqual(init?.body, { envVars: { WARM: "yes" }, accessToken: sb.envdAccessToken });
+        assert.deepEqual(init?.body, { envVars: { WARM: "yes" } }, "envd is told the env vars, not a token it has");
         assert.ok(s.substrate.calls.includes(`egress ${sb.id} false`), "egress policy applied live");
         const row = await s.db.one<{ envVars: Record<string, string> }>(`SELECT env_vars AS "envVars" FROM sandboxes WHERE id = $1`, [sb.id]);
         assert.deepEqual(row.envVars, { WARM: "yes" });
@@ -190,6 +195,26 @@ for (const engine of testEngines()) {
         assert.ok(!after.some((x) => x.sandboxId === sb.id), "the adopted member left the pool");
         // Killing the adopted sandbox is the caller's business now.
         await s.sandboxes.kill(s.tenant.id, sb.id);
+
+        // Nothing to tell envd: the node is called (the member's CPU priority) with an empty init.
+        const plain = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        assert.ok(tokens.has(plain.id));
+        assert.equal(plain.envdAccessToken, tokens.get(plain.id));
+        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === plain.id)?.body, {});
+        // A create that is not secure: the member's token is cleared, in envd and in the record.
+        const open = await s.sandboxes.create(s.tenant.id, input({ secure: false }), AbortSignal.timeout(5000));
+        assert.ok(tokens.has(open.id));
+        assert.equal(open.envdAccessToken, null);
+        assert.equal((await s.db.one<{ secure: boolean }>(`SELECT secure FROM sandboxes WHERE id = $1`, [open.id])).secure, false);
+        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === open.id)?.body, { accessToken: "" });
+        // Members made before members had tokens: a secure create gets a new one, sent to envd.
+        await s.fill(3);
+        const ready = (await listSlots(s.db, "base")).filter((x) => x.state === "ready").map((x) => x.sandboxId);
+        await s.db.query(`UPDATE sandboxes SET envd_access_token = NULL, secure = false WHERE id = ANY($1::text[])`, [ready]);
+        const fresh = await s.sandboxes.create(s.tenant.id, input(), AbortSignal.timeout(5000));
+        assert.ok(ready.includes(fresh.id));
+        assert.ok(fresh.envdAccessToken && fresh.envdAccessToken.length >= 32);
+        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === fresh.id)?.body, { accessToken: fresh.envdAccessToken });
       } finally {
         await s.reconciler.stop();
         await s.drop();
@@ -417,7 +442,8 @@ for (const engine of testEngines()) {
         assert.equal(sb.state, "running");
         assert.equal(sb.tenantId, s.tenant.id);
         assert.deepEqual(sb.metadata, { who: "me" });
-        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === sb.id)?.body, { envVars: { WARM: "s" }, accessToken: sb.envdAccessToken });
+        assert.deepEqual(s.personaliser.inits.find((i) => i.sandboxId === sb.id)?.body, { envVars: { WARM: "s" } });
+        assert.ok(sb.envdAccessToken, "the member's own token, kept");
         assert.equal(await s.counter("space_warm_pool_adoptions_total"), 2);
 
         const last = (await listSlots(s.db, "base")).find((x) => x.state === "suspended")!;

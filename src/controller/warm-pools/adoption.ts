@@ -13,9 +13,11 @@
  *    draining/fenced/unavailable, or gate `on` and the node does not publish the build's
  *    environment → refused: it leaves the pool (retiring) and the pool refills; a node
  *    outside the create's group/selector → back.
- * 4. Personalise without restarting: env vars + envd access token (node-api `init`, which
- *    calls envd `/init` and gives the member, booted in the background, its normal CPU
- *    priority), egress policy (live), then hand the row to the caller's tenant
+ * 4. Personalise without restarting: env vars (node-api `init`, which calls envd `/init`
+ *    only when there is something to tell it, and gives the member, booted in the
+ *    background, its normal CPU priority), egress policy (live), then hand the row to the
+ *    caller's tenant. Members are made secure with a token of their own, never shown to
+ *    anyone: a secure create keeps it (no envd call for it), one that is not clears it
  *    with metadata, timeout, lifecycle and tokens in one statement. Members keep their
  *    sandbox id: it was never shown to anyone, and the node, its hostname and
  *    E2B_SANDBOX_ID already carry it.
@@ -160,7 +162,7 @@ export class WarmPoolAdoption implements WarmAdopter {
       if (member?.state === "suspended" && !(await this.#restore(poolTenant, slot))) {
         throw new SpaceError("unavailable", `warm member ${req.input.id} reserved for this create could not be restored; retrying cold`, { retryable: true });
       }
-      const rec = await this.#personalise(tenantId, poolTenant, slot, req, t0, signal);
+      const rec = await this.#personalise(tenantId, poolTenant, slot, member?.envdAccessToken != null, req, t0, signal);
       // Its id is taken by the failed member: a retry (the dispatcher's, on `unavailable`) creates cold under a new id.
       if (!rec) throw new SpaceError("unavailable", `warm member ${req.input.id} reserved for this create could not be personalised; retrying cold`, { retryable: true });
       return rec;
@@ -170,7 +172,7 @@ export class WarmPoolAdoption implements WarmAdopter {
       const claimed = await inChildSpan("warm.claim", "controller", {}, () => this.#claim(tenantId, req, "adopted", signal, this.#d.quotas));
       if (!claimed) return null;
       if (claimed.slot.claimedFrom === "suspended" && !(await this.#restore(poolTenant, claimed.slot))) return null;
-      const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, req, t0, signal);
+      const rec = await this.#personalise(tenantId, poolTenant, claimed.slot, claimed.slot.memberToken, req, t0, signal);
       if (rec) return rec;
     }
     return null;
@@ -285,6 +287,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     tenantId: TenantId,
     poolTenant: TenantId,
     slot: WarmSlot,
+    memberToken: boolean,
     req: AdoptRequest,
     t0: number,
     signal: AbortSignal,
@@ -293,18 +296,18 @@ export class WarmPoolAdoption implements WarmAdopter {
     const input = req.input;
     const sandboxId = slot.sandboxId as SandboxId;
     const ref: SandboxRef = { sandboxId, nodeId: slot.nodeId! };
-    const envdAccessToken = input.secure ? token() : null;
+    // A secure create keeps the member's own token (made with it, never shown to anyone): envd
+    // then needs no /init unless there are env vars. A create that is not secure clears it.
+    const envdAccessToken = input.secure ? (memberToken ? "member" : token()) : null;
+    const initToken = envdAccessToken === "member" ? {} : envdAccessToken ? { accessToken: envdAccessToken } : memberToken ? { accessToken: "" } : {};
     const trafficAccessToken = input.secure || input.network?.allowPublicTraffic === false ? token() : null;
     try {
       // envd (env, token) and the node's firewall (egress) are independent: both at once.
       const policy = egressPolicyOf(input.allowInternetAccess, input.network);
       await inChildSpan("warm.personalise", "controller", { "space.sandbox.id": sandboxId }, () => Promise.all([
-        // Always: besides env and token, init gives the member (booted in the background) its normal CPU priority.
-        (this.#d.personaliser ?? sandboxes.substrate).init(
-          ref,
-          Object.keys(input.envVars).length || envdAccessToken ? { envVars: input.envVars, ...(envdAccessToken ? { accessToken: envdAccessToken } : {}) } : {},
-          signal,
-        ),
+        // Always: besides env and token, init gives the member (booted in the background) its
+        // normal CPU priority; with neither, the node does not call envd.
+        (this.#d.personaliser ?? sandboxes.substrate).init(ref, { ...(Object.keys(input.envVars).length ? { envVars: input.envVars } : {}), ...initToken }, signal),
         JSON.stringify(policy) !== DEFAULT_POLICY
           ? sandboxes.substrate.setEgress(
               ref,

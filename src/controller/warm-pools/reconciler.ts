@@ -258,7 +258,8 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
             metadata: { [WARM_POOL_METADATA_KEY]: pool.name },
             envVars: {},
             timeoutSec: MAX_TIMEOUT_SEC,
-            secure: false,
+            // A token of its own, which a secure adopter keeps (adoption.ts): no envd call to set one.
+            secure: true,
             allowInternetAccess: true,
             network: null,
             onTimeout: "kill",
@@ -270,7 +271,7 @@ export function createWarmPoolReconciler(deps: WarmPoolReconcilerDeps): WarmPool
           },
           abort.signal,
         );
-        if (rec.nodeId) await deps.warmer?.warm({ sandboxId: rec.id, nodeId: rec.nodeId }, abort.signal);
+        if (rec.nodeId) await deps.warmer?.warm({ sandboxId: rec.id, nodeId: rec.nodeId }, rec.envdAccessToken, abort.signal);
         if (!(await moveSlot(db, slot.id, ["creating"], "ready", { sandboxId: rec.id, nodeId: rec.nodeId ?? undefined }))) {
           // The slot was failed or removed meanwhile: the member has no pool.
           await killMember(rec.id, poolTenant, "warm pool: slot gone during create");

@@ -11,11 +11,12 @@
 import type { Logger } from "../../core/log.ts";
 import { ENVD_PORT } from "../../contract/node-api.ts";
 import type { SandboxRef, Substrate } from "../../substrate/substrate.ts";
-import { fromConnectError, processClient } from "../../operations/envd-process-client.ts";
+import { envdHeaders, fromConnectError, processClient } from "../../operations/envd-process-client.ts";
 
 /** Readies a started member for its first adopter; resolves when done (never rejects). */
 export interface MemberWarmer {
-  warm(ref: SandboxRef, signal: AbortSignal): Promise<void>;
+  /** `accessToken`: the member's envd token (null: it has none). */
+  warm(ref: SandboxRef, accessToken: string | null, signal: AbortSignal): Promise<void>;
 }
 
 const WARM_UP_TIMEOUT_MS = 10_000;
@@ -26,20 +27,21 @@ export class EnvdWarmer implements MemberWarmer {
     private readonly log: Logger,
   ) {}
 
-  async warm(ref: SandboxRef, signal: AbortSignal): Promise<void> {
+  async warm(ref: SandboxRef, accessToken: string | null, signal: AbortSignal): Promise<void> {
     const t0 = performance.now();
     const s = AbortSignal.any([signal, AbortSignal.timeout(WARM_UP_TIMEOUT_MS)]);
     try {
       const target = await this.substrate.proxyTarget(ref, ENVD_PORT, s);
+      const auth = { accessToken };
       // An empty /init changes nothing; it compiles the path adoption's personalisation takes.
       const init = await fetch(`${target.baseUrl.href}/init`, {
         method: "POST",
-        headers: { ...target.headers, "content-type": "application/json" },
+        headers: { ...envdHeaders(target, auth), "content-type": "application/json" },
         body: "{}",
         signal: s,
       });
       await init.arrayBuffer();
-      const client = processClient(target);
+      const client = processClient(target, auth);
       for await (const _ of client.start({ process: { cmd: "/bin/bash", args: ["-l", "-c", "true"], envs: {} }, stdin: false }, { signal: s })) {
         // drained: the stream ends with the process
       }

@@ -428,6 +428,8 @@ export class SandboxManager {
   private async runInit(id: string, body: { envVars?: Record<string, string>; accessToken?: string }): Promise<SandboxStatus> {
     const s = this.mustGet(id);
     if (s.state !== "running") throw new SpaceError("failed_precondition", `sandbox ${id} is ${s.state}, not running`);
+    // envd is asked with the token it holds now (a warm member's own, which an adoption may clear or replace).
+    const held = s.spec.accessToken;
     if (body.envVars) s.spec.envVars = { ...s.spec.envVars, ...body.envVars };
     if (body.accessToken !== undefined) s.spec.accessToken = body.accessToken;
     const initEnvd = body.envVars || body.accessToken !== undefined;
@@ -437,7 +439,7 @@ export class SandboxManager {
       (async () => {
         // Full CPU weight first: envd answers /init at the weight it then has.
         if (background) await this.toForeground(s);
-        if (initEnvd) await this.booter.initEnvd(s, body);
+        if (initEnvd) await this.booter.initEnvd(s, body, held);
       })(),
       this.records.save(s),
     ]);

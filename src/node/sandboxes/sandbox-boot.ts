@@ -305,16 +305,17 @@ export class SandboxBooter {
    * user and workdir are envd's own (from its boot knobs: `user`, or the template's), and
    * a restored envd keeps its state, so /init leaves them alone.
    */
-  async initEnvd(s: BootTarget, body: InitBody): Promise<void> {
-    initAnswered(s, await this.#postInit(s, body));
+  async initEnvd(s: BootTarget, body: InitBody, token = s.spec.accessToken): Promise<void> {
+    initAnswered(s, await this.#postInit(s, body, token));
   }
 
-  #postInit(s: BootTarget, body: InitBody): Promise<number> {
+  /** `token`: the one envd holds now, which authenticates the call (a changed one is in `body`). */
+  #postInit(s: BootTarget, body: InitBody, token = s.spec.accessToken): Promise<number> {
     return httpStatusOf(s.address, s.envdPort, ENVD_INIT_PATH, {
       method: "POST",
       timeoutMs: 5000,
       body: JSON.stringify({ ...body, timestamp: new Date().toISOString() }),
-      headers: { "content-type": "application/json", ...(s.spec.accessToken ? { "x-access-token": s.spec.accessToken } : {}) },
+      headers: { "content-type": "application/json", ...(token ? { "x-access-token": token } : {}) },
     });
   }
 }
