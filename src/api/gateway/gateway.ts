@@ -22,7 +22,7 @@
 import http from "node:http";
 import { timingSafeEqual } from "node:crypto";
 import type { Duplex } from "node:stream";
-import type { AddressInfo, Server } from "node:net";
+import net, { type AddressInfo, type Server } from "node:net";
 import type { Logger } from "../../core/log.ts";
 import { SpaceError } from "../../core/errors.ts";
 import { spaceMetrics, type GatewayMetrics } from "../../core/metrics.ts";
@@ -74,8 +74,8 @@ export interface Gateway {
 
 type Live = { destroy(): void };
 
-/** How long a start's envd connection may take to open (preconnect). */
-const PRECONNECT_TIMEOUT_MS = 5_000;
+/** How long a start's envd connection, opened ahead (preconnect), waits for its first call before it is closed. */
+const PRECONNECT_IDLE_MS = 30_000;
 
 const HOP_BY_HOP = new Set([
   "connection",
@@ -110,10 +110,18 @@ export function createGateway(deps: GatewayDeps): Gateway {
    * `Keep-Alive: timeout` hint, less a second), so a reused socket is not answered with a reset.
    */
   const envdAgents = new Map<string, { agent: http.Agent; offDead: () => void }>();
-  /** A start's connection into envd being opened (`preconnect`): its first call waits for it rather than opening another. */
-  const opening = new Map<string, Promise<void>>();
+  /** A start's connection into envd, opened ahead (`preconnect`): the sandbox's agent takes it for its first call. */
+  const ahead = new Map<string, { socket: net.Socket; idle: () => void }>();
+  const takeAhead = (id: string): net.Socket | undefined => {
+    const a = ahead.get(id);
+    if (!a) return undefined;
+    ahead.delete(id);
+    a.socket.setTimeout(0);
+    a.socket.off("timeout", a.idle);
+    return a.socket.destroyed ? undefined : a.socket;
+  };
   const dropEnvdAgent = (id: string) => {
-    opening.delete(id);
+    takeAhead(id)?.destroy();
     const a = envdAgents.get(id);
     if (!a) return;
     envdAgents.delete(id);
@@ -123,7 +131,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
   const envdAgentOf = (id: string, local: LocalNode): http.Agent => {
     let a = envdAgents.get(id);
     if (!a) {
-      a = { agent: new http.Agent({ keepAlive: true }), offDead: local.onDead(id, () => dropEnvdAgent(id)) };
+      const agent = new http.Agent({ keepAlive: true });
+      // Its first connection is the one opened ahead, when there is one.
+      agent.createConnection = (options) => takeAhead(id) ?? net.createConnection(options as net.NetConnectOpts);
+      a = { agent, offDead: local.onDead(id, () => dropEnvdAgent(id)) };
       envdAgents.set(id, a);
     }
     return a.agent;
@@ -146,9 +157,10 @@ export function createGateway(deps: GatewayDeps): Gateway {
    * A local sandbox's first call would open the connection into its envd: ~2 ms of the first
    * command on a sandbox restored from its template's capture (`bench -- ttfc`, alternated
    * runs; its envd's first connection since the restore). It is opened when the sandbox
-   * starts instead: a /health request, its socket then kept in the sandbox's agent for that
-   * call, which waits for it rather than opening a second one beside it (none when the agent
-   * holds one already). Best effort: a failure costs only the head start.
+   * starts instead, a bare TCP connection the sandbox's agent then takes for that call (none
+   * when the agent holds one already). It was a `/health` request: envd answered one more
+   * request per create and adoption, inside a burst. Best effort: a failure costs only the
+   * head start.
    */
   const preconnect = (id: SandboxId, nodeId: string) => {
     const local = deps.localNode;
@@ -160,21 +172,15 @@ export function createGateway(deps: GatewayDeps): Gateway {
       return;
     }
     const agent = envdAgentOf(id, local);
-    if (opening.has(id) || Object.keys(agent.sockets).length || Object.keys(agent.freeSockets).length) return;
-    const opened = new Promise<void>((resolve) => {
-      const req = http.get({ host: at.host, port: at.port, path: "/health", agent, timeout: PRECONNECT_TIMEOUT_MS }, (res) => {
-        res.on("error", () => undefined);
-        res.resume();
-      });
-      req.on("timeout", () => req.destroy());
-      req.on("error", () => undefined);
-      // Done or failed; once done, its socket is back in the agent's free list by the next turn.
-      req.on("close", () => setImmediate(resolve));
+    if (ahead.has(id) || Object.keys(agent.sockets).length || Object.keys(agent.freeSockets).length) return;
+    const socket = net.createConnection({ host: at.host, port: at.port, noDelay: true });
+    const idle = () => socket.destroy();
+    socket.setTimeout(PRECONNECT_IDLE_MS, idle);
+    socket.on("error", () => undefined); // the call that takes it sees a closed socket and opens another
+    socket.on("close", () => {
+      if (ahead.get(id)?.socket === socket) ahead.delete(id);
     });
-    opening.set(id, opened);
-    void opened.then(() => {
-      if (opening.get(id) === opened) opening.delete(id);
-    });
+    ahead.set(id, { socket, idle });
   };
   sandboxes.events.on("ended", onEnded);
   sandboxes.events.on("started", onStarted);
@@ -261,7 +267,6 @@ export function createGateway(deps: GatewayDeps): Gateway {
       url = new URL(`http://${at.host}:${at.port}${path}`);
       // envd's connections are kept (envdAgents); a sandbox's own ports get one per request.
       via = port === ENVD_PORT ? envdAgentOf(rec.id, local) : false;
-      if (via) await opening.get(rec.id);
       onDead = (fn) => local.onDead(rec.id, fn);
     } else {
       const t = await sandboxes.substrate.proxyTarget({ sandboxId: rec.id, nodeId: rec.nodeId! }, port, AbortSignal.timeout(5000));
