@@ -98,8 +98,8 @@ const POOL = /^pool\d+$/;
 const POOL_YIELD_MAX_MS = 10_000;
 
 
-async function ip(args: string[], signal: AbortSignal, input?: string): Promise<void> {
-  await exec("ip", args, { timeoutMs: T, signal, input });
+async function ip(args: string[], signal: AbortSignal, input?: string, namespaces?: CommandNamespaces): Promise<void> {
+  await exec("ip", args, { timeoutMs: T, signal, input, ...(namespaces ? { namespaces } : {}) });
 }
 async function nft(script: string, signal: AbortSignal, namespaces?: CommandNamespaces): Promise<void> {
   await exec("nft", ["-f", "-"], { timeoutMs: T, signal, input: script, ...(namespaces ? { namespaces } : {}) });
@@ -366,9 +366,11 @@ export class LinuxNetworkSlots implements NetworkSlots {
         // when an address is reused.
         `neigh replace ${slot.address} lladdr ${slotMac(index)} dev ${this.bridge} nud permanent\n`);
     // A MAC derived from the slot index: the node's neighbour entry for a reused address
-    // stays valid (a random MAC would leave it stale for up to a minute).
-    await ip(["-n", slot.netns, "-b", "-"], signal,
-      `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`);
+    // stays valid (a random MAC would leave it stale for up to a minute). Only the network
+    // namespace is joined: `ip -n` also makes a mount namespace and remounts /sys for it.
+    await ip(["-b", "-"], signal,
+      `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`,
+      { net: slot.netnsPath });
   }
 
   async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
