@@ -13,7 +13,7 @@
  * and a new connection per pull cost envd ~70% and the node ~20% more CPU than a kept one
  * (docs/capacity.md).
  *
- * Both yield to the node's foreground work (foreground-activity.ts): a round, and a
+ * Both yield to the node's foreground work (core/foreground-activity.ts): a round, and a
  * sandbox's first observation, wait until no create or adoption ran for a moment, at most
  * one interval.
  *
@@ -143,9 +143,9 @@ export class SandboxTelemetry {
    * `spreadMs`; none more once `signal` aborts), drop what outlived the retention.
    */
   async tick(signal: AbortSignal = new AbortController().signal, spreadMs = 0): Promise<void> {
-    // Yielding to foreground work is bounded by one interval over the whole round.
-    const deadline = this.#now() + this.#o.intervalMs;
-    const yielded = () => this.#d.foreground?.untilQuiet(deadline - this.#now(), signal);
+    // Yielding to foreground work is bounded by one interval over the whole round (real time: `now` may be a test's clock).
+    const deadline = performance.now() + this.#o.intervalMs;
+    const yielded = () => this.#d.foreground?.untilQuiet(deadline - performance.now(), signal);
     await yielded();
     const all = this.#d.observed();
     const todo = all.filter((o) => o.running && !this.#quiet.has(o.id));
