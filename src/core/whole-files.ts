@@ -14,7 +14,7 @@
 import { rename, stat, writeFile } from "node:fs/promises";
 
 /** One page: a write at offset 0 up to this size is copied whole or not at all. */
-export const IN_PLACE_MAX = 4096;
+const IN_PLACE_MAX = 4096;
 
 export class WholeFiles {
   /** Each file's length as this process last wrote it (a save in place pads to it). */

@@ -299,6 +299,7 @@ export class WarmPoolAdoption implements WarmAdopter {
     // A secure create keeps the member's own token (made with it, never shown to anyone): envd
     // then needs no /init unless there are env vars. A create that is not secure clears it.
     const envdAccessToken = input.secure ? (memberToken ? "member" : token()) : null;
+    // What envd is told of its token: a new one, or "" to clear the member's; nothing when it keeps what it has.
     const initToken = envdAccessToken === "member" ? {} : envdAccessToken ? { accessToken: envdAccessToken } : memberToken ? { accessToken: "" } : {};
     const trafficAccessToken = input.secure || input.network?.allowPublicTraffic === false ? token() : null;
     try {
