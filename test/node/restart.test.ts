@@ -2,8 +2,9 @@
 // adopted (still reachable), dead ones become stopped (disk kept), half-created leftovers
 // and unrecorded objects named after sandbox ids are reclaimed.
 import assert from "node:assert/strict";
-import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { createHash } from "node:crypto";
+import { readFile, stat, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
 import { after, describe, it } from "node:test";
 import { exec } from "../../src/core/exec.ts";
 import { newExecutionId, newSandboxId } from "../../src/core/ids.ts";
@@ -89,5 +90,21 @@ describe("node restart", { skip, timeout: 300_000 }, () => {
     const back = await n2.agent.snapshots!.restore({ ...s, executionId: newExecutionId() }, d, sig());
     assert.equal(back.state, "running");
     assert.equal((await n2.agent.runtime!.execIn(s.sandboxId, ["true"], { timeoutMs: 30_000 })).exitCode, 0);
+  });
+
+  it("keeps the cache's boot marker while the cache stays mounted, and removes it with the mount", async () => {
+    await node?.close();
+    const n1 = await startTestNode();
+    node = n1;
+    const marker = join("/run/space", `node-cache-${createHash("sha256").update(resolve(join(n1.dir, "node", "cache.img"))).digest("hex").slice(0, 16)}.boot`);
+    const bootId = (await readFile("/proc/sys/kernel/random/boot_id", "utf8")).trim();
+    assert.equal((await readFile(marker, "utf8")).trim(), bootId);
+    await n1.close({ keepDir: true, unmount: false });
+    assert.equal((await readFile(marker, "utf8")).trim(), bootId, "a restart on the mounted cache must not reformat it");
+    const n2 = await startTestNode({ dir: n1.dir });
+    node = n2;
+    await n2.close();
+    node = undefined;
+    await assert.rejects(stat(marker), { code: "ENOENT" });
   });
 });

@@ -9,7 +9,7 @@
  * the helper or the kernel cannot, and whatever an existing filesystem already has.
  */
 import { createHash } from "node:crypto";
-import { mkdir, open, readFile, stat, statfs, writeFile } from "node:fs/promises";
+import { mkdir, open, readFile, rm, stat, statfs, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { exec } from "../../core/exec.ts";
 import { SpaceError } from "../../core/errors.ts";
@@ -37,6 +37,8 @@ export interface NodeCache {
   rootsDir: string;
   /** The loop image, when the node owns one. */
   imagePath?: string;
+  /** With a loop image: the file in the run dir saying which boot formatted and mounted it (removed with the mount). */
+  bootMarker?: string;
   /** True when this call formatted the filesystem (templates must be imported again). */
   formatted: boolean;
   quotaMode: QuotaMode;
@@ -89,7 +91,7 @@ export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
   const bootId = await readBootId();
   const mounted = await isMountpoint(mnt);
   const markerBoot = await readFile(marker, "utf8").then((s) => s.trim()).catch(() => "");
-  if (mounted && markerBoot === bootId) return layout(mnt, false, o.nodeDir, o.signal, imagePath);
+  if (mounted && markerBoot === bootId) return layout(mnt, false, o.nodeDir, o.signal, { imagePath, bootMarker: marker });
 
   // First use in this boot: (re)format. Nothing on it survives a reboot anyway (containers
   // and network namespaces are gone), and a fresh filesystem never carries corruption or
@@ -112,7 +114,7 @@ export async function ensureNodeCache(o: NodeCacheOptions): Promise<NodeCache> {
   await mkdir(runDir, { recursive: true });
   await writeFile(marker, `${bootId}\n`);
   o.logger.info({ imagePath, mnt, gib: o.imageGib, ms: Date.now() - started }, "node cache formatted (first use in this boot)");
-  return layout(mnt, true, o.nodeDir, o.signal, imagePath);
+  return layout(mnt, true, o.nodeDir, o.signal, { imagePath, bootMarker: marker });
 }
 
 /** Simple quotas when the helper and kernel can, else classic qgroups (said in the log). */
@@ -136,7 +138,7 @@ export async function quotasOf(mnt: string): Promise<{ mode: QuotaMode; qgroupsD
   return { mode: mode === "squota" ? "simple" : "classic", qgroupsDir: dir };
 }
 
-async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: AbortSignal, imagePath?: string): Promise<NodeCache> {
+async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: AbortSignal, image: Pick<NodeCache, "imagePath" | "bootMarker"> = {}): Promise<NodeCache> {
   const templatesDir = join(mnt, "templates");
   const sandboxesDir = join(mnt, "sandboxes");
   const volumesDir = join(mnt, "volumes");
@@ -151,7 +153,7 @@ async function layout(mnt: string, formatted: boolean, nodeDir: string, signal: 
   }
   const quotas = await quotasOf(mnt);
   if (!quotas) throw new SpaceError("failed_precondition", `btrfs quotas are off on ${mnt}: sandbox disks could not be limited`);
-  return { mountPath: mnt, templatesDir, sandboxesDir, volumesDir, rootsDir, imagePath, formatted, quotaMode: quotas.mode, qgroupsDir: quotas.qgroupsDir };
+  return { mountPath: mnt, templatesDir, sandboxesDir, volumesDir, rootsDir, ...image, formatted, quotaMode: quotas.mode, qgroupsDir: quotas.qgroupsDir };
 }
 
 /** Unmounts a loop-image cache (tests; `space node` leaves it mounted across restarts). */
@@ -159,6 +161,8 @@ export async function unmountNodeCache(cache: NodeCache, signal?: AbortSignal): 
   if (await isMountpoint(cache.rootsDir)) await exec("umount", [cache.rootsDir], { timeoutMs: 60_000, signal });
   if (!cache.imagePath) return;
   if (await isMountpoint(cache.mountPath)) await exec("umount", [cache.mountPath], { timeoutMs: 60_000, signal });
+  // Its boot is over for this image: a marker left behind only piles up in /run (one per data dir).
+  if (cache.bootMarker) await rm(cache.bootMarker, { force: true });
 }
 
 /** Free MiB for admission: the cache filesystem, and for a sparse image also its host filesystem. */
