@@ -101,6 +101,18 @@ export async function writeIn(path: string, content: string, namespaces: Command
   succeeded(await spawnClient.run({ write: path, content, namespaces, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal), ["write", path]);
 }
 
+/**
+ * Sends netlink messages (`protocol`: NETLINK_ROUTE, NETLINK_NETFILTER) on a socket made
+ * inside `namespaces` by the spawn server's addon, and returns the kernel's replies
+ * (node/network/netlink.ts builds and reads them). No dump requests: the replies are read
+ * without waiting once the send returns. Needs the addon (`npm run build:envd` builds it).
+ */
+export async function netlinkIn(protocol: number, request: Uint8Array, namespaces: CommandNamespaces, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<Buffer> {
+  const reply = await spawnClient.run({ netlink: Buffer.from(request).toString("base64"), protocol, namespaces, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
+  succeeded(reply, ["netlink", String(protocol)]);
+  return Buffer.from("stdout" in reply ? reply.stdout : "", "base64");
+}
+
 /** A reply of the spawn server's own work (no command of the caller's): throws unless it succeeded. */
 function succeeded(reply: SpawnReply, argv: string[]): void {
   if ("error" in reply) throw new Error(reply.error);

@@ -48,6 +48,14 @@ export interface NetnsRequest {
   timeoutMs: number;
 }
 
+/** Netlink messages (base64) sent from inside `namespaces`; the kernel's replies come back base64 in `stdout`. */
+export interface NetlinkRequest {
+  netlink: string;
+  protocol: number;
+  namespaces: CommandNamespaces;
+  timeoutMs: number;
+}
+
 export type SpawnReply =
   | { exitCode: number | null; signal: NodeJS.Signals | null; timedOut: boolean; durationMs: number; stdout: string; stderr: string }
   | { error: string };
@@ -65,7 +73,7 @@ class SpawnClient {
   #seq = 0;
   #buf = "";
 
-  run(req: SpawnRequest | WriteRequest | NetnsRequest, signal?: AbortSignal): Promise<SpawnReply> {
+  run(req: SpawnRequest | WriteRequest | NetnsRequest | NetlinkRequest, signal?: AbortSignal): Promise<SpawnReply> {
     const child = this.#server();
     const id = ++this.#seq;
     return new Promise<SpawnReply>((resolve, reject) => {

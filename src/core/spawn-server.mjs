@@ -12,7 +12,8 @@
  * namespaces, timeoutMs}` (`content` written to the file `write` as seen from `namespaces`: a
  * sysctl of a netns, a UTS namespace's hostname; the addon's child writes it, no command runs),
  * `{id, netns, timeoutMs}` (a new network namespace bound at the existing file `netns`, as `ip
- * netns add` makes one) or `{kill: id}`. Out: `{id, exitCode, signal, timedOut, durationMs, stdout, stderr}` or
+ * netns add` makes one), `{id, netlink, protocol, namespaces, timeoutMs}` (netlink messages, base64,
+ * sent from inside `namespaces`; the kernel's replies come back base64 in `stdout`) or `{kill: id}`. Out: `{id, exitCode, signal, timedOut, durationMs, stdout, stderr}` or
  * `{id, error}` (the command did not start, the write failed).
  * Without `env` a command gets this process's environment, which is the caller's as it was when
  * it started this one (reading the caller's `process.env` for every request cost its loop ~0.1 ms:
@@ -43,7 +44,8 @@ import { createInterface } from "node:readline";
  * @typedef {{ code: number } | { signal: number } | { error: number }} Status
  * @typedef {{ spawn(candidates: string[], argv: string[], envp: string[], cwd: string, uid: number, gid: number, stdin: boolean, fds: number[], namespaces: string[]): Spawned,
  *   wait(pid: number): Status | undefined, writeIn(namespaces: string[], path: string, content: string): 0 | { error: number, namespace?: number },
- *   netnsAdd(path: string): 0 | { error: number } }} Addon
+ *   netnsAdd(path: string): 0 | { error: number },
+ *   netlinkIn(namespaces: string[], protocol: number, request: Buffer): Buffer | { error: number, namespace?: number } }} Addon
  */
 
 /** @returns {Addon | undefined} */
@@ -97,6 +99,7 @@ createInterface({ input: process.stdin, crlfDelay: Infinity })
     if (typeof req.kill === "number") terminators.get(req.kill)?.();
     else if (typeof req.write === "string") write(req);
     else if (typeof req.netns === "string") netns(req);
+    else if (typeof req.netlink === "string") netlink(req);
     else start(req);
   })
   .on("close", () => process.exit(0));
@@ -140,6 +143,27 @@ function netns(req) {
   const r = addon.netnsAdd(req.netns);
   if (r !== 0) send({ id: req.id, error: `new network namespace at ${req.netns} ${ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`}` });
   else sendDone(req.id, started);
+}
+
+/**
+ * Netlink messages sent from inside namespaces (node/network/netlink.ts). Only with the addon:
+ * no command does it.
+ * @param {{ id: number, netlink: string, protocol: number, namespaces: { net?: string }, timeoutMs: number }} req
+ */
+function netlink(req) {
+  const started = performance.now();
+  if (!addon) {
+    send({ id: req.id, error: "netlink needs the spawn addon (spawn.node, built by npm run build:envd), which did not load" });
+    return;
+  }
+  const ns = Object.values(req.namespaces ?? {}).filter(Boolean);
+  const r = addon.netlinkIn(ns, req.protocol, Buffer.from(req.netlink, "base64"));
+  if (!Buffer.isBuffer(r)) {
+    const code = ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`;
+    send({ id: req.id, error: r.namespace === undefined ? `netlink ${code}` : `netlink: joining the namespace ${ns[r.namespace]} ${code}` });
+    return;
+  }
+  send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: r.toString("base64"), stderr: "" });
 }
 
 /** The environment of a request without one, as given to the addon. */

@@ -28,6 +28,12 @@
  *   the namespace of whoever opens the file. Returns once the child is reaped.
  * netnsAdd(path) -> 0 or { error: errno }: a new network namespace bound at `path` (an
  *   existing empty file), as `ip netns add` does, from a child that unshares it and exits.
+ * netlinkIn(namespaces, protocol, request) -> Buffer of the kernel's replies, or { error:
+ *   errno[, namespace: i] }: sends `request` (netlink messages, no dump requests) on a
+ *   netlink socket of `protocol` opened by a child that joined `namespaces` first (a socket
+ *   belongs to the network namespace it was made in), as `ip -n`/`nft` in that namespace
+ *   would, without their exec. The kernel handles route and netfilter requests inside the
+ *   send, so every reply is queued when it returns: the child reads them without waiting.
  *
  * The child runs on the caller's memory while the caller is suspended: it makes only raw
  * system calls (no malloc, no glibc setuid, which would signal envd's other threads).
@@ -41,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
+#include <linux/netlink.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -427,6 +435,85 @@ static napi_value WriteIn(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/* Where netlinkIn's child puts the replies (the caller is suspended meanwhile, one child at a time). */
+#define NL_REPLIES_MAX (256 * 1024)
+static char nl_replies[NL_REPLIES_MAX];
+
+struct netlink_args {
+  char **namespaces;
+  int protocol;
+  const void *request;
+  size_t len;
+  volatile size_t got;
+  volatile int failed_namespace;
+  volatile int error;
+};
+
+static int netlink_main(void *p) {
+  struct netlink_args *a = p;
+  int one = 1, fd;
+  struct sockaddr_nl kernel;
+  memset(&kernel, 0, sizeof kernel);
+  kernel.nl_family = AF_NETLINK;
+  if (join_namespaces(a->namespaces, &a->failed_namespace) < 0) goto fail;
+  if ((fd = syscall(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, a->protocol)) < 0) goto fail;
+  /* Errors echo only the failed message's header, with the kernel's reason (extended ack). */
+  syscall(SYS_setsockopt, fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
+  syscall(SYS_setsockopt, fd, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof one);
+  if (syscall(SYS_sendto, fd, a->request, a->len, 0, &kernel, sizeof kernel) < 0) goto fail;
+  for (;;) {
+    long n = syscall(SYS_recvfrom, fd, nl_replies + a->got, NL_REPLIES_MAX - a->got, MSG_DONTWAIT, NULL, NULL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN) goto fail;
+    if (n <= 0) break;
+    a->got += (size_t)n;
+    if (NL_REPLIES_MAX - a->got < 16384) {
+      errno = ENOBUFS;
+      goto fail;
+    }
+  }
+  syscall(SYS_exit_group, 0);
+  return 0;
+fail:
+  a->error = errno;
+  syscall(SYS_exit_group, 1);
+  return 0;
+}
+
+static napi_value NetlinkIn(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3], result;
+  struct netlink_args a;
+  void *data;
+  bool is_buffer = false;
+  memset(&a, 0, sizeof a);
+  a.failed_namespace = -1;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  if (argc < 3 || napi_get_value_int32(env, argv[1], &a.protocol) != napi_ok || napi_is_buffer(env, argv[2], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_buffer_info(env, argv[2], &data, &a.len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "netlinkIn(namespaces, protocol, request: Buffer)");
+    return NULL;
+  }
+  a.request = data;
+  a.namespaces = strings(env, argv[0], "netlinkIn: namespaces must be strings");
+  if (!a.namespaces) {
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    if (!pending) napi_throw_error(env, "ENOMEM", "netlinkIn: out of memory");
+    return NULL;
+  }
+  int cloned = run_child(netlink_main, &a), e = cloned < 0 ? errno : a.error;
+  free_strings(a.namespaces);
+  if (!e) {
+    napi_create_buffer_copy(env, a.got, nl_replies, NULL, &result);
+    return result;
+  }
+  napi_create_object(env, &result);
+  int_prop(env, result, "error", e);
+  if (cloned == 0 && a.failed_namespace >= 0) int_prop(env, result, "namespace", a.failed_namespace);
+  return result;
+}
+
 static napi_value Wait(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value argv[1], result;
@@ -458,6 +545,8 @@ static napi_value Init(napi_env env, napi_value exports) {
   napi_set_named_property(env, exports, "writeIn", fn);
   napi_create_function(env, "netnsAdd", NAPI_AUTO_LENGTH, NetnsAdd, NULL, &fn);
   napi_set_named_property(env, exports, "netnsAdd", fn);
+  napi_create_function(env, "netlinkIn", NAPI_AUTO_LENGTH, NetlinkIn, NULL, &fn);
+  napi_set_named_property(env, exports, "netlinkIn", fn);
   return exports;
 }
 

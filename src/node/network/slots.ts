@@ -11,13 +11,14 @@ import { createSocket } from "node:dgram";
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { addNetns, exec, writeIn } from "../../core/exec.ts";
-import type { CommandNamespaces } from "../../core/spawn-client.ts";
 import { settleAll } from "../../core/settle.ts";
 import { SpaceError } from "../../core/errors.ts";
 import type { Logger } from "../../core/log.ts";
 import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type SlotRange } from "../../core/cidr.ts";
 import type { ARecord } from "../dns/wire.ts";
 import { NftBatch } from "./nft-batch.ts";
+import { ENVD_PORT } from "../../contract/node-api.ts";
+import { getLink, linkIndexOf, NETLINK_NETFILTER, NETLINK_ROUTE, portsRule, sendNetlink, slotInside } from "./netlink.ts";
 import type { ForegroundActivity } from "../../core/foreground-activity.ts";
 import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
 import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "../../contract/egress-policy.ts";
@@ -98,11 +99,11 @@ const POOL = /^pool\d+$/;
 const POOL_YIELD_MAX_MS = 10_000;
 
 
-async function ip(args: string[], signal: AbortSignal, input?: string, namespaces?: CommandNamespaces): Promise<void> {
-  await exec("ip", args, { timeoutMs: T, signal, input, ...(namespaces ? { namespaces } : {}) });
+async function ip(args: string[], signal: AbortSignal, input?: string): Promise<void> {
+  await exec("ip", args, { timeoutMs: T, signal, input });
 }
-async function nft(script: string, signal: AbortSignal, namespaces?: CommandNamespaces): Promise<void> {
-  await exec("nft", ["-f", "-"], { timeoutMs: T, signal, input: script, ...(namespaces ? { namespaces } : {}) });
+async function nft(script: string, signal: AbortSignal): Promise<void> {
+  await exec("nft", ["-f", "-"], { timeoutMs: T, signal, input: script });
 }
 
 export class LinuxNetworkSlots implements NetworkSlots {
@@ -366,11 +367,11 @@ export class LinuxNetworkSlots implements NetworkSlots {
         // when an address is reused.
         `neigh replace ${slot.address} lladdr ${slotMac(index)} dev ${this.bridge} nud permanent\n`);
     // A MAC derived from the slot index: the node's neighbour entry for a reused address
-    // stays valid (a random MAC would leave it stale for up to a minute). Only the network
-    // namespace is joined: `ip -n` also makes a mount namespace and remounts /sys for it.
-    await ip(["-b", "-"], signal,
-      `link set lo up\nlink set eth0 address ${slotMac(index)}\naddr add ${slot.address}/${slot.prefix} dev eth0\nlink set eth0 up\nroute add default via ${slot.gateway}\nneigh replace ${slot.gateway} lladdr ${this.bridgeMac} dev eth0 nud permanent\n`,
-      { net: slot.netnsPath });
+    // stays valid (a random MAC would leave it stale for up to a minute). Sent from inside
+    // the namespace by the spawn server (netlink.ts), no `ip` process.
+    const inside = { net: slot.netnsPath };
+    const eth0 = linkIndexOf(await sendNetlink(NETLINK_ROUTE, getLink("eth0"), inside, { timeoutMs: T, signal }));
+    await sendNetlink(NETLINK_ROUTE, slotInside({ eth0, mac: slotMac(index), address: slot.address, prefix: slot.prefix, gateway: slot.gateway, gatewayMac: this.bridgeMac }), inside, { timeoutMs: T, signal });
   }
 
   async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
@@ -403,11 +404,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     // remounts /sys: several times slower); /proc/sys/net is per netns.
     await Promise.all([
       writeIn("/proc/sys/net/ipv4/conf/all/route_localnet", "1", { net: slot.netnsPath }, { timeoutMs: T, signal }),
-      nft(
-        `table ip space_ports {\n  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n    iifname "eth0" ip saddr ${slot.gateway} ip daddr ${slot.address} tcp dport != 49983 dnat to 127.0.0.1\n  }\n}\n`,
-        signal,
-        { net: slot.netnsPath },
-      ),
+      sendNetlink(NETLINK_NETFILTER, portsRule(slot.gateway, slot.address, ENVD_PORT), { net: slot.netnsPath }, { timeoutMs: T, signal }),
     ]);
   }
 
