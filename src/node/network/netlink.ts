@@ -80,8 +80,11 @@ const align = (n: number) => (n + 3) & ~3;
 function host(size: 1 | 2 | 4, v: number): Buffer {
   const b = Buffer.alloc(size);
   if (size === 1) b.writeUInt8(v);
-  else if (size === 2) (LE ? b.writeUInt16LE(v) : b.writeUInt16BE(v));
-  else (LE ? b.writeInt32LE(v) : b.writeInt32BE(v));
+  else if (size === 2) {
+    if (LE) b.writeUInt16LE(v);
+    else b.writeUInt16BE(v);
+  } else if (LE) b.writeInt32LE(v);
+  else b.writeInt32BE(v);
   return b;
 }
 
