@@ -107,8 +107,14 @@ export async function writeIn(path: string, content: string, namespaces: Command
  * (node/network/netlink.ts builds and reads them). No dump requests: the replies are read
  * without waiting once the send returns. Needs the addon (`npm run build:envd` builds it).
  */
-export async function netlinkIn(protocol: number, request: Uint8Array, namespaces: CommandNamespaces, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<Buffer> {
-  const reply = await spawnClient.run({ netlink: Buffer.from(request).toString("base64"), protocol, namespaces, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
+export async function netlinkIn(
+  protocol: number,
+  request: Uint8Array,
+  namespaces: CommandNamespaces,
+  opts: { files?: string[]; timeoutMs?: number; signal?: AbortSignal } = {},
+): Promise<Buffer> {
+  const files = opts.files?.length ? { files: opts.files } : {};
+  const reply = await spawnClient.run({ netlink: Buffer.from(request).toString("base64"), protocol, namespaces, ...files, timeoutMs: opts.timeoutMs ?? 60_000 }, opts.signal);
   succeeded(reply, ["netlink", String(protocol)]);
   return Buffer.from("stdout" in reply ? reply.stdout : "", "base64");
 }

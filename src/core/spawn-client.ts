@@ -53,6 +53,8 @@ export interface NetlinkRequest {
   netlink: string;
   protocol: number;
   namespaces: CommandNamespaces;
+  /** Opened as the descriptors the messages name (node/network/netlink.ts NETLINK_FILES_FD + i). */
+  files?: string[];
   timeoutMs: number;
 }
 

@@ -12,8 +12,9 @@
  * namespaces, timeoutMs}` (`content` written to the file `write` as seen from `namespaces`: a
  * sysctl of a netns, a UTS namespace's hostname; the addon's child writes it, no command runs),
  * `{id, netns, timeoutMs}` (a new network namespace bound at the existing file `netns`, as `ip
- * netns add` makes one), `{id, netlink, protocol, namespaces, timeoutMs}` (netlink messages, base64,
- * sent from inside `namespaces`; the kernel's replies come back base64 in `stdout`) or `{kill: id}`. Out: `{id, exitCode, signal, timedOut, durationMs, stdout, stderr}` or
+ * netns add` makes one), `{id, netlink, protocol, namespaces, files?, timeoutMs}` (netlink messages,
+ * base64, sent from inside `namespaces`, `files` open as the descriptors they name; the kernel's
+ * replies come back base64 in `stdout`) or `{kill: id}`. Out: `{id, exitCode, signal, timedOut, durationMs, stdout, stderr}` or
  * `{id, error}` (the command did not start, the write failed).
  * Without `env` a command gets this process's environment, which is the caller's as it was when
  * it started this one (reading the caller's `process.env` for every request cost its loop ~0.1 ms:
@@ -45,7 +46,7 @@ import { createInterface } from "node:readline";
  * @typedef {{ spawn(candidates: string[], argv: string[], envp: string[], cwd: string, uid: number, gid: number, stdin: boolean, fds: number[], namespaces: string[]): Spawned,
  *   wait(pid: number): Status | undefined, writeIn(namespaces: string[], path: string, content: string): 0 | { error: number, namespace?: number },
  *   netnsAdd(path: string): 0 | { error: number },
- *   netlinkIn(namespaces: string[], protocol: number, request: Buffer): Buffer | { error: number, namespace?: number } }} Addon
+ *   netlinkIn(namespaces: string[], protocol: number, request: Buffer, files: string[]): Buffer | { error: number, namespace?: number, file?: number } }} Addon
  */
 
 /** @returns {Addon | undefined} */
@@ -148,7 +149,7 @@ function netns(req) {
 /**
  * Netlink messages sent from inside namespaces (node/network/netlink.ts). Only with the addon:
  * no command does it.
- * @param {{ id: number, netlink: string, protocol: number, namespaces: { net?: string }, timeoutMs: number }} req
+ * @param {{ id: number, netlink: string, protocol: number, namespaces: { net?: string }, files?: string[], timeoutMs: number }} req
  */
 function netlink(req) {
   const started = performance.now();
@@ -157,10 +158,12 @@ function netlink(req) {
     return;
   }
   const ns = Object.values(req.namespaces ?? {}).filter(Boolean);
-  const r = addon.netlinkIn(ns, req.protocol, Buffer.from(req.netlink, "base64"));
+  const files = req.files ?? [];
+  const r = addon.netlinkIn(ns, req.protocol, Buffer.from(req.netlink, "base64"), files);
   if (!Buffer.isBuffer(r)) {
     const code = ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`;
-    send({ id: req.id, error: r.namespace === undefined ? `netlink ${code}` : `netlink: joining the namespace ${ns[r.namespace]} ${code}` });
+    const where = r.namespace !== undefined ? `: joining the namespace ${ns[r.namespace]}` : r.file !== undefined ? `: opening ${files[r.file]}` : "";
+    send({ id: req.id, error: `netlink${where} ${code}` });
     return;
   }
   send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: r.toString("base64"), stderr: "" });

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { addNetns, exec } from "../../src/core/exec.ts";
-import { getLink, linkIndexOf, NETLINK_NETFILTER, NETLINK_ROUTE, portsRule, sendNetlink, slotInside } from "../../src/node/network/netlink.ts";
+import { getLink, linkIndexOf, NETLINK_NETFILTER, NETLINK_ROUTE, portsRule, sendNetlink, slotInside, slotVeth } from "../../src/node/network/netlink.ts";
 
 const isRoot = process.getuid?.() === 0;
 const NAME = `spnl${process.pid % 100_000}`;
@@ -16,11 +16,31 @@ describe("slot set-up by netlink", { skip: !isRoot && "needs root (network names
   before(async () => {
     await exec("mkdir", ["-p", "/run/netns"]);
     await addNetns(NETNS);
-    await exec("ip", ["link", "add", `${NAME}h`, "type", "veth", "peer", "name", "eth0", "netns", NAME]);
+    await exec("ip", ["link", "add", `${NAME}b`, "type", "bridge"]);
   });
   after(async () => {
     await exec("ip", ["link", "delete", `${NAME}h`], { allowFailure: true });
+    await exec("ip", ["link", "delete", `${NAME}b`], { allowFailure: true });
     await exec("ip", ["netns", "delete", NAME], { allowFailure: true });
+  });
+
+  it("makes the veth: the node's end marked, an isolated port of the bridge, up; the other end in the slot as eth0", async () => {
+    const bridgeIndex = linkIndexOf(await sendNetlink(NETLINK_ROUTE, getLink(`${NAME}b`), {}));
+    await sendNetlink(NETLINK_ROUTE, slotVeth({ hostVeth: `${NAME}h`, alias: "space-test-node", bridge: `${NAME}b`, bridgeIndex, netnsPath: NETNS, address: slot.address, mac: slot.mac }), {});
+    const [h] = JSON.parse((await exec("ip", ["-d", "-j", "link", "show", `${NAME}h`])).stdout) as Array<{ ifalias: string; master: string; flags: string[]; linkinfo: { info_kind: string; info_slave_data: { isolated: boolean } } }>;
+    assert.equal(h!.ifalias, "space-test-node");
+    assert.equal(h!.master, `${NAME}b`);
+    assert.ok(h!.flags.includes("UP"), JSON.stringify(h!.flags));
+    assert.equal(h!.linkinfo.info_kind, "veth");
+    assert.equal(h!.linkinfo.info_slave_data.isolated, true);
+    const peer = JSON.parse((await exec("ip", ["-n", NAME, "-d", "-j", "link", "show", "eth0"])).stdout) as Array<{ linkinfo: { info_kind: string } }>;
+    assert.equal(peer[0]?.linkinfo.info_kind, "veth");
+    const neigh = JSON.parse((await exec("ip", ["-j", "neigh", "show", slot.address, "dev", `${NAME}b`])).stdout) as Array<{ lladdr: string; state: string[] }>;
+    assert.deepEqual([neigh[0]?.lladdr, neigh[0]?.state], [slot.mac, ["PERMANENT"]]);
+    await assert.rejects(
+      sendNetlink(NETLINK_ROUTE, slotVeth({ hostVeth: `${NAME}h`, alias: "x", bridge: `${NAME}b`, bridgeIndex, netnsPath: "/run/netns/space-no-such-netns", address: slot.address, mac: slot.mac }), {}),
+      /netlink: opening \/run\/netns\/space-no-such-netns ENOENT/,
+    );
   });
 
   it("configures loopback, eth0, its address, the default route and the gateway's neighbour entry", async () => {

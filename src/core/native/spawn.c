@@ -28,11 +28,13 @@
  *   the namespace of whoever opens the file. Returns once the child is reaped.
  * netnsAdd(path) -> 0 or { error: errno }: a new network namespace bound at `path` (an
  *   existing empty file), as `ip netns add` does, from a child that unshares it and exits.
- * netlinkIn(namespaces, protocol, request) -> Buffer of the kernel's replies, or { error:
- *   errno[, namespace: i] }: sends `request` (netlink messages, no dump requests) on a
- *   netlink socket of `protocol` opened by a child that joined `namespaces` first (a socket
- *   belongs to the network namespace it was made in), as `ip -n`/`nft` in that namespace
- *   would, without their exec. The kernel handles route and netfilter requests inside the
+ * netlinkIn(namespaces, protocol, request[, files]) -> Buffer of the kernel's replies, or
+ *   { error: errno[, namespace: i][, file: i] }: sends `request` (netlink messages, no dump
+ *   requests) on a netlink socket of `protocol` opened by a child that joined `namespaces`
+ *   first (a socket belongs to the network namespace it was made in), as `ip -n`/`nft` in
+ *   that namespace would, without their exec. `files[i]` is opened (read-only) as the
+ *   child's descriptor NETLINK_FILES_FD + i first, for messages that name one (a network
+ *   namespace's, IFLA_NET_NS_FD). The kernel handles route and netfilter requests inside the
  *   send, so every reply is queued when it returns: the child reads them without waiting.
  *
  * The child runs on the caller's memory while the caller is suspended: it makes only raw
@@ -439,8 +441,13 @@ static napi_value WriteIn(napi_env env, napi_callback_info info) {
 #define NL_REPLIES_MAX (256 * 1024)
 static char nl_replies[NL_REPLIES_MAX];
 
+/* The descriptor of netlinkIn's files[0] in its child (node/network/netlink.ts NETLINK_FILES_FD). */
+#define NETLINK_FILES_FD 100
+
 struct netlink_args {
   char **namespaces;
+  char **files;
+  volatile int failed_file;
   int protocol;
   const void *request;
   size_t len;
@@ -455,6 +462,16 @@ static int netlink_main(void *p) {
   struct sockaddr_nl kernel;
   memset(&kernel, 0, sizeof kernel);
   kernel.nl_family = AF_NETLINK;
+  /* Opened before the namespaces are joined: paths are the caller's. The child's descriptor
+   * table is its own copy (no CLONE_FILES), so these never reach the caller's. */
+  for (int i = 0; a->files && a->files[i]; i++) {
+    int f = syscall(SYS_openat, AT_FDCWD, a->files[i], O_RDONLY | O_CLOEXEC);
+    if (f < 0 || syscall(SYS_dup3, f, NETLINK_FILES_FD + i, O_CLOEXEC) < 0) {
+      a->failed_file = i;
+      goto fail;
+    }
+    syscall(SYS_close, f);
+  }
   if (join_namespaces(a->namespaces, &a->failed_namespace) < 0) goto fail;
   if ((fd = syscall(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, a->protocol)) < 0) goto fail;
   /* Errors echo only the failed message's header, with the kernel's reason (extended ack). */
@@ -481,21 +498,26 @@ fail:
 }
 
 static napi_value NetlinkIn(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3], result;
+  size_t argc = 4;
+  napi_value argv[4], result;
   struct netlink_args a;
   void *data;
   bool is_buffer = false;
   memset(&a, 0, sizeof a);
   a.failed_namespace = -1;
+  a.failed_file = -1;
   napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
   if (argc < 3 || napi_get_value_int32(env, argv[1], &a.protocol) != napi_ok || napi_is_buffer(env, argv[2], &is_buffer) != napi_ok || !is_buffer ||
       napi_get_buffer_info(env, argv[2], &data, &a.len) != napi_ok) {
-    napi_throw_type_error(env, NULL, "netlinkIn(namespaces, protocol, request: Buffer)");
+    napi_throw_type_error(env, NULL, "netlinkIn(namespaces, protocol, request: Buffer[, files])");
     return NULL;
   }
   a.request = data;
   a.namespaces = strings(env, argv[0], "netlinkIn: namespaces must be strings");
+  if (a.namespaces && argc > 3 && !(a.files = strings(env, argv[3], "netlinkIn: files must be strings"))) {
+    free_strings(a.namespaces);
+    a.namespaces = NULL;
+  }
   if (!a.namespaces) {
     bool pending = false;
     napi_is_exception_pending(env, &pending);
@@ -504,6 +526,7 @@ static napi_value NetlinkIn(napi_env env, napi_callback_info info) {
   }
   int cloned = run_child(netlink_main, &a), e = cloned < 0 ? errno : a.error;
   free_strings(a.namespaces);
+  free_strings(a.files);
   if (!e) {
     napi_create_buffer_copy(env, a.got, nl_replies, NULL, &result);
     return result;
@@ -511,6 +534,7 @@ static napi_value NetlinkIn(napi_env env, napi_callback_info info) {
   napi_create_object(env, &result);
   int_prop(env, result, "error", e);
   if (cloned == 0 && a.failed_namespace >= 0) int_prop(env, result, "namespace", a.failed_namespace);
+  if (cloned == 0 && a.failed_file >= 0) int_prop(env, result, "file", a.failed_file);
   return result;
 }
 

@@ -1,9 +1,9 @@
 /**
- * The netlink messages of a slot's own side: its links, address, route and neighbour
- * (rtnetlink) and its public-ports rule (nftables), sent from inside the slot's network
- * namespace by the spawn server's addon (core/exec.ts `netlinkIn`). They were an `ip -b` and
- * an `nft -f` run there, two processes on every create: ~4 ms of CPU per create in a burst
- * (docs/capacity.md). Written here, not taken from a library: the Node.js netlink packages
+ * The netlink messages that set up a slot: its veth from the node's side, and inside the
+ * slot's network namespace its links, address, route and neighbour (rtnetlink) and its
+ * public-ports rule (nftables), sent by the spawn server's addon (core/exec.ts `netlinkIn`).
+ * They were two `ip -b` and an `nft -f`, three processes on every create: ~5 ms of CPU per
+ * create in a burst (docs/capacity.md). Written here, not taken from a library: the Node.js netlink packages
  * open their socket in the caller's namespace, and a slot's must be opened inside its own.
  * Only what a slot needs; each message asks for an acknowledgement, and a refusal names the
  * step and the kernel's reason.
@@ -36,6 +36,16 @@ const AF_INET = 2;
 const IFF_UP = 0x1;
 const IFLA_ADDRESS = 1;
 const IFLA_IFNAME = 3;
+const IFLA_MASTER = 10;
+const IFLA_LINKINFO = 18;
+const IFLA_IFALIAS = 20;
+const IFLA_NET_NS_FD = 28;
+const IFLA_INFO_KIND = 1;
+const IFLA_INFO_DATA = 2;
+const IFLA_INFO_SLAVE_KIND = 4;
+const IFLA_INFO_SLAVE_DATA = 5;
+const VETH_INFO_PEER = 1;
+const IFLA_BRPORT_ISOLATED = 33;
 const IFA_ADDRESS = 1;
 const IFA_LOCAL = 2;
 const RTA_GATEWAY = 5;
@@ -67,11 +77,16 @@ const NFT_NAT_DNAT = 1;
 const IPPROTO_TCP = 6;
 const IFNAMSIZ = 16;
 
+/** The descriptor a request's `files[0]` has where it is sent (core/native/spawn.c's NETLINK_FILES_FD). */
+export const NETLINK_FILES_FD = 100;
+
 /** Netlink messages to send at once, and what each one does (named in a refusal). */
 export interface NetlinkRequest {
   bytes: Buffer;
   /** `steps[seq - 1]`: the step of the message with that sequence number. */
   steps: string[];
+  /** Files the messages name as descriptors NETLINK_FILES_FD + i (a network namespace's). */
+  files?: string[];
 }
 
 const align = (n: number) => (n + 3) & ~3;
@@ -145,6 +160,44 @@ function ifinfomsg(index: number, flags = 0, change = 0): Buffer {
 /** RTM_GETLINK of `name`: its answer carries the link's index (`linkIndexOf`). */
 export function getLink(name: string): NetlinkRequest {
   return new Messages().add(`link show ${name}`, RTM_GETLINK, 0, ifinfomsg(0), attr(IFLA_IFNAME, cstring(name))).request();
+}
+
+export interface SlotVeth {
+  /** The node's end (on the bridge). */
+  hostVeth: string;
+  /** The node's mark on it (what its cleanup recognises). */
+  alias: string;
+  bridge: string;
+  /** The bridge's index (`getLink`). */
+  bridgeIndex: number;
+  /** The slot's network namespace (its file): the other end goes there, as `eth0`. */
+  netnsPath: string;
+  /** The slot's address and MAC: the node's permanent neighbour entry for it. */
+  address: string;
+  mac: string;
+}
+
+/**
+ * A slot's veth from the node's side, as `ip` ran it: `link add <host> master <bridge> type
+ * veth peer name eth0 netns <slot>`, then the node's mark (`alias`), the bridge port isolated
+ * (isolated ports only talk to the bridge, never to each other: the L2 guardrail) and up,
+ * and a permanent neighbour entry for the slot's address on the bridge (no ARP on the create
+ * path; the MAC is the slot index's, so an entry for a reused address stays right).
+ */
+export function slotVeth(o: SlotVeth): NetlinkRequest {
+  const m = new Messages()
+    .add(`link add ${o.hostVeth} master ${o.bridge} type veth peer name eth0 netns ${o.netnsPath}`, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, ifinfomsg(0),
+      attr(IFLA_IFNAME, cstring(o.hostVeth)), attr(IFLA_MASTER, host(4, o.bridgeIndex)),
+      nested(IFLA_LINKINFO, attr(IFLA_INFO_KIND, cstring("veth")),
+        nested(IFLA_INFO_DATA, attr(VETH_INFO_PEER, Buffer.concat([ifinfomsg(0), attr(IFLA_IFNAME, cstring("eth0")), attr(IFLA_NET_NS_FD, host(4, NETLINK_FILES_FD))])))))
+    .add(`link set ${o.hostVeth} alias ${o.alias} type bridge_slave isolated on up`, RTM_NEWLINK, 0, ifinfomsg(0, IFF_UP, IFF_UP),
+      attr(IFLA_IFNAME, cstring(o.hostVeth)), attr(IFLA_IFALIAS, Buffer.from(o.alias)),
+      nested(IFLA_LINKINFO, attr(IFLA_INFO_SLAVE_KIND, cstring("bridge")), nested(IFLA_INFO_SLAVE_DATA, attr(IFLA_BRPORT_ISOLATED, host(1, 1)))))
+    .add(`neigh replace ${o.address} lladdr ${o.mac} dev ${o.bridge} nud permanent`, RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE,
+      Buffer.concat([host(1, AF_INET), host(1, 0), host(2, 0), host(4, o.bridgeIndex), host(2, NUD_PERMANENT), host(1, 0), host(1, 0)]),
+      attr(NDA_DST, ipv4(o.address)), attr(NDA_LLADDR, mac(o.mac)))
+    .request();
+  return { ...m, files: [o.netnsPath] };
 }
 
 export interface SlotInside {
@@ -287,5 +340,5 @@ export function linkIndexOf(replies: NetlinkReply[]): number {
 
 /** Sends `request` from inside `namespaces` and checks every acknowledgement. */
 export async function sendNetlink(protocol: number, request: NetlinkRequest, namespaces: CommandNamespaces, opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<NetlinkReply[]> {
-  return checkAcks(request, await netlinkIn(protocol, request.bytes, namespaces, opts));
+  return checkAcks(request, await netlinkIn(protocol, request.bytes, namespaces, { ...opts, ...(request.files ? { files: request.files } : {}) }));
 }

@@ -18,7 +18,7 @@ import { conflictingRoutes, describeRoute, parseSlotRange, type HostRoute, type 
 import type { ARecord } from "../dns/wire.ts";
 import { NftBatch } from "./nft-batch.ts";
 import { ENVD_PORT } from "../../contract/node-api.ts";
-import { getLink, linkIndexOf, NETLINK_NETFILTER, NETLINK_ROUTE, portsRule, sendNetlink, slotInside } from "./netlink.ts";
+import { getLink, linkIndexOf, NETLINK_NETFILTER, NETLINK_ROUTE, portsRule, sendNetlink, slotInside, slotVeth } from "./netlink.ts";
 import type { ForegroundActivity } from "../../core/foreground-activity.ts";
 import { addSlotScript, baseRuleset, bindScript, DEFAULT_TABLE, deniedSet, observedSet, parseRecordSet, removeSlotScript, setPolicyScript, type SlotPolicy } from "./nft.ts";
 import { domainMatches, domainRules, OPEN_POLICY, toEgressPolicy, type NetworkRecord, type ObservedDestination } from "../../contract/egress-policy.ts";
@@ -125,6 +125,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
   /** Policy generation: the conntrack mark of the flows a policy version accepted. */
   private generation = (Date.now() / 1000) >>> 0;
   private netnsDir: Promise<void> | undefined;
+  private bridgeIndexOnce: Promise<number> | undefined;
   /** Names a sandbox resolved through the node resolver (re-bound when its policy changes). */
   private readonly resolvedNames = new Map<string, Map<string, { addresses: string[]; expires: number }>>();
   /** Slots released with `keep` (owner → the timer that releases them). */
@@ -194,6 +195,7 @@ export class LinuxNetworkSlots implements NetworkSlots {
     // gateway neighbour entries inside the slots stay right as ports come and go.
     await ip(["link", "set", this.bridge, "address", this.bridgeMacAddr], signal);
     this.bridgeMac = this.bridgeMacAddr;
+    this.bridgeIndexOnce = undefined;
     // The table is rebuilt from the records: level-triggered, no stale rule survives a restart.
     await exec("nft", ["delete", "table", "inet", this.table], { timeoutMs: T, signal, allowFailure: true });
     await exec("nft", ["delete", "table", "bridge", this.table], { timeoutMs: T, signal, allowFailure: true });
@@ -354,24 +356,25 @@ export class LinuxNetworkSlots implements NetworkSlots {
   }
 
   private async veth(slot: Slot, signal: AbortSignal): Promise<void> {
-    const index = slot.index;
-    await ip(["-b", "-"], signal,
-      `link add ${slot.hostVeth} type veth peer name eth0 netns ${slot.netns}\n` +
-        // The owner's mark, before anything can fail: a veth left off the bridge is still known as this node's.
-        `link set dev ${slot.hostVeth} alias ${this.linkAlias}\n` +
-        `link set ${slot.hostVeth} master ${this.bridge}\n` +
-        // Isolated ports only talk to the bridge (the node), never to each other (L2 guardrail).
-        `link set dev ${slot.hostVeth} type bridge_slave isolated on\n` +
-        `link set ${slot.hostVeth} up\n` +
-        // Static neighbour entries both ways: no ARP on the create path, and no stale entry
-        // when an address is reused.
-        `neigh replace ${slot.address} lladdr ${slotMac(index)} dev ${this.bridge} nud permanent\n`);
     // A MAC derived from the slot index: the node's neighbour entry for a reused address
-    // stays valid (a random MAC would leave it stale for up to a minute). Sent from inside
-    // the namespace by the spawn server (netlink.ts), no `ip` process.
+    // stays valid (a random MAC would leave it stale for up to a minute). Both sides are
+    // netlink messages the spawn server sends (netlink.ts), no `ip` process; the node's mark
+    // goes in the same send as the link, so no veth of this node's is ever left without it.
+    const mac = slotMac(slot.index);
+    const opts = { timeoutMs: T, signal };
+    const bridgeIndex = await this.bridgeIndex(signal);
+    await sendNetlink(NETLINK_ROUTE, slotVeth({ hostVeth: slot.hostVeth, alias: this.linkAlias, bridge: this.bridge, bridgeIndex, netnsPath: slot.netnsPath, address: slot.address, mac }), {}, opts);
     const inside = { net: slot.netnsPath };
-    const eth0 = linkIndexOf(await sendNetlink(NETLINK_ROUTE, getLink("eth0"), inside, { timeoutMs: T, signal }));
-    await sendNetlink(NETLINK_ROUTE, slotInside({ eth0, mac: slotMac(index), address: slot.address, prefix: slot.prefix, gateway: slot.gateway, gatewayMac: this.bridgeMac }), inside, { timeoutMs: T, signal });
+    const eth0 = linkIndexOf(await sendNetlink(NETLINK_ROUTE, getLink("eth0"), inside, opts));
+    await sendNetlink(NETLINK_ROUTE, slotInside({ eth0, mac, address: slot.address, prefix: slot.prefix, gateway: slot.gateway, gatewayMac: this.bridgeMac }), inside, opts);
+  }
+
+  /** The node's bridge's index, asked once (the bridge lives as long as the node). */
+  private bridgeIndex(signal: AbortSignal): Promise<number> {
+    return (this.bridgeIndexOnce ??= sendNetlink(NETLINK_ROUTE, getLink(this.bridge), {}, { timeoutMs: T, signal }).then(linkIndexOf).catch((e: unknown) => {
+      this.bridgeIndexOnce = undefined;
+      throw e;
+    }));
   }
 
   async setPolicy(sandboxId: string, policy: SlotPolicy, signal: AbortSignal): Promise<void> {
