@@ -159,7 +159,14 @@ function netlink(req) {
   }
   const ns = Object.values(req.namespaces ?? {}).filter(Boolean);
   const files = req.files ?? [];
-  const r = addon.netlinkIn(ns, req.protocol, Buffer.from(req.netlink, "base64"), files);
+  let r;
+  try {
+    r = addon.netlinkIn(ns, req.protocol, Buffer.from(req.netlink, "base64"), files);
+  } catch (e) {
+    // A malformed request (the addon's type check) is answered, never this process's end.
+    send({ id: req.id, error: `netlink: ${e instanceof Error ? e.message : String(e)}` });
+    return;
+  }
   if (!Buffer.isBuffer(r)) {
     const code = ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`;
     const where = r.namespace !== undefined ? `: joining the namespace ${ns[r.namespace]}` : r.file !== undefined ? `: opening ${files[r.file]}` : "";

@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { addNetns, exec } from "../../src/core/exec.ts";
+import { spawnClient } from "../../src/core/spawn-client.ts";
 import { getLink, linkIndexOf, NETLINK_NETFILTER, NETLINK_ROUTE, portsRule, sendNetlink, slotInside, slotVeth } from "../../src/node/network/netlink.ts";
 
 const isRoot = process.getuid?.() === 0;
@@ -77,5 +78,12 @@ describe("slot set-up by netlink", { skip: !isRoot && "needs root (network names
     await assert.rejects(sendNetlink(NETLINK_ROUTE, slotInside({ eth0, ...slot }), inside), /addr add 10\.211\.0\.5\/16 dev eth0: EEXIST \(.+\)/);
     await assert.rejects(sendNetlink(NETLINK_ROUTE, getLink("eth9"), inside), /link show eth9: ENODEV/);
     await assert.rejects(sendNetlink(NETLINK_ROUTE, getLink("eth0"), { net: "/run/netns/space-no-such-netns" }), /joining the namespace \/run\/netns\/space-no-such-netns ENOENT/);
+  });
+
+  it("answers a malformed request with an error and keeps serving", async () => {
+    // Before the answer, the addon's type error ended the spawn server and every command in flight with it.
+    const reply = await spawnClient.run({ netlink: "AAAA", protocol: "route" as unknown as number, namespaces: {}, timeoutMs: 10_000 });
+    assert.match("error" in reply ? reply.error : "", /netlink: .*netlinkIn\(namespaces, protocol, request: Buffer\[, files\]\)/);
+    assert.equal((await exec("true", [])).exitCode, 0);
   });
 });

@@ -358,8 +358,9 @@ export class LinuxNetworkSlots implements NetworkSlots {
   private async veth(slot: Slot, signal: AbortSignal): Promise<void> {
     // A MAC derived from the slot index: the node's neighbour entry for a reused address
     // stays valid (a random MAC would leave it stale for up to a minute). Both sides are
-    // netlink messages the spawn server sends (netlink.ts), no `ip` process; the node's mark
-    // goes in the same send as the link, so no veth of this node's is ever left without it.
+    // netlink messages the spawn server sends (netlink.ts), no `ip` process. The node's mark
+    // goes in the same send as the link (the kernel runs both before the send returns); a
+    // refused mark leaves the veth to configure's teardown, which deletes it by name.
     const mac = slotMac(slot.index);
     const opts = { timeoutMs: T, signal };
     const bridgeIndex = await this.bridgeIndex(signal);
