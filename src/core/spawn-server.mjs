@@ -126,9 +126,9 @@ function write(req) {
   sendDone(req.id, started);
 }
 
-/** The reply to work this process did itself (a write, a namespace): done, no output. @param {number} id @param {number} started */
-function sendDone(id, started) {
-  send({ id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: "", stderr: "" });
+/** The reply to work this process did itself (a write, a namespace, netlink messages): done. @param {number} id @param {number} started @param {string} [stdout] */
+function sendDone(id, started, stdout = "") {
+  send({ id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout, stderr: "" });
 }
 
 /**
@@ -173,7 +173,7 @@ function netlink(req) {
     send({ id: req.id, error: `netlink${where} ${code}` });
     return;
   }
-  send({ id: req.id, exitCode: 0, signal: null, timedOut: false, durationMs: Math.round(performance.now() - started), stdout: r.toString("base64"), stderr: "" });
+  sendDone(req.id, started, r.toString("base64"));
 }
 
 /** The environment of a request without one, as given to the addon. */

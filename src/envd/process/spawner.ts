@@ -10,6 +10,7 @@ import { EventEmitter } from "node:events";
 import { Socket } from "node:net";
 import { constants } from "node:os";
 import type { Readable, Writable } from "node:stream";
+import { errnoName } from "../../core/errno.ts";
 import { loadAddon, type Log } from "../native-addon.ts";
 
 /** What envd uses of a started child; Node's ChildProcess has the same shape. */
@@ -53,7 +54,6 @@ interface Addon {
   wait(pid: number): Status | undefined;
 }
 
-const ERRNO_NAMES = new Map(Object.entries(constants.errno).map(([name, n]) => [n, name]));
 const SIGNAL_NAMES = new Map(Object.entries(constants.signals).map(([name, n]) => [n, name as NodeJS.Signals]));
 
 /** Where execvp would look for `cmd`: itself when it has a slash, else each PATH entry (empty = cwd). */
@@ -124,7 +124,7 @@ class AddonSpawner implements Spawner {
     const envp = Object.entries(req.env).map(([k, v]) => `${k}=${v}`);
     const r = this.addon.spawn(execCandidates(req.cmd, req.env), [req.cmd, ...req.args], envp, req.cwd, req.uid, req.gid, req.stdin);
     if ("error" in r) {
-      const code = ERRNO_NAMES.get(r.error) ?? `errno ${r.error}`;
+      const code = errnoName(r.error);
       return Promise.reject(Object.assign(new Error(`spawn ${req.cmd} ${code}`), { code }));
     }
     const child = new AddonChild(r.pid, r);

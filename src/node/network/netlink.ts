@@ -8,7 +8,9 @@
  * Only what a slot needs; each message asks for an acknowledgement, and a refusal names the
  * step and the kernel's reason.
  */
-import { constants, endianness } from "node:os";
+import { endianness } from "node:os";
+import { ipToInt } from "../../core/cidr.ts";
+import { errnoName } from "../../core/errno.ts";
 import { netlinkIn } from "../../core/exec.ts";
 import type { CommandNamespaces } from "../../core/spawn-client.ts";
 
@@ -119,9 +121,9 @@ const nested = (type: number, ...attrs: Buffer[]) => attr(type | NLA_F_NESTED, B
 const cstring = (s: string) => Buffer.from(`${s}\0`);
 
 function ipv4(address: string): Buffer {
-  const parts = address.split(".").map(Number);
-  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) throw new Error(`not an IPv4 address: ${address}`);
-  return Buffer.from(parts);
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(ipToInt(address));
+  return b;
 }
 
 function mac(address: string): Buffer {
@@ -312,10 +314,6 @@ export function checkAcks(request: NetlinkRequest, replies: Buffer): NetlinkRepl
   const missing = request.steps.findIndex((_, i) => !acked.has(i + 1));
   if (missing >= 0) throw new Error(`netlink: ${request.steps[missing]}: no answer from the kernel`);
   return all;
-}
-
-function errnoName(errno: number): string {
-  return Object.entries(constants.errno).find(([, n]) => n === errno)?.[0] ?? `errno ${errno}`;
 }
 
 /** The kernel's text (extended ack) after the echoed header, when it gave one. */
